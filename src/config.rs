@@ -1,0 +1,188 @@
+//! Configuration: every command-line flag (each also readable from an environment variable)
+//! and the one [`Limits`] struct that bounds every buffer, queue and table in the server.
+//!
+//! This module only describes settings; it owns no state and does no I/O beyond reading
+//! the command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Command-line configuration of the `walletrelay` binary.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "walletrelay", version, about = "Wallet registry and WalletConnect (waku) relay")]
+pub struct Config {
+    /// Address to listen on (registry and relay share it).
+    #[arg(long, env = "WALLETRELAY_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// Worker threads (one poll loop each); 0 means one per available core.
+    #[arg(long, env = "WALLETRELAY_THREADS", default_value_t = 0)]
+    pub threads: usize,
+
+    /// Comma-separated core ids the workers pin to, in order (e.g. `2,3,4,5`); default: the
+    /// first `threads` cores the OS reports.
+    #[arg(long, env = "WALLETRELAY_CPUS", value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+
+    /// Do not pin worker threads to cores.
+    #[arg(long, env = "WALLETRELAY_NO_PIN")]
+    pub no_pin: bool,
+
+    /// Listen backlog of each worker's socket.
+    #[arg(long, env = "WALLETRELAY_BACKLOG", default_value_t = 4096)]
+    pub backlog: i32,
+
+    /// `SO_BUSY_POLL` in microseconds on accepted sockets (0 = off).
+    #[arg(long, env = "WALLETRELAY_BUSY_POLL_US", default_value_t = 0)]
+    pub busy_poll_us: u32,
+
+    /// Name used in the `/hello` greeting.
+    #[arg(long, env = "WALLETRELAY_SERVICE_NAME", default_value = "WalletRelay")]
+    pub service_name: String,
+
+    /// Directory with `wallets.json` and `dapps.json` to serve instead of the embedded data.
+    #[arg(long, env = "WALLETRELAY_REGISTRY_DIR")]
+    pub registry_dir: Option<PathBuf>,
+
+    /// Base address of logo images: logos are `{image_base}/{size}/{id}.jpeg`.
+    #[arg(
+        long,
+        env = "WALLETRELAY_IMAGE_BASE",
+        default_value = "https://registry.walletconnect.org/logo"
+    )]
+    pub image_base: String,
+
+    /// Allow webhooks that resolve to loopback, private, link-local or multicast addresses.
+    #[arg(long, env = "WALLETRELAY_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
+
+    /// Serve a test-only WebSocket echo route at `/echo` (for the Autobahn suite).
+    #[arg(long, env = "WALLETRELAY_WS_ECHO")]
+    pub ws_echo: bool,
+
+    /// Resource limits.
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// Every bound of the server, in one place. Each has a flag and a production default
+/// (DECISIONS §3/§4); nothing in the server grows without one of these limits.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Limits {
+    /// Largest WebSocket message (after reassembling fragments), bytes; larger -> close 1009.
+    #[arg(long, env = "WALLETRELAY_MAX_MESSAGE", default_value_t = 1 << 20)]
+    pub max_message: usize,
+
+    /// Outbound buffer per connection, bytes; a reader that falls further behind is closed
+    /// with 1008 (its messages stay cached for its return).
+    #[arg(long, env = "WALLETRELAY_MAX_OUTBOUND", default_value_t = 4 << 20)]
+    pub max_outbound: usize,
+
+    /// Subscriptions one connection may hold; more -> JSON-RPC error -32000.
+    #[arg(long, env = "WALLETRELAY_MAX_SUBSCRIPTIONS", default_value_t = 1000)]
+    pub max_subscriptions: usize,
+
+    /// Cached messages per topic; the oldest is evicted past it.
+    #[arg(long, env = "WALLETRELAY_MAX_CACHED_PER_TOPIC", default_value_t = 1000)]
+    pub max_cached_per_topic: usize,
+
+    /// Bytes of cached messages in all (split evenly over the workers); oldest evicted first.
+    #[arg(long, env = "WALLETRELAY_MAX_CACHE_BYTES", default_value_t = 1 << 30)]
+    pub max_cache_bytes: usize,
+
+    /// Largest topic, bytes.
+    #[arg(long, env = "WALLETRELAY_MAX_TOPIC", default_value_t = 256)]
+    pub max_topic: usize,
+
+    /// Largest HTTP request head, bytes; larger -> 431.
+    #[arg(long, env = "WALLETRELAY_MAX_HEAD", default_value_t = 16 << 10)]
+    pub max_head: usize,
+
+    /// Largest HTTP request body, bytes; larger -> 413.
+    #[arg(long, env = "WALLETRELAY_MAX_BODY", default_value_t = 64 << 10)]
+    pub max_body: usize,
+
+    /// Seconds a client has to send a complete request head (slowloris guard) -> 408.
+    #[arg(long, env = "WALLETRELAY_HEAD_TIMEOUT", default_value_t = 10.0)]
+    pub head_timeout: f64,
+
+    /// Seconds an idle keep-alive HTTP connection is kept open between requests.
+    #[arg(long, env = "WALLETRELAY_KEEPALIVE_TIMEOUT", default_value_t = 60.0)]
+    pub keepalive_timeout: f64,
+
+    /// Seconds between server pings; a connection silent for two intervals is closed.
+    #[arg(long, env = "WALLETRELAY_PING_INTERVAL", default_value_t = 30.0)]
+    pub ping_interval: f64,
+
+    /// Open connections per worker; past it new connections are closed at accept.
+    #[arg(long, env = "WALLETRELAY_MAX_CONNECTIONS", default_value_t = 1_000_000)]
+    pub max_connections_per_worker: usize,
+
+    /// Messages queued from one worker to another before the sender drops (and counts) them.
+    #[arg(long, env = "WALLETRELAY_CORE_QUEUE", default_value_t = 65536)]
+    pub core_queue: usize,
+
+    /// Webhooks per topic.
+    #[arg(long, env = "WALLETRELAY_MAX_WEBHOOKS_PER_TOPIC", default_value_t = 16)]
+    pub max_webhooks_per_topic: usize,
+
+    /// Webhook registrations in all.
+    #[arg(long, env = "WALLETRELAY_MAX_WEBHOOKS", default_value_t = 100_000)]
+    pub max_webhooks: usize,
+
+    /// Webhook calls waiting for the delivery pool; a full queue drops (and counts) calls.
+    #[arg(long, env = "WALLETRELAY_WEBHOOK_QUEUE", default_value_t = 10_000)]
+    pub webhook_queue: usize,
+
+    /// Webhook delivery threads.
+    #[arg(long, env = "WALLETRELAY_WEBHOOK_THREADS", default_value_t = 4)]
+    pub webhook_threads: usize,
+
+    /// Seconds the server waits at shutdown for clients to take their last bytes.
+    #[arg(long, env = "WALLETRELAY_SHUTDOWN_GRACE", default_value_t = 3.0)]
+    pub shutdown_grace: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // The defaults live in the clap attributes; parse an empty command line to get them.
+        Config::parse_from(["walletrelay"]).limits
+    }
+}
+
+impl Limits {
+    /// The slowloris deadline as a duration.
+    pub fn head_timeout(&self) -> Duration {
+        secs(self.head_timeout)
+    }
+    /// The keep-alive idle deadline as a duration.
+    pub fn keepalive_timeout(&self) -> Duration {
+        secs(self.keepalive_timeout)
+    }
+    /// The ping interval as a duration.
+    pub fn ping_interval(&self) -> Duration {
+        secs(self.ping_interval)
+    }
+    /// The shutdown grace period as a duration.
+    pub fn shutdown_grace(&self) -> Duration {
+        secs(self.shutdown_grace)
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.clamp(0.001, 1e9))
+}
+
+impl Config {
+    /// Number of workers to run: `--threads`, or one per available core.
+    pub fn worker_count(&self) -> usize {
+        if self.threads > 0 {
+            self.threads
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+}

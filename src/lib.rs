@@ -1,0 +1,16 @@
+//! walletrelay: a thread-per-core wallet registry and WalletConnect (waku) message relay.
+//!
+//! Follow a message from `main` to a subscriber's socket:
+//! [`server`] starts one [`worker`] per core; a worker's poll loop reads bytes from a
+//! connection ([`conn`]), parses HTTP ([`http`]) until a WebSocket upgrade, then frames
+//! ([`ws`]) carrying JSON-RPC ([`rpc`]); a `waku_publish` goes to the topic's home worker
+//! ([`relay`]), which caches it and fans it out to every worker holding subscribers, and each
+//! of those writes a `waku_subscription` frame into its subscribers' [`outbuf`]s.
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod outbuf;
+pub mod registry;
+pub mod webhook;

@@ -1,0 +1,195 @@
+//! Counters and gauges, and their Prometheus text rendering for `GET /metrics`.
+//!
+//! Each worker owns one [`CoreMetrics`] and is its only writer, so a counter update is a
+//! relaxed load and store (no locked instruction, no shared cache line with other workers);
+//! any worker may read all of them to render `/metrics`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A counter or gauge written by exactly one thread and read by any.
+#[derive(Debug, Default)]
+pub struct Cell(AtomicU64);
+
+impl Cell {
+    /// Adds `n` (single writer: a plain load and store).
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+    /// Adds one.
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+    /// Subtracts `n` (gauges).
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
+    }
+    /// Sets the value (gauges).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+    /// Reads the value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a message was not delivered to a subscriber or not kept.
+#[derive(Debug, Clone, Copy)]
+pub enum DropReason {
+    /// The subscriber's outbound buffer was full (it is closed).
+    SlowConsumer,
+    /// The queue to another worker was full.
+    CoreQueueFull,
+    /// Evicted from the cache by the per-topic cap.
+    TopicCacheFull,
+    /// Evicted from the cache by the global byte cap.
+    CacheBytes,
+    /// Expired from the cache.
+    Expired,
+    /// A duplicate of a cached message (not stored, not delivered).
+    Duplicate,
+}
+
+impl DropReason {
+    const ALL: [DropReason; 6] = [
+        DropReason::SlowConsumer,
+        DropReason::CoreQueueFull,
+        DropReason::TopicCacheFull,
+        DropReason::CacheBytes,
+        DropReason::Expired,
+        DropReason::Duplicate,
+    ];
+    fn label(self) -> &'static str {
+        match self {
+            DropReason::SlowConsumer => "slow_consumer",
+            DropReason::CoreQueueFull => "core_queue_full",
+            DropReason::TopicCacheFull => "topic_cache_full",
+            DropReason::CacheBytes => "cache_bytes",
+            DropReason::Expired => "expired",
+            DropReason::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// One worker's figures. Padded so that two workers never share a cache line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct CoreMetrics {
+    /// Open connections (HTTP and WebSocket).
+    pub connections_open: Cell,
+    /// Connections accepted since start.
+    pub connections_accepted: Cell,
+    /// Connections refused at accept (over the connection limit).
+    pub connections_refused: Cell,
+    /// Open WebSocket connections.
+    pub websockets_open: Cell,
+    /// HTTP requests answered.
+    pub http_requests: Cell,
+    /// Subscriptions held by this worker's connections.
+    pub subscriptions: Cell,
+    /// Topics whose home is this worker.
+    pub topics: Cell,
+    /// `waku_publish` requests accepted on this worker.
+    pub published: Cell,
+    /// Publishes stored in this worker's caches (not duplicates).
+    pub stored: Cell,
+    /// `waku_subscription` messages queued to this worker's subscribers.
+    pub delivered: Cell,
+    /// Messages dropped, by reason (indexed like `DropReason::ALL`).
+    pub dropped: [Cell; 6],
+    /// Messages currently cached on this worker.
+    pub cached_messages: Cell,
+    /// Bytes currently cached on this worker.
+    pub cached_bytes: Cell,
+    /// JSON-RPC error responses sent.
+    pub rpc_errors: Cell,
+    /// Connections closed for a protocol violation (bad frame, bad UTF-8, oversize).
+    pub protocol_closes: Cell,
+    /// Connections closed by the heartbeat (silent for two ping intervals).
+    pub heartbeat_closes: Cell,
+    /// Cross-worker messages received.
+    pub core_messages_in: Cell,
+    /// Events handled, and loop iterations, for batching figures.
+    pub loop_iterations: Cell,
+}
+
+impl CoreMetrics {
+    /// Counts a dropped message.
+    #[inline]
+    pub fn drop(&self, why: DropReason, n: u64) {
+        self.dropped[why as usize].add(n);
+    }
+}
+
+/// All workers' metrics, shared by `Arc`.
+#[derive(Debug)]
+pub struct Metrics {
+    /// One entry per worker, indexed by worker id.
+    pub cores: Vec<CoreMetrics>,
+}
+
+impl Metrics {
+    /// Metrics for `n` workers.
+    pub fn new(n: usize) -> Arc<Metrics> {
+        Arc::new(Metrics { cores: (0..n).map(|_| CoreMetrics::default()).collect() })
+    }
+
+    /// Renders everything in the Prometheus text exposition format (version 0.0.4).
+    pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
+        let mut s = String::with_capacity(4096);
+        type Get = fn(&CoreMetrics) -> &Cell;
+        let per_core: [(&str, &str, &str, Get); 17] = [
+            ("connections_open", "gauge", "Open connections", |c| &c.connections_open),
+            ("connections_accepted_total", "counter", "Connections accepted", |c| {
+                &c.connections_accepted
+            }),
+            ("connections_refused_total", "counter", "Connections refused at the limit", |c| {
+                &c.connections_refused
+            }),
+            ("websockets_open", "gauge", "Open WebSocket connections", |c| &c.websockets_open),
+            ("http_requests_total", "counter", "HTTP requests answered", |c| &c.http_requests),
+            ("subscriptions", "gauge", "Subscriptions held", |c| &c.subscriptions),
+            ("topics", "gauge", "Topics homed on the worker", |c| &c.topics),
+            ("messages_published_total", "counter", "waku_publish accepted", |c| &c.published),
+            ("messages_stored_total", "counter", "Publishes stored (not duplicates)", |c| &c.stored),
+            ("messages_delivered_total", "counter", "waku_subscription messages queued", |c| {
+                &c.delivered
+            }),
+            ("cached_messages", "gauge", "Messages in the cache", |c| &c.cached_messages),
+            ("cached_bytes", "gauge", "Bytes in the cache", |c| &c.cached_bytes),
+            ("rpc_errors_total", "counter", "JSON-RPC error responses", |c| &c.rpc_errors),
+            ("protocol_closes_total", "counter", "Connections closed for a protocol error", |c| {
+                &c.protocol_closes
+            }),
+            ("heartbeat_closes_total", "counter", "Connections closed as dead peers", |c| {
+                &c.heartbeat_closes
+            }),
+            ("core_messages_total", "counter", "Cross-worker messages received", |c| {
+                &c.core_messages_in
+            }),
+            ("loop_iterations_total", "counter", "Event loop iterations", |c| &c.loop_iterations),
+        ];
+        for (name, kind, help, get) in per_core {
+            let _ = writeln!(s, "# HELP walletrelay_{name} {help} (per worker).");
+            let _ = writeln!(s, "# TYPE walletrelay_{name} {kind}");
+            for (i, c) in self.cores.iter().enumerate() {
+                let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\"}} {}", get(c).get());
+            }
+        }
+        let _ = writeln!(s, "# HELP walletrelay_messages_dropped_total Messages dropped, by reason.");
+        let _ = writeln!(s, "# TYPE walletrelay_messages_dropped_total counter");
+        for r in DropReason::ALL {
+            let total: u64 = self.cores.iter().map(|c| c.dropped[r as usize].get()).sum();
+            let _ = writeln!(s, "walletrelay_messages_dropped_total{{reason=\"{}\"}} {total}", r.label());
+        }
+        extra(&mut s);
+        s
+    }
+}

@@ -92,7 +92,7 @@ impl HttpError {
 /// `Ok(None)`: more bytes are needed. `Ok(Some((n, req)))`: the request (head and body)
 /// took the first `n` bytes. `Err`: the request is invalid and the connection must be
 /// answered with [`HttpError::status`] and closed.
-pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<(usize, Request<'_>)>, HttpError> {
+pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(usize, Request<'a>)>, HttpError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {

@@ -14,3 +14,5 @@ pub mod metrics;
 pub mod outbuf;
 pub mod registry;
 pub mod webhook;
+pub mod rpc;
+pub mod ws;

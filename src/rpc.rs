@@ -43,11 +43,17 @@ pub struct RpcError {
 
 impl RpcError {
     fn new(code: i32, message: impl Into<Cow<'static, str>>) -> RpcError {
-        RpcError { code, message: message.into() }
+        RpcError {
+            code,
+            message: message.into(),
+        }
     }
     /// -32602 naming a parameter.
     pub fn param(name: &str) -> RpcError {
-        RpcError::new(code::INVALID_PARAMS, format!("Missing or invalid \"{name}\" param"))
+        RpcError::new(
+            code::INVALID_PARAMS,
+            format!("Missing or invalid \"{name}\" param"),
+        )
     }
     /// -32000 with a message.
     pub fn server(message: impl Into<Cow<'static, str>>) -> RpcError {
@@ -249,12 +255,23 @@ fn classify(e: Envelope<'_>) -> Item<'_> {
     };
     if !matches!(&e.jsonrpc, Some(Loose::Str(v)) if v == "2.0") {
         let id = id.unwrap_or(Id::Null);
-        return Item::Invalid(id, invalid_request("Invalid request: \"jsonrpc\" must be \"2.0\""));
+        return Item::Invalid(
+            id,
+            invalid_request("Invalid request: \"jsonrpc\" must be \"2.0\""),
+        );
     }
-    Item::Call(Call { id, method, params: e.params })
+    Item::Call(Call {
+        id,
+        method,
+        params: e.params,
+    })
 }
 
-fn string_param<'a>(v: Option<Loose<'a>>, name: &str, max: usize) -> Result<Cow<'a, str>, RpcError> {
+fn string_param<'a>(
+    v: Option<Loose<'a>>,
+    name: &str,
+    max: usize,
+) -> Result<Cow<'a, str>, RpcError> {
     match v {
         Some(Loose::Str(s)) if !s.is_empty() && s.len() <= max => Ok(s),
         _ => Err(RpcError::param(name)),
@@ -279,11 +296,16 @@ impl<'a> Call<'a> {
             Some(ParamsField::Object(p)) => p,
             None => Params::default(),
             Some(ParamsField::Other) => {
-                return Err(RpcError::new(code::INVALID_PARAMS, "Invalid params: expected an object"))
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    "Invalid params: expected an object",
+                ))
             }
         };
         match kind {
-            0 => Ok(Op::Subscribe { topic: string_param(p.topic, "topic", max_topic)? }),
+            0 => Ok(Op::Subscribe {
+                topic: string_param(p.topic, "topic", max_topic)?,
+            }),
             1 => {
                 let topic = string_param(p.topic, "topic", max_topic)?;
                 let message = string_param(p.message, "message", usize::MAX)?;
@@ -299,7 +321,12 @@ impl<'a> Call<'a> {
                     Some(Loose::Bool(b)) => b,
                     Some(_) => return Err(RpcError::param("prompt")),
                 };
-                Ok(Op::Publish { topic, message, ttl, prompt })
+                Ok(Op::Publish {
+                    topic,
+                    message,
+                    ttl,
+                    prompt,
+                })
             }
             _ => {
                 let id = string_param(p.id, "id", 1024)?;
@@ -321,7 +348,9 @@ pub fn write_id(out: &mut Vec<u8>, id: &Id<'_>) {
     match id {
         Id::U64(n) => out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
         Id::I64(n) => out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
-        Id::F64(f) if f.is_finite() => out.extend_from_slice(ryu::Buffer::new().format(*f).as_bytes()),
+        Id::F64(f) if f.is_finite() => {
+            out.extend_from_slice(ryu::Buffer::new().format(*f).as_bytes())
+        }
         Id::Str(s) => write_str(out, s),
         Id::F64(_) | Id::Null => out.extend_from_slice(b"null"),
     }
@@ -369,7 +398,9 @@ pub fn encode_data(topic: &str, message: &str) -> Vec<u8> {
 pub fn write_push_prefix(out: &mut Vec<u8>, rpc_id: u64, sub_id_hex: &[u8]) {
     out.extend_from_slice(b"{\"id\":");
     out.extend_from_slice(itoa::Buffer::new().format(rpc_id).as_bytes());
-    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"method\":\"waku_subscription\",\"params\":{\"id\":\"");
+    out.extend_from_slice(
+        b",\"jsonrpc\":\"2.0\",\"method\":\"waku_subscription\",\"params\":{\"id\":\"",
+    );
     out.extend_from_slice(sub_id_hex);
     out.extend_from_slice(b"\",\"data\":");
 }
@@ -432,12 +463,24 @@ impl<'de> Deserialize<'de> for Top<'de> {
 
 impl Envelope<'_> {
     fn not_object() -> Self {
-        Envelope { jsonrpc: None, id: None, method: None, params: None, is_object: false }
+        Envelope {
+            jsonrpc: None,
+            id: None,
+            method: None,
+            params: None,
+            is_object: false,
+        }
     }
 }
 
 fn envelope_from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Envelope<'de>, A::Error> {
-    let mut e = Envelope { jsonrpc: None, id: None, method: None, params: None, is_object: true };
+    let mut e = Envelope {
+        jsonrpc: None,
+        id: None,
+        method: None,
+        params: None,
+        is_object: true,
+    };
     while let Some(k) = map.next_key::<Cow<'de, str>>()? {
         match &*k {
             "jsonrpc" => e.jsonrpc = Some(map.next_value()?),
@@ -568,7 +611,11 @@ impl<'de> Deserialize<'de> for Loose<'de> {
                 Ok(Loose::U64(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(if v >= 0 { Loose::U64(v as u64) } else { Loose::I64(v) })
+                Ok(if v >= 0 {
+                    Loose::U64(v as u64)
+                } else {
+                    Loose::I64(v)
+                })
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
                 Ok(Loose::F64(v))
@@ -616,7 +663,9 @@ mod tests {
 
     #[test]
     fn decodes_publish_with_escapes() {
-        let o = op(r#"{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{"topic":"t\"1","message":"a\nb","ttl":21600,"extra":[1,{"x":2}]}}"#);
+        let o = op(
+            r#"{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{"topic":"t\"1","message":"a\nb","ttl":21600,"extra":[1,{"x":2}]}}"#,
+        );
         assert_eq!(
             o,
             Ok(Op::Publish {
@@ -631,27 +680,64 @@ mod tests {
     #[test]
     fn params_errors_name_the_param() {
         let e = |s: &str| op(s).unwrap_err();
-        assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{}}"#).message, "Missing or invalid \"topic\" param");
-        assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{"topic":""}}"#).code, -32602);
+        assert_eq!(
+            e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{}}"#).message,
+            "Missing or invalid \"topic\" param"
+        );
+        assert_eq!(
+            e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{"topic":""}}"#).code,
+            -32602
+        );
         assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{"topic":"a","message":"b","ttl":0}}"#).message, "Missing or invalid \"ttl\" param");
         assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{"topic":"a","message":"b","ttl":2592001}}"#).code, -32602);
         assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{"topic":"a","message":"b","ttl":1.5}}"#).code, -32602);
         assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{"topic":"a","message":7,"ttl":5}}"#).message, "Missing or invalid \"message\" param");
-        assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_unsubscribe","params":{"topic":"a"}}"#).message, "Missing or invalid \"id\" param");
-        assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"nope","params":{}}"#).code, -32601);
-        assert_eq!(e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":[1]}"#).code, -32602);
-        let long = format!(r#"{{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{{"topic":"{}"}}}}"#, "a".repeat(257));
+        assert_eq!(
+            e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_unsubscribe","params":{"topic":"a"}}"#)
+                .message,
+            "Missing or invalid \"id\" param"
+        );
+        assert_eq!(
+            e(r#"{"id":1,"jsonrpc":"2.0","method":"nope","params":{}}"#).code,
+            -32601
+        );
+        assert_eq!(
+            e(r#"{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":[1]}"#).code,
+            -32602
+        );
+        let long = format!(
+            r#"{{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{{"topic":"{}"}}}}"#,
+            "a".repeat(257)
+        );
         assert_eq!(e(&long).code, -32602);
     }
 
     #[test]
     fn classifies_acks_and_invalid_requests() {
-        assert!(matches!(one(r#"{"id":5,"jsonrpc":"2.0","result":true}"#), Item::Ack));
-        assert!(matches!(one(r#"{"id":5,"jsonrpc":"1.0","method":"waku_subscribe"}"#), Item::Invalid(Id::U64(5), RpcError { code: -32600, .. })));
-        assert!(matches!(one(r#"{"id":5,"jsonrpc":"2.0","method":3}"#), Item::Invalid(_, RpcError { code: -32600, .. })));
-        assert!(matches!(one(r#"{"id":true,"jsonrpc":"2.0","method":"x"}"#), Item::Invalid(Id::Null, _)));
-        assert!(matches!(one("42"), Item::Invalid(Id::Null, RpcError { code: -32600, .. })));
-        assert!(matches!(one("[]"), Item::Invalid(Id::Null, RpcError { code: -32600, .. })));
+        assert!(matches!(
+            one(r#"{"id":5,"jsonrpc":"2.0","result":true}"#),
+            Item::Ack
+        ));
+        assert!(matches!(
+            one(r#"{"id":5,"jsonrpc":"1.0","method":"waku_subscribe"}"#),
+            Item::Invalid(Id::U64(5), RpcError { code: -32600, .. })
+        ));
+        assert!(matches!(
+            one(r#"{"id":5,"jsonrpc":"2.0","method":3}"#),
+            Item::Invalid(_, RpcError { code: -32600, .. })
+        ));
+        assert!(matches!(
+            one(r#"{"id":true,"jsonrpc":"2.0","method":"x"}"#),
+            Item::Invalid(Id::Null, _)
+        ));
+        assert!(matches!(
+            one("42"),
+            Item::Invalid(Id::Null, RpcError { code: -32600, .. })
+        ));
+        assert!(matches!(
+            one("[]"),
+            Item::Invalid(Id::Null, RpcError { code: -32600, .. })
+        ));
     }
 
     #[test]
@@ -662,7 +748,10 @@ mod tests {
         deep.extend(vec![b']'; 100_000]);
         assert_eq!(decode(&mut deep).unwrap_err(), ParseError);
         // Brackets inside strings do not count.
-        let s = format!(r#"{{"id":1,"jsonrpc":"2.0","method":"m","params":{{"topic":"{}"}}}}"#, "[".repeat(200));
+        let s = format!(
+            r#"{{"id":1,"jsonrpc":"2.0","method":"m","params":{{"topic":"{}"}}}}"#,
+            "[".repeat(200)
+        );
         let mut b = s.into_bytes();
         assert!(decode(&mut b).is_ok());
     }
@@ -687,7 +776,11 @@ mod tests {
         write_result(&mut o, &Id::Str("a\"b".into()), b"true");
         assert_eq!(o, br#"{"id":"a\"b","jsonrpc":"2.0","result":true}"#);
         o.clear();
-        write_error(&mut o, &Id::U64(1234567890123456), &RpcError::param("topic"));
+        write_error(
+            &mut o,
+            &Id::U64(1234567890123456),
+            &RpcError::param("topic"),
+        );
         assert_eq!(
             std::str::from_utf8(&o).unwrap(),
             r#"{"id":1234567890123456,"jsonrpc":"2.0","error":{"code":-32602,"message":"Missing or invalid \"topic\" param"}}"#

@@ -169,7 +169,13 @@ pub fn parse_head(buf: &[u8], max_payload: usize) -> Result<Option<FrameHead>, W
     }
     let mut mask = [0u8; 4];
     mask.copy_from_slice(&buf[off..off + 4]);
-    Ok(Some(FrameHead { fin, opcode, mask, header_len: off + 4, payload_len: len as usize }))
+    Ok(Some(FrameHead {
+        fin,
+        opcode,
+        mask,
+        header_len: off + 4,
+        payload_len: len as usize,
+    }))
 }
 
 /// XORs `data` with the masking key in place, the key's phase starting at `offset`.
@@ -339,15 +345,24 @@ mod tests {
     fn refuses_protocol_violations() {
         let m = [0, 0, 0, 0];
         let unmasked = [0x81u8, 0x01, b'a'];
-        assert_eq!(parse_head(&unmasked, 100), Err(WsError::Protocol("client frame not masked")));
+        assert_eq!(
+            parse_head(&unmasked, 100),
+            Err(WsError::Protocol("client frame not masked"))
+        );
         let rsv = client_frame(true, 0x41, b"a", m);
         assert!(matches!(parse_head(&rsv, 100), Err(WsError::Protocol(_))));
         let op = client_frame(true, 0x3, b"a", m);
         assert!(matches!(parse_head(&op, 100), Err(WsError::Protocol(_))));
         let frag_ping = client_frame(false, 0x9, b"a", m);
-        assert!(matches!(parse_head(&frag_ping, 100), Err(WsError::Protocol(_))));
+        assert!(matches!(
+            parse_head(&frag_ping, 100),
+            Err(WsError::Protocol(_))
+        ));
         let big_ping = client_frame(true, 0x9, &[0u8; 126], m);
-        assert!(matches!(parse_head(&big_ping, 1000), Err(WsError::Protocol(_))));
+        assert!(matches!(
+            parse_head(&big_ping, 1000),
+            Err(WsError::Protocol(_))
+        ));
         let big = client_frame(true, 0x1, &[0u8; 101], m);
         assert_eq!(parse_head(&big, 100), Err(WsError::TooBig));
         assert_eq!(WsError::TooBig.close_code(), 1009);
@@ -359,7 +374,13 @@ mod tests {
             let mut h = [0u8; 10];
             let k = write_head(&mut h, true, Opcode::Text, n);
             assert_eq!(h[0], 0x81);
-            let expect = if n < 126 { 2 } else if n < 65536 { 4 } else { 10 };
+            let expect = if n < 126 {
+                2
+            } else if n < 65536 {
+                4
+            } else {
+                10
+            };
             assert_eq!(k, expect);
         }
     }
@@ -372,12 +393,18 @@ mod tests {
         assert!(check_close_payload(&1005u16.to_be_bytes()).is_err());
         assert!(check_close_payload(&999u16.to_be_bytes()).is_err());
         assert_eq!(check_close_payload(&4000u16.to_be_bytes()), Ok(4000));
-        assert_eq!(check_close_payload(&[0x03, 0xE8, 0xFF]), Err(WsError::InvalidUtf8));
+        assert_eq!(
+            check_close_payload(&[0x03, 0xE8, 0xFF]),
+            Err(WsError::InvalidUtf8)
+        );
     }
 
     #[test]
     fn accept_key_matches_rfc_example() {
-        assert_eq!(accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+        assert_eq!(
+            accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
     }
 
     #[test]

@@ -128,21 +128,19 @@ struct Answer {
 }
 
 impl Answer {
-    fn new(etag: String, content_headers: &str, body: Bytes) -> Answer {
-        let common =
-            format!("ETag: {etag}\r\nCache-Control: {CACHE_CONTROL}\r\nVary: Accept-Encoding\r\n");
+    fn new(tag: etag::Tag, body: Bytes, gzip: bool) -> Answer {
         Answer {
             ok: Response {
                 status: 200,
-                headers: Bytes::from(format!("Content-Type: {JSON}\r\n{content_headers}{common}")),
+                headers: headers(Some(JSON), gzip, &tag, true),
                 body,
             },
             not_modified: Response {
                 status: 304,
-                headers: Bytes::from(common),
+                headers: headers(None, false, &tag, true),
                 body: Bytes::new(),
             },
-            etag: Bytes::from(etag),
+            etag: Bytes::copy_from_slice(tag.as_bytes()),
         }
     }
 
@@ -306,11 +304,11 @@ impl Registry {
             let n = l.len();
             let tag = l.tag(&Selection::Range(0..n), n);
             Fixed {
-                identity: Answer::new(etag::format(tag, ""), "", l.body.clone()),
+                identity: Answer::new(etag::Tag::new(tag, false), l.body.clone(), false),
                 gzip: Answer::new(
-                    etag::format(tag, "-gz"),
-                    "Content-Encoding: gzip\r\n",
+                    etag::Tag::new(tag, true),
                     Bytes::from(gzip::compress(&l.body)),
+                    true,
                 ),
             }
         });
@@ -392,28 +390,21 @@ impl Registry {
             Matches::Owned(v) => Selection::Positions(v.get(window).unwrap_or(&[])),
         };
         let gz = list.would_gzip(&sel, total, req.accept_gzip, &self.core.frags);
-        let tag = etag::format(list.tag(&sel, total), if gz { "-gz" } else { "" });
-        let common =
-            format!("ETag: {tag}\r\nCache-Control: {CACHE_CONTROL}\r\nVary: Accept-Encoding\r\n");
+        let tag = etag::Tag::new(list.tag(&sel, total), gz);
         if req
             .if_none_match
             .is_some_and(|inm| etag::if_none_match(inm, tag.as_bytes()))
         {
             return Response {
                 status: 304,
-                headers: Bytes::from(common),
+                headers: headers(None, false, &tag, true),
                 body: Bytes::new(),
             };
         }
         let body = list.assemble(&sel, total, gz, &self.core.frags);
-        let enc = if body.gzip {
-            "Content-Encoding: gzip\r\n"
-        } else {
-            ""
-        };
         Response {
             status: 200,
-            headers: Bytes::from(format!("Content-Type: {JSON}\r\n{enc}{common}")),
+            headers: headers(Some(JSON), body.gzip, &tag, true),
             body: Bytes::from(body.body),
         }
     }
@@ -440,21 +431,20 @@ impl Registry {
                 let body = logo_url(&self.core.image_base, size, &id);
                 let mut h = TagHasher::new(self.core.digest);
                 h.bytes(body.as_bytes());
-                let tag = etag::format(h.finish(), "");
-                let common = format!("ETag: {tag}\r\nCache-Control: {CACHE_CONTROL}\r\n");
+                let tag = etag::Tag::new(h.finish(), false);
                 if req
                     .if_none_match
                     .is_some_and(|inm| etag::if_none_match(inm, tag.as_bytes()))
                 {
                     return Response {
                         status: 304,
-                        headers: Bytes::from(common),
+                        headers: headers(None, false, &tag, false),
                         body: Bytes::new(),
                     };
                 }
                 Response {
                     status: 200,
-                    headers: Bytes::from(format!("Content-Type: {TEXT}\r\n{common}")),
+                    headers: headers(Some(TEXT), false, &tag, false),
                     body: Bytes::from(body),
                 }
             }
@@ -482,6 +472,29 @@ fn percent_decode_path(s: &str) -> Option<std::borrow::Cow<'_, str>> {
     String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
 }
 
+/// The header lines of a registry answer: content type (not on 304), encoding, tag, caching
+/// and, where gzip may apply, `Vary`.
+fn headers(content_type: Option<&str>, gzip: bool, tag: &etag::Tag, vary: bool) -> Bytes {
+    let mut h = Vec::with_capacity(160);
+    if let Some(ct) = content_type {
+        h.extend_from_slice(b"Content-Type: ");
+        h.extend_from_slice(ct.as_bytes());
+        h.extend_from_slice(b"\r\n");
+    }
+    if gzip {
+        h.extend_from_slice(b"Content-Encoding: gzip\r\n");
+    }
+    h.extend_from_slice(b"ETag: ");
+    h.extend_from_slice(tag.as_bytes());
+    h.extend_from_slice(b"\r\nCache-Control: ");
+    h.extend_from_slice(CACHE_CONTROL.as_bytes());
+    h.extend_from_slice(b"\r\n");
+    if vary {
+        h.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    }
+    Bytes::from(h)
+}
+
 /// A JSON error answer, tagged and cacheable like every registry answer.
 fn error(status: u16, msg: &str) -> Response {
     let mut body = Vec::with_capacity(msg.len() + 16);
@@ -490,12 +503,9 @@ fn error(status: u16, msg: &str) -> Response {
     body.push(b'}');
     let mut h = TagHasher::new(u64::from(status));
     h.bytes(&body);
-    let tag = etag::format(h.finish(), "");
     Response {
         status,
-        headers: Bytes::from(format!(
-            "Content-Type: {JSON}\r\nETag: {tag}\r\nCache-Control: {CACHE_CONTROL}\r\n"
-        )),
+        headers: headers(Some(JSON), false, &etag::Tag::new(h.finish(), false), false),
         body: Bytes::from(body),
     }
 }

@@ -1,13 +1,21 @@
 //! Gzip for registry answers without compressing per request.
 //!
 //! Fixed bodies are compressed once, whole ([`compress`]). An assembled body (a page, a
-//! search result) is built from deflate *fragments*: each entry is compressed once at start,
-//! on its own, into raw deflate blocks ending in a sync flush (byte-aligned, not final, no
-//! reference outside the fragment). Concatenating fragments is therefore a valid deflate
-//! stream; the short variable parts (the `{"count":..` prefix, the commas, the closing `}}`)
-//! go in between as stored blocks. The CRC-32 of the gzip trailer is computed over the
-//! uncompressed bytes, which are at hand as slices. A page of 100 costs a CRC and a memcpy
-//! instead of a deflate run.
+//! search result) is built from deflate *fragments* made once at start ([`Fragmenter`]):
+//! raw deflate blocks ending in a sync flush (byte-aligned, not final), so concatenating
+//! fragments gives a valid deflate stream. Two kinds:
+//! - a *standalone* fragment of an entry references nothing outside itself; it can follow
+//!   anything;
+//! - a *chained* fragment of `,<entry>` is compressed with the previous entry of its list
+//!   primed into the compressor's window (compressed first, output dropped), so it may copy
+//!   from it; it is valid only right after that entry, which is where it goes in a page of
+//!   consecutive entries. Neighbouring entries share most of their keys and URL prefixes,
+//!   so chained pages compress nearly as well as a whole-body gzip.
+//!
+//! The short variable parts (the `{"count":..` prefix, a comma before a standalone
+//! fragment, the closing `}}`) go in between as stored blocks. The CRC-32 of the gzip
+//! trailer is computed over the uncompressed bytes, which are at hand as slices. A page of
+//! 100 costs a CRC and a memcpy instead of a deflate run.
 //!
 //! It owns the byte layout of gzip members and deflate stored blocks; nothing else here
 //! knows it.
@@ -22,41 +30,100 @@ const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 /// Bytes a stored block adds to its content.
 const STORED_OVERHEAD: usize = 5;
 
-/// Compresses a whole body into one gzip member at the best level.
+/// Bodies up to this size are compressed at the best level, larger ones at the default
+/// (a 100,000-entry registry would otherwise take seconds longer to start).
+const BEST_LEVEL_MAX: usize = 4 << 20;
+
+/// Level of fragments: on entries of a few hundred bytes, higher levels gain nothing.
+const FRAGMENT_LEVEL: u32 = 6;
+
+/// Compresses a whole body into one gzip member.
 pub fn compress(body: &[u8]) -> Vec<u8> {
+    let level = if body.len() <= BEST_LEVEL_MAX {
+        Compression::best()
+    } else {
+        Compression::default()
+    };
     let mut enc = flate2::GzBuilder::new()
         .operating_system(0xff)
-        .write(Vec::with_capacity(body.len() / 4 + 64), Compression::best());
+        .write(Vec::with_capacity(body.len() / 4 + 64), level);
     // Writing into a Vec cannot fail.
     let _ = enc.write_all(body);
     enc.finish().unwrap_or_default()
 }
 
-/// Compresses `data` into a self-contained, byte-aligned, non-final run of raw deflate
-/// blocks that can be concatenated with others.
-pub fn fragment(data: &[u8]) -> Vec<u8> {
-    let mut c = Compress::new(Compression::best(), false);
-    let mut out = Vec::with_capacity(data.len() + data.len() / 8 + 128);
-    for _ in 0..16 {
-        let rest = data.get(c.total_in() as usize..).unwrap_or(&[]);
-        if c.compress_vec(rest, &mut out, FlushCompress::Sync).is_err() {
-            break;
-        }
-        // The flush is complete once all input is in and it did not fill the buffer.
-        if c.total_in() as usize == data.len() && out.len() < out.capacity() {
-            return out;
-        }
-        out.reserve(out.capacity());
-    }
-    // Not reached with a fresh stream; stored blocks are a valid fragment too.
-    stored_blocks(data, false)
+/// Makes fragments, reusing one compressor.
+pub struct Fragmenter {
+    c: Compress,
+    out: Vec<u8>,
 }
 
-/// `data` as stored (uncompressed) deflate blocks, the last one final if `last`.
-fn stored_blocks(data: &[u8], last: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len() + STORED_OVERHEAD * (data.len() / 65535 + 1));
-    push_stored(&mut out, data, last);
-    out
+impl Default for Fragmenter {
+    fn default() -> Self {
+        Fragmenter {
+            c: Compress::new(Compression::new(FRAGMENT_LEVEL), false),
+            out: Vec::new(),
+        }
+    }
+}
+
+impl Fragmenter {
+    /// Appends to `dst` a standalone fragment of `data`.
+    pub fn standalone(&mut self, data: &[u8], dst: &mut Vec<u8>) {
+        self.c.reset();
+        self.out.clear();
+        if self.feed(data) {
+            dst.extend_from_slice(&self.out);
+        } else {
+            push_stored(dst, data, false);
+        }
+    }
+
+    /// Appends to `dst` a fragment of `data` that is valid only right after `primer` in the
+    /// uncompressed stream.
+    pub fn chained(&mut self, primer: &[u8], data: &[u8], dst: &mut Vec<u8>) {
+        self.c.reset();
+        self.out.clear();
+        // The window only reaches back 32 KiB; a longer primer would be wasted work.
+        let primer = primer
+            .get(primer.len().saturating_sub(32 << 10)..)
+            .unwrap_or(primer);
+        if !self.feed(primer) {
+            push_stored(dst, data, false);
+            return;
+        }
+        let start = self.out.len();
+        if self.feed(data) {
+            dst.extend_from_slice(self.out.get(start..).unwrap_or(&[]));
+        } else {
+            push_stored(dst, data, false);
+        }
+    }
+
+    /// Compresses `data` and sync-flushes into `self.out`; false if the compressor failed.
+    fn feed(&mut self, data: &[u8]) -> bool {
+        let base = self.c.total_in();
+        self.out.reserve(data.len() + data.len() / 8 + 128);
+        for _ in 0..32 {
+            let done = (self.c.total_in() - base) as usize;
+            let rest = data.get(done..).unwrap_or(&[]);
+            if self
+                .c
+                .compress_vec(rest, &mut self.out, FlushCompress::Sync)
+                .is_err()
+            {
+                return false;
+            }
+            // The flush is complete once all input is in and it did not fill the buffer.
+            if (self.c.total_in() - base) as usize == data.len()
+                && self.out.len() < self.out.capacity()
+            {
+                return true;
+            }
+            self.out.reserve(self.out.capacity().max(1024));
+        }
+        false
+    }
 }
 
 /// Appends `data` as stored deflate blocks (at most 65,535 bytes each) at a byte boundary.
@@ -175,7 +242,15 @@ mod tests {
                 .into_bytes()
             })
             .collect();
-        let frags: Vec<Vec<u8>> = parts.iter().map(|p| fragment(p)).collect();
+        let mut f = Fragmenter::default();
+        let frags: Vec<Vec<u8>> = parts
+            .iter()
+            .map(|p| {
+                let mut v = Vec::new();
+                f.standalone(p, &mut v);
+                v
+            })
+            .collect();
         let mut m = Member::new(0);
         m.stored(b"{\"listings\":{");
         let mut want = b"{\"listings\":{".to_vec();
@@ -191,6 +266,31 @@ mod tests {
         want.extend_from_slice(b"}}");
         assert_eq!(gunzip(&gz), want);
         serde_json::from_slice::<serde_json::Value>(&want).unwrap();
+        // Chained fragments: each copies from the one before, and the stream shrinks.
+        let mut m = Member::new(0);
+        m.stored(b"[");
+        m.fragment(&frags[0], &parts[0]);
+        let mut want = [b"[", &parts[0][..]].concat();
+        let mut chained_len = 0;
+        for w in parts.windows(2) {
+            let data = [b",", &w[1][..]].concat();
+            let mut c = Vec::new();
+            f.chained(&w[0], &data, &mut c);
+            chained_len += c.len();
+            m.fragment(&c, &data);
+            want.extend_from_slice(&data);
+        }
+        let gz = m.finish(b"]");
+        want.push(b']');
+        assert_eq!(gunzip(&gz), want);
+        assert!(chained_len < frags[1..].iter().map(Vec::len).sum::<usize>());
+        // A standalone fragment made after chained ones references nothing before it.
+        let mut alone = Vec::new();
+        f.standalone(&parts[7], &mut alone);
+        assert_eq!(alone, frags[7]);
+        let mut m = Member::new(0);
+        m.fragment(&alone, &parts[7]);
+        assert_eq!(gunzip(&m.finish(b"")), parts[7]);
     }
 
     #[test]
@@ -199,14 +299,17 @@ mod tests {
         m.stored(b"");
         let big = vec![b'x'; 200_000];
         m.stored(&big);
-        m.fragment(&fragment(b""), b"");
+        let mut f = Vec::new();
+        Fragmenter::default().standalone(b"", &mut f);
+        m.fragment(&f, b"");
         let gz = m.finish(b"");
         assert_eq!(gunzip(&gz), big);
     }
 
     #[test]
     fn member_len_predicts_size() {
-        let f = fragment(b"hello hello hello hello");
+        let mut f = Vec::new();
+        Fragmenter::default().standalone(b"hello hello hello hello", &mut f);
         let mut m = Member::new(0);
         m.stored(b"abc");
         m.stored(b",");

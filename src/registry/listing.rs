@@ -27,15 +27,15 @@ pub(crate) struct Fragments {
 }
 
 impl Fragments {
-    /// Compresses every record's JSON member once.
-    pub fn build(records: &[Record]) -> Fragments {
+    /// Compresses every record's JSON member once, standalone.
+    pub fn build(records: &[Record], fr: &mut gzip::Fragmenter) -> Fragments {
         let mut f = Fragments {
             data: Vec::new(),
             offs: Vec::with_capacity(records.len() + 1),
         };
         f.offs.push(0);
         for r in records {
-            f.data.extend_from_slice(&gzip::fragment(&r.json));
+            fr.standalone(&r.json, &mut f.data);
             f.offs.push(f.data.len());
         }
         f
@@ -76,6 +76,15 @@ impl Selection<'_> {
     }
 }
 
+/// Which fragment carries one entry of a gzip answer.
+#[derive(Debug, Clone, Copy)]
+enum Piece {
+    /// The position's chained fragment (`,<entry>`, after its list predecessor).
+    Chained(usize),
+    /// The record's standalone fragment; `true` if a stored comma goes first.
+    Standalone(usize, bool),
+}
+
 /// An assembled body and its representation.
 pub(crate) struct Assembled {
     /// The body bytes.
@@ -91,8 +100,13 @@ pub(crate) struct List {
     pub body: Bytes,
     /// Byte range of each entry's `"id":{...}` member in `body`, in list order.
     spans: Vec<(usize, usize)>,
-    /// Record number of each position (to find its gzip fragment).
+    /// Record number of each position (to find its standalone gzip fragment).
     records: Vec<u32>,
+    /// Chained gzip fragment of `,<entry>` for each position after the first, valid right
+    /// after the previous position's entry: `chain[chain_offs[p]..chain_offs[p + 1]]`.
+    chain: Vec<u8>,
+    /// Offsets into `chain`, one more than positions.
+    chain_offs: Vec<usize>,
     /// Substring index over the entries' names.
     pub index: SearchIndex,
     /// Seed of this list's tags (registry digest and list kind).
@@ -105,6 +119,7 @@ impl List {
         records: &[Record],
         positions: Vec<u32>,
         seed: u64,
+        fr: &mut gzip::Fragmenter,
     ) -> Result<List, IndexTooLarge> {
         let members: Vec<&Record> = positions
             .iter()
@@ -124,11 +139,25 @@ impl List {
             spans.push((start, body.len()));
         }
         body.extend_from_slice(b"}}");
+        let mut chain = Vec::new();
+        let mut chain_offs = Vec::with_capacity(n + 1);
+        chain_offs.push(0);
+        for (i, r) in members.iter().enumerate() {
+            if let Some(prev) = i.checked_sub(1).and_then(|p| members.get(p)) {
+                let mut data = Vec::with_capacity(r.json.len() + 1);
+                data.push(b',');
+                data.extend_from_slice(&r.json);
+                fr.chained(&prev.json, &data, &mut chain);
+            }
+            chain_offs.push(chain.len());
+        }
         let index = SearchIndex::new(members.iter().map(|r| r.name.as_str()))?;
         Ok(List {
             body: Bytes::from(body),
             spans,
             records: positions,
+            chain,
+            chain_offs,
             index,
             seed,
         })
@@ -163,15 +192,33 @@ impl List {
 
     /// Size of the gzip body of `sel` assembled from fragments, without building it.
     fn gzip_len(&self, sel: &Selection<'_>, total: usize, frags: &Fragments) -> usize {
-        let mut frag_bytes = 0;
-        sel.for_each(|p| frag_bytes += self.frag(p, frags).len());
-        let commas = sel.len().saturating_sub(1);
+        let (mut frag_bytes, mut commas) = (0, 0);
+        self.plan(sel, |piece| match piece {
+            Piece::Chained(p) => frag_bytes += self.chained(p).len(),
+            Piece::Standalone(p, comma) => {
+                frag_bytes += self.frag(p, frags).len();
+                commas += usize::from(comma);
+            }
+        });
         gzip::member_len(
             1 + commas,
             prefix_len(sel.len(), total) + commas,
             frag_bytes,
             2,
         )
+    }
+
+    /// Calls `f` with the fragment to use for each entry of `sel`, in order: chained when
+    /// the entry follows its list predecessor, else standalone (after a comma but the first).
+    fn plan(&self, sel: &Selection<'_>, mut f: impl FnMut(Piece)) {
+        let mut prev: Option<usize> = None;
+        sel.for_each(|p| {
+            match prev {
+                Some(q) if q + 1 == p && !self.chained(p).is_empty() => f(Piece::Chained(p)),
+                _ => f(Piece::Standalone(p, prev.is_some())),
+            }
+            prev = Some(p);
+        });
     }
 
     /// Whether the answer of `sel` is sent gzip-compressed to a client that does or does not
@@ -246,15 +293,32 @@ impl List {
         write_prefix(&mut prefix, sel.len(), total);
         let mut m = Member::new(self.gzip_len(sel, total, frags));
         m.stored(&prefix);
-        let mut first = true;
-        sel.for_each(|p| {
-            if !first {
-                m.stored(b",");
+        self.plan(sel, |piece| match piece {
+            Piece::Chained(p) => {
+                // Its plain bytes are the comma and the entry: from the end of the previous
+                // entry to the end of this one.
+                let start = p
+                    .checked_sub(1)
+                    .and_then(|q| self.spans.get(q))
+                    .map_or(0, |s| s.1);
+                let end = self.spans.get(p).map_or(start, |s| s.1);
+                m.fragment(self.chained(p), self.body.get(start..end).unwrap_or(&[]));
             }
-            first = false;
-            m.fragment(self.frag(p, frags), self.run(p, p + 1));
+            Piece::Standalone(p, comma) => {
+                if comma {
+                    m.stored(b",");
+                }
+                m.fragment(self.frag(p, frags), self.run(p, p + 1));
+            }
         });
         m.finish(b"}}")
+    }
+
+    fn chained(&self, p: usize) -> &[u8] {
+        match (self.chain_offs.get(p), self.chain_offs.get(p + 1)) {
+            (Some(&s), Some(&e)) => self.chain.get(s..e).unwrap_or(&[]),
+            _ => &[],
+        }
     }
 
     /// The bytes of positions `a..b` (b > a) in `body`, commas between them included.
@@ -342,8 +406,9 @@ mod tests {
     #[test]
     fn full_body_and_assembled_selections() {
         let recs = records();
-        let frags = Fragments::build(&recs);
-        let list = List::build(&recs, (0..40).collect(), 7).unwrap();
+        let mut fr = gzip::Fragmenter::default();
+        let frags = Fragments::build(&recs, &mut fr);
+        let list = List::build(&recs, (0..40).collect(), 7, &mut fr).unwrap();
         let full: serde_json::Value = serde_json::from_slice(&list.body).unwrap();
         assert_eq!(full["count"], 40);
         assert_eq!(full["listings"].as_object().unwrap().len(), 40);
@@ -380,12 +445,13 @@ mod tests {
     #[test]
     fn tags_depend_on_selection_and_total() {
         let recs = records();
-        let list = List::build(&recs, (0..40).collect(), 7).unwrap();
+        let mut fr = gzip::Fragmenter::default();
+        let list = List::build(&recs, (0..40).collect(), 7, &mut fr).unwrap();
         let a = list.tag(&Selection::Range(2..5), 40);
         assert_eq!(a, list.tag(&Selection::Positions(&[2, 3, 4]), 40));
         assert_ne!(a, list.tag(&Selection::Range(2..5), 41));
         assert_ne!(a, list.tag(&Selection::Range(2..6), 40));
-        let other = List::build(&recs, (0..40).collect(), 8).unwrap();
+        let other = List::build(&recs, (0..40).collect(), 8, &mut fr).unwrap();
         assert_ne!(a, other.tag(&Selection::Range(2..5), 40));
     }
 }

@@ -375,10 +375,23 @@ fn gzip_when_accepted() {
     }
     // Consecutive entries (a page) compress nearly as well as a whole body.
     let plain = get("/api/v1/all?entries=100&page=2");
-    let gz = get_with("/api/v1/all?entries=100&page=2", "Accept-Encoding: gzip\r\n");
+    let gz = get_with(
+        "/api/v1/all?entries=100&page=2",
+        "Accept-Encoding: gzip\r\n",
+    );
     let whole = gzip::compress(&plain.body);
-    assert!(gz.body.len() * 10 < plain.body.len() * 3, "{} of {}", gz.body.len(), plain.body.len());
-    assert!(gz.body.len() < whole.len() * 2, "{} vs whole {}", gz.body.len(), whole.len());
+    assert!(
+        gz.body.len() * 10 < plain.body.len() * 3,
+        "{} of {}",
+        gz.body.len(),
+        plain.body.len()
+    );
+    assert!(
+        gz.body.len() < whole.len() * 2,
+        "{} vs whole {}",
+        gz.body.len(),
+        whole.len()
+    );
     // Small answers stay identity.
     let small = get_with(
         "/api/v1/all?search=nothing-matches-this",

@@ -6,9 +6,9 @@
 //! fragments gives a valid deflate stream. Two kinds:
 //! - a *standalone* fragment of an entry references nothing outside itself; it can follow
 //!   anything;
-//! - a *chained* fragment of `,<entry>` is compressed with the previous entry of its list
-//!   primed into the compressor's window (compressed first, output dropped), so it may copy
-//!   from it; it is valid only right after that entry, which is where it goes in a page of
+//! - a *chained* fragment of `,<entry>` is compressed with the previous entry of its list as
+//!   preset dictionary, so it may copy from it; it is valid only right after that entry
+//!   (where the decoder's window holds the same bytes), which is where it goes in a page of
 //!   consecutive entries. Neighbouring entries share most of their keys and URL prefixes,
 //!   so chained pages compress nearly as well as a whole-body gzip.
 //!
@@ -85,16 +85,9 @@ impl Fragmenter {
         self.c.reset();
         self.out.clear();
         // The window only reaches back 32 KiB; a longer primer would be wasted work.
-        let primer = primer
-            .get(primer.len().saturating_sub(32 << 10)..)
-            .unwrap_or(primer);
-        if !self.feed(primer) {
-            push_stored(dst, data, false);
-            return;
-        }
-        let start = self.out.len();
-        if self.feed(data) {
-            dst.extend_from_slice(self.out.get(start..).unwrap_or(&[]));
+        let primer = primer.get(primer.len().saturating_sub(32 << 10)..).unwrap_or(primer);
+        if self.c.set_dictionary(primer).is_ok() && self.feed(data) {
+            dst.extend_from_slice(&self.out);
         } else {
             push_stored(dst, data, false);
         }

@@ -85,7 +85,9 @@ impl Fragmenter {
         self.c.reset();
         self.out.clear();
         // The window only reaches back 32 KiB; a longer primer would be wasted work.
-        let primer = primer.get(primer.len().saturating_sub(32 << 10)..).unwrap_or(primer);
+        let primer = primer
+            .get(primer.len().saturating_sub(32 << 10)..)
+            .unwrap_or(primer);
         if self.c.set_dictionary(primer).is_ok() && self.feed(data) {
             dst.extend_from_slice(&self.out);
         } else {

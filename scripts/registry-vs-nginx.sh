@@ -4,13 +4,17 @@
 # (Debian: apt-get install wrk nginx-light curl) and a release build
 # (cargo build --release).
 #
-#   scripts/registry-vs-nginx.sh [DURATION_S] [CONNECTIONS]
+#   scripts/registry-vs-nginx.sh [DURATION_S] [CONNECTIONS] [ROUNDS]
 #
-# Prints one line per case: requests/s of walletrelay, of nginx, and their ratio.
+# Both servers run one worker pinned to CPU 0 (walletrelay `--threads 1 --cpus 0`, nginx
+# under `taskset -c 0`), wrk runs pinned to CPU 1. Each case is measured ROUNDS times,
+# alternating walletrelay and nginx, to spread out interference from other load; it prints
+# every round's requests/s and the median ratio walletrelay / nginx.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${1:-10}
 CONN=${2:-50}
+ROUNDS=${3:-3}
 WR_PORT=${WR_PORT:-18801}
 NG_PORT=${NG_PORT:-18802}
 BIN=${BIN:-target/release/walletrelay}
@@ -24,7 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$BIN" --listen "127.0.0.1:$WR_PORT" --threads 1 >"$WORK/wr.out" 2>"$WORK/wr.err" &
+"$BIN" --listen "127.0.0.1:$WR_PORT" --threads 1 --cpus 0 >"$WORK/wr.out" 2>"$WORK/wr.err" &
 WR_PID=$!
 for _ in $(seq 1 100); do grep -q listening "$WORK/wr.out" && break; sleep 0.1; done
 
@@ -66,7 +70,7 @@ http {
 }
 EOF
 chmod 644 "$WORK"/html/*
-nginx -c "$WORK/nginx.conf" -p "$WORK" &
+taskset -c 0 nginx -c "$WORK/nginx.conf" -p "$WORK" &
 NG_PID=$!
 sleep 0.5
 
@@ -80,16 +84,23 @@ for c in "${CASES[@]}"; do
   done
 done
 
-rps() { timeout $((DUR + 20)) wrk -t1 -c"$CONN" -d"${DUR}s" "$@" | awk '/Requests\/sec/ {print $2}'; }
+rps() { timeout $((DUR + 20)) taskset -c 1 wrk -t1 -c"$CONN" -d"${DUR}s" "$@" | awk '/Requests\/sec/ {print $2}'; }
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-10s %-9s %14s %14s %7s\n' case encoding walletrelay nginx ratio
+echo "wrk -t1 -c$CONN -d${DUR}s, $ROUNDS rounds; requests/s per round (walletrelay/nginx)"
 for c in "${CASES[@]}"; do
   IFS='|' read -r name target file <<<"$c"
   for enc in identity gzip; do
     hdr=()
     [ "$enc" = gzip ] && hdr=(-H 'Accept-Encoding: gzip')
-    w=$(rps "${hdr[@]}" "http://127.0.0.1:$WR_PORT$target")
-    n=$(rps "${hdr[@]}" "http://127.0.0.1:$NG_PORT/$file")
-    printf '%-10s %-9s %14s %14s %7s\n' "$name" "$enc" "$w" "$n" "$(awk -v a="$w" -v b="$n" 'BEGIN {printf "%.2f", a / b}')"
+    rounds=""
+    ratios=()
+    for _ in $(seq 1 "$ROUNDS"); do
+      w=$(rps "${hdr[@]}" "http://127.0.0.1:$WR_PORT$target")
+      n=$(rps "${hdr[@]}" "http://127.0.0.1:$NG_PORT/$file")
+      rounds="$rounds ${w%.*}/${n%.*}"
+      ratios+=("$(awk -v a="$w" -v b="$n" 'BEGIN {printf "%.2f", a / b}')")
+    done
+    med=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR]=$1} END {print v[int((NR + 1) / 2)]}')
+    printf '%-9s %-9s median ratio %5s  rounds:%s\n' "$name" "$enc" "$med" "$rounds"
   done
 done

@@ -15,6 +15,13 @@ fn main() {
         None => log::warn!("could not read or raise the open-file limit"),
     }
     let threads = config.worker_count();
+    let signals = match Server::signals() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("walletrelay: cannot install signal handlers: {e}");
+            std::process::exit(1);
+        }
+    };
     let server = match Server::start(config) {
         Ok(s) => s,
         Err(e) => {
@@ -27,7 +34,7 @@ fn main() {
     let mut out = std::io::stdout();
     let _ = writeln!(out, "walletrelay listening on {}", server.addr);
     let _ = out.flush();
-    if let Err(e) = server.run_until_signal() {
+    if let Err(e) = server.run_until_signal(signals) {
         eprintln!("walletrelay: signal handling failed: {e}");
         std::process::exit(1);
     }

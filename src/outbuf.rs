@@ -95,7 +95,8 @@ impl OutBuf {
                     iov[k] = IoSlice::new(c);
                     k += 1;
                 }
-                if k < MAX_IOV && !self.tail.is_empty() {
+                // The tail follows every chunk: it may only join when all chunks did.
+                if k == self.chunks.len() && k < MAX_IOV && !self.tail.is_empty() {
                     iov[k] = IoSlice::new(&self.tail);
                     k += 1;
                 }
@@ -176,6 +177,26 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn keeps_order_with_more_chunks_than_one_writev_takes() {
+        let mut o = OutBuf::default();
+        let mut want = Vec::new();
+        for i in 0..200u32 {
+            let head = format!("h{i};");
+            o.extend(head.as_bytes());
+            want.extend_from_slice(head.as_bytes());
+            let big = Bytes::from(vec![(i % 251) as u8; SHARE_THRESHOLD]);
+            want.extend_from_slice(&big);
+            o.push(big);
+        }
+        o.extend(b"end");
+        want.extend_from_slice(b"end");
+        let mut got = Vec::new();
+        assert_eq!(o.write_to(&mut got).unwrap(), Flush::Done);
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "bytes reordered");
     }
 
     #[test]

@@ -228,12 +228,17 @@ impl Server {
         let _ = &self.webhooks;
     }
 
-    /// Blocks until SIGTERM or SIGINT, then shuts down.
-    pub fn run_until_signal(self) -> io::Result<()> {
-        let mut signals = signal_hook::iterator::Signals::new([
+    /// Installs the SIGTERM/SIGINT handlers (before the server announces itself, so a
+    /// signal can never find the default handler).
+    pub fn signals() -> io::Result<signal_hook::iterator::Signals> {
+        signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
-        ])?;
+        ])
+    }
+
+    /// Blocks until SIGTERM or SIGINT arrives on `signals`, then shuts down.
+    pub fn run_until_signal(self, mut signals: signal_hook::iterator::Signals) -> io::Result<()> {
         if let Some(sig) = signals.forever().next() {
             log::info!("signal {sig}: shutting down");
         }

@@ -74,6 +74,8 @@ pub struct Worker {
     outbox_waiting: bool,
     /// WebSockets whose outbound buffer passed the limit during a delivery round.
     overflow: Vec<usize>,
+    /// How full a connection's `OutBuf` is kept from its backlog.
+    fill_mark: usize,
 }
 
 impl Worker {
@@ -90,6 +92,7 @@ impl Worker {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let now = crate::clock::now_ms();
+        let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 256 << 10);
         Ok(Worker {
             id,
             poll,
@@ -114,6 +117,7 @@ impl Worker {
             stop_at: None,
             outbox_waiting: false,
             overflow: Vec::new(),
+            fill_mark,
         })
     }
 
@@ -446,6 +450,7 @@ impl Worker {
         }
         let list = std::mem::take(&mut self.relay.deliveries);
         let max_out = self.shared.config.limits.max_outbound;
+        let fill = self.fill_mark;
         for d in &list {
             match d {
                 Delivery::Live {
@@ -466,13 +471,13 @@ impl Worker {
                         if c.uid != s.conn_uid || c.closed || !matches!(c.phase, Phase::Ws(_)) {
                             continue;
                         }
-                        c.push_message(&s.id, data, &mut self.enc);
+                        c.deliver(&s.id, data, true, fill, &mut self.enc);
                         self.shared.metrics.cores[self.id].delivered.inc();
                         if !c.dirty {
                             c.dirty = true;
                             self.dirty.push(s.conn_key);
                         }
-                        if c.out.len() > max_out {
+                        if c.outbound_len() > max_out {
                             self.overflow.push(s.conn_key);
                         }
                     }
@@ -503,11 +508,10 @@ impl Worker {
                     if c.uid != *conn_uid || c.closed {
                         continue;
                     }
+                    // A replay is cached data: it waits by reference in the backlog and does
+                    // not count as falling behind.
                     for m in messages {
-                        c.push_message(&s.id, m, &mut self.enc);
-                    }
-                    if c.out.len() > max_out {
-                        self.overflow.push(*conn_key);
+                        c.deliver(&s.id, m, false, fill, &mut self.enc);
                     }
                     self.shared.metrics.cores[self.id]
                         .delivered
@@ -559,7 +563,7 @@ impl Worker {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
-        if c.out.len() <= max || c.closed || !matches!(c.phase, Phase::Ws(_)) {
+        if c.outbound_len() <= max || c.closed || !matches!(c.phase, Phase::Ws(_)) {
             return;
         }
         self.shared.metrics.cores[self.id].drop(DropReason::SlowConsumer, 1);
@@ -589,25 +593,32 @@ impl Worker {
     }
 
     fn flush(&mut self, key: usize) {
+        let fill = self.fill_mark;
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
         if c.closed {
             return;
         }
-        match c.out.write_to(&mut c.sock) {
-            Ok(Flush::Blocked) => {}
-            Ok(Flush::Done) => {
-                if c.shutdown_pending {
-                    c.shutdown_pending = false;
-                    let _ = c.sock.shutdown(std::net::Shutdown::Write);
-                } else if c.paused {
-                    c.paused = false;
-                    let uid = c.uid;
-                    self.ready.push_back((key, uid));
-                }
+        loop {
+            let res = c.out.write_to(&mut c.sock);
+            let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.enc);
+            match res {
+                Ok(Flush::Done) if refilled => continue,
+                Ok(Flush::Blocked) => return,
+                Ok(Flush::Done) => break,
+                Err(_) => return self.close_now(key),
             }
-            Err(_) => self.close_now(key),
+        }
+        if c.shutdown_pending {
+            c.shutdown_pending = false;
+            let _ = c.sock.shutdown(std::net::Shutdown::Write);
+            c.deadline = self.now + conn::LINGER_MS;
+            self.arm(key);
+        } else if c.paused {
+            c.paused = false;
+            let uid = c.uid;
+            self.ready.push_back((key, uid));
         }
     }
 

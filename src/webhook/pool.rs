@@ -58,6 +58,9 @@ impl Ord for Delayed {
     }
 }
 
+/// A registration: (topic, webhook url).
+type TopicUrl = (Arc<str>, Arc<str>);
+
 /// State shared by the handles, the delivery threads and the scheduler.
 pub(crate) struct Inner {
     cfg: WebhookConfig,
@@ -80,7 +83,7 @@ pub(crate) struct Inner {
     client: Client,
     pub(crate) stats: Stats,
     health: Mutex<Health>,
-    refusals_logged: Mutex<BoundedMap<(Arc<str>, Arc<str>), ()>>,
+    refusals_logged: Mutex<BoundedMap<TopicUrl, ()>>,
     on_gone: OnGone,
 }
 

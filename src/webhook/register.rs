@@ -12,7 +12,7 @@ pub const MAX_WEBHOOK_LEN: usize = 2048;
 /// Why a registration body was refused. `Display` is the exact `error` text of the 400 answer.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RegistrationError {
-    /// The body is not valid JSON; the message is the parser's.
+    /// The body is not valid JSON: `Invalid JSON: ` and the parser's message.
     #[error("{0}")]
     Json(String),
     /// `topic` is missing, not a string, or empty (also: the body is not a JSON object).
@@ -27,8 +27,8 @@ pub enum RegistrationError {
 ///
 /// `topic` is checked first, so a body missing both names `topic`. Extra keys are ignored.
 pub fn validate_registration(body: &[u8]) -> Result<(String, String), RegistrationError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| RegistrationError::Json(e.to_string()))?;
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| RegistrationError::Json(format!("Invalid JSON: {e}")))?;
     let serde_json::Value::Object(mut obj) = value else {
         return Err(RegistrationError::Topic);
     };
@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn json_errors_carry_the_parser_message() {
         let e = err("{\"topic\":");
-        assert!(e.contains("EOF while parsing"), "{e}");
+        assert!(e.starts_with("Invalid JSON: EOF while parsing"), "{e}");
         let e = err("");
         assert!(e.contains("EOF"), "{e}");
         let e = err("not json");

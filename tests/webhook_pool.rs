@@ -2,164 +2,15 @@
 //! retries, final statuses, redirects, timeouts, the SSRF guard, a full queue and shutdown.
 //! Timing checks are only generous upper bounds.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use walletrelay::webhook::{Delivery, WebhookConfig, WebhookPool};
 
-/// What a receiver does with its n-th request (0-based, over all connections).
-#[derive(Clone, Copy, Debug)]
-enum Reply {
-    /// Answer this status at once (3xx with a `Location` on the same receiver).
-    Status(u16),
-    /// Wait, then answer this status.
-    After(Duration, u16),
-    /// Never answer; keep the connection open until the client gives up.
-    Hang,
-}
-
-/// A request as the receiver saw it.
-#[derive(Debug)]
-struct Seen {
-    /// Which accepted connection it came on.
-    conn: usize,
-    method: String,
-    target: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// A small HTTP/1.1 receiver with keep-alive, on its own threads.
-struct Receiver {
-    addr: SocketAddr,
-    seen: mpsc::Receiver<Seen>,
-    hits: Arc<AtomicUsize>,
-}
-
-impl Receiver {
-    fn start(reply: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind receiver");
-        let addr = listener.local_addr().expect("receiver address");
-        let (tx, seen) = mpsc::channel();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let reply = Arc::new(reply);
-        let counter = hits.clone();
-        thread::spawn(move || {
-            for (conn, stream) in listener.incoming().enumerate() {
-                let Ok(stream) = stream else { continue };
-                let (tx, reply, hits) = (tx.clone(), reply.clone(), counter.clone());
-                thread::spawn(move || serve(conn, stream, &tx, &*reply, &hits));
-            }
-        });
-        Receiver { addr, seen, hits }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn next(&self, within: Duration) -> Option<Seen> {
-        self.seen.recv_timeout(within).ok()
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-}
-
-fn serve(
-    conn: usize,
-    stream: TcpStream,
-    tx: &mpsc::Sender<Seen>,
-    reply: &(dyn Fn(usize) -> Reply + Send + Sync),
-    hits: &AtomicUsize,
-) {
-    let mut writer = match stream.try_clone() {
-        Ok(w) => w,
-        Err(_) => return,
-    };
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or_default().to_string();
-        let target = parts.next().unwrap_or_default().to_string();
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                headers.push((k.trim().to_string(), v.trim().to_string()));
-            }
-        }
-        let len = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.parse::<usize>().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; len];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let n = hits.fetch_add(1, Ordering::SeqCst);
-        let _ = tx.send(Seen {
-            conn,
-            method,
-            target,
-            headers,
-            body,
-        });
-        let status = match reply(n) {
-            Reply::Status(s) => s,
-            Reply::After(d, s) => {
-                thread::sleep(d);
-                s
-            }
-            Reply::Hang => {
-                // Returns when the client gives up and closes the connection.
-                let _ = reader.read(&mut [0u8; 1]);
-                return;
-            }
-        };
-        let location = if (300..400).contains(&status) {
-            "Location: /elsewhere\r\n"
-        } else {
-            ""
-        };
-        // A 204 has no body (and so no Content-Length).
-        let body = if status == 204 {
-            "\r\n"
-        } else {
-            "Content-Length: 2\r\n\r\nok"
-        };
-        let answer = format!("HTTP/1.1 {status} X\r\n{location}Connection: keep-alive\r\n{body}");
-        if writer.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
+mod webhook_support;
+use webhook_support::{wait_until, Receiver, Reply};
 
 fn config(threads: usize, queue: usize, allow_private: bool, timeout: Duration) -> WebhookConfig {
     WebhookConfig {
@@ -219,20 +70,6 @@ fn dropped(pool: &WebhookPool, reason: &str) -> u64 {
         pool,
         &format!("walletrelay_webhook_dropped_total{{reason=\"{reason}\"}}"),
     )
-}
-
-/// Polls `cond` until it holds or `within` passes; returns whether it held.
-fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 const LONG: Duration = Duration::from_secs(20);

@@ -353,3 +353,29 @@ fn metrics_are_prometheus_text() {
     }
     p.shutdown(Duration::from_secs(1));
 }
+
+#[test]
+fn https_goes_through_tls_and_a_handshake_failure_is_final() {
+    // A plain-HTTP peer answering an https webhook: the TLS handshake fails.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut s = s;
+            let _ = std::io::Write::write_all(&mut s, b"HTTP/1.1 200 OK\r\n\r\n");
+        }
+    });
+    let p = pool(config(2, 16, true, Duration::from_secs(5)));
+    p.submit(delivery("t", &format!("https://127.0.0.1:{port}/hook")));
+    let ok = wait_until(LONG, || failed(&p, "tls") == 1);
+    let mut m = String::new();
+    p.render_metrics(&mut m);
+    assert!(ok, "{m}");
+    thread::sleep(Duration::from_millis(2500));
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "not retried");
+    assert_eq!(metric(&p, "walletrelay_webhook_succeeded_total"), 0);
+    p.shutdown(Duration::from_secs(1));
+}

@@ -123,6 +123,9 @@ fn classify_error(e: &ureq::Error) -> TryOutcome {
             | io::ErrorKind::AddrNotAvailable
             | io::ErrorKind::HostUnreachable
             | io::ErrorKind::NetworkUnreachable => FailReason::Connect,
+            // rustls reports handshake and certificate failures through the stream as
+            // InvalidData (the plain transport never does).
+            io::ErrorKind::InvalidData => FailReason::Tls,
             _ => FailReason::Io,
         },
         E::BodyStalled => FailReason::Io,
@@ -197,6 +200,8 @@ mod tests {
         );
         let reset = ureq::Error::Io(io::ErrorKind::ConnectionReset.into());
         assert_eq!(classify_error(&reset), TryOutcome::Failed(FailReason::Io));
+        let tls = ureq::Error::Io(io::Error::new(io::ErrorKind::InvalidData, "bad cert"));
+        assert_eq!(classify_error(&tls), TryOutcome::Failed(FailReason::Tls));
         assert_eq!(
             classify_error(&ureq::Error::HostNotFound),
             TryOutcome::Failed(FailReason::Dns)

@@ -223,7 +223,7 @@ impl Default for IdSource {
 
 impl IdSource {
     /// A fresh id.
-    pub fn next(&mut self) -> SubId {
+    pub fn next_id(&mut self) -> SubId {
         if self.pos + 32 > self.buf.len() {
             // The OS CSPRNG does not fail on Linux once seeded; if it ever did, refusing to
             // hand out predictable ids is the only safe answer.
@@ -238,7 +238,7 @@ impl IdSource {
 
     /// A random u64 (for push-id starting points).
     pub fn next_u64(&mut self) -> u64 {
-        let id = self.next();
+        let id = self.next_id();
         let mut b = [0u8; 8];
         b.copy_from_slice(&id.0[..8]);
         u64::from_le_bytes(b)
@@ -319,7 +319,7 @@ fn http_step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
                 } else {
                     match ctx.relay.add_webhook(&topic, &url, (ctx.key, conn.uid)) {
                         WebhookRegistration::Done(r) => {
-                            subscribe_answer(r.map_err(|(s, m)| (s, m)))
+                            subscribe_answer(r)
                         }
                         WebhookRegistration::Deferred => {
                             // The answer comes from the home worker; hold later requests.
@@ -630,7 +630,7 @@ fn execute(conn: &mut Conn, op: Op<'_>, ctx: &mut Ctx<'_>) -> Result<Option<SubI
                             "Subscription limit reached ({max_subs} per connection)"
                         )));
                     }
-                    let id = ctx.ids.next();
+                    let id = ctx.ids.next_id();
                     let slot = ctx.relay.subscribe(key, uid, &topic, id);
                     subs.push(ConnSub { slot, id });
                     id

@@ -129,7 +129,7 @@ impl Server {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .filter(|l| {
-                let n = l.split(|c| c == '{' || c == ' ').next().unwrap_or("");
+                let n = l.split(['{', ' ']).next().unwrap_or("");
                 n == name
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

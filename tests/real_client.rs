@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(120);
 
 fn e2e_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("e2e-js")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("e2e-js")
 }
 
 fn tool_version(tool: &str) -> Result<String, String> {
@@ -43,7 +45,10 @@ fn ensure_node_modules() {
     let result = INSTALLED.get_or_init(|| {
         let node = tool_version("node")?;
         let dir = e2e_dir();
-        if dir.join("node_modules/@walletconnect/client/package.json").exists() {
+        if dir
+            .join("node_modules/@walletconnect/client/package.json")
+            .exists()
+        {
             return Ok(());
         }
         let npm = tool_version("npm")?;
@@ -116,7 +121,9 @@ fn run_pair_script(threads: &str) {
     );
     match status {
         Some(status) if status.success() => println!("{report}"),
-        Some(status) => panic!("the real WalletConnect client failed against the relay: {status}\n{report}"),
+        Some(status) => {
+            panic!("the real WalletConnect client failed against the relay: {status}\n{report}")
+        }
         None => panic!("pair.mjs did not finish within {SCRIPT_DEADLINE:?}\n{report}"),
     }
     drop(server);

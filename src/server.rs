@@ -20,7 +20,7 @@ use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
 use crate::relay::{CoreMsg, Homes, Mailboxes, Relay};
-use crate::webhook::WebhookPool;
+use crate::webhook::{WebhookConfig, WebhookPool};
 use crate::worker::{Worker, WAKER};
 
 /// Why the server could not start.
@@ -144,7 +144,22 @@ impl Server {
                 .push(bind(addr, config.backlog).map_err(io_err("binding a worker listener"))?);
         }
 
-        let webhooks = WebhookPool::default();
+        let homes = Homes::new(n, random_seeds());
+        let webhooks = {
+            // A webhook given up by the pool is removed on its topic's home worker.
+            let (mailboxes, homes) = (mailboxes.clone(), homes.clone());
+            WebhookPool::start(
+                WebhookConfig {
+                    threads: config.limits.webhook_threads,
+                    queue: config.limits.webhook_queue,
+                    allow_private: config.webhook_allow_private,
+                    ..WebhookConfig::default()
+                },
+                Arc::new(move |topic: Arc<str>, url: Arc<str>| {
+                    mailboxes.send_external(homes.of(&topic), CoreMsg::RemoveWebhook { topic, url })
+                }),
+            )
+        };
         let shared = Arc::new(Shared {
             hello: Response::new(
                 200,
@@ -156,7 +171,6 @@ impl Server {
             webhooks: webhooks.clone(),
             config: config.clone(),
         });
-        let homes = Homes::new(n, random_seeds());
         let webhook_count = Arc::new(AtomicUsize::new(0));
         let cores = if config.no_pin {
             Vec::new()
@@ -219,13 +233,16 @@ impl Server {
     /// Stops accepting, closes every connection (WebSocket close 1001), waits for the
     /// workers (each gives up after the grace period) and the webhook pool.
     pub fn shutdown(self) {
+        // The webhook pool finishes its calls in flight (up to 2 s) while the workers close.
+        let pool = self.webhooks.clone();
+        let webhooks = std::thread::spawn(move || pool.shutdown(Duration::from_secs(2)));
         for i in 0..self.mailboxes.len() {
             self.mailboxes.send_external(i, CoreMsg::Shutdown);
         }
         for t in self.threads {
             let _ = t.join();
         }
-        let _ = &self.webhooks;
+        let _ = webhooks.join();
     }
 
     /// Installs the SIGTERM/SIGINT handlers (before the server announces itself, so a

@@ -35,6 +35,12 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_NO_PIN")]
     pub no_pin: bool,
 
+    /// Attach a classic BPF program to the `SO_REUSEPORT` group that hands each new
+    /// connection to the worker pinned to the CPU that received its SYN (needs pinning; pair
+    /// it with RSS/RPS/IRQ affinity so a flow's packets stay on one core).
+    #[arg(long, env = "WALLETRELAY_CPU_STEERING")]
+    pub cpu_steering: bool,
+
     /// Listen backlog of each worker's socket.
     #[arg(long, env = "WALLETRELAY_BACKLOG", default_value_t = 4096)]
     pub backlog: i32,

@@ -91,6 +91,56 @@ pub fn set_busy_poll(sock: &impl AsRawFd, us: u32) {
     }
 }
 
+/// Attaches to a `SO_REUSEPORT` group a classic BPF program returning, for the CPU that
+/// handles the incoming SYN, the index of the listener whose worker is pinned to that CPU
+/// (listeners are indexed in bind order, which is worker order). A CPU with no worker
+/// returns an index out of range, which makes the kernel fall back to its hash.
+pub fn attach_cpu_steering(sock: &impl AsRawFd, worker_cpus: &[usize]) -> io::Result<()> {
+    // From <asm-generic/socket.h>; libc does not export it for every target.
+    const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10 | 0x00;
+    const BPF_RET_K: u16 = 0x06 | 0x00;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let mut prog = vec![op(
+        BPF_LD_W_ABS,
+        0,
+        0,
+        (libc::SKF_AD_OFF + libc::SKF_AD_CPU) as u32,
+    )];
+    for (i, &cpu) in worker_cpus.iter().enumerate() {
+        prog.push(op(BPF_JMP_JEQ_K, 0, 1, cpu as u32));
+        prog.push(op(BPF_RET_K, 0, 0, i as u32));
+    }
+    prog.push(op(BPF_RET_K, 0, 0, u32::MAX));
+    if prog.len() > 4096 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many workers for a BPF program",
+        ));
+    }
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: the kernel copies `len` instructions from `filter`, which points into `prog`,
+    // alive until after the call; `fprog` is a valid `sock_fprog` for the given size.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn bind(addr: SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
@@ -184,6 +234,17 @@ impl Server {
             core_affinity::get_core_ids().unwrap_or_default()
         };
 
+        if config.cpu_steering {
+            if cores.is_empty() {
+                log::warn!("--cpu-steering needs pinned workers; not enabled");
+            } else {
+                let cpus: Vec<usize> = (0..n).map(|i| cores[i % cores.len()].id).collect();
+                match attach_cpu_steering(&listeners[0], &cpus) {
+                    Ok(()) => log::info!("connections steered to the worker of the receiving CPU"),
+                    Err(e) => log::warn!("--cpu-steering: {e}"),
+                }
+            }
+        }
         let mut threads = Vec::with_capacity(n);
         for (i, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()

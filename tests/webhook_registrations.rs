@@ -31,7 +31,10 @@ fn per_topic_webhook_limit_answers_400_and_duplicates_do_not_count() {
         assert_eq!(register(&s, &tp, "https://hooks.example.com/1").0, 200);
         let (st, body) = register(&s, &tp, "https://hooks.example.com/4");
         assert_eq!(st, 400, "{body}");
-        assert_eq!(body, r#"{"success":false,"error":"Too many webhooks for this topic"}"#);
+        assert_eq!(
+            body,
+            r#"{"success":false,"error":"Too many webhooks for this topic"}"#
+        );
         // Another topic is not affected.
         assert_eq!(register(&s, &topic(), "https://hooks.example.com/4").0, 200);
     }
@@ -41,9 +44,15 @@ fn per_topic_webhook_limit_answers_400_and_duplicates_do_not_count() {
 fn global_webhook_limit_answers_429() {
     let s = Server::start(&["--threads", "4", "--max-webhooks", "5"]);
     for i in 0..5 {
-        assert_eq!(register(&s, &topic(), &format!("https://h.example.com/{i}")).0, 200);
+        assert_eq!(
+            register(&s, &topic(), &format!("https://h.example.com/{i}")).0,
+            200
+        );
     }
     let (st, body) = register(&s, &topic(), "https://h.example.com/x");
     assert_eq!(st, 429, "{body}");
-    assert_eq!(body, r#"{"success":false,"error":"Too many webhook registrations"}"#);
+    assert_eq!(
+        body,
+        r#"{"success":false,"error":"Too many webhook registrations"}"#
+    );
 }

@@ -12,7 +12,11 @@ use clap::Parser;
 
 /// Command-line configuration of the `walletrelay` binary.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "walletrelay", version, about = "Wallet registry and WalletConnect (waku) relay")]
+#[command(
+    name = "walletrelay",
+    version,
+    about = "Wallet registry and WalletConnect (waku) relay"
+)]
 pub struct Config {
     /// Address to listen on (registry and relay share it).
     #[arg(long, env = "WALLETRELAY_LISTEN", default_value = "0.0.0.0:8080")]

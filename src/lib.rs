@@ -8,9 +8,17 @@
 //! of those writes a `waku_subscription` frame into its subscribers' [`outbuf`]s.
 #![deny(missing_docs)]
 
+pub mod clock;
 pub mod config;
+pub mod conn;
 pub mod http;
 pub mod metrics;
 pub mod outbuf;
 pub mod registry;
+pub mod relay;
+pub mod rpc;
+pub mod server;
+pub mod timer;
 pub mod webhook;
+pub mod worker;
+pub mod ws;

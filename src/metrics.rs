@@ -16,7 +16,10 @@ impl Cell {
     /// Adds `n` (single writer: a plain load and store).
     #[inline]
     pub fn add(&self, n: u64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
     /// Adds one.
     #[inline]
@@ -26,7 +29,10 @@ impl Cell {
     /// Subtracts `n` (gauges).
     #[inline]
     pub fn sub(&self, n: u64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_sub(n),
+            Ordering::Relaxed,
+        );
     }
     /// Sets the value (gauges).
     #[inline]
@@ -138,7 +144,9 @@ pub struct Metrics {
 impl Metrics {
     /// Metrics for `n` workers.
     pub fn new(n: usize) -> Arc<Metrics> {
-        Arc::new(Metrics { cores: (0..n).map(|_| CoreMetrics::default()).collect() })
+        Arc::new(Metrics {
+            cores: (0..n).map(|_| CoreMetrics::default()).collect(),
+        })
     }
 
     /// Renders everything in the Prometheus text exposition format (version 0.0.4).
@@ -146,35 +154,93 @@ impl Metrics {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
         let per_core: [(&str, &str, &str, Get); 17] = [
-            ("connections_open", "gauge", "Open connections", |c| &c.connections_open),
-            ("connections_accepted_total", "counter", "Connections accepted", |c| {
-                &c.connections_accepted
+            ("connections_open", "gauge", "Open connections", |c| {
+                &c.connections_open
             }),
-            ("connections_refused_total", "counter", "Connections refused at the limit", |c| {
-                &c.connections_refused
+            (
+                "connections_accepted_total",
+                "counter",
+                "Connections accepted",
+                |c| &c.connections_accepted,
+            ),
+            (
+                "connections_refused_total",
+                "counter",
+                "Connections refused at the limit",
+                |c| &c.connections_refused,
+            ),
+            (
+                "websockets_open",
+                "gauge",
+                "Open WebSocket connections",
+                |c| &c.websockets_open,
+            ),
+            (
+                "http_requests_total",
+                "counter",
+                "HTTP requests answered",
+                |c| &c.http_requests,
+            ),
+            ("subscriptions", "gauge", "Subscriptions held", |c| {
+                &c.subscriptions
             }),
-            ("websockets_open", "gauge", "Open WebSocket connections", |c| &c.websockets_open),
-            ("http_requests_total", "counter", "HTTP requests answered", |c| &c.http_requests),
-            ("subscriptions", "gauge", "Subscriptions held", |c| &c.subscriptions),
-            ("topics", "gauge", "Topics homed on the worker", |c| &c.topics),
-            ("messages_published_total", "counter", "waku_publish accepted", |c| &c.published),
-            ("messages_stored_total", "counter", "Publishes stored (not duplicates)", |c| &c.stored),
-            ("messages_delivered_total", "counter", "waku_subscription messages queued", |c| {
-                &c.delivered
+            ("topics", "gauge", "Topics homed on the worker", |c| {
+                &c.topics
             }),
-            ("cached_messages", "gauge", "Messages in the cache", |c| &c.cached_messages),
-            ("cached_bytes", "gauge", "Bytes in the cache", |c| &c.cached_bytes),
-            ("rpc_errors_total", "counter", "JSON-RPC error responses", |c| &c.rpc_errors),
-            ("protocol_closes_total", "counter", "Connections closed for a protocol error", |c| {
-                &c.protocol_closes
+            (
+                "messages_published_total",
+                "counter",
+                "waku_publish accepted",
+                |c| &c.published,
+            ),
+            (
+                "messages_stored_total",
+                "counter",
+                "Publishes stored (not duplicates)",
+                |c| &c.stored,
+            ),
+            (
+                "messages_delivered_total",
+                "counter",
+                "waku_subscription messages queued",
+                |c| &c.delivered,
+            ),
+            ("cached_messages", "gauge", "Messages in the cache", |c| {
+                &c.cached_messages
             }),
-            ("heartbeat_closes_total", "counter", "Connections closed as dead peers", |c| {
-                &c.heartbeat_closes
+            ("cached_bytes", "gauge", "Bytes in the cache", |c| {
+                &c.cached_bytes
             }),
-            ("core_messages_total", "counter", "Cross-worker messages received", |c| {
-                &c.core_messages_in
-            }),
-            ("loop_iterations_total", "counter", "Event loop iterations", |c| &c.loop_iterations),
+            (
+                "rpc_errors_total",
+                "counter",
+                "JSON-RPC error responses",
+                |c| &c.rpc_errors,
+            ),
+            (
+                "protocol_closes_total",
+                "counter",
+                "Connections closed for a protocol error",
+                |c| &c.protocol_closes,
+            ),
+            (
+                "heartbeat_closes_total",
+                "counter",
+                "Connections closed as dead peers",
+                |c| &c.heartbeat_closes,
+            ),
+            (
+                "core_messages_total",
+                "counter",
+                "Cross-worker messages received",
+                |c| &c.core_messages_in,
+            ),
+            (
+                "loop_iterations_total",
+                "counter",
+                "Event loop iterations",
+                |c| &c.loop_iterations,
+            ),
         ];
         for (name, kind, help, get) in per_core {
             let _ = writeln!(s, "# HELP walletrelay_{name} {help} (per worker).");
@@ -183,11 +249,18 @@ impl Metrics {
                 let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\"}} {}", get(c).get());
             }
         }
-        let _ = writeln!(s, "# HELP walletrelay_messages_dropped_total Messages dropped, by reason.");
+        let _ = writeln!(
+            s,
+            "# HELP walletrelay_messages_dropped_total Messages dropped, by reason."
+        );
         let _ = writeln!(s, "# TYPE walletrelay_messages_dropped_total counter");
         for r in DropReason::ALL {
             let total: u64 = self.cores.iter().map(|c| c.dropped[r as usize].get()).sum();
-            let _ = writeln!(s, "walletrelay_messages_dropped_total{{reason=\"{}\"}} {total}", r.label());
+            let _ = writeln!(
+                s,
+                "walletrelay_messages_dropped_total{{reason=\"{}\"}} {total}",
+                r.label()
+            );
         }
         extra(&mut s);
         s

@@ -63,13 +63,18 @@ impl OutBuf {
 
     /// Queues `data`, by reference when it is large, by copy otherwise.
     pub fn push(&mut self, data: Bytes) {
+        self.push_ref(&data);
+    }
+
+    /// Queues `data` like [`OutBuf::push`], cloning the handle only when it is shared.
+    pub fn push_ref(&mut self, data: &Bytes) {
         if data.len() < SHARE_THRESHOLD {
-            self.extend(&data);
+            self.extend(data);
             return;
         }
         self.seal_tail();
         self.len += data.len();
-        self.chunks.push_back(data);
+        self.chunks.push_back(data.clone());
     }
 
     fn seal_tail(&mut self) {
@@ -183,7 +188,11 @@ mod tests {
         o.push(Bytes::from_static(b"small"));
         let total = 5 + big.len() + 5 + 5;
         assert_eq!(o.len(), total);
-        let mut w = Trickle { got: vec![], cap: 7, block_next: false };
+        let mut w = Trickle {
+            got: vec![],
+            cap: 7,
+            block_next: false,
+        };
         loop {
             match o.write_to(&mut w).unwrap() {
                 Flush::Done => break,

@@ -92,7 +92,10 @@ impl HttpError {
 /// `Ok(None)`: more bytes are needed. `Ok(Some((n, req)))`: the request (head and body)
 /// took the first `n` bytes. `Err`: the request is invalid and the connection must be
 /// answered with [`HttpError::status`] and closed.
-pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(usize, Request<'a>)>, HttpError> {
+pub fn parse<'a>(
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Result<Option<(usize, Request<'a>)>, HttpError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
@@ -121,7 +124,9 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(usize, Reques
     };
     let target = req.path.unwrap_or("/");
     if !target.starts_with('/') && target != "*" {
-        return Err(HttpError::Malformed("request target must be an absolute path"));
+        return Err(HttpError::Malformed(
+            "request target must be an absolute path",
+        ));
     }
     let (path, query) = match target.split_once('?') {
         Some((p, q)) => (p, q),
@@ -200,12 +205,21 @@ fn parse_decimal(v: &[u8]) -> Option<usize> {
     if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(v.iter().fold(0usize, |a, &d| a * 10 + usize::from(d - b'0')))
+    Some(
+        v.iter()
+            .fold(0usize, |a, &d| a * 10 + usize::from(d - b'0')),
+    )
 }
 
 fn trim(v: &[u8]) -> &[u8] {
-    let start = v.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(v.len());
-    let end = v.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    let start = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
     &v[start..end]
 }
 
@@ -284,7 +298,10 @@ mod tests {
 
     #[test]
     fn partial_head_needs_more() {
-        assert!(matches!(parse(b"GET /hello HTTP/1.1\r\nHost: x\r\n", &limits()), Ok(None)));
+        assert!(matches!(
+            parse(b"GET /hello HTTP/1.1\r\nHost: x\r\n", &limits()),
+            Ok(None)
+        ));
     }
 
     #[test]
@@ -323,9 +340,18 @@ mod tests {
         let l = limits();
         let e = |raw: &[u8]| parse(raw, &l).unwrap_err().status();
         assert_eq!(e(b"GARBAGE\x01 / HTTP/1.1\r\n\r\n"), 400);
-        assert_eq!(e(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"), 411);
-        assert_eq!(e(b"POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"), 413);
-        assert_eq!(e(b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"), 400);
+        assert_eq!(
+            e(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            411
+        );
+        assert_eq!(
+            e(b"POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"),
+            413
+        );
+        assert_eq!(
+            e(b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+            400
+        );
         let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
         big.resize(20_000, b'a');
         assert_eq!(e(&big), 431);
@@ -333,10 +359,16 @@ mod tests {
 
     #[test]
     fn http10_closes_unless_keep_alive() {
-        let (_, r) = parse(b"GET / HTTP/1.0\r\n\r\n", &limits()).unwrap().unwrap();
+        let (_, r) = parse(b"GET / HTTP/1.0\r\n\r\n", &limits())
+            .unwrap()
+            .unwrap();
         assert!(r.close);
-        let (_, r) =
-            parse(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &limits()).unwrap().unwrap();
+        let (_, r) = parse(
+            b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            &limits(),
+        )
+        .unwrap()
+        .unwrap();
         assert!(!r.close);
     }
 
@@ -344,11 +376,20 @@ mod tests {
     fn routes() {
         assert_eq!(route(Method::Get, "/hello", false), Route::Hello);
         assert_eq!(route(Method::Head, "/hello", false), Route::Hello);
-        assert_eq!(route(Method::Post, "/hello", false), Route::MethodNotAllowed("GET, HEAD, OPTIONS"));
-        assert_eq!(route(Method::Get, "/subscribe", false), Route::MethodNotAllowed("POST, OPTIONS"));
+        assert_eq!(
+            route(Method::Post, "/hello", false),
+            Route::MethodNotAllowed("GET, HEAD, OPTIONS")
+        );
+        assert_eq!(
+            route(Method::Get, "/subscribe", false),
+            Route::MethodNotAllowed("POST, OPTIONS")
+        );
         assert_eq!(route(Method::Get, "/echo", false), Route::NotFound);
         assert_eq!(route(Method::Get, "/echo", true), Route::Echo);
-        assert_eq!(route(Method::Options, "/api/v1/all", false), Route::Preflight("GET, HEAD, OPTIONS"));
+        assert_eq!(
+            route(Method::Options, "/api/v1/all", false),
+            Route::Preflight("GET, HEAD, OPTIONS")
+        );
         assert_eq!(route(Method::Get, "/nope", false), Route::NotFound);
     }
 }

@@ -44,7 +44,11 @@ impl Response {
 
     /// A response without body or content type (204, 304).
     pub fn empty(status: u16) -> Response {
-        Response { status, headers: Bytes::new(), body: Bytes::new() }
+        Response {
+            status,
+            headers: Bytes::new(),
+            body: Bytes::new(),
+        }
     }
 
     /// Adds a header line.
@@ -88,7 +92,10 @@ pub fn reason(status: u16) -> &'static str {
 /// `head_only` leaves the body out (HEAD); `close` adds `Connection: close`.
 pub fn write(out: &mut OutBuf, resp: &Response, date: &[u8], head_only: bool, close: bool) {
     let mut head = [0u8; 256];
-    let mut w = Cursor { buf: &mut head, pos: 0 };
+    let mut w = Cursor {
+        buf: &mut head,
+        pos: 0,
+    };
     w.put(b"HTTP/1.1 ");
     w.put_num(resp.status as usize);
     w.put(b" ");
@@ -135,7 +142,9 @@ impl Cursor<'_> {
 
 /// Formats `t` as an HTTP IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
 pub fn http_date(t: std::time::SystemTime) -> String {
-    let secs = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let days = secs / 86400;
     let rem = secs % 86400;
     let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
@@ -151,8 +160,9 @@ pub fn http_date(t: std::time::SystemTime) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let mo = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(mo <= 2);
-    let mon = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        [(mo - 1) as usize];
+    let mon = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(mo - 1) as usize];
     format!("{wd}, {d:02} {mon} {y} {h:02}:{m:02}:{s:02} GMT")
 }
 

@@ -35,7 +35,9 @@ impl Registry {
     /// Loads the registry from `dir` (or the embedded default data when `None`).
     pub fn load(dir: Option<&Path>, image_base: &str) -> Result<Registry, RegistryError> {
         let _ = dir;
-        Ok(Registry { image_base: image_base.to_string() })
+        Ok(Registry {
+            image_base: image_base.to_string(),
+        })
     }
 
     /// Answers a `GET` or `HEAD` request whose path starts with `/api/v1/`.

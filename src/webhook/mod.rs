@@ -25,3 +25,44 @@ impl WebhookPool {
         let _ = d;
     }
 }
+
+/// Why a `POST /subscribe` body was refused; `Display` is the message of the 400 answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RegistrationError {
+    /// Not a JSON object.
+    #[error("{0}")]
+    Json(String),
+    /// `topic` missing, empty or not a string.
+    #[error("Missing or invalid \"topic\" param")]
+    Topic,
+    /// `webhook` missing, empty, not a string or not an absolute http(s) URL.
+    #[error("Missing or invalid \"webhook\" param")]
+    Webhook,
+}
+
+/// Validates a `POST /subscribe` body into `(topic, webhook)`.
+pub fn validate_registration(body: &[u8]) -> Result<(String, String), RegistrationError> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| RegistrationError::Json(format!("Invalid JSON: {e}")))?;
+    let topic = match v.get("topic") {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
+        _ => return Err(RegistrationError::Topic),
+    };
+    let webhook = match v.get("webhook") {
+        Some(serde_json::Value::String(s))
+            if (s.starts_with("http://") && s.len() > 7)
+                || (s.starts_with("https://") && s.len() > 8) =>
+        {
+            s.clone()
+        }
+        _ => return Err(RegistrationError::Webhook),
+    };
+    Ok((topic, webhook))
+}
+
+impl WebhookPool {
+    /// Appends the pool's metrics in Prometheus text format.
+    pub fn render_metrics(&self, out: &mut String) {
+        let _ = out;
+    }
+}

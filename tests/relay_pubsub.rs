@@ -1,0 +1,303 @@
+//! The relay's publish/subscribe rules (DECISIONS §3), over real WebSockets, at one worker
+//! and at four (where publisher and subscriber are placed on different workers on purpose).
+
+mod common;
+use common::{topic, Server, Ws, THREADS};
+use serde_json::json;
+
+/// Publisher and subscriber on different workers when there are several.
+fn pair(s: &Server, threads: &str) -> (Ws, Ws) {
+    let a = s.ws();
+    let b = if threads == "1" {
+        s.ws()
+    } else {
+        s.ws_not_on(a.worker)
+    };
+    if threads != "1" {
+        assert_ne!(a.worker, b.worker, "the pair must straddle two workers");
+    }
+    (a, b)
+}
+
+#[test]
+fn subscriber_receives_publish_from_another_connection() {
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let (mut sub, mut publ) = pair(&s, t);
+        let tp = topic();
+        let id = sub.subscribe(&tp);
+        assert_eq!(id.len(), 64);
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        publ.publish(&tp, "hello");
+        assert_eq!(sub.next_push(), (id, tp.clone(), "hello".to_string()));
+    }
+}
+
+#[test]
+fn cross_worker_topics_are_delivered_whatever_their_home() {
+    // Many topics: their homes spread over all four workers, so every combination of
+    // subscriber worker, publisher worker and home worker occurs.
+    let s = Server::start(&["--threads", "4"]);
+    let (mut sub, mut publ) = pair(&s, "4");
+    let topics: Vec<String> = (0..24).map(|_| topic()).collect();
+    let ids: Vec<String> = topics.iter().map(|t| sub.subscribe(t)).collect();
+    for (i, t) in topics.iter().enumerate() {
+        publ.publish(t, &format!("m{i}"));
+        let (id, tp, msg) = sub.next_push();
+        assert_eq!((id, tp, msg), (ids[i].clone(), t.clone(), format!("m{i}")));
+    }
+    assert!(
+        s.metric("walletrelay_core_messages_total") > 0.0,
+        "no cross-worker traffic seen"
+    );
+}
+
+#[test]
+fn publisher_does_not_receive_its_own_message() {
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let (mut a, mut b) = pair(&s, t);
+        let tp = topic();
+        let ida = a.subscribe(&tp);
+        let idb = b.subscribe(&tp);
+        a.publish(&tp, "from-a");
+        assert_eq!(b.next_push(), (idb, tp.clone(), "from-a".into()));
+        // Per-topic order is FIFO: had a's own message come back, it would precede this.
+        b.publish(&tp, "from-b");
+        assert_eq!(a.next_push(), (ida, tp.clone(), "from-b".into()));
+    }
+}
+
+#[test]
+fn late_subscriber_gets_cached_messages_oldest_first() {
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let (mut publ, mut late) = pair(&s, t);
+        let tp = topic();
+        for i in 0..5 {
+            publ.publish(&tp, &format!("m{i}"));
+        }
+        let id = late.subscribe(&tp);
+        for i in 0..5 {
+            assert_eq!(late.next_push(), (id.clone(), tp.clone(), format!("m{i}")));
+        }
+        // And live messages follow the replay.
+        publ.publish(&tp, "live");
+        assert_eq!(late.next_push().2, "live");
+    }
+}
+
+#[test]
+fn a_connection_is_not_replayed_its_own_cached_messages() {
+    let s = Server::start(&["--threads", "1"]);
+    let mut a = s.ws();
+    let mut b = s.ws();
+    let tp = topic();
+    a.publish(&tp, "mine");
+    b.publish(&tp, "theirs");
+    a.subscribe(&tp);
+    assert_eq!(a.next_push().2, "theirs");
+}
+
+#[test]
+fn duplicate_message_is_acknowledged_but_not_delivered_again() {
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let (mut sub, mut publ) = pair(&s, t);
+        let tp = topic();
+        sub.subscribe(&tp);
+        publ.publish(&tp, "same");
+        publ.publish(&tp, "same");
+        publ.publish(&tp, "next");
+        assert_eq!(sub.next_push().2, "same");
+        assert_eq!(sub.next_push().2, "next");
+        // A late subscriber sees the duplicate once in the cache too.
+        let mut late = s.ws();
+        late.subscribe(&tp);
+        assert_eq!(late.next_push().2, "same");
+        assert_eq!(late.next_push().2, "next");
+        assert!(s.metric("walletrelay_messages_dropped_total") >= 1.0);
+    }
+}
+
+#[test]
+fn resubscribing_returns_the_same_id_and_delivers_once() {
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let (mut sub, mut publ) = pair(&s, t);
+        let tp = topic();
+        let id1 = sub.subscribe(&tp);
+        let id2 = sub.subscribe(&tp);
+        assert_eq!(id1, id2);
+        publ.publish(&tp, "one");
+        publ.publish(&tp, "two");
+        assert_eq!(sub.next_push().2, "one");
+        assert_eq!(sub.next_push().2, "two");
+    }
+}
+
+#[test]
+fn unsubscribe_stops_delivery_for_that_subscription_only() {
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let (mut a, mut publ) = pair(&s, t);
+        let mut b = s.ws();
+        let tp = topic();
+        let ida = a.subscribe(&tp);
+        b.subscribe(&tp);
+        let r = a.call("waku_unsubscribe", json!({"topic": tp, "id": ida}));
+        assert_eq!(r["result"], true);
+        publ.publish(&tp, "after");
+        assert_eq!(b.next_push().2, "after");
+        assert_eq!(
+            a.recv_within(500),
+            None,
+            "unsubscribed connection got a message"
+        );
+    }
+}
+
+#[test]
+fn unsubscribe_with_id_alone_works() {
+    let s = Server::start(&["--threads", "4"]);
+    let mut a = s.ws();
+    let mut publ = s.ws();
+    let tp = topic();
+    let id = a.subscribe(&tp);
+    assert_eq!(
+        a.call("waku_unsubscribe", json!({"id": id}))["result"],
+        true
+    );
+    publ.publish(&tp, "x");
+    assert_eq!(a.recv_within(500), None);
+    // Subscribing again gives a new id and replays the cache.
+    let id2 = a.subscribe(&tp);
+    assert_ne!(id, id2);
+    assert_eq!(a.next_push(), (id2, tp.clone(), "x".into()));
+}
+
+#[test]
+fn unsubscribe_of_unknown_or_foreign_id_is_true_and_harmless() {
+    let s = Server::start(&["--threads", "1"]);
+    let mut a = s.ws();
+    let mut b = s.ws();
+    let mut publ = s.ws();
+    let tp = topic();
+    let ida = a.subscribe(&tp);
+    let unknown = "0".repeat(64);
+    assert_eq!(
+        b.call("waku_unsubscribe", json!({"topic": tp, "id": unknown}))["result"],
+        true
+    );
+    assert_eq!(
+        b.call("waku_unsubscribe", json!({"topic": tp, "id": "not-hex"}))["result"],
+        true
+    );
+    // b cannot remove a's subscription.
+    assert_eq!(
+        b.call("waku_unsubscribe", json!({"topic": tp, "id": ida}))["result"],
+        true
+    );
+    publ.publish(&tp, "still");
+    assert_eq!(a.next_push(), (ida, tp.clone(), "still".into()));
+}
+
+#[test]
+fn closing_a_connection_drops_its_subscriptions() {
+    let s = Server::start(&["--threads", "4"]);
+    let tp = topic();
+    {
+        let mut a = s.ws();
+        a.subscribe(&tp);
+        a.sock.close(None).unwrap();
+        let _ = a.sock.flush();
+        // Read until the server's close answer.
+        while a.sock.read().is_ok() {}
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while s.metric("walletrelay_subscriptions") != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "subscription not dropped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn messages_expire_after_their_ttl() {
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let mut publ = s.ws();
+        let tp = topic();
+        let r = publ.call(
+            "waku_publish",
+            json!({"topic": tp, "message": "short", "ttl": 1}),
+        );
+        assert_eq!(r["result"], true);
+        publ.publish(&tp, "long");
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        let mut late = s.ws();
+        late.subscribe(&tp);
+        assert_eq!(
+            late.next_push().2,
+            "long",
+            "the expired message was replayed"
+        );
+        let mut other = s.ws();
+        let tp2 = topic();
+        other.call(
+            "waku_publish",
+            json!({"topic": tp2, "message": "x", "ttl": 1}),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        assert!(s.metric("walletrelay_cached_messages") <= 1.0);
+    }
+}
+
+#[test]
+fn per_topic_cache_keeps_the_newest_messages() {
+    let s = Server::start(&["--threads", "4", "--max-cached-per-topic", "3"]);
+    let mut publ = s.ws();
+    let tp = topic();
+    for i in 0..6 {
+        publ.publish(&tp, &format!("m{i}"));
+    }
+    let mut late = s.ws();
+    late.subscribe(&tp);
+    for i in 3..6 {
+        assert_eq!(late.next_push().2, format!("m{i}"));
+    }
+    assert_eq!(late.recv_within(300), None);
+}
+
+#[test]
+fn push_ids_are_unique_numbers_on_a_connection() {
+    let s = Server::start(&["--threads", "4"]);
+    let mut sub = s.ws();
+    let mut publ = s.ws();
+    let tp = topic();
+    sub.subscribe(&tp);
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..20 {
+        publ.publish(&tp, &format!("m{i}"));
+        let m = sub.recv();
+        let id = m["id"].as_u64().expect("numeric id");
+        assert!(seen.insert(id), "push id {id} repeated");
+        sub.send(&json!({"id": id, "jsonrpc": "2.0", "result": true}));
+    }
+}
+
+#[test]
+fn escaped_strings_survive_the_round_trip() {
+    let s = Server::start(&["--threads", "4"]);
+    let mut sub = s.ws();
+    let mut publ = s.ws();
+    let tp = format!("{}-\"quoted\"-é", topic());
+    let msg = "line1\nline2\t\"q\" \\ \u{1F600} \u{0001}";
+    let id = sub.subscribe(&tp);
+    publ.publish(&tp, msg);
+    assert_eq!(sub.next_push(), (id, tp.clone(), msg.to_string()));
+}

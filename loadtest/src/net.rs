@@ -32,6 +32,8 @@ const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 pub const MAX_BACKLOG: usize = 64 * 1024 * 1024;
 /// Output buffers larger than this are freed when they drain.
 const KEEP_OUT_CAPACITY: usize = 64 * 1024;
+/// Events handled between two calls of [`Handler::tick`] inside one poll batch.
+const TICK_EVERY: usize = 128;
 /// When the next wanted wake-up is nearer than this, poll without sleeping (epoll timeouts
 /// are whole milliseconds, so sleeping would make sends up to a millisecond late).
 const SPIN_BELOW: Duration = Duration::from_millis(2);
@@ -790,9 +792,16 @@ pub fn run<H: Handler>(io: &mut Io, h: &mut H, until_ns: u64) -> io::Result<()> 
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
-        for ev in events.iter() {
+        for (i, ev) in events.iter().enumerate() {
             let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
             io.on_event(h, ev.token().0, readable, ev.is_writable() || ev.is_error());
+            // A large batch (a fanout's thousands of readable sockets) must not delay
+            // scheduled sends until it is all read.
+            if i % TICK_EVERY == TICK_EVERY - 1 {
+                let now = io.now_ns();
+                h.tick(io, now);
+                io.flush();
+            }
         }
         io.flush();
         io.reap(h);

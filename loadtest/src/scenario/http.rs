@@ -146,7 +146,9 @@ impl HttpHandler<'_> {
 
     /// Give free connections work: queued requests (open loop) or new ones (flat out).
     fn fill(&mut self, io: &mut Io, local: usize, now: u64) {
-        if !self.measuring || now >= self.t_end || self.budget == 0 {
+        // Open loop: requests scheduled inside the window are still sent after it ends.
+        let open_backlog = self.schedule.is_some() && !self.queue.is_empty();
+        if !self.measuring || (now >= self.t_end && !open_backlog) || self.budget == 0 {
             return;
         }
         while self.keys[local].is_some() && self.inflight[local].len() < self.o.pipeline.max(1) {
@@ -243,7 +245,11 @@ impl Handler for HttpHandler<'_> {
                     }
                 }
             }
-            return Some(next.min(self.t_end));
+            return Some(if now < self.t_end {
+                next.min(self.t_end)
+            } else {
+                now + 1_000_000
+            });
         }
         Some(self.t_end)
     }
@@ -252,7 +258,9 @@ impl Handler for HttpHandler<'_> {
         if !self.measuring {
             return self.ready + self.failed >= self.keys.len();
         }
-        self.now >= self.t_end && self.inflight.iter().all(|q| q.is_empty())
+        self.now >= self.t_end
+            && self.queue.is_empty()
+            && self.inflight.iter().all(|q| q.is_empty())
     }
 }
 

@@ -83,9 +83,10 @@ fn jsonrpc(c: &mut Criterion) {
     let mut g = c.benchmark_group("jsonrpc_publish_decode");
     g.bench_function("simd_json", |b| {
         let mut buf = publish.clone().into_bytes();
+        let mut scratch = simd_json::Buffers::new(1024);
         b.iter(|| {
             buf.copy_from_slice(publish.as_bytes());
-            match rpc::decode(&mut buf).unwrap() {
+            match rpc::decode(&mut buf, &mut scratch).unwrap() {
                 rpc::Incoming::Single(rpc::Item::Call(call)) => {
                     black_box(call.op(256).unwrap());
                 }

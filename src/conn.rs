@@ -271,6 +271,8 @@ pub struct Ctx<'a> {
     pub ids: &'a mut IdSource,
     /// Scratch space for encoding.
     pub scratch: &'a mut Vec<u8>,
+    /// The JSON parser's reusable buffers.
+    pub json: &'a mut simd_json::Buffers,
 }
 
 impl Ctx<'_> {
@@ -611,7 +613,7 @@ fn on_message(
 fn rpc_message(conn: &mut Conn, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     let mut out = std::mem::take(ctx.scratch);
     out.clear();
-    match rpc::decode(payload) {
+    match rpc::decode(payload, ctx.json) {
         Err(_) => {
             rpc::write_error(
                 &mut out,

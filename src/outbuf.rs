@@ -132,15 +132,13 @@ impl OutBuf {
         }
     }
 
-    /// Gives back the memory of an empty queue so that idle connections hold none.
+    /// Gives back the memory of an empty queue so that an idle connection holds none (the
+    /// next burst allocates again; with a thread-caching allocator that is cheap, and it
+    /// keeps an idle subscribed connection near 1 KiB instead of 3).
     fn release(&mut self) {
         if self.len == 0 {
-            if self.tail.capacity() > 64 << 10 {
-                self.tail = BytesMut::new();
-            } else {
-                self.tail.clear();
-            }
-            if self.chunks.capacity() > 16 {
+            self.tail = BytesMut::new();
+            if self.chunks.capacity() > 0 {
                 self.chunks = VecDeque::new();
             }
         }

@@ -56,6 +56,8 @@ pub struct Worker {
     scratch: Vec<u8>,
     /// Encoding scratch space.
     enc: Vec<u8>,
+    /// The JSON parser's buffers, reused for every message.
+    json: simd_json::Buffers,
     ids: IdSource,
     /// Connections with queued output, flushed at the end of the iteration.
     dirty: Vec<usize>,
@@ -106,6 +108,7 @@ impl Worker {
             wheel: Wheel::new(now),
             scratch: vec![0u8; SCRATCH],
             enc: Vec::with_capacity(4096),
+            json: simd_json::Buffers::new(4096),
             ids: IdSource::default(),
             dirty: Vec::new(),
             closing: Vec::new(),
@@ -164,8 +167,9 @@ impl Worker {
                         if ev.is_writable() {
                             self.flush(key);
                         }
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.drive(key, uid);
+                        let hangup = ev.is_read_closed() || ev.is_error();
+                        if ev.is_readable() || hangup {
+                            self.drive(key, uid, hangup);
                         }
                     }
                 }
@@ -174,7 +178,7 @@ impl Worker {
                 let Some((key, uid)) = self.ready.pop_front() else {
                     break;
                 };
-                self.drive(key, uid);
+                self.drive(key, uid, true);
             }
             let mut shutdown = false;
             for _ in 0..INBOX_BUDGET {
@@ -279,8 +283,11 @@ impl Worker {
     // -----------------------------------------------------------------------------------
     // Reading
 
-    /// Processes buffered input, then reads until `WouldBlock`, EOF or the budget.
-    fn drive(&mut self, key: usize, uid: u64) {
+    /// Processes buffered input, then reads until the socket is drained, EOF or the
+    /// budget. A read shorter than asked means the socket queue was empty, and new data
+    /// raises a new edge, so reading stops there (saving the `EAGAIN` read) unless
+    /// `greedy`: after a hang-up event, or when resuming without an event.
+    fn drive(&mut self, key: usize, uid: u64, greedy: bool) {
         let Some(c) = self.conns.get(key) else { return };
         if c.uid != uid || c.closed {
             return;
@@ -294,6 +301,7 @@ impl Worker {
             if c.closed || c.paused || matches!(c.phase, Phase::Http { awaiting: true }) {
                 return;
             }
+            let mut asked = SCRATCH;
             let res = if c.rbuf.is_empty() {
                 c.sock.read(&mut self.scratch)
             } else {
@@ -307,6 +315,7 @@ impl Worker {
                     return;
                 }
                 let want = (cap - len).min(SCRATCH);
+                asked = want;
                 c.rbuf.resize(len + want, 0);
                 let r = c.sock.read(&mut c.rbuf[len..]);
                 let got = *r.as_ref().unwrap_or(&0);
@@ -327,6 +336,9 @@ impl Worker {
                     }
                     if total >= READ_BUDGET {
                         self.ready.push_back((key, uid));
+                        return;
+                    }
+                    if n < asked && !greedy {
                         return;
                     }
                 }
@@ -370,6 +382,7 @@ impl Worker {
             relay: &mut self.relay,
             ids: &mut self.ids,
             scratch: &mut self.enc,
+            json: &mut self.json,
         };
         (c, ctx)
     }

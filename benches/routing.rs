@@ -30,8 +30,10 @@ fn relays(
     let homes = Homes::new(n, [1, 2, 3, 4]);
     let pool = WebhookPool::default();
     let count = Arc::new(AtomicUsize::new(0));
-    let mut limits = Limits::default();
-    limits.max_cached_per_topic = 16;
+    let limits = Limits {
+        max_cached_per_topic: 16,
+        ..Limits::default()
+    };
     let rs = (0..n)
         .map(|i| {
             Relay::new(

@@ -180,7 +180,10 @@ pub struct ParseError;
 
 /// Decodes one WebSocket message. `buf` is parsed in place (simd-json), so it is clobbered;
 /// `scratch` holds the parser's buffers between calls (one per worker).
-pub fn decode<'a>(buf: &'a mut [u8], scratch: &mut simd_json::Buffers) -> Result<Incoming<'a>, ParseError> {
+pub fn decode<'a>(
+    buf: &'a mut [u8],
+    scratch: &mut simd_json::Buffers,
+) -> Result<Incoming<'a>, ParseError> {
     if nesting_too_deep(buf) {
         return Err(ParseError);
     }
@@ -200,7 +203,9 @@ pub fn decode<'a>(buf: &'a mut [u8], scratch: &mut simd_json::Buffers) -> Result
 /// run away on `[[[[...`.
 fn nesting_too_deep(buf: &[u8]) -> bool {
     // Fast path: with few brackets in all, nesting cannot be deep (a count vectorizes).
-    let opens = buf.iter().fold(0usize, |n, &b| n + usize::from(b == b'[' || b == b'{'));
+    let opens = buf
+        .iter()
+        .fold(0usize, |n, &b| n + usize::from(b == b'[' || b == b'{'));
     if opens <= MAX_DEPTH {
         return false;
     }
@@ -378,8 +383,10 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
 
 /// Any byte that JSON requires escaped (checked 32 bytes at a time, which vectorizes).
 fn needs_escape(b: &[u8]) -> bool {
-    b.chunks(32)
-        .any(|c| c.iter().fold(false, |a, &x| a | (x < 0x20) | (x == b'"') | (x == b'\\')))
+    b.chunks(32).any(|c| {
+        c.iter()
+            .fold(false, |a, &x| a | (x < 0x20) | (x == b'"') | (x == b'\\'))
+    })
 }
 
 /// Appends `{"id":<id>,"jsonrpc":"2.0","result":<result_json>}`.
@@ -763,10 +770,16 @@ mod tests {
     #[test]
     fn parse_errors_and_depth() {
         let mut b = b"{\"id\":1,".to_vec();
-        assert_eq!(decode(&mut b, &mut simd_json::Buffers::default()).unwrap_err(), ParseError);
+        assert_eq!(
+            decode(&mut b, &mut simd_json::Buffers::default()).unwrap_err(),
+            ParseError
+        );
         let mut deep = vec![b'['; 100_000];
         deep.extend(vec![b']'; 100_000]);
-        assert_eq!(decode(&mut deep, &mut simd_json::Buffers::default()).unwrap_err(), ParseError);
+        assert_eq!(
+            decode(&mut deep, &mut simd_json::Buffers::default()).unwrap_err(),
+            ParseError
+        );
         // Brackets inside strings do not count.
         let s = format!(
             r#"{{"id":1,"jsonrpc":"2.0","method":"m","params":{{"topic":"{}"}}}}"#,
@@ -792,7 +805,15 @@ mod tests {
 
     #[test]
     fn strings_are_escaped_only_when_needed() {
-        for s in ["plain", "", "quote\"", "back\\slash", "ctl\u{1}", "é\u{1F600}", &"x".repeat(100)] {
+        for s in [
+            "plain",
+            "",
+            "quote\"",
+            "back\\slash",
+            "ctl\u{1}",
+            "é\u{1F600}",
+            &"x".repeat(100),
+        ] {
             let mut a = Vec::new();
             write_str(&mut a, s);
             assert_eq!(a, serde_json::to_vec(s).unwrap(), "{s:?}");

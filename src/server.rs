@@ -98,9 +98,11 @@ pub fn set_busy_poll(sock: &impl AsRawFd, us: u32) {
 pub fn attach_cpu_steering(sock: &impl AsRawFd, worker_cpus: &[usize]) -> io::Result<()> {
     // From <asm-generic/socket.h>; libc does not export it for every target.
     const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10 | 0x00;
-    const BPF_RET_K: u16 = 0x06 | 0x00;
+    // Opcodes of <linux/bpf_common.h>: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K,
+    // BPF_RET|BPF_K (BPF_LD, BPF_W and BPF_K are 0).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const BPF_RET_K: u16 = 0x06;
     let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
     let mut prog = vec![op(
         BPF_LD_W_ABS,

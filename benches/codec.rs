@@ -94,11 +94,27 @@ fn jsonrpc(c: &mut Criterion) {
             }
         })
     });
-    g.bench_function("serde_json_value", |b| {
+    g.bench_function("serde_json", |b| {
+        b.iter(
+            || match rpc::decode_serde_json(black_box(publish.as_bytes())).unwrap() {
+                rpc::Incoming::Single(rpc::Item::Call(call)) => {
+                    black_box(call.op(256).unwrap());
+                }
+                _ => unreachable!(),
+            },
+        )
+    });
+    let ack = br#"{"id":1637012345678901,"jsonrpc":"2.0","result":true}"#;
+    g.bench_function("ack_simd_json", |b| {
+        let mut buf = ack.to_vec();
+        let mut scratch = simd_json::Buffers::new(1024);
         b.iter(|| {
-            let v: serde_json::Value = serde_json::from_str(black_box(&publish)).unwrap();
-            black_box(v["params"]["message"].as_str().unwrap().len());
+            buf.copy_from_slice(ack);
+            black_box(rpc::decode(&mut buf, &mut scratch).is_ok());
         })
+    });
+    g.bench_function("ack_serde_json", |b| {
+        b.iter(|| black_box(rpc::decode_serde_json(black_box(ack)).is_ok()))
     });
     g.finish();
     c.bench_function("push_encode_512", |b| {

@@ -187,10 +187,13 @@ fn secs(s: f64) -> Duration {
 }
 
 impl Config {
-    /// Number of workers to run: `--threads`, or one per available core.
+    /// Number of workers to run: `--threads`, else one per `--cpus` entry, else one per
+    /// available core.
     pub fn worker_count(&self) -> usize {
         if self.threads > 0 {
             self.threads
+        } else if !self.cpus.is_empty() {
+            self.cpus.len()
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         }

@@ -199,14 +199,31 @@ pub fn decode<'a>(
     })
 }
 
+/// [`decode`] with `serde_json` instead of `simd-json` (for the benchmark that decides
+/// which one the server uses).
+pub fn decode_serde_json(buf: &[u8]) -> Result<Incoming<'_>, ParseError> {
+    if nesting_too_deep(buf) {
+        return Err(ParseError);
+    }
+    let top: Top<'_> = serde_json::from_slice(buf).map_err(|_| ParseError)?;
+    Ok(match top {
+        Top::One(e) => Incoming::Single(classify(e)),
+        Top::Many(v) if v.is_empty() => Incoming::Single(Item::Invalid(
+            Id::Null,
+            RpcError::new(code::INVALID_REQUEST, "Invalid request: empty batch"),
+        )),
+        Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
+    })
+}
+
 /// Scans for nesting deeper than [`MAX_DEPTH`] outside strings, so no parser recursion can
 /// run away on `[[[[...`.
 fn nesting_too_deep(buf: &[u8]) -> bool {
-    // Fast path: with few brackets in all, nesting cannot be deep (a count vectorizes).
-    let opens = buf
-        .iter()
-        .fold(0usize, |n, &b| n + usize::from(b == b'[' || b == b'{'));
-    if opens <= MAX_DEPTH {
+    // Fast path: with few brackets in all, nesting cannot be deep.
+    if memchr::memchr2_iter(b'[', b'{', buf)
+        .nth(MAX_DEPTH)
+        .is_none()
+    {
         return false;
     }
     let mut depth = 0usize;

@@ -11,7 +11,10 @@ const MAX_TOPIC: usize = 256;
 
 fn valid_json(v: &[u8]) {
     if let Err(e) = serde_json::from_slice::<serde_json::Value>(v) {
-        panic!("server would write invalid JSON ({e}): {}", String::from_utf8_lossy(v));
+        panic!(
+            "server would write invalid JSON ({e}): {}",
+            String::from_utf8_lossy(v)
+        );
     }
 }
 
@@ -30,7 +33,13 @@ fn item(it: Item<'_>) {
             let id = id.unwrap_or(rpc::Id::Null);
             match res {
                 Ok(op) => {
-                    if let Op::Publish { topic, message, ttl, .. } = &op {
+                    if let Op::Publish {
+                        topic,
+                        message,
+                        ttl,
+                        ..
+                    } = &op
+                    {
                         assert!(!topic.is_empty() && topic.len() <= MAX_TOPIC);
                         assert!((1..=rpc::MAX_TTL).contains(&u64::from(*ttl)));
                         valid_json(&rpc::encode_data(topic, message));

@@ -49,6 +49,12 @@ fuzz_target!(|data: &[u8]| {
     assert!((200..600).contains(&resp.status), "status {}", resp.status);
     let mut out = OutBuf::default();
     let head_only = req.method == Method::Head;
-    http::response::write(&mut out, &resp, b"Thu, 01 Jan 1970 00:00:00 GMT", head_only, false);
+    http::response::write(
+        &mut out,
+        &resp,
+        b"Thu, 01 Jan 1970 00:00:00 GMT",
+        head_only,
+        false,
+    );
     assert!(!out.is_empty());
 });

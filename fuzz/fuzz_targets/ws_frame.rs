@@ -63,7 +63,9 @@ impl Conn {
                 .enumerate()
                 .map(|(i, b)| b ^ head.mask[i % 4])
                 .collect();
-            let split = payload.first().map_or(0, |&b| usize::from(b) % (payload.len() + 1));
+            let split = payload
+                .first()
+                .map_or(0, |&b| usize::from(b) % (payload.len() + 1));
             let (a, b) = payload.split_at_mut(split);
             ws::unmask(a, head.mask, 0);
             ws::unmask(b, head.mask, split);
@@ -170,7 +172,10 @@ fuzz_target!(|data: &[u8]| {
             break;
         }
         rbuf.drain(..used);
-        assert!(rbuf.len() < MAX + 14, "pending bytes reached the read-buffer cap");
+        assert!(
+            rbuf.len() < MAX + 14,
+            "pending bytes reached the read-buffer cap"
+        );
     }
     assert_eq!(whole.events, chunked.events, "chunking changed the outcome");
 });

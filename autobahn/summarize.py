@@ -42,12 +42,14 @@ def main(argv):
         r = cases[cid]
         counts[r["behavior"]] = counts.get(r["behavior"], 0) + 1
         close_counts[r["behaviorClose"]] = close_counts.get(r["behaviorClose"], 0) + 1
-        if r["behavior"] == "FAILED" or r["behaviorClose"] == "FAILED":
+        # Close behaviors other than OK/NON-STRICT/INFORMATIONAL ("WRONG CODE", "UNCLEAN",
+        # ...) fail the case too.
+        if RANK.get(r["behavior"], 3) >= 3 or RANK.get(r["behaviorClose"], 3) >= 3:
             failed.append(cid)
 
     print("autobahn: agent %s, %d cases" % (agent, len(cases)))
     print("  %-14s %8s %14s" % ("behavior", "cases", "close behavior"))
-    for b in ORDER:
+    for b in ORDER + sorted((set(counts) | set(close_counts)) - set(ORDER)):
         print("  %-14s %8d %14d" % (b, counts.get(b, 0), close_counts.get(b, 0)))
     for cid in sorted(cases, key=case_key):
         r = cases[cid]
@@ -88,8 +90,9 @@ def main(argv):
         print("autobahn: better than expected (update autobahn/expected.json): " + line)
     for cid in extra:
         print("autobahn: case not in expected.json: %s (%s)" % (cid, actual[cid]["behavior"]))
-    for cid in missing:
-        print("autobahn: REGRESSION: case %s did not run" % cid)
+    if missing:
+        shown = " ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
+        print("autobahn: REGRESSION: %d expected cases did not run: %s" % (len(missing), shown))
     for line in worse:
         print("autobahn: REGRESSION: " + line)
     bad = failed or worse or missing

@@ -3,46 +3,530 @@
 //! precomputed index, and answers `GET /api/v1/...` requests from it.
 //!
 //! It owns no sockets and no mutable state after start: every worker holds it and answers
-//! from it without locks.
+//! from it without locks. Submodules: [`data`] (file format and validation), [`index`]
+//! (substring search), [`query`] (query strings), [`listing`] (answer bodies), [`gzip`],
+//! [`etag`], and [`synth`] (synthetic registries for benches and load tests).
+//! `docs/REGISTRY.md` explains the choices.
 
+mod data;
+pub mod etag;
+mod gzip;
+pub mod index;
+mod listing;
+pub mod query;
+pub mod synth;
+
+use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
+use bytes::Bytes;
 use thiserror::Error;
 
-use crate::http::response::Response;
+use crate::http::response::{Response, JSON, TEXT};
 use crate::http::Request;
 
-/// Why a registry could not be loaded; the server refuses to start.
+use data::{finish, parse_file, Record};
+pub use data::{logo_url, AppType, SIZES};
+use etag::TagHasher;
+use index::{IndexTooLarge, Matches};
+use listing::{Fragments, List, Selection};
+use query::ListQuery;
+
+/// The embedded default `wallets.json`.
+pub const EMBEDDED_WALLETS: &[u8] = include_bytes!("../../data/registry/wallets.json");
+/// The embedded default `dapps.json`.
+pub const EMBEDDED_DAPPS: &[u8] = include_bytes!("../../data/registry/dapps.json");
+/// The licence of the embedded data (MIT).
+pub const EMBEDDED_LICENSE: &str = include_str!("../../data/registry/LICENSE.md");
+
+/// `Cache-Control` of every registry answer.
+const CACHE_CONTROL: &str = "public, max-age=300";
+
+/// Why a registry could not be loaded; the server refuses to start. Every message names the
+/// file, and the entry where one is at fault.
 #[derive(Debug, Error)]
 pub enum RegistryError {
-    /// A file could not be read or parsed, or holds an invalid entry.
+    /// A file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Io {
+        /// The file at fault.
+        file: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file is not valid JSON or not a JSON object.
+    #[error("{file}: invalid registry file: {source}")]
+    Json {
+        /// The file at fault.
+        file: String,
+        /// The parser's error (with line and column).
+        source: serde_json::Error,
+    },
+    /// An entry is invalid.
+    #[error("{file}: entry {entry:?}: {msg}")]
+    Entry {
+        /// The file at fault.
+        file: String,
+        /// The entry's key in the file.
+        entry: String,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// Any other problem with a file.
     #[error("{file}: {msg}")]
     Invalid {
         /// The file at fault.
         file: String,
-        /// What is wrong (names the entry where one is at fault).
+        /// What is wrong.
         msg: String,
     },
 }
 
+/// Which listings endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// `/api/v1/wallets`
+    Wallets = 0,
+    /// `/api/v1/dapps`
+    Dapps = 1,
+    /// `/api/v1/all`
+    All = 2,
+}
+
+impl ListKind {
+    /// The three endpoints, in index order.
+    pub const ALL: [ListKind; 3] = [ListKind::Wallets, ListKind::Dapps, ListKind::All];
+
+    /// The endpoint of a path below `/api/v1/`.
+    pub fn from_path(rest: &str) -> Option<ListKind> {
+        match rest {
+            "wallets" => Some(ListKind::Wallets),
+            "dapps" => Some(ListKind::Dapps),
+            "all" => Some(ListKind::All),
+            _ => None,
+        }
+    }
+}
+
+/// The shared, immutable part: lists, indexes, fragments.
+#[derive(Debug)]
+struct Core {
+    lists: [List; 3],
+    frags: Fragments,
+    ids: HashSet<String>,
+    image_base: String,
+    digest: u64,
+}
+
+/// A precomputed answer: its tag, its 200 and its 304.
+#[derive(Debug)]
+struct Answer {
+    etag: Bytes,
+    ok: Response,
+    not_modified: Response,
+}
+
+impl Answer {
+    fn new(tag: etag::Tag, body: Bytes, gzip: bool) -> Answer {
+        Answer {
+            ok: Response {
+                status: 200,
+                headers: headers(Some(JSON), gzip, &tag, true),
+                body,
+            },
+            not_modified: Response {
+                status: 304,
+                headers: headers(None, false, &tag, true),
+                body: Bytes::new(),
+            },
+            etag: Bytes::copy_from_slice(tag.as_bytes()),
+        }
+    }
+
+    /// A copy that shares no reference count with `self` (see [`Registry`]'s `Clone`).
+    fn deep_copy(&self) -> Answer {
+        let copy = |b: &Bytes| Bytes::copy_from_slice(b);
+        Answer {
+            etag: copy(&self.etag),
+            ok: Response {
+                status: self.ok.status,
+                headers: copy(&self.ok.headers),
+                body: copy(&self.ok.body),
+            },
+            not_modified: Response {
+                status: 304,
+                headers: copy(&self.not_modified.headers),
+                body: Bytes::new(),
+            },
+        }
+    }
+
+    fn respond(&self, req: &Request<'_>) -> Response {
+        match req.if_none_match {
+            Some(inm) if etag::if_none_match(inm, &self.etag) => self.not_modified.clone(),
+            _ => self.ok.clone(),
+        }
+    }
+}
+
+/// The full answer of one endpoint, in both encodings.
+#[derive(Debug)]
+struct Fixed {
+    identity: Answer,
+    gzip: Answer,
+}
+
 /// The loaded registry and its precomputed answers. Immutable after [`Registry::load`].
+///
+/// `Clone` makes a copy for another core: the index is shared (`Arc`, read only), while the
+/// three full answers' bytes are copied, so that serving them on different cores never
+/// touches a shared reference count.
 #[derive(Debug)]
 pub struct Registry {
-    image_base: String,
+    core: Arc<Core>,
+    fixed: [Fixed; 3],
+}
+
+impl Clone for Registry {
+    fn clone(&self) -> Registry {
+        let copy = |f: &Fixed| Fixed {
+            identity: f.identity.deep_copy(),
+            gzip: f.gzip.deep_copy(),
+        };
+        Registry {
+            core: Arc::clone(&self.core),
+            fixed: [0, 1, 2].map(|i| copy(&self.fixed[i])),
+        }
+    }
 }
 
 impl Registry {
     /// Loads the registry from `dir` (or the embedded default data when `None`).
+    /// `image_base` is the logo address prefix (a trailing `/` is ignored).
     pub fn load(dir: Option<&Path>, image_base: &str) -> Result<Registry, RegistryError> {
-        let _ = dir;
-        Ok(Registry {
+        match dir {
+            None => Registry::from_json(
+                ("data/registry/wallets.json (embedded)", EMBEDDED_WALLETS),
+                ("data/registry/dapps.json (embedded)", EMBEDDED_DAPPS),
+                image_base,
+            ),
+            Some(dir) => {
+                let read = |name: &str| {
+                    let path = dir.join(name);
+                    let file = path.display().to_string();
+                    std::fs::read(&path)
+                        .map(|b| (file.clone(), b))
+                        .map_err(|source| RegistryError::Io { file, source })
+                };
+                let (wf, wallets) = read("wallets.json")?;
+                let (df, dapps) = read("dapps.json")?;
+                Registry::from_json((&wf, &wallets), (&df, &dapps), image_base)
+            }
+        }
+    }
+
+    /// Builds the registry from the contents of a wallets file and a dapps file, each given
+    /// as `(name used in errors, bytes)`.
+    pub fn from_json(
+        wallets: (&str, &[u8]),
+        dapps: (&str, &[u8]),
+        image_base: &str,
+    ) -> Result<Registry, RegistryError> {
+        let image_base = image_base.trim_end_matches('/');
+        let w = parse_file(wallets.0, wallets.1)?;
+        let d = parse_file(dapps.0, dapps.1)?;
+        let wallet_ids: HashSet<&str> = w.iter().map(|e| e.id.as_str()).collect();
+        let dapp_ids: HashSet<&str> = d.iter().map(|e| e.id.as_str()).collect();
+        let w_types: Vec<AppType> = w
+            .iter()
+            .map(|e| {
+                if dapp_ids.contains(e.id.as_str()) {
+                    AppType::Hybrid
+                } else {
+                    AppType::Wallet
+                }
+            })
+            .collect();
+        let d_types: Vec<(AppType, bool)> = d
+            .iter()
+            .map(|e| {
+                let both = wallet_ids.contains(e.id.as_str());
+                (if both { AppType::Hybrid } else { AppType::Dapp }, both)
+            })
+            .collect();
+        let (nw, nd) = (w.len(), d.len());
+        let mut records: Vec<Record> = Vec::with_capacity(nw + nd);
+        records.extend(
+            w.into_iter()
+                .zip(&w_types)
+                .map(|(e, &t)| finish(e, t, image_base)),
+        );
+        records.extend(
+            d.into_iter()
+                .zip(&d_types)
+                .map(|(e, &(t, _))| finish(e, t, image_base)),
+        );
+        let too_large = |_: IndexTooLarge| RegistryError::Invalid {
+            file: format!("{} and {}", wallets.0, dapps.0),
+            msg: "too large to index".into(),
+        };
+        let pos = |r: std::ops::Range<usize>| -> Result<Vec<u32>, RegistryError> {
+            r.map(|i| u32::try_from(i).map_err(|_| too_large(IndexTooLarge)))
+                .collect()
+        };
+        let wallet_pos = pos(0..nw)?;
+        let dapp_pos = pos(nw..nw + nd)?;
+        let mut all_pos = wallet_pos.clone();
+        all_pos.extend(
+            dapp_pos
+                .iter()
+                .zip(&d_types)
+                .filter(|(_, t)| !t.1)
+                .map(|(&p, _)| p),
+        );
+
+        let mut digest = TagHasher::new(0x7265_6769_7374_7279);
+        for r in &records {
+            digest.bytes(&r.json);
+        }
+        digest.word(nw as u64);
+        let digest = digest.finish();
+        let seed = |k: ListKind| digest ^ (k as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // The lists, their full gzip bodies and the fragments are independent: build them on
+        // as many threads (a 100,000-entry registry takes seconds of compression).
+        let build = |pos: Vec<u32>, kind: ListKind| {
+            let list = List::build(&records, pos, seed(kind), &mut gzip::Fragmenter::default())?;
+            let gz = Bytes::from(gzip::compress(&list.body));
+            Ok::<_, IndexTooLarge>((list, gz))
+        };
+        let (lists, frags) = std::thread::scope(|s| {
+            let w = s.spawn(|| build(wallet_pos, ListKind::Wallets));
+            let d = s.spawn(|| build(dapp_pos, ListKind::Dapps));
+            let f = s.spawn(|| Fragments::build(&records, &mut gzip::Fragmenter::default()));
+            let a = build(all_pos, ListKind::All);
+            let join = |h: std::thread::ScopedJoinHandle<'_, Result<_, IndexTooLarge>>| {
+                h.join().unwrap_or(Err(IndexTooLarge))
+            };
+            let lists = [join(w), join(d), a];
+            (lists, f.join().ok())
+        });
+        let [w, d, a] = lists;
+        let (w, d, a) = (
+            w.map_err(too_large)?,
+            d.map_err(too_large)?,
+            a.map_err(too_large)?,
+        );
+        let frags = frags.ok_or_else(|| too_large(IndexTooLarge))?;
+        let gzipped = [w.1, d.1, a.1];
+        let lists = [w.0, d.0, a.0];
+        let ids = records.iter().map(|r| r.id.clone()).collect();
+        let fixed = [0, 1, 2].map(|i| {
+            let l = &lists[i];
+            let n = l.len();
+            let tag = l.tag(&Selection::Range(0..n), n);
+            Fixed {
+                identity: Answer::new(etag::Tag::new(tag, false), l.body.clone(), false),
+                gzip: Answer::new(etag::Tag::new(tag, true), gzipped[i].clone(), true),
+            }
+        });
+        let core = Core {
+            lists,
+            frags,
+            ids,
             image_base: image_base.to_string(),
+            digest,
+        };
+        Ok(Registry {
+            core: Arc::new(core),
+            fixed,
         })
+    }
+
+    /// Number of entries of a listings endpoint.
+    pub fn len(&self, kind: ListKind) -> usize {
+        self.core.lists[kind as usize].len()
+    }
+
+    /// Whether a listings endpoint has no entries.
+    pub fn is_empty(&self, kind: ListKind) -> bool {
+        self.len(kind) == 0
+    }
+
+    /// The search index of a listings endpoint.
+    pub fn search_index(&self, kind: ListKind) -> &index::SearchIndex {
+        &self.core.lists[kind as usize].index
     }
 
     /// Answers a `GET` or `HEAD` request whose path starts with `/api/v1/`.
     pub fn respond(&self, req: &Request<'_>) -> Response {
-        let _ = (req, &self.image_base);
-        Response::json_error(404, "not found")
+        let rest = req.path.strip_prefix("/api/v1/").unwrap_or("");
+        if let Some(kind) = ListKind::from_path(rest) {
+            return self.listing(kind, req);
+        }
+        if let Some(logo) = rest.strip_prefix("logo/") {
+            return self.logo(logo, req);
+        }
+        error(404, "unknown registry path; see /api/v1/wallets, /api/v1/dapps, /api/v1/all, /api/v1/logo/:size/:id")
+    }
+
+    fn listing(&self, kind: ListKind, req: &Request<'_>) -> Response {
+        let q = if req.query.is_empty() {
+            ListQuery::default()
+        } else {
+            match query::parse(req.query) {
+                Ok(q) => q,
+                Err(e) => return error(400, &e.to_string()),
+            }
+        };
+        let list = &self.core.lists[kind as usize];
+        let matches = match &q.search {
+            Some(s) => list.index.find(s),
+            None => Matches::All(list.len()),
+        };
+        let total = matches.len();
+        let window = match q.paging {
+            None => 0..total,
+            Some((entries, page)) => {
+                let start = (page - 1).saturating_mul(u64::from(entries));
+                let start = usize::try_from(start).unwrap_or(usize::MAX).min(total);
+                start..start.saturating_add(entries as usize).min(total)
+            }
+        };
+        if window.len() == list.len() {
+            // Everything, in order: the precomputed answer.
+            let f = &self.fixed[kind as usize];
+            return if req.accept_gzip {
+                f.gzip.respond(req)
+            } else {
+                f.identity.respond(req)
+            };
+        }
+        let sel = match &matches {
+            Matches::All(_) => Selection::Range(window),
+            Matches::Slice(s) => Selection::Positions(s.get(window).unwrap_or(&[])),
+            Matches::Owned(v) => Selection::Positions(v.get(window).unwrap_or(&[])),
+        };
+        let gz = list.would_gzip(&sel, total, req.accept_gzip, &self.core.frags);
+        let tag = etag::Tag::new(list.tag(&sel, total), gz);
+        if req
+            .if_none_match
+            .is_some_and(|inm| etag::if_none_match(inm, tag.as_bytes()))
+        {
+            return Response {
+                status: 304,
+                headers: headers(None, false, &tag, true),
+                body: Bytes::new(),
+            };
+        }
+        let body = list.assemble(&sel, total, gz, &self.core.frags);
+        Response {
+            status: 200,
+            headers: headers(Some(JSON), body.gzip, &tag, true),
+            body: Bytes::from(body.body),
+        }
+    }
+
+    fn logo(&self, rest: &str, req: &Request<'_>) -> Response {
+        let Some((size, id)) = rest.split_once('/') else {
+            return error(
+                404,
+                "unknown registry path; logos are at /api/v1/logo/:size/:id",
+            );
+        };
+        if id.contains('/') {
+            return error(
+                404,
+                "unknown registry path; logos are at /api/v1/logo/:size/:id",
+            );
+        }
+        if !SIZES.contains(&size) {
+            return error(400, "parameter \"size\" must be one of sm, md, lg");
+        }
+        let id = percent_decode_path(id);
+        match id {
+            Some(id) if self.core.ids.contains(id.as_ref()) => {
+                let body = logo_url(&self.core.image_base, size, &id);
+                let mut h = TagHasher::new(self.core.digest);
+                h.bytes(body.as_bytes());
+                let tag = etag::Tag::new(h.finish(), false);
+                if req
+                    .if_none_match
+                    .is_some_and(|inm| etag::if_none_match(inm, tag.as_bytes()))
+                {
+                    return Response {
+                        status: 304,
+                        headers: headers(None, false, &tag, false),
+                        body: Bytes::new(),
+                    };
+                }
+                Response {
+                    status: 200,
+                    headers: headers(Some(TEXT), false, &tag, false),
+                    body: Bytes::from(body),
+                }
+            }
+            _ => error(404, "parameter \"id\" is not the id of any entry"),
+        }
     }
 }
+
+/// Percent-decodes a path segment (`+` stays `+`); `None` if invalid or not UTF-8.
+fn percent_decode_path(s: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if !s.contains('%') {
+        return Some(std::borrow::Cow::Borrowed(s));
+    }
+    let mut out = Vec::with_capacity(s.len());
+    let mut it = s.bytes();
+    while let Some(b) = it.next() {
+        if b == b'%' {
+            let h = it.next().and_then(|c| char::from(c).to_digit(16))?;
+            let l = it.next().and_then(|c| char::from(c).to_digit(16))?;
+            out.push((h * 16 + l) as u8);
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
+}
+
+/// The header lines of a registry answer: content type (not on 304), encoding, tag, caching
+/// and, where gzip may apply, `Vary`.
+fn headers(content_type: Option<&str>, gzip: bool, tag: &etag::Tag, vary: bool) -> Bytes {
+    let mut h = Vec::with_capacity(160);
+    if let Some(ct) = content_type {
+        h.extend_from_slice(b"Content-Type: ");
+        h.extend_from_slice(ct.as_bytes());
+        h.extend_from_slice(b"\r\n");
+    }
+    if gzip {
+        h.extend_from_slice(b"Content-Encoding: gzip\r\n");
+    }
+    h.extend_from_slice(b"ETag: ");
+    h.extend_from_slice(tag.as_bytes());
+    h.extend_from_slice(b"\r\nCache-Control: ");
+    h.extend_from_slice(CACHE_CONTROL.as_bytes());
+    h.extend_from_slice(b"\r\n");
+    if vary {
+        h.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    }
+    Bytes::from(h)
+}
+
+/// A JSON error answer, tagged and cacheable like every registry answer.
+fn error(status: u16, msg: &str) -> Response {
+    let mut body = Vec::with_capacity(msg.len() + 16);
+    body.extend_from_slice(b"{\"error\":");
+    data::write_json_str(&mut body, msg);
+    body.push(b'}');
+    let mut h = TagHasher::new(u64::from(status));
+    h.bytes(&body);
+    Response {
+        status,
+        headers: headers(Some(JSON), false, &etag::Tag::new(h.finish(), false), false),
+        body: Bytes::from(body),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -183,6 +183,8 @@ impl Limits {
 }
 
 fn secs(s: f64) -> Duration {
+    // NaN (accepted by the f64 parser) would make `from_secs_f64` panic: treat it as 1 s.
+    let s = if s.is_nan() { 1.0 } else { s };
     Duration::from_secs_f64(s.clamp(0.001, 1e9))
 }
 

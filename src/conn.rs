@@ -302,6 +302,10 @@ impl IdSource {
         if self.pos + 32 > self.buf.len() {
             // The OS CSPRNG does not fail on Linux once seeded; if it ever did, refusing to
             // hand out predictable ids is the only safe answer.
+            #[allow(
+                clippy::expect_used,
+                reason = "no input reaches it; predictable ids are worse"
+            )]
             getrandom::fill(&mut self.buf).expect("OS random number generator failed");
             self.pos = 0;
         }
@@ -648,6 +652,9 @@ fn rpc_message(conn: &mut Conn, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     }
     if !out.is_empty() {
         conn.send_text(&out);
+    }
+    if out.capacity() > 64 << 10 {
+        out = Vec::with_capacity(4096);
     }
     *ctx.scratch = out;
 }

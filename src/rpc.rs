@@ -14,6 +14,10 @@ use thiserror::Error;
 /// Largest nesting of arrays and objects accepted in a message (deeper is a parse error).
 pub const MAX_DEPTH: usize = 64;
 
+/// Most elements in one batch; a longer batch is answered with one -32600 error (it could
+/// otherwise turn one message into an answer many times its size).
+pub const MAX_BATCH: usize = 100;
+
 /// Longest ttl, seconds (30 days).
 pub const MAX_TTL: u64 = 2_592_000;
 
@@ -195,6 +199,13 @@ pub fn decode<'a>(
             Id::Null,
             RpcError::new(code::INVALID_REQUEST, "Invalid request: empty batch"),
         )),
+        Top::Many(v) if v.len() > MAX_BATCH => Incoming::Single(Item::Invalid(
+            Id::Null,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "Invalid request: batch of more than 100 requests",
+            ),
+        )),
         Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
     })
 }
@@ -211,6 +222,13 @@ pub fn decode_serde_json(buf: &[u8]) -> Result<Incoming<'_>, ParseError> {
         Top::Many(v) if v.is_empty() => Incoming::Single(Item::Invalid(
             Id::Null,
             RpcError::new(code::INVALID_REQUEST, "Invalid request: empty batch"),
+        )),
+        Top::Many(v) if v.len() > MAX_BATCH => Incoming::Single(Item::Invalid(
+            Id::Null,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "Invalid request: batch of more than 100 requests",
+            ),
         )),
         Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
     })

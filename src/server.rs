@@ -155,6 +155,10 @@ fn bind(addr: SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
 
 fn random_seeds() -> [u64; 4] {
     let mut b = [0u8; 32];
+    #[allow(
+        clippy::expect_used,
+        reason = "at start, before any input; no safe fallback"
+    )]
     getrandom::fill(&mut b).expect("OS random number generator failed");
     let mut s = [0u64; 4];
     for (i, v) in s.iter_mut().enumerate() {
@@ -280,7 +284,15 @@ impl Server {
                             log::warn!("worker {i}: could not pin to core {}", c.id);
                         }
                     }
-                    worker.run();
+                    // A worker that panicked would leave its core's connections and topics
+                    // dead while the process looks alive: end the process instead, so that
+                    // the supervisor (systemd: Restart=on-failure) starts a whole one.
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run()))
+                        .is_err()
+                    {
+                        log::error!("worker {i} panicked; aborting the process");
+                        std::process::abort();
+                    }
                 })
                 .map_err(io_err("spawning a worker thread"))?;
             threads.push(t);

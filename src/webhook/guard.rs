@@ -267,7 +267,9 @@ mod tests {
         let addrs = resolve(true, "http://127.0.0.1:9/x").unwrap_or_default();
         assert_eq!(
             addrs,
-            vec!["127.0.0.1:9".parse().unwrap_or_else(|_| unreachable!())]
+            vec!["127.0.0.1:9"
+                .parse::<std::net::SocketAddr>()
+                .expect("literal")]
         );
     }
 }

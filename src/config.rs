@@ -128,7 +128,11 @@ pub struct Limits {
     pub ping_interval: f64,
 
     /// Open connections per worker; past it new connections are closed at accept.
-    #[arg(long, env = "WALLETRELAY_MAX_CONNECTIONS", default_value_t = 1_000_000)]
+    #[arg(
+        long = "max-connections",
+        env = "WALLETRELAY_MAX_CONNECTIONS",
+        default_value_t = 1_000_000
+    )]
     pub max_connections_per_worker: usize,
 
     /// Messages queued from one worker to another before the sender drops (and counts) them.

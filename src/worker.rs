@@ -204,6 +204,11 @@ impl Worker {
             }
             self.deliver();
             self.flush_dirty();
+            // Slow or not is judged after the socket took what it could.
+            while let Some(k) = self.overflow.pop() {
+                self.check_outbound(k);
+            }
+            self.flush_dirty();
             // A full queue to another worker: retry within a millisecond.
             self.outbox_waiting = self.relay.flush_outboxes();
             self.reap();
@@ -314,7 +319,9 @@ impl Worker {
                     self.fail_oversize(key);
                     return;
                 }
-                let want = (cap - len).min(SCRATCH);
+                // Grow by doubling from what is held: a connection stuck on a partial head
+                // keeps a few KiB, not a whole scratch buffer.
+                let want = (cap - len).min(SCRATCH).min(len.max(2048));
                 asked = want;
                 c.rbuf.resize(len + want, 0);
                 let r = c.sock.read(&mut c.rbuf[len..]);
@@ -411,10 +418,7 @@ impl Worker {
         };
         let c = &mut self.conns[key];
         if used >= buf.len() || matches!(c.phase, Phase::Closing) {
-            buf.clear();
-            if buf.capacity() > SCRATCH {
-                buf = Vec::new();
-            }
+            buf = Vec::new();
         } else if used > 0 {
             buf.drain(..used);
         }
@@ -564,9 +568,6 @@ impl Worker {
         if self.relay.deliveries.is_empty() {
             self.relay.deliveries = list;
         }
-        while let Some(k) = self.overflow.pop() {
-            self.check_outbound(k);
-        }
     }
 
     /// Closes a WebSocket whose outbound buffer passed the limit (DECISIONS §3: 1008).
@@ -581,6 +582,7 @@ impl Worker {
         }
         self.shared.metrics.cores[self.id].drop(DropReason::SlowConsumer, 1);
         c.ws_close(close::POLICY, "outbound buffer full", now);
+        self.mark_dirty(key);
         self.arm(key);
     }
 

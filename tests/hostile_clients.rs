@@ -126,13 +126,32 @@ fn get(server: &Server, path: &str) -> (Option<u16>, Vec<u8>) {
     (status_of(&raw), body)
 }
 
-/// Polls a metric until `ok` holds (or `within` passes); returns the last value.
+/// A metric summed over its series, or `None` when `/metrics` did not answer 200 (a
+/// refused connection reads as nothing, which `Server::metric` would sum to 0).
+fn metric(server: &Server, name: &str) -> Option<f64> {
+    let raw = server.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if status_of(&raw) != Some(200) {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&raw).to_string();
+    Some(
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.split(['{', ' ']).next() == Some(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+            + 0.0,
+    )
+}
+
+/// Polls a metric until `/metrics` answers and `ok` holds (or `within` passes); returns the
+/// last value (NaN if `/metrics` never answered).
 fn wait_metric(server: &Server, name: &str, within: Duration, ok: impl Fn(f64) -> bool) -> f64 {
     let start = Instant::now();
     loop {
-        let v = server.metric(name);
-        if ok(v) || start.elapsed() > within {
-            return v;
+        let v = metric(server, name);
+        if v.is_some_and(&ok) || start.elapsed() > within {
+            return v.unwrap_or(f64::NAN);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -152,18 +171,23 @@ fn dropped(server: &Server, reason: &str) -> f64 {
 /// A relay round trip on a fresh topic: subscribe, publish from another connection, receive.
 fn relay_round_trip(sub: &mut Ws, publ: &mut Ws, n: usize) {
     let tp = topic();
-    sub.subscribe(&tp);
+    let id = sub.subscribe(&tp);
     let msg = format!("round trip {n}");
     publ.publish(&tp, &msg);
     let (_, t, m) = sub.next_push();
     assert_eq!((t.as_str(), m.as_str()), (tp.as_str(), msg.as_str()));
+    let r = sub.call("waku_unsubscribe", json!({"topic": tp, "id": id}));
+    assert_eq!(r["result"], true, "{r}");
 }
 
 /// The server still answers `/hello`, `/health` and a relay round trip.
 fn assert_serving(server: &Server, what: &str) {
     let (st, body) = get(server, "/hello");
     assert_eq!(st, Some(200), "/hello after {what}");
-    assert_eq!(body, b"Hello World, this is WalletRelay v2.0", "after {what}");
+    assert_eq!(
+        body, b"Hello World, this is WalletRelay v2.0",
+        "after {what}"
+    );
     assert_eq!(get(server, "/health").0, Some(204), "/health after {what}");
     let (mut a, mut b) = (server.ws(), server.ws());
     relay_round_trip(&mut a, &mut b, 0);
@@ -193,12 +217,18 @@ const UPGRADE: &[u8] = b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1
 
 #[derive(Debug)]
 enum Next {
-    Frame { op: u8, payload: Vec<u8> },
+    Frame {
+        op: u8,
+        payload: Vec<u8>,
+    },
     /// EOF between frames.
     Eof,
     /// EOF or an error inside a frame (or a reset). (Fields are read through `Debug`.)
     #[allow(dead_code)]
-    Cut { buffered: usize, error: String },
+    Cut {
+        buffered: usize,
+        error: String,
+    },
     /// Nothing within the read timeout.
     Timeout,
 }
@@ -212,7 +242,27 @@ struct Raw {
 impl Raw {
     /// Upgrades a fresh connection at `/` and checks the 101.
     fn open(server: &Server) -> Raw {
-        let mut s = server.tcp();
+        Raw::upgrade(server.tcp())
+    }
+
+    /// Like `open`, over a connection that announces an internet-sized MSS (1400 bytes)
+    /// and a 64 KiB receive buffer. On loopback the MSS is ~64 KiB, with which Linux grows
+    /// the server's send buffer for the connection to ~4 MiB at once: a client that never
+    /// reads would absorb that much in kernel buffers before the server's own outbound
+    /// limit came into play. With a real MSS it absorbs a few hundred KiB at most.
+    fn open_internet_like(server: &Server) -> Raw {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        sock.set_mss(1400).expect("TCP_MAXSEG");
+        sock.set_recv_buffer_size(65536).expect("SO_RCVBUF");
+        sock.connect(&server.addr.into()).expect("connect");
+        let s: TcpStream = sock.into();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Raw::upgrade(s)
+    }
+
+    fn upgrade(mut s: TcpStream) -> Raw {
         s.write_all(UPGRADE).unwrap();
         let mut buf = Vec::new();
         loop {
@@ -337,7 +387,8 @@ impl Raw {
         loop {
             match self.next() {
                 Next::Frame { op: 8, payload } => {
-                    let code = (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
+                    let code =
+                        (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
                     let end = match self.next() {
                         Next::Eof => "EOF".to_string(),
                         other => format!("{other:?}"),
@@ -355,7 +406,8 @@ impl Raw {
 // (a) Slowloris
 
 /// The head a slowloris client dribbles, then `a` forever (it never ends).
-const SLOW_HEAD: &[u8] = b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slowloris\r\nX-Slow: ";
+const SLOW_HEAD: &[u8] =
+    b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slowloris\r\nX-Slow: ";
 
 fn slow_byte(i: usize) -> u8 {
     SLOW_HEAD.get(i).copied().unwrap_or(b'a')
@@ -382,7 +434,7 @@ struct SlowEnd {
 fn open_slow(server: &Server, i: usize) -> Slow {
     let mut sock = TcpStream::connect(server.addr).expect("slowloris connect");
     let _ = sock.set_nodelay(true);
-    let silent = i % 10 == 0;
+    let silent = i.is_multiple_of(10);
     let mut sent = 0;
     if !silent {
         sock.write_all(&[slow_byte(0)]).unwrap();
@@ -446,7 +498,8 @@ impl Normal {
         }
     }
 
-    fn round(&mut self, server: &Server) -> Duration {
+    /// Returns how long each of the three parts took.
+    fn round(&mut self, server: &Server) -> [Duration; 3] {
         let start = Instant::now();
         self.n += 1;
         self.http
@@ -455,9 +508,11 @@ impl Normal {
         let (st, body) = read_response(&mut self.http, &mut self.buf).expect("/hello answer");
         assert_eq!(st, 200);
         assert_eq!(body, b"Hello World, this is WalletRelay v2.0");
+        let hello = start.elapsed();
         assert_eq!(get(server, "/health").0, Some(204), "/health");
+        let health = start.elapsed() - hello;
         relay_round_trip(&mut self.sub, &mut self.publ, self.n);
-        start.elapsed()
+        [hello, health, start.elapsed() - hello - health]
     }
 }
 
@@ -469,19 +524,23 @@ fn slowloris_connections_are_cut_by_the_head_timeout_while_normal_clients_are_se
     const HEAD_TIMEOUT: f64 = 2.0;
     let mut server = Server::start(&["--threads", "2", "--head-timeout", "2"]);
     let pid = server.child.id();
-    let base_open = wait_metric(&server, "walletrelay_connections_open", Duration::from_secs(5), |v| {
-        v <= 1.0
-    });
+    let base_open = wait_metric(
+        &server,
+        "walletrelay_connections_open",
+        Duration::from_secs(5),
+        |v| v <= 1.0,
+    );
     let mut normal = Normal::new(&server);
-    let before: Vec<Duration> = (0..30).map(|_| normal.round(&server)).collect();
+    let before_parts: Vec<[Duration; 3]> = (0..30).map(|_| normal.round(&server)).collect();
     let rss_before = rss_kib(pid);
 
     let attacking = AtomicBool::new(true);
     let ready = AtomicBool::new(false);
     let peak_open = Mutex::new(0usize);
-    let (ends, leftovers, during) = std::thread::scope(|s| {
+    let (ends, leftovers, during_parts) = std::thread::scope(|s| {
         let attacker = s.spawn(|| {
-            let mut slots: Vec<Option<Slow>> = (0..SLOW).map(|i| Some(open_slow(&server, i))).collect();
+            let mut slots: Vec<Option<Slow>> =
+                (0..SLOW).map(|i| Some(open_slow(&server, i))).collect();
             let mut opened = SLOW;
             ready.store(true, Ordering::SeqCst);
             let start = Instant::now();
@@ -524,21 +583,28 @@ fn slowloris_connections_are_cut_by_the_head_timeout_while_normal_clients_are_se
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let leftovers: Vec<Duration> = slots.iter().flatten().map(|c| c.opened.elapsed()).collect();
+            let leftovers: Vec<Duration> =
+                slots.iter().flatten().map(|c| c.opened.elapsed()).collect();
             (ends, leftovers)
         });
         while !ready.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let mut during = Vec::new();
+        let mut during_parts = Vec::new();
         while attacking.load(Ordering::SeqCst) {
-            during.push(normal.round(&server));
+            during_parts.push(normal.round(&server));
         }
         let (ends, leftovers) = attacker.join().expect("attacker");
-        (ends, leftovers, during)
+        (ends, leftovers, during_parts)
     });
     assert_alive(&mut server, "after the slowloris attack");
     let rss_after = rss_kib(pid);
+    let total = |p: &[Duration; 3]| p[0] + p[1] + p[2];
+    let before: Vec<Duration> = before_parts.iter().map(total).collect();
+    let during: Vec<Duration> = during_parts.iter().map(total).collect();
+    let slowest_parts: Vec<Duration> = (0..3)
+        .map(|i| during_parts.iter().map(|p| p[i]).max().unwrap_or_default())
+        .collect();
 
     let mut got_408 = 0;
     let mut closed_silently = 0;
@@ -574,8 +640,9 @@ fn slowloris_connections_are_cut_by_the_head_timeout_while_normal_clients_are_se
     eprintln!(
         "slowloris: {} connections ({} at once), {} answered 408, {} closed without an answer \
          (silent ones), {} still open at the end; lifetime p50 {:?} max {:?}; normal rounds \
-         before: {} p50 {:?} p99 {:?} max {:?}; during: {} p50 {:?} p99 {:?} max {:?}; server \
-         RSS {} -> {} KiB",
+         before: {} p50 {:?} p99 {:?} max {:?}; during: {} p50 {:?} p99 {:?} max {:?} (slowest \
+         keep-alive /hello {:?}, fresh-connection /health {:?}, relay round trip {:?}); \
+         server RSS {} KiB before, {} KiB at the end of the attack",
         ends.len(),
         *peak_open.lock().unwrap(),
         got_408,
@@ -591,6 +658,9 @@ fn slowloris_connections_are_cut_by_the_head_timeout_while_normal_clients_are_se
         percentile(&during, 0.5),
         percentile(&during, 0.99),
         percentile(&during, 1.0),
+        slowest_parts[0],
+        slowest_parts[1],
+        slowest_parts[2],
         rss_before,
         rss_after
     );
@@ -600,25 +670,41 @@ fn slowloris_connections_are_cut_by_the_head_timeout_while_normal_clients_are_se
         leftovers.len(),
         leftovers.iter().max()
     );
-    assert!(bad.is_empty(), "{} wrong endings, e.g.:\n{}", bad.len(), bad[..bad.len().min(10)].join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} wrong endings, e.g.:\n{}",
+        bad.len(),
+        bad[..bad.len().min(10)].join("\n")
+    );
     assert!(ends.len() >= SLOW, "{} slowloris connections", ends.len());
     assert!(got_408 >= SLOW * 8 / 10, "only {got_408} got 408");
     assert!(
         worst < Duration::from_secs_f64(HEAD_TIMEOUT + 10.0),
         "a slowloris connection lived {worst:?} with a {HEAD_TIMEOUT} s head timeout"
     );
-    assert!(during.len() >= 5, "only {} normal rounds during the attack", during.len());
+    assert!(
+        during.len() >= 5,
+        "only {} normal rounds during the attack",
+        during.len()
+    );
     assert!(
         percentile(&during, 1.0) < Duration::from_secs(10),
         "a normal round took {:?} during the attack",
         percentile(&during, 1.0)
     );
-    let open = wait_metric(&server, "walletrelay_connections_open", Duration::from_secs(10), |v| {
-        v <= base_open + 3.0
-    });
+    let open = wait_metric(
+        &server,
+        "walletrelay_connections_open",
+        Duration::from_secs(10),
+        |v| v <= base_open + 3.0,
+    );
     // The normal client's three connections are still open.
     assert_eq!(open, base_open + 3.0, "connections_open after the attack");
     assert_serving(&server, "the slowloris attack");
+    eprintln!(
+        "slowloris: server RSS {} KiB once the attack is over",
+        rss_kib(pid)
+    );
 }
 
 // ------------------------------------------------------------------------------------------
@@ -647,9 +733,13 @@ fn flood(server: &Server, n: usize, first: &[u8]) -> Vec<TcpStream> {
     })
 }
 
+/// Flood connections the server closed (what each got), and those it holds (index, what
+/// each got so far).
+type Sorted = (Vec<Vec<u8>>, Vec<(usize, Vec<u8>)>);
+
 /// Sorts flood connections into those the server closed (EOF or reset, with what they got)
 /// and those it holds, waiting up to `within` for the closes to show.
-fn classify(conns: &mut [TcpStream], want_held: usize, within: Duration) -> (Vec<Vec<u8>>, Vec<(usize, Vec<u8>)>) {
+fn classify(conns: &mut [TcpStream], want_held: usize, within: Duration) -> Sorted {
     for c in conns.iter() {
         c.set_nonblocking(true).unwrap();
     }
@@ -700,6 +790,7 @@ fn classify(conns: &mut [TcpStream], want_held: usize, within: Duration) -> (Vec
 fn connection_flood_past_the_limit_is_refused_at_once_and_the_server_recovers() {
     raise_nofile_limit();
     const LIMIT: usize = 50;
+    // The flag as README.md and `src/config.rs` spell it.
     let mut server = Server::start(&[
         "--threads",
         "1",
@@ -708,11 +799,15 @@ fn connection_flood_past_the_limit_is_refused_at_once_and_the_server_recovers() 
         "--head-timeout",
         "60",
     ]);
-    let base = wait_metric(&server, "walletrelay_connections_open", Duration::from_secs(5), |v| {
-        v <= 1.0
-    });
+    let base = wait_metric(
+        &server,
+        "walletrelay_connections_open",
+        Duration::from_secs(5),
+        |v| v <= 1.0,
+    );
     assert_eq!(base, 1.0, "only the /metrics connection is open");
-    let refused_before = server.metric("walletrelay_connections_refused_total");
+    let refused_before =
+        metric(&server, "walletrelay_connections_refused_total").expect("/metrics");
     // Let the server reap that last /metrics connection before the flood takes the slots.
     std::thread::sleep(Duration::from_millis(300));
 
@@ -722,16 +817,27 @@ fn connection_flood_past_the_limit_is_refused_at_once_and_the_server_recovers() 
     let connect_time = t.elapsed();
     let (refused, held) = classify(&mut conns, LIMIT, Duration::from_secs(10));
     let classify_time = t.elapsed();
-    assert_eq!(held.len(), LIMIT, "connections held open at --max-connections {LIMIT}");
+    assert_eq!(
+        held.len(),
+        LIMIT,
+        "connections held open at --max-connections {LIMIT}"
+    );
     assert_eq!(refused.len(), 1000 - LIMIT);
     assert!(
         refused.iter().all(|g| g.is_empty()),
         "a refused connection got bytes: {:?}",
-        refused.iter().find(|g| !g.is_empty()).map(|g| String::from_utf8_lossy(g).to_string())
+        refused
+            .iter()
+            .find(|g| !g.is_empty())
+            .map(|g| String::from_utf8_lossy(g).to_string())
     );
     // While the flood holds every slot, a newcomer is turned away too, without an answer.
     let late = server.raw_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(late.is_empty(), "a request past the limit got {:?}", String::from_utf8_lossy(&late));
+    assert!(
+        late.is_empty(),
+        "a request past the limit got {:?}",
+        String::from_utf8_lossy(&late)
+    );
     assert_alive(&mut server, "during the flood");
     drop(conns);
     let t2 = Instant::now();
@@ -745,7 +851,8 @@ fn connection_flood_past_the_limit_is_refused_at_once_and_the_server_recovers() 
     }
     let recover_time = t2.elapsed();
     assert!(healthy, "/health not 204 within 10 s of the flood's end");
-    let refused_total = server.metric("walletrelay_connections_refused_total") - refused_before;
+    let refused_total = metric(&server, "walletrelay_connections_refused_total").expect("/metrics")
+        - refused_before;
     assert!(
         refused_total >= (1000 - LIMIT + 1) as f64,
         "walletrelay_connections_refused_total rose by {refused_total}"
@@ -764,15 +871,27 @@ fn connection_flood_past_the_limit_is_refused_at_once_and_the_server_recovers() 
         while find(&buf, b"\r\n\r\n").is_none() {
             read_more(c, &mut buf).expect("held connection's answer");
         }
-        assert_eq!(status_of(&buf), Some(204), "{:?}", String::from_utf8_lossy(&buf));
+        assert_eq!(
+            status_of(&buf),
+            Some(204),
+            "{:?}",
+            String::from_utf8_lossy(&buf)
+        );
     }
-    assert!(refused2.iter().all(|g| g.is_empty()), "a refused connection got an answer");
+    assert!(
+        refused2.iter().all(|g| g.is_empty()),
+        "a refused connection got an answer"
+    );
     drop(conns);
-    let open = wait_metric(&server, "walletrelay_connections_open", Duration::from_secs(10), |v| {
-        v <= base
-    });
+    let open = wait_metric(
+        &server,
+        "walletrelay_connections_open",
+        Duration::from_secs(10),
+        |v| v <= base,
+    );
     assert_eq!(open, base, "connections_open after the floods");
-    let refused_total = server.metric("walletrelay_connections_refused_total") - refused_before;
+    let refused_total = metric(&server, "walletrelay_connections_refused_total").expect("/metrics")
+        - refused_before;
     eprintln!(
         "flood: 1000 connections in {connect_time:?}, sorted in {classify_time:?}: {} held, {} \
          refused; recovered (/health 204) {recover_time:?} after release; second wave 300 with \
@@ -786,27 +905,58 @@ fn connection_flood_past_the_limit_is_refused_at_once_and_the_server_recovers() 
     assert_alive(&mut server, "after the floods");
 }
 
+/// README.md documents the per-worker connection limit as `--max-connections N`.
+#[test]
+fn the_readmes_max_connections_flag_is_accepted() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walletrelay"))
+        .args(["--max-connections", "50", "--help"])
+        .output()
+        .expect("run walletrelay");
+    assert!(
+        out.status.success(),
+        "`walletrelay --max-connections 50` (README.md) is refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 // ------------------------------------------------------------------------------------------
 // (c) Subscribers that never read
 
 const NR_MESSAGES: usize = 800;
 const NR_SIZE: usize = 2048;
 
-fn nr_message(i: usize) -> String {
-    let mut m = format!("msg-{i:06}-");
-    let fill = (b'a' + (i % 26) as u8) as char;
-    while m.len() < NR_SIZE {
-        m.push(fill);
-    }
-    m
+fn nr_message(i: usize) -> &'static str {
+    static ALL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = ALL.get_or_init(|| {
+        (0..=NR_MESSAGES)
+            .map(|i| {
+                let mut m = format!("msg-{i:06}-");
+                let fill = (b'a' + (i % 26) as u8) as char;
+                while m.len() < NR_SIZE {
+                    m.push(fill);
+                }
+                m
+            })
+            .collect()
+    });
+    &all[i]
 }
 
-/// The message number of a push if it carries exactly `nr_message(n)`.
+/// The message number of a push if it carries exactly `nr_message(n)` (a push ends with
+/// `"message":"<message>"}}}`).
 fn nr_push(payload: &[u8]) -> Option<usize> {
-    let p = find(payload, b"\"message\":\"msg-")? + 11;
-    let n: usize = std::str::from_utf8(payload.get(p + 4..p + 10)?).ok()?.parse().ok()?;
-    let want = nr_message(n);
-    (payload.get(p..p + NR_SIZE)? == want.as_bytes() && payload.get(p + NR_SIZE) == Some(&b'"'))
+    let end = payload.len().checked_sub(4)?;
+    let start = end.checked_sub(NR_SIZE)?;
+    if &payload[end..] != b"\"}}}"
+        || payload.get(start.checked_sub(11)?..start)? != b"\"message\":\""
+    {
+        return None;
+    }
+    let n: usize = std::str::from_utf8(&payload[start + 4..start + 10])
+        .ok()?
+        .parse()
+        .ok()?;
+    ((1..=NR_MESSAGES).contains(&n) && &payload[start..end] == nr_message(n).as_bytes())
         .then_some(n)
 }
 
@@ -815,15 +965,25 @@ fn subscribers_that_never_read_are_closed_with_1008_memory_stays_bounded_and_the
     raise_nofile_limit();
     const NON_READERS: usize = 200;
     const READERS: usize = 4;
-    let mut server = Server::start(&["--threads", "2", "--max-outbound", "65536"]);
+    // (No heartbeat during the test: the non-readers send nothing for a while.)
+    let mut server = Server::start(&[
+        "--threads",
+        "2",
+        "--max-outbound",
+        "65536",
+        "--ping-interval",
+        "600",
+    ]);
     let pid = server.child.id();
     let tp = topic();
 
     let mut lazy: Vec<Raw> = (0..NON_READERS)
         .map(|i| {
-            let mut c = Raw::open(&server);
-            c.send_json(&json!({"id": i, "jsonrpc": "2.0", "method": "waku_subscribe",
-                                "params": {"topic": tp}}));
+            let mut c = Raw::open_internet_like(&server);
+            c.send_json(
+                &json!({"id": i, "jsonrpc": "2.0", "method": "waku_subscribe",
+                                "params": {"topic": tp}}),
+            );
             let v = c.json();
             assert!(v["result"].is_string(), "{v}");
             c
@@ -832,7 +992,7 @@ fn subscribers_that_never_read_are_closed_with_1008_memory_stays_bounded_and_the
     let rss_before = rss_kib(pid);
     let stop = AtomicBool::new(false);
     let peak = Mutex::new(rss_before);
-    let publish_time = std::thread::scope(|s| {
+    let (publish_time, reader_results, ends, rss_after) = std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(Ordering::SeqCst) {
                 let r = rss_kib(pid);
@@ -847,64 +1007,116 @@ fn subscribers_that_never_read_are_closed_with_1008_memory_stays_bounded_and_the
                 let mut w = server.ws();
                 w.subscribe(&tp);
                 let tp = tp.clone();
-                s.spawn(move || {
-                    for i in 1..=NR_MESSAGES {
-                        let (_, t, m) = w.next_push();
-                        assert_eq!(t, tp);
-                        assert!(m == nr_message(i), "a reading subscriber's push #{i} is not message #{i}");
+                s.spawn(move || -> Result<(), String> {
+                    // Reads as fast as it can: every message, in order, and nothing more.
+                    let mut n = 0;
+                    while n < NR_MESSAGES {
+                        match w.sock.read() {
+                            Ok(tungstenite::Message::Text(t)) => {
+                                let v: Value = serde_json::from_str(t.as_str())
+                                    .map_err(|e| format!("push #{} not JSON: {e}", n + 1))?;
+                                let m = v["params"]["data"]["message"].as_str().unwrap_or("");
+                                if v["params"]["data"]["topic"] != *tp || m != nr_message(n + 1) {
+                                    return Err(format!(
+                                        "push #{} is not message #{}",
+                                        n + 1,
+                                        n + 1
+                                    ));
+                                }
+                                n += 1;
+                            }
+                            Ok(tungstenite::Message::Close(c)) => {
+                                return Err(format!(
+                                    "closed by the server after {n} of {NR_MESSAGES} pushes: {c:?}"
+                                ))
+                            }
+                            Ok(_) => {}
+                            Err(e) => return Err(format!("after {n} pushes: {e}")),
+                        }
                     }
-                    assert_eq!(w.recv_within(300), None, "more than {NR_MESSAGES} pushes");
+                    match w.recv_within(300) {
+                        None => Ok(()),
+                        Some(v) => Err(format!("more than {NR_MESSAGES} pushes: {v}")),
+                    }
                 })
             })
             .collect();
+        // Whatever happens below (a failed assertion included), stop the sampler.
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let _stop = Stop(&stop);
         let start = Instant::now();
         let mut publ = server.ws();
         for i in 1..=NR_MESSAGES {
-            publ.publish(&tp, &nr_message(i));
+            publ.publish(&tp, nr_message(i));
         }
         let publish_time = start.elapsed();
-        for r in readers {
-            r.join().expect("a reading subscriber lost messages");
-        }
-        stop.store(true, Ordering::SeqCst);
-        publish_time
+        let rss_after = rss_kib(pid);
+        // Each non-reader now reads, at once and in parallel (the server gives a connection
+        // it closed 10 s to take what is queued for it): pushes 1, 2, ..., k intact and in
+        // order, a close frame 1008, then the end of the stream.
+        let lazy_hs: Vec<_> = lazy
+            .chunks_mut(NON_READERS / 4)
+            .enumerate()
+            .map(|(part, chunk)| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for (j, c) in chunk.iter_mut().enumerate() {
+                        let mut k = 0;
+                        let end = loop {
+                            match c.next() {
+                                Next::Frame { op: 1, payload } => match nr_push(&payload) {
+                                    Some(n) if n == k + 1 => k = n,
+                                    other => break format!("push #{} is message {other:?}", k + 1),
+                                },
+                                Next::Frame { op: 9, .. } => {}
+                                Next::Frame { op: 8, payload } => {
+                                    let code = (payload.len() >= 2)
+                                        .then(|| u16::from_be_bytes([payload[0], payload[1]]));
+                                    let after = c.next();
+                                    break format!("close {code:?} then {after:?}");
+                                }
+                                other => break format!("{other:?} without a close frame"),
+                            }
+                        };
+                        out.push((part * (NON_READERS / 4) + j, k, end));
+                    }
+                    out
+                })
+            })
+            .collect();
+        let reader_results: Vec<Result<(), String>> = readers
+            .into_iter()
+            .map(|r| r.join().expect("reader thread"))
+            .collect();
+        let ends: Vec<(usize, usize, String)> = lazy_hs
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        (publish_time, reader_results, ends, rss_after)
     });
-    let wait = Instant::now();
-    let mut slow_closes = dropped(&server, "slow_consumer");
-    while slow_closes < NON_READERS as f64 && wait.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(100));
-        slow_closes = dropped(&server, "slow_consumer");
-    }
-    let rss_after = rss_kib(pid);
     let rss_peak = *peak.lock().unwrap();
-    assert_alive(&mut server, "after publishing to subscribers that never read");
-
-    // Each non-reader now reads: pushes 1, 2, ..., k intact and in order, a close frame
-    // 1008, then the end of the stream.
-    let mut failures = Vec::new();
+    assert_alive(
+        &mut server,
+        "after publishing to subscribers that never read",
+    );
+    let mut failures: Vec<String> = reader_results
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.err().map(|e| format!("reading subscriber {i}: {e}")))
+        .collect();
     let mut before_close = Vec::new();
-    for (i, c) in lazy.iter_mut().enumerate() {
-        let mut k = 0;
-        let end = loop {
-            match c.next() {
-                Next::Frame { op: 1, payload } => match nr_push(&payload) {
-                    Some(n) if n == k + 1 => k = n,
-                    other => break format!("push #{} is message {other:?}", k + 1),
-                },
-                Next::Frame { op: 9, .. } => {}
-                Next::Frame { op: 8, payload } => {
-                    let code = (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
-                    let after = c.next();
-                    break format!("close {code:?} then {after:?}");
-                }
-                other => break format!("{other:?} without a close frame"),
-            }
-        };
+    for (i, k, end) in ends {
         before_close.push(k);
         if end != "close Some(1008) then Eof" {
             failures.push(format!("non-reader {i}: after {k} pushes: {end}"));
         }
     }
+    let slow_closes = dropped(&server, "slow_consumer");
     drop(lazy);
     // They come back and subscribe: the cache gives them every message (all 800 are cached),
     // so with what they read before the close they have everything.
@@ -921,22 +1133,29 @@ fn subscribers_that_never_read_are_closed_with_1008_memory_stays_bounded_and_the
                         .into_iter()
                         .map(|i| {
                             let mut c = Raw::open(server);
-                            c.send_json(&json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe",
-                                                "params": {"topic": tp}}));
+                            c.send_json(
+                                &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe",
+                                                "params": {"topic": tp}}),
+                            );
                             let v = c.json();
                             if !v["result"].is_string() {
                                 return Err(format!("returning {i}: subscribe answer {v}"));
                             }
                             for n in 1..=NR_MESSAGES {
                                 match c.next() {
-                                    Next::Frame { op: 1, payload } if nr_push(&payload) == Some(n) => {}
+                                    Next::Frame { op: 1, payload }
+                                        if nr_push(&payload) == Some(n) => {}
                                     Next::Frame { op: 1, payload } => {
                                         return Err(format!(
                                             "returning {i}: replay #{n} is message {:?}",
                                             nr_push(&payload)
                                         ))
                                     }
-                                    other => return Err(format!("returning {i}: replay #{n}: {other:?}")),
+                                    other => {
+                                        return Err(format!(
+                                            "returning {i}: replay #{n}: {other:?}"
+                                        ))
+                                    }
                                 }
                             }
                             Ok(())
@@ -961,20 +1180,26 @@ fn subscribers_that_never_read_are_closed_with_1008_memory_stays_bounded_and_the
         before_close.get(before_close.len() / 2).unwrap_or(&0),
         before_close.last().unwrap_or(&0),
     );
+    if slow_closes != NON_READERS as f64 {
+        failures.push(format!(
+            "{slow_closes} connections closed as slow consumers; exactly the {NON_READERS} \
+             non-readers should be"
+        ));
+    }
+    let growth = rss_peak.saturating_sub(rss_before);
+    if growth >= 200 * 1024 {
+        failures.push(format!(
+            "server RSS grew by {growth} KiB ({rss_before} -> peak {rss_peak} KiB)"
+        ));
+    }
+    assert_alive(&mut server, "after the non-readers returned");
+    assert_serving(&server, "the non-readers");
     assert!(
         failures.is_empty(),
         "{} failure(s):\n{}",
         failures.len(),
         failures[..failures.len().min(20)].join("\n")
     );
-    assert_eq!(slow_closes, NON_READERS as f64, "slow_consumer closes");
-    let growth = rss_peak.saturating_sub(rss_before);
-    assert!(
-        growth < 200 * 1024,
-        "server RSS grew by {growth} KiB ({rss_before} -> peak {rss_peak} KiB)"
-    );
-    assert_alive(&mut server, "after the non-readers returned");
-    assert_serving(&server, "the non-readers");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1050,7 +1275,12 @@ fn garbage_scenario(threads: &str) {
         let mut b = rng.bytes(n);
         b[0] = [0x00u8, 0x01, 0x7f, 0xff, b'(', b'@'][i % 6];
         let (st, got, end) = http_garbage(&server, &b, false);
-        assert_eq!(st, Some(400), "random head #{i} ({n} bytes): got {:?} ({end})", String::from_utf8_lossy(&got));
+        assert_eq!(
+            st,
+            Some(400),
+            "random head #{i} ({n} bytes): got {:?} ({end})",
+            String::from_utf8_lossy(&got)
+        );
     }
     // A request line followed by garbage header bytes: 400.
     for i in 0..20 {
@@ -1059,7 +1289,12 @@ fn garbage_scenario(threads: &str) {
         g[0] = 0x01;
         b.extend(g);
         let (st, got, end) = http_garbage(&server, &b, false);
-        assert_eq!(st, Some(400), "garbage header #{i}: got {:?} ({end})", String::from_utf8_lossy(&got));
+        assert_eq!(
+            st,
+            Some(400),
+            "garbage header #{i}: got {:?} ({end})",
+            String::from_utf8_lossy(&got)
+        );
     }
     seen.push("70 random heads -> 400".into());
     // A head cut mid-line, then EOF: closed, no answer (or a 4xx at most).
@@ -1072,7 +1307,11 @@ fn garbage_scenario(threads: &str) {
             "head cut at {cut} then EOF: got {:?}",
             String::from_utf8_lossy(&got)
         );
-        assert!(t0.elapsed() < Duration::from_secs(5), "closed after {:?} ({end})", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "closed after {:?} ({end})",
+            t0.elapsed()
+        );
     }
     seen.push("head cut then EOF -> closed".into());
     // A head cut mid-line that just stops: 408 at the head timeout.
@@ -1091,19 +1330,32 @@ fn garbage_scenario(threads: &str) {
     big.extend(std::iter::repeat_n(b'a', 17 * 1024));
     big.extend(b"\r\n\r\n");
     let (st, got, _) = http_garbage(&server, &big, false);
-    assert_eq!(st, Some(431), "17 KiB head: {:?}", String::from_utf8_lossy(&got));
+    assert_eq!(
+        st,
+        Some(431),
+        "17 KiB head: {:?}",
+        String::from_utf8_lossy(&got)
+    );
     // A 17 KiB head that never ends: 431 too (not a wait for the timeout).
     let t0 = Instant::now();
     let (st, _, _) = http_garbage(&server, &big[..big.len() - 4], false);
     assert_eq!(st, Some(431), "17 KiB unfinished head");
-    assert!(t0.elapsed() < Duration::from_secs(2), "431 took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "431 took {:?}",
+        t0.elapsed()
+    );
     // 100 header lines: 431.
     let mut many = b"GET /hello HTTP/1.1\r\nHost: x\r\n".to_vec();
     for i in 0..100 {
         many.extend(format!("X-H{i}: v\r\n").as_bytes());
     }
     many.extend(b"\r\n");
-    assert_eq!(http_garbage(&server, &many, false).0, Some(431), "100 header lines");
+    assert_eq!(
+        http_garbage(&server, &many, false).0,
+        Some(431),
+        "100 header lines"
+    );
     // A body over 64 KiB: 413; chunked: 411; not HTTP/1.x: 505.
     let (st, _, _) = http_garbage(
         &server,
@@ -1119,7 +1371,9 @@ fn garbage_scenario(threads: &str) {
     assert_eq!(st, Some(411), "chunked body");
     let (st, _, _) = http_garbage(&server, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", false);
     assert_eq!(st, Some(505), "HTTP/2 preface");
-    seen.push("17 KiB head / 100 headers -> 431, 70 kB body -> 413, chunked -> 411, HTTP/2 -> 505".into());
+    seen.push(
+        "17 KiB head / 100 headers -> 431, 70 kB body -> 413, chunked -> 411, HTTP/2 -> 505".into(),
+    );
     assert_serving(&server, "garbage heads");
 
     // --- WebSocket frames ---
@@ -1133,7 +1387,12 @@ fn garbage_scenario(threads: &str) {
         match header_verdict(&b, max) {
             Some(code) => {
                 let (got, end) = c.close_code();
-                assert_eq!(got, Some(code), "random frame #{i} {:02x?}: {end}", &b[..16]);
+                assert_eq!(
+                    got,
+                    Some(code),
+                    "random frame #{i} {:02x?}: {end}",
+                    &b[..16]
+                );
                 assert_eq!(end, "EOF", "random frame #{i}: after the close frame");
                 verdicts[(code == 1009) as usize] += 1;
             }
@@ -1160,14 +1419,22 @@ fn garbage_scenario(threads: &str) {
     h.extend_from_slice(&(1u64 << 62).to_be_bytes());
     h.extend_from_slice(&[1, 2, 3, 4]);
     c.s.write_all(&h).unwrap();
-    assert_eq!(c.close_code(), (Some(1009), "EOF".into()), "2^62-byte frame");
+    assert_eq!(
+        c.close_code(),
+        (Some(1009), "EOF".into()),
+        "2^62-byte frame"
+    );
     // 2^63 (top bit set, invalid per RFC 6455 §5.2): 1002.
     let mut c = Raw::open(&server);
     let mut h = vec![0x82, 0xFF];
     h.extend_from_slice(&(1u64 << 63).to_be_bytes());
     h.extend_from_slice(&[1, 2, 3, 4]);
     c.s.write_all(&h).unwrap();
-    assert_eq!(c.close_code(), (Some(1002), "EOF".into()), "2^63-byte frame");
+    assert_eq!(
+        c.close_code(),
+        (Some(1002), "EOF".into()),
+        "2^63-byte frame"
+    );
     // A frame over --max-message actually sent in full: 1009.
     let mut c = Raw::open(&server);
     let payload = vec![b' '; 100_000];
@@ -1181,7 +1448,11 @@ fn garbage_scenario(threads: &str) {
     f.extend(Raw::frame(false, 0, &chunk));
     f.extend(Raw::frame(true, 0, &chunk));
     let _ = c.s.write_all(&f);
-    assert_eq!(c.close_code(), (Some(1009), "EOF".into()), "90 kB in fragments");
+    assert_eq!(
+        c.close_code(),
+        (Some(1009), "EOF".into()),
+        "90 kB in fragments"
+    );
     // Invalid UTF-8 text: 1007.
     let mut c = Raw::open(&server);
     c.send(1, b"{\"id\":1,\"x\":\"\xff\xfe\"}");
@@ -1205,12 +1476,21 @@ fn garbage_scenario(threads: &str) {
             let v = c.json();
             assert_eq!(v["error"]["code"], -32700, "garbage JSON #{i}: {v}");
             assert!(v["id"].is_null(), "{v}");
-            c.send_json(&json!({"id": 2, "jsonrpc": "2.0", "method": "waku_subscribe",
-                                "params": {"topic": topic()}}));
-            assert!(c.json()["result"].is_string(), "connection unusable after a parse error");
+            c.send_json(
+                &json!({"id": 2, "jsonrpc": "2.0", "method": "waku_subscribe",
+                                "params": {"topic": topic()}}),
+            );
+            assert!(
+                c.json()["result"].is_string(),
+                "connection unusable after a parse error"
+            );
             parse_errors += 1;
         } else {
-            assert_eq!(c.close_code(), (Some(1007), "EOF".into()), "non-UTF-8 text #{i}");
+            assert_eq!(
+                c.close_code(),
+                (Some(1007), "EOF".into()),
+                "non-UTF-8 text #{i}"
+            );
         }
     }
     // Garbage JSON inside binary frames: -32700, connection stays open.
@@ -1226,7 +1506,7 @@ fn garbage_scenario(threads: &str) {
     ));
     assert_alive(&mut server, "after garbage frames");
     assert_serving(&server, "garbage frames");
-    let protocol_closes = server.metric("walletrelay_protocol_closes_total");
+    let protocol_closes = metric(&server, "walletrelay_protocol_closes_total").expect("/metrics");
     eprintln!(
         "garbage [--threads {threads}]: {}; protocol_closes_total {protocol_closes}",
         seen.join("; ")
@@ -1256,21 +1536,34 @@ fn post_subscribe(topic: &str) -> Vec<u8> {
 
 fn vanish_scenario(threads: &str) {
     let mut server = Server::start(&["--threads", threads]);
-    let base_open = wait_metric(&server, "walletrelay_connections_open", Duration::from_secs(5), |v| {
-        v <= 1.0
-    });
+    let base_open = wait_metric(
+        &server,
+        "walletrelay_connections_open",
+        Duration::from_secs(5),
+        |v| v <= 1.0,
+    );
     assert_eq!(base_open, 1.0, "only the /metrics connection is open");
     let mut counts: Vec<String> = Vec::new();
 
     // 1. A complete request, then half-close: the answer still comes, then EOF.
     for i in 0..30 {
         let mut s = server.tcp();
-        s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
         s.shutdown(Shutdown::Write).unwrap();
         let mut got = Vec::new();
         s.read_to_end(&mut got).expect("read to EOF");
-        assert_eq!(status_of(&got), Some(200), "half-closed /hello #{i}: {:?}", String::from_utf8_lossy(&got));
-        assert!(got.ends_with(b"\r\n\r\nHello World, this is WalletRelay v2.0"), "{:?}", String::from_utf8_lossy(&got));
+        assert_eq!(
+            status_of(&got),
+            Some(200),
+            "half-closed /hello #{i}: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        assert!(
+            got.ends_with(b"\r\n\r\nHello World, this is WalletRelay v2.0"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
     }
     // Three pipelined requests, then half-close: three answers in order.
     for _ in 0..10 {
@@ -1295,8 +1588,17 @@ fn vanish_scenario(threads: &str) {
         s.shutdown(Shutdown::Write).unwrap();
         let mut got = Vec::new();
         s.read_to_end(&mut got).expect("read to EOF");
-        assert_eq!(status_of(&got), Some(200), "half-closed POST /subscribe #{i}: {:?}", String::from_utf8_lossy(&got));
-        assert!(got.ends_with(b"{\"success\":true}"), "{:?}", String::from_utf8_lossy(&got));
+        assert_eq!(
+            status_of(&got),
+            Some(200),
+            "half-closed POST /subscribe #{i}: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        assert!(
+            got.ends_with(b"{\"success\":true}"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
     }
     counts.push("30 GET + 10x3 pipelined + 20 POST /subscribe half-closed: all answered".into());
 
@@ -1337,7 +1639,10 @@ fn vanish_scenario(threads: &str) {
             assert_eq!((t, m), (tp.clone(), format!("half-closed {i}")));
         }
         let (_, end) = c.close_code();
-        assert!(end == "EOF" || end == "Eof", "half-closed WebSocket #{i}: {end}");
+        assert!(
+            end == "EOF" || end == "Eof",
+            "half-closed WebSocket #{i}: {end}"
+        );
     }
     counts.push("20 WebSockets half-closed after a request: answered, publishes delivered".into());
 
@@ -1345,8 +1650,10 @@ fn vanish_scenario(threads: &str) {
     let mut vanished = 0;
     for i in 0..60 {
         let mut c = Raw::open(&server);
-        c.send_json(&json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe",
-                            "params": {"topic": if i % 3 == 0 { tp.clone() } else { topic() }}}));
+        c.send_json(
+            &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe",
+                            "params": {"topic": if i % 3 == 0 { tp.clone() } else { topic() }}}),
+        );
         assert!(c.json()["result"].is_string());
         // Cut inside the header, the mask, the payload; or after a whole first fragment of a
         // fragmented message, inside the continuation.
@@ -1355,7 +1662,11 @@ fn vanish_scenario(threads: &str) {
             f.extend(Raw::frame(false, 1, b"{\"id\":2,"));
         }
         let start = f.len();
-        f.extend(Raw::frame(i % 4 != 3, if i % 4 == 3 { 0 } else { 1 }, &[b'x'; 1000]));
+        f.extend(Raw::frame(
+            i % 4 != 3,
+            if i % 4 == 3 { 0 } else { 1 },
+            &[b'x'; 1000],
+        ));
         let cut = start + [1usize, 2, 5, 9, 100, 999][i % 6];
         c.s.write_all(&f[..cut]).unwrap();
         if i % 2 == 0 {
@@ -1392,8 +1703,10 @@ fn vanish_scenario(threads: &str) {
     let mut stalled: Vec<Raw> = (0..20)
         .map(|_| {
             let mut c = Raw::open(&server);
-            c.send_json(&json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe",
-                                "params": {"topic": busy}}));
+            c.send_json(
+                &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe",
+                                "params": {"topic": busy}}),
+            );
             assert!(c.json()["result"].is_string());
             c
         })
@@ -1406,23 +1719,36 @@ fn vanish_scenario(threads: &str) {
         set_reset_on_close(&c.s);
         vanished += 1;
     }
-    counts.push(format!("{vanished} connections vanished mid-frame / mid-head / mid-body / with output queued"));
+    counts.push(format!(
+        "{vanished} connections vanished mid-frame / mid-head / mid-body / with output queued"
+    ));
     drop(publ);
     drop(listener);
 
     assert_alive(&mut server, "after the vanishing clients");
     assert_serving(&server, "vanishing clients");
-    let open = wait_metric(&server, "walletrelay_connections_open", Duration::from_secs(20), |v| {
-        v <= base_open
-    });
-    let ws_open = server.metric("walletrelay_websockets_open");
-    let subs = wait_metric(&server, "walletrelay_subscriptions", Duration::from_secs(5), |v| v == 0.0);
+    let open = wait_metric(
+        &server,
+        "walletrelay_connections_open",
+        Duration::from_secs(20),
+        |v| v <= base_open,
+    );
+    let ws_open = metric(&server, "walletrelay_websockets_open").expect("/metrics");
+    let subs = wait_metric(
+        &server,
+        "walletrelay_subscriptions",
+        Duration::from_secs(5),
+        |v| v == 0.0,
+    );
     eprintln!(
         "vanish [--threads {threads}]: {}; afterwards connections_open {open} (baseline \
          {base_open}), websockets_open {ws_open}, subscriptions {subs}",
         counts.join("; ")
     );
-    assert_eq!(open, base_open, "walletrelay_connections_open did not return to its baseline");
+    assert_eq!(
+        open, base_open,
+        "walletrelay_connections_open did not return to its baseline"
+    );
     assert_eq!(ws_open, 0.0, "walletrelay_websockets_open");
     assert_eq!(subs, 0.0, "walletrelay_subscriptions");
 }

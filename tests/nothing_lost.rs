@@ -298,10 +298,9 @@ fn subscriber(
         }
         ws.sock.flush().unwrap();
         let mut lifetime = if churn && !final_session {
-            Some(Duration::from_millis(rng.range(
-                plan.session_ms.0,
-                plan.session_ms.1,
-            )))
+            Some(Duration::from_millis(
+                rng.range(plan.session_ms.0, plan.session_ms.1),
+            ))
         } else {
             None
         };
@@ -451,8 +450,8 @@ fn subscriber(
                 }
                 3..=4 => {
                     r.endings.reset += 1;
-                    let _ = socket2::SockRef::from(ws.sock.get_ref())
-                        .set_linger(Some(Duration::ZERO));
+                    let _ =
+                        socket2::SockRef::from(ws.sock.get_ref()).set_linger(Some(Duration::ZERO));
                     break;
                 }
                 5..=7 => {
@@ -467,10 +466,8 @@ fn subscriber(
                     for _ in 0..k {
                         let t = topics[rng.below(topics.len() as u64) as usize];
                         let Some(&si) = current.get(&t) else { continue };
-                        let Some(sid) = by_id
-                            .iter()
-                            .find(|(_, &v)| v == si)
-                            .map(|(k, _)| k.clone())
+                        let Some(sid) =
+                            by_id.iter().find(|(_, &v)| v == si).map(|(k, _)| k.clone())
                         else {
                             continue;
                         };
@@ -561,7 +558,15 @@ fn run(plan: Plan) {
             let (server, shared, plan) = (&server, &shared, &plan);
             let seed = rng.next();
             subs.push(s.spawn(move || {
-                subscriber(server, shared, plan, format!("churner {c}"), set, true, seed)
+                subscriber(
+                    server,
+                    shared,
+                    plan,
+                    format!("churner {c}"),
+                    set,
+                    true,
+                    seed,
+                )
             }));
         }
         // Publishing starts once every subscriber holds its first subscriptions.

@@ -72,7 +72,6 @@ fn drain(o: &mut OutBuf, cap: usize) -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "fails until outbuf::OutBuf::write_to keeps the tail behind every chunk (docs/RELIABILITY.md)"]
 fn many_shared_chunks_keep_their_order_in_one_writev() {
     for frames in [1, 31, 32, 33, 64, 200] {
         let (mut o, want) = queued(frames);
@@ -84,7 +83,6 @@ fn many_shared_chunks_keep_their_order_in_one_writev() {
 }
 
 #[test]
-#[ignore = "fails until outbuf::OutBuf::write_to keeps the tail behind every chunk (docs/RELIABILITY.md)"]
 fn many_shared_chunks_keep_their_order_in_partial_writes() {
     for cap in [1000, 65536, 300_000] {
         let (mut o, want) = queued(150);
@@ -96,7 +94,6 @@ fn many_shared_chunks_keep_their_order_in_partial_writes() {
 /// End to end: a subscriber joining a topic with 40 large cached messages gets them replayed
 /// in one delivery round (80 queued chunks, more than one `writev` takes), intact and in order.
 #[test]
-#[ignore = "fails until outbuf::OutBuf::write_to keeps the tail behind every chunk (docs/RELIABILITY.md)"]
 fn replay_of_many_large_cached_messages_arrives_intact() {
     let s = common::Server::start(&["--threads", "1"]);
     let tp = common::topic();

@@ -1,7 +1,9 @@
-//! `rpc::decode` on a mutable copy of arbitrary bytes, then `Call::op` on every call: no
-//! panic, and every answer the server would write for it (result, error, push data) is
-//! valid JSON.
+//! `rpc::decode` on a mutable copy of arbitrary bytes (with parser buffers reused across
+//! inputs, as a worker reuses its own), then `Call::op` on every call: no panic, and every
+//! answer the server would write for it (result, error, push data) is valid JSON.
 #![no_main]
+
+use std::cell::RefCell;
 
 use libfuzzer_sys::fuzz_target;
 use walletrelay::rpc::{self, Incoming, Item, Op};
@@ -53,11 +55,18 @@ fn item(it: Item<'_>) {
     }
 }
 
+thread_local! {
+    static BUFFERS: RefCell<simd_json::Buffers> = RefCell::new(simd_json::Buffers::new(4096));
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut buf = data.to_vec();
-    match rpc::decode(&mut buf) {
-        Err(_) => {}
-        Ok(Incoming::Single(it)) => item(it),
-        Ok(Incoming::Batch(items)) => items.into_iter().for_each(item),
-    }
+    BUFFERS.with(|b| {
+        let mut scratch = b.borrow_mut();
+        match rpc::decode(&mut buf, &mut scratch) {
+            Err(_) => {}
+            Ok(Incoming::Single(it)) => item(it),
+            Ok(Incoming::Batch(items)) => items.into_iter().for_each(item),
+        }
+    });
 });

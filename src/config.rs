@@ -35,6 +35,12 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_NO_PIN")]
     pub no_pin: bool,
 
+    /// Attach a classic BPF program to the `SO_REUSEPORT` group that hands each new
+    /// connection to the worker pinned to the CPU that received its SYN (needs pinning; pair
+    /// it with RSS/RPS/IRQ affinity so a flow's packets stay on one core).
+    #[arg(long, env = "WALLETRELAY_CPU_STEERING")]
+    pub cpu_steering: bool,
+
     /// Listen backlog of each worker's socket.
     #[arg(long, env = "WALLETRELAY_BACKLOG", default_value_t = 4096)]
     pub backlog: i32,
@@ -122,7 +128,11 @@ pub struct Limits {
     pub ping_interval: f64,
 
     /// Open connections per worker; past it new connections are closed at accept.
-    #[arg(long, env = "WALLETRELAY_MAX_CONNECTIONS", default_value_t = 1_000_000)]
+    #[arg(
+        long = "max-connections",
+        env = "WALLETRELAY_MAX_CONNECTIONS",
+        default_value_t = 1_000_000
+    )]
     pub max_connections_per_worker: usize,
 
     /// Messages queued from one worker to another before the sender drops (and counts) them.
@@ -177,14 +187,19 @@ impl Limits {
 }
 
 fn secs(s: f64) -> Duration {
+    // NaN (accepted by the f64 parser) would make `from_secs_f64` panic: treat it as 1 s.
+    let s = if s.is_nan() { 1.0 } else { s };
     Duration::from_secs_f64(s.clamp(0.001, 1e9))
 }
 
 impl Config {
-    /// Number of workers to run: `--threads`, or one per available core.
+    /// Number of workers to run: `--threads`, else one per `--cpus` entry, else one per
+    /// available core.
     pub fn worker_count(&self) -> usize {
         if self.threads > 0 {
             self.threads
+        } else if !self.cpus.is_empty() {
+            self.cpus.len()
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         }

@@ -7,6 +7,7 @@
 //! calls [`process`]; answers go to the connection's own [`OutBuf`], deliveries to other
 //! connections are decided by `relay` and carried out by the worker.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,7 +22,9 @@ use crate::rpc::{self, Id, Incoming, Item, Op, RpcError};
 use crate::webhook::WebhookPool;
 use crate::ws::{self, close, Opcode, Reassembly, WsError};
 
-/// Seconds a closing connection may take to take its last bytes and hang up.
+/// Milliseconds a closing connection is given to take what is queued for it.
+pub const CLOSE_FLUSH_MS: u64 = 10_000;
+/// Milliseconds a half-closed connection is given to hang up after its last bytes.
 pub const LINGER_MS: u64 = 2000;
 
 /// Everything workers share, read-only.
@@ -78,6 +81,17 @@ pub enum Phase {
     Closing,
 }
 
+/// A push waiting in a connection's backlog.
+#[derive(Debug)]
+pub struct Queued {
+    /// Subscription id.
+    pub id: SubId,
+    /// Encoded data object (shared with the cache and other subscribers).
+    pub data: Bytes,
+    /// A live message (counted against the outbound limit) rather than a replayed one.
+    pub live: bool,
+}
+
 /// One connection in a worker's slab.
 pub struct Conn {
     /// The socket.
@@ -90,6 +104,12 @@ pub struct Conn {
     pub rbuf: Vec<u8>,
     /// Output waiting for the socket.
     pub out: OutBuf,
+    /// Pushes not yet encoded into `out` because it holds enough already: a cache replay
+    /// (references into the cache) and whatever follows it, so that order is kept.
+    pub backlog: VecDeque<Queued>,
+    /// Bytes of live (not replayed) messages in `backlog`; they count against
+    /// `--max-outbound` like `out` does.
+    pub backlog_live: usize,
     /// In the worker's flush list.
     pub dirty: bool,
     /// In the worker's close list (no more work of any kind).
@@ -119,6 +139,8 @@ impl Conn {
             phase: Phase::Http { awaiting: false },
             rbuf: Vec::new(),
             out: OutBuf::default(),
+            backlog: VecDeque::new(),
+            backlog_live: 0,
             dirty: false,
             closed: false,
             paused: false,
@@ -143,7 +165,58 @@ impl Conn {
         self.phase = Phase::Closing;
         self.shutdown_pending = true;
         self.paused = false;
-        self.deadline = now + LINGER_MS;
+        self.backlog = VecDeque::new();
+        self.backlog_live = 0;
+        self.deadline = now + CLOSE_FLUSH_MS;
+    }
+
+    /// Bytes queued for this connection that count against `--max-outbound`.
+    pub fn outbound_len(&self) -> usize {
+        self.out.len() + self.backlog_live
+    }
+
+    /// Delivers a push: encoded into `out` while it holds less than `fill_mark` bytes and
+    /// nothing waits before it, else queued (by reference) in the backlog.
+    pub fn deliver(
+        &mut self,
+        id: &SubId,
+        data: &Bytes,
+        live: bool,
+        fill_mark: usize,
+        scratch: &mut Vec<u8>,
+    ) {
+        if self.backlog.is_empty() && self.out.len() < fill_mark {
+            self.push_message(id, data, scratch);
+        } else {
+            if live {
+                self.backlog_live += data.len();
+            }
+            self.backlog.push_back(Queued {
+                id: *id,
+                data: data.clone(),
+                live,
+            });
+        }
+    }
+
+    /// Moves backlog entries into `out` until it holds `fill_mark` bytes; returns whether
+    /// anything moved.
+    pub fn refill(&mut self, fill_mark: usize, scratch: &mut Vec<u8>) -> bool {
+        let mut moved = false;
+        while self.out.len() < fill_mark {
+            let Some(q) = self.backlog.pop_front() else {
+                break;
+            };
+            if q.live {
+                self.backlog_live -= q.data.len();
+            }
+            self.push_message(&q.id, &q.data, scratch);
+            moved = true;
+        }
+        if self.backlog.is_empty() && self.backlog.capacity() > 64 {
+            self.backlog = VecDeque::new();
+        }
+        moved
     }
 
     /// Queues a WebSocket close frame and starts closing.
@@ -198,6 +271,8 @@ pub struct Ctx<'a> {
     pub ids: &'a mut IdSource,
     /// Scratch space for encoding.
     pub scratch: &'a mut Vec<u8>,
+    /// The JSON parser's reusable buffers.
+    pub json: &'a mut simd_json::Buffers,
 }
 
 impl Ctx<'_> {
@@ -227,6 +302,10 @@ impl IdSource {
         if self.pos + 32 > self.buf.len() {
             // The OS CSPRNG does not fail on Linux once seeded; if it ever did, refusing to
             // hand out predictable ids is the only safe answer.
+            #[allow(
+                clippy::expect_used,
+                reason = "no input reaches it; predictable ids are worse"
+            )]
             getrandom::fill(&mut self.buf).expect("OS random number generator failed");
             self.pos = 0;
         }
@@ -318,9 +397,7 @@ fn http_step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
                     subscribe_answer(Err((400, "Missing or invalid \"topic\" param")))
                 } else {
                     match ctx.relay.add_webhook(&topic, &url, (ctx.key, conn.uid)) {
-                        WebhookRegistration::Done(r) => {
-                            subscribe_answer(r)
-                        }
+                        WebhookRegistration::Done(r) => subscribe_answer(r),
                         WebhookRegistration::Deferred => {
                             // The answer comes from the home worker; hold later requests.
                             conn.phase = Phase::Http { awaiting: true };
@@ -364,7 +441,10 @@ pub fn subscribe_answer(r: Result<(), (u16, &str)>) -> Response {
     match r {
         Ok(()) => Response::new(200, response::JSON, &b"{\"success\":true}"[..]),
         Err((status, msg)) => {
-            let body = serde_json::json!({ "success": false, "error": msg }).to_string();
+            // Key order as the reference relay sent it: success first.
+            let mut body = b"{\"success\":false,\"error\":".to_vec();
+            rpc::write_str(&mut body, msg);
+            body.push(b'}');
             Response::new(status, response::JSON, body)
         }
     }
@@ -537,7 +617,7 @@ fn on_message(
 fn rpc_message(conn: &mut Conn, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     let mut out = std::mem::take(ctx.scratch);
     out.clear();
-    match rpc::decode(payload) {
+    match rpc::decode(payload, ctx.json) {
         Err(_) => {
             rpc::write_error(
                 &mut out,
@@ -572,6 +652,9 @@ fn rpc_message(conn: &mut Conn, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     }
     if !out.is_empty() {
         conn.send_text(&out);
+    }
+    if out.capacity() > 64 << 10 {
+        out = Vec::with_capacity(4096);
     }
     *ctx.scratch = out;
 }

@@ -7,6 +7,12 @@
 //! ([`relay`]), which caches it and fans it out to every worker holding subscribers, and each
 //! of those writes a `waku_subscription` frame into its subscribers' [`outbuf`]s.
 #![deny(missing_docs)]
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
 
 pub mod clock;
 pub mod config;

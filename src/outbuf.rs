@@ -95,7 +95,8 @@ impl OutBuf {
                     iov[k] = IoSlice::new(c);
                     k += 1;
                 }
-                if k < MAX_IOV && !self.tail.is_empty() {
+                // The tail follows every chunk: it may only join when all chunks did.
+                if k == self.chunks.len() && k < MAX_IOV && !self.tail.is_empty() {
                     iov[k] = IoSlice::new(&self.tail);
                     k += 1;
                 }
@@ -131,15 +132,13 @@ impl OutBuf {
         }
     }
 
-    /// Gives back the memory of an empty queue so that idle connections hold none.
+    /// Gives back the memory of an empty queue so that an idle connection holds none (the
+    /// next burst allocates again; with a thread-caching allocator that is cheap, and it
+    /// keeps an idle subscribed connection near 1 KiB instead of 3).
     fn release(&mut self) {
         if self.len == 0 {
-            if self.tail.capacity() > 64 << 10 {
-                self.tail = BytesMut::new();
-            } else {
-                self.tail.clear();
-            }
-            if self.chunks.capacity() > 16 {
+            self.tail = BytesMut::new();
+            if self.chunks.capacity() > 0 {
                 self.chunks = VecDeque::new();
             }
         }
@@ -176,6 +175,26 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn keeps_order_with_more_chunks_than_one_writev_takes() {
+        let mut o = OutBuf::default();
+        let mut want = Vec::new();
+        for i in 0..200u32 {
+            let head = format!("h{i};");
+            o.extend(head.as_bytes());
+            want.extend_from_slice(head.as_bytes());
+            let big = Bytes::from(vec![(i % 251) as u8; SHARE_THRESHOLD]);
+            want.extend_from_slice(&big);
+            o.push(big);
+        }
+        o.extend(b"end");
+        want.extend_from_slice(b"end");
+        let mut got = Vec::new();
+        assert_eq!(o.write_to(&mut got).unwrap(), Flush::Done);
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "bytes reordered");
     }
 
     #[test]

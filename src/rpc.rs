@@ -14,6 +14,10 @@ use thiserror::Error;
 /// Largest nesting of arrays and objects accepted in a message (deeper is a parse error).
 pub const MAX_DEPTH: usize = 64;
 
+/// Most elements in one batch; a longer batch is answered with one -32600 error (it could
+/// otherwise turn one message into an answer many times its size).
+pub const MAX_BATCH: usize = 100;
+
 /// Longest ttl, seconds (30 days).
 pub const MAX_TTL: u64 = 2_592_000;
 
@@ -178,17 +182,53 @@ pub enum Op<'a> {
 #[error("Parse error")]
 pub struct ParseError;
 
-/// Decodes one WebSocket message. `buf` is parsed in place (simd-json), so it is clobbered.
-pub fn decode(buf: &mut [u8]) -> Result<Incoming<'_>, ParseError> {
+/// Decodes one WebSocket message. `buf` is parsed in place (simd-json), so it is clobbered;
+/// `scratch` holds the parser's buffers between calls (one per worker).
+pub fn decode<'a>(
+    buf: &'a mut [u8],
+    scratch: &mut simd_json::Buffers,
+) -> Result<Incoming<'a>, ParseError> {
     if nesting_too_deep(buf) {
         return Err(ParseError);
     }
-    let top: Top<'_> = simd_json::serde::from_slice(buf).map_err(|_| ParseError)?;
+    let top: Top<'_> =
+        simd_json::serde::from_slice_with_buffers(buf, scratch).map_err(|_| ParseError)?;
     Ok(match top {
         Top::One(e) => Incoming::Single(classify(e)),
         Top::Many(v) if v.is_empty() => Incoming::Single(Item::Invalid(
             Id::Null,
             RpcError::new(code::INVALID_REQUEST, "Invalid request: empty batch"),
+        )),
+        Top::Many(v) if v.len() > MAX_BATCH => Incoming::Single(Item::Invalid(
+            Id::Null,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "Invalid request: batch of more than 100 requests",
+            ),
+        )),
+        Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
+    })
+}
+
+/// [`decode`] with `serde_json` instead of `simd-json` (for the benchmark that decides
+/// which one the server uses).
+pub fn decode_serde_json(buf: &[u8]) -> Result<Incoming<'_>, ParseError> {
+    if nesting_too_deep(buf) {
+        return Err(ParseError);
+    }
+    let top: Top<'_> = serde_json::from_slice(buf).map_err(|_| ParseError)?;
+    Ok(match top {
+        Top::One(e) => Incoming::Single(classify(e)),
+        Top::Many(v) if v.is_empty() => Incoming::Single(Item::Invalid(
+            Id::Null,
+            RpcError::new(code::INVALID_REQUEST, "Invalid request: empty batch"),
+        )),
+        Top::Many(v) if v.len() > MAX_BATCH => Incoming::Single(Item::Invalid(
+            Id::Null,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "Invalid request: batch of more than 100 requests",
+            ),
         )),
         Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
     })
@@ -197,6 +237,13 @@ pub fn decode(buf: &mut [u8]) -> Result<Incoming<'_>, ParseError> {
 /// Scans for nesting deeper than [`MAX_DEPTH`] outside strings, so no parser recursion can
 /// run away on `[[[[...`.
 fn nesting_too_deep(buf: &[u8]) -> bool {
+    // Fast path: with few brackets in all, nesting cannot be deep.
+    if memchr::memchr2_iter(b'[', b'{', buf)
+        .nth(MAX_DEPTH)
+        .is_none()
+    {
+        return false;
+    }
     let mut depth = 0usize;
     let mut in_str = false;
     let mut escaped = false;
@@ -358,8 +405,23 @@ pub fn write_id(out: &mut Vec<u8>, id: &Id<'_>) {
 
 /// Appends `s` as a JSON string literal.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    if !needs_escape(s.as_bytes()) {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
     // Writing into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Any byte that JSON requires escaped (checked 32 bytes at a time, which vectorizes).
+fn needs_escape(b: &[u8]) -> bool {
+    b.chunks(32).any(|c| {
+        c.iter()
+            .fold(false, |a, &x| a | (x < 0x20) | (x == b'"') | (x == b'\\'))
+    })
 }
 
 /// Appends `{"id":<id>,"jsonrpc":"2.0","result":<result_json>}`.
@@ -648,7 +710,7 @@ mod tests {
 
     fn one(s: &str) -> Item<'static> {
         let buf: &'static mut [u8] = Box::leak(s.as_bytes().to_vec().into_boxed_slice());
-        match decode(buf).expect("json") {
+        match decode(buf, &mut simd_json::Buffers::default()).expect("json") {
             Incoming::Single(i) => i,
             Incoming::Batch(_) => panic!("batch"),
         }
@@ -743,23 +805,29 @@ mod tests {
     #[test]
     fn parse_errors_and_depth() {
         let mut b = b"{\"id\":1,".to_vec();
-        assert_eq!(decode(&mut b).unwrap_err(), ParseError);
+        assert_eq!(
+            decode(&mut b, &mut simd_json::Buffers::default()).unwrap_err(),
+            ParseError
+        );
         let mut deep = vec![b'['; 100_000];
         deep.extend(vec![b']'; 100_000]);
-        assert_eq!(decode(&mut deep).unwrap_err(), ParseError);
+        assert_eq!(
+            decode(&mut deep, &mut simd_json::Buffers::default()).unwrap_err(),
+            ParseError
+        );
         // Brackets inside strings do not count.
         let s = format!(
             r#"{{"id":1,"jsonrpc":"2.0","method":"m","params":{{"topic":"{}"}}}}"#,
             "[".repeat(200)
         );
         let mut b = s.into_bytes();
-        assert!(decode(&mut b).is_ok());
+        assert!(decode(&mut b, &mut simd_json::Buffers::default()).is_ok());
     }
 
     #[test]
     fn batches_are_classified_element_by_element() {
         let mut b = br#"[{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{"topic":"a"}},5,{"id":"x","jsonrpc":"2.0","result":true}]"#.to_vec();
-        match decode(&mut b).unwrap() {
+        match decode(&mut b, &mut simd_json::Buffers::default()).unwrap() {
             Incoming::Batch(v) => {
                 assert_eq!(v.len(), 3);
                 assert!(matches!(v[0], Item::Call(_)));
@@ -767,6 +835,23 @@ mod tests {
                 assert!(matches!(v[2], Item::Ack));
             }
             Incoming::Single(_) => panic!("single"),
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_only_when_needed() {
+        for s in [
+            "plain",
+            "",
+            "quote\"",
+            "back\\slash",
+            "ctl\u{1}",
+            "é\u{1F600}",
+            &"x".repeat(100),
+        ] {
+            let mut a = Vec::new();
+            write_str(&mut a, s);
+            assert_eq!(a, serde_json::to_vec(s).unwrap(), "{s:?}");
         }
     }
 

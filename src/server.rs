@@ -20,7 +20,7 @@ use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
 use crate::relay::{CoreMsg, Homes, Mailboxes, Relay};
-use crate::webhook::WebhookPool;
+use crate::webhook::{WebhookConfig, WebhookPool};
 use crate::worker::{Worker, WAKER};
 
 /// Why the server could not start.
@@ -91,6 +91,58 @@ pub fn set_busy_poll(sock: &impl AsRawFd, us: u32) {
     }
 }
 
+/// Attaches to a `SO_REUSEPORT` group a classic BPF program returning, for the CPU that
+/// handles the incoming SYN, the index of the listener whose worker is pinned to that CPU
+/// (listeners are indexed in bind order, which is worker order). A CPU with no worker
+/// returns an index out of range, which makes the kernel fall back to its hash.
+pub fn attach_cpu_steering(sock: &impl AsRawFd, worker_cpus: &[usize]) -> io::Result<()> {
+    // From <asm-generic/socket.h>; libc does not export it for every target.
+    const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+    // Opcodes of <linux/bpf_common.h>: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K,
+    // BPF_RET|BPF_K (BPF_LD, BPF_W and BPF_K are 0).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const BPF_RET_K: u16 = 0x06;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let mut prog = vec![op(
+        BPF_LD_W_ABS,
+        0,
+        0,
+        (libc::SKF_AD_OFF + libc::SKF_AD_CPU) as u32,
+    )];
+    for (i, &cpu) in worker_cpus.iter().enumerate() {
+        prog.push(op(BPF_JMP_JEQ_K, 0, 1, cpu as u32));
+        prog.push(op(BPF_RET_K, 0, 0, i as u32));
+    }
+    prog.push(op(BPF_RET_K, 0, 0, u32::MAX));
+    if prog.len() > 4096 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many workers for a BPF program",
+        ));
+    }
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: the kernel copies `len` instructions from `filter`, which points into `prog`,
+    // alive until after the call; `fprog` is a valid `sock_fprog` for the given size.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn bind(addr: SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
@@ -103,6 +155,10 @@ fn bind(addr: SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
 
 fn random_seeds() -> [u64; 4] {
     let mut b = [0u8; 32];
+    #[allow(
+        clippy::expect_used,
+        reason = "at start, before any input; no safe fallback"
+    )]
     getrandom::fill(&mut b).expect("OS random number generator failed");
     let mut s = [0u64; 4];
     for (i, v) in s.iter_mut().enumerate() {
@@ -144,7 +200,22 @@ impl Server {
                 .push(bind(addr, config.backlog).map_err(io_err("binding a worker listener"))?);
         }
 
-        let webhooks = WebhookPool::default();
+        let homes = Homes::new(n, random_seeds());
+        let webhooks = {
+            // A webhook given up by the pool is removed on its topic's home worker.
+            let (mailboxes, homes) = (mailboxes.clone(), homes.clone());
+            WebhookPool::start(
+                WebhookConfig {
+                    threads: config.limits.webhook_threads,
+                    queue: config.limits.webhook_queue,
+                    allow_private: config.webhook_allow_private,
+                    ..WebhookConfig::default()
+                },
+                Arc::new(move |topic: Arc<str>, url: Arc<str>| {
+                    mailboxes.send_external(homes.of(&topic), CoreMsg::RemoveWebhook { topic, url })
+                }),
+            )
+        };
         let shared = Arc::new(Shared {
             hello: Response::new(
                 200,
@@ -156,7 +227,6 @@ impl Server {
             webhooks: webhooks.clone(),
             config: config.clone(),
         });
-        let homes = Homes::new(n, random_seeds());
         let webhook_count = Arc::new(AtomicUsize::new(0));
         let cores = if config.no_pin {
             Vec::new()
@@ -170,6 +240,17 @@ impl Server {
             core_affinity::get_core_ids().unwrap_or_default()
         };
 
+        if config.cpu_steering {
+            if cores.is_empty() {
+                log::warn!("--cpu-steering needs pinned workers; not enabled");
+            } else {
+                let cpus: Vec<usize> = (0..n).map(|i| cores[i % cores.len()].id).collect();
+                match attach_cpu_steering(&listeners[0], &cpus) {
+                    Ok(()) => log::info!("connections steered to the worker of the receiving CPU"),
+                    Err(e) => log::warn!("--cpu-steering: {e}"),
+                }
+            }
+        }
         let mut threads = Vec::with_capacity(n);
         for (i, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
@@ -203,7 +284,15 @@ impl Server {
                             log::warn!("worker {i}: could not pin to core {}", c.id);
                         }
                     }
-                    worker.run();
+                    // A worker that panicked would leave its core's connections and topics
+                    // dead while the process looks alive: end the process instead, so that
+                    // the supervisor (systemd: Restart=on-failure) starts a whole one.
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run()))
+                        .is_err()
+                    {
+                        log::error!("worker {i} panicked; aborting the process");
+                        std::process::abort();
+                    }
                 })
                 .map_err(io_err("spawning a worker thread"))?;
             threads.push(t);
@@ -219,21 +308,29 @@ impl Server {
     /// Stops accepting, closes every connection (WebSocket close 1001), waits for the
     /// workers (each gives up after the grace period) and the webhook pool.
     pub fn shutdown(self) {
+        // The webhook pool finishes its calls in flight (up to 2 s) while the workers close.
+        let pool = self.webhooks.clone();
+        let webhooks = std::thread::spawn(move || pool.shutdown(Duration::from_secs(2)));
         for i in 0..self.mailboxes.len() {
             self.mailboxes.send_external(i, CoreMsg::Shutdown);
         }
         for t in self.threads {
             let _ = t.join();
         }
-        let _ = &self.webhooks;
+        let _ = webhooks.join();
     }
 
-    /// Blocks until SIGTERM or SIGINT, then shuts down.
-    pub fn run_until_signal(self) -> io::Result<()> {
-        let mut signals = signal_hook::iterator::Signals::new([
+    /// Installs the SIGTERM/SIGINT handlers (before the server announces itself, so a
+    /// signal can never find the default handler).
+    pub fn signals() -> io::Result<signal_hook::iterator::Signals> {
+        signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
-        ])?;
+        ])
+    }
+
+    /// Blocks until SIGTERM or SIGINT arrives on `signals`, then shuts down.
+    pub fn run_until_signal(self, mut signals: signal_hook::iterator::Signals) -> io::Result<()> {
         if let Some(sig) = signals.forever().next() {
             log::info!("signal {sig}: shutting down");
         }

@@ -56,6 +56,8 @@ pub struct Worker {
     scratch: Vec<u8>,
     /// Encoding scratch space.
     enc: Vec<u8>,
+    /// The JSON parser's buffers, reused for every message.
+    json: simd_json::Buffers,
     ids: IdSource,
     /// Connections with queued output, flushed at the end of the iteration.
     dirty: Vec<usize>,
@@ -74,6 +76,8 @@ pub struct Worker {
     outbox_waiting: bool,
     /// WebSockets whose outbound buffer passed the limit during a delivery round.
     overflow: Vec<usize>,
+    /// How full a connection's `OutBuf` is kept from its backlog.
+    fill_mark: usize,
 }
 
 impl Worker {
@@ -90,6 +94,7 @@ impl Worker {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let now = crate::clock::now_ms();
+        let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 256 << 10);
         Ok(Worker {
             id,
             poll,
@@ -103,6 +108,7 @@ impl Worker {
             wheel: Wheel::new(now),
             scratch: vec![0u8; SCRATCH],
             enc: Vec::with_capacity(4096),
+            json: simd_json::Buffers::new(4096),
             ids: IdSource::default(),
             dirty: Vec::new(),
             closing: Vec::new(),
@@ -114,6 +120,7 @@ impl Worker {
             stop_at: None,
             outbox_waiting: false,
             overflow: Vec::new(),
+            fill_mark,
         })
     }
 
@@ -160,8 +167,9 @@ impl Worker {
                         if ev.is_writable() {
                             self.flush(key);
                         }
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.drive(key, uid);
+                        let hangup = ev.is_read_closed() || ev.is_error();
+                        if ev.is_readable() || hangup {
+                            self.drive(key, uid, hangup);
                         }
                     }
                 }
@@ -170,7 +178,7 @@ impl Worker {
                 let Some((key, uid)) = self.ready.pop_front() else {
                     break;
                 };
-                self.drive(key, uid);
+                self.drive(key, uid, true);
             }
             let mut shutdown = false;
             for _ in 0..INBOX_BUDGET {
@@ -195,6 +203,11 @@ impl Worker {
                 self.accept();
             }
             self.deliver();
+            self.flush_dirty();
+            // Slow or not is judged after the socket took what it could.
+            while let Some(k) = self.overflow.pop() {
+                self.check_outbound(k);
+            }
             self.flush_dirty();
             // A full queue to another worker: retry within a millisecond.
             self.outbox_waiting = self.relay.flush_outboxes();
@@ -275,8 +288,11 @@ impl Worker {
     // -----------------------------------------------------------------------------------
     // Reading
 
-    /// Processes buffered input, then reads until `WouldBlock`, EOF or the budget.
-    fn drive(&mut self, key: usize, uid: u64) {
+    /// Processes buffered input, then reads until the socket is drained, EOF or the
+    /// budget. A read shorter than asked means the socket queue was empty, and new data
+    /// raises a new edge, so reading stops there (saving the `EAGAIN` read) unless
+    /// `greedy`: after a hang-up event, or when resuming without an event.
+    fn drive(&mut self, key: usize, uid: u64, greedy: bool) {
         let Some(c) = self.conns.get(key) else { return };
         if c.uid != uid || c.closed {
             return;
@@ -290,6 +306,7 @@ impl Worker {
             if c.closed || c.paused || matches!(c.phase, Phase::Http { awaiting: true }) {
                 return;
             }
+            let mut asked = SCRATCH;
             let res = if c.rbuf.is_empty() {
                 c.sock.read(&mut self.scratch)
             } else {
@@ -302,7 +319,10 @@ impl Worker {
                     self.fail_oversize(key);
                     return;
                 }
-                let want = (cap - len).min(SCRATCH);
+                // Grow by doubling from what is held: a connection stuck on a partial head
+                // keeps a few KiB, not a whole scratch buffer.
+                let want = (cap - len).min(SCRATCH).min(len.max(2048));
+                asked = want;
                 c.rbuf.resize(len + want, 0);
                 let r = c.sock.read(&mut c.rbuf[len..]);
                 let got = *r.as_ref().unwrap_or(&0);
@@ -323,6 +343,9 @@ impl Worker {
                     }
                     if total >= READ_BUDGET {
                         self.ready.push_back((key, uid));
+                        return;
+                    }
+                    if n < asked && !greedy {
                         return;
                     }
                 }
@@ -366,6 +389,7 @@ impl Worker {
             relay: &mut self.relay,
             ids: &mut self.ids,
             scratch: &mut self.enc,
+            json: &mut self.json,
         };
         (c, ctx)
     }
@@ -394,10 +418,7 @@ impl Worker {
         };
         let c = &mut self.conns[key];
         if used >= buf.len() || matches!(c.phase, Phase::Closing) {
-            buf.clear();
-            if buf.capacity() > SCRATCH {
-                buf = Vec::new();
-            }
+            buf = Vec::new();
         } else if used > 0 {
             buf.drain(..used);
         }
@@ -446,6 +467,7 @@ impl Worker {
         }
         let list = std::mem::take(&mut self.relay.deliveries);
         let max_out = self.shared.config.limits.max_outbound;
+        let fill = self.fill_mark;
         for d in &list {
             match d {
                 Delivery::Live {
@@ -466,13 +488,13 @@ impl Worker {
                         if c.uid != s.conn_uid || c.closed || !matches!(c.phase, Phase::Ws(_)) {
                             continue;
                         }
-                        c.push_message(&s.id, data, &mut self.enc);
+                        c.deliver(&s.id, data, true, fill, &mut self.enc);
                         self.shared.metrics.cores[self.id].delivered.inc();
                         if !c.dirty {
                             c.dirty = true;
                             self.dirty.push(s.conn_key);
                         }
-                        if c.out.len() > max_out {
+                        if c.outbound_len() > max_out {
                             self.overflow.push(s.conn_key);
                         }
                     }
@@ -503,11 +525,10 @@ impl Worker {
                     if c.uid != *conn_uid || c.closed {
                         continue;
                     }
+                    // A replay is cached data: it waits by reference in the backlog and does
+                    // not count as falling behind.
                     for m in messages {
-                        c.push_message(&s.id, m, &mut self.enc);
-                    }
-                    if c.out.len() > max_out {
-                        self.overflow.push(*conn_key);
+                        c.deliver(&s.id, m, false, fill, &mut self.enc);
                     }
                     self.shared.metrics.cores[self.id]
                         .delivered
@@ -547,9 +568,6 @@ impl Worker {
         if self.relay.deliveries.is_empty() {
             self.relay.deliveries = list;
         }
-        while let Some(k) = self.overflow.pop() {
-            self.check_outbound(k);
-        }
     }
 
     /// Closes a WebSocket whose outbound buffer passed the limit (DECISIONS §3: 1008).
@@ -559,11 +577,12 @@ impl Worker {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
-        if c.out.len() <= max || c.closed || !matches!(c.phase, Phase::Ws(_)) {
+        if c.outbound_len() <= max || c.closed || !matches!(c.phase, Phase::Ws(_)) {
             return;
         }
         self.shared.metrics.cores[self.id].drop(DropReason::SlowConsumer, 1);
         c.ws_close(close::POLICY, "outbound buffer full", now);
+        self.mark_dirty(key);
         self.arm(key);
     }
 
@@ -589,25 +608,32 @@ impl Worker {
     }
 
     fn flush(&mut self, key: usize) {
+        let fill = self.fill_mark;
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
         if c.closed {
             return;
         }
-        match c.out.write_to(&mut c.sock) {
-            Ok(Flush::Blocked) => {}
-            Ok(Flush::Done) => {
-                if c.shutdown_pending {
-                    c.shutdown_pending = false;
-                    let _ = c.sock.shutdown(std::net::Shutdown::Write);
-                } else if c.paused {
-                    c.paused = false;
-                    let uid = c.uid;
-                    self.ready.push_back((key, uid));
-                }
+        loop {
+            let res = c.out.write_to(&mut c.sock);
+            let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.enc);
+            match res {
+                Ok(Flush::Done) if refilled => continue,
+                Ok(Flush::Blocked) => return,
+                Ok(Flush::Done) => break,
+                Err(_) => return self.close_now(key),
             }
-            Err(_) => self.close_now(key),
+        }
+        if c.shutdown_pending {
+            c.shutdown_pending = false;
+            let _ = c.sock.shutdown(std::net::Shutdown::Write);
+            c.deadline = self.now + conn::LINGER_MS;
+            self.arm(key);
+        } else if c.paused {
+            c.paused = false;
+            let uid = c.uid;
+            self.ready.push_back((key, uid));
         }
     }
 

@@ -212,3 +212,23 @@ fn acknowledgements_and_notifications_get_no_answer() {
     other.subscribe(&tp);
     assert_eq!(other.next_push().2, "note");
 }
+
+#[test]
+fn a_batch_over_100_elements_is_one_32600_error() {
+    let s = Server::start(&["--threads", "1"]);
+    let mut ws = s.ws();
+    let batch: Vec<Value> = (0..101)
+        .map(|i| json!({"id": i, "jsonrpc": "2.0", "method": "waku_nope", "params": {}}))
+        .collect();
+    ws.send(&Value::Array(batch));
+    let r = ws.recv();
+    assert_eq!(err_code(&r), -32600, "{r}");
+    assert_eq!(r["id"], Value::Null);
+    // 100 elements are still answered one by one.
+    let batch: Vec<Value> = (0..100)
+        .map(|i| json!({"id": i, "jsonrpc": "2.0", "method": "waku_nope", "params": {}}))
+        .collect();
+    ws.send(&Value::Array(batch));
+    assert_eq!(ws.recv().as_array().map(Vec::len), Some(100));
+    still_usable(&mut ws);
+}

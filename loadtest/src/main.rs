@@ -1,1 +1,82 @@
-fn main() {}
+//! `loadtest`: a load generator for walletrelay's WebSocket relay and HTTP registry.
+//!
+//! Reads the command line, refuses any target that is not on loopback (exit 2), raises its own
+//! open-file limit, runs one scenario, and prints a table and one JSON line of figures.
+//! Every scenario is bounded in time and stops by itself. See `loadtest/README.md`.
+
+mod cli;
+mod net;
+mod proto;
+mod scenario;
+mod stats;
+mod sys;
+mod ws;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let args = Cli::parse();
+    let common = match &args.cmd {
+        Command::Pairs(o) => &o.common,
+        Command::Fanout(o) => &o.common,
+        Command::Idle(o) => &o.common,
+        Command::Churn(o) => &o.common,
+        Command::Http(o) => &o.common,
+    };
+    let target = match cli::parse_target(&common.url) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("loadtest: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if common.threads == 0 || common.duration.is_zero() {
+        eprintln!("loadtest: --threads and --duration must be > 0");
+        return ExitCode::from(2);
+    }
+    match sys::raise_nofile() {
+        Ok((old, new)) if old != new => {
+            eprintln!("loadtest: open-file limit raised {old} -> {new}")
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("loadtest: could not raise the open-file limit: {e}"),
+    }
+    let json_path = common.json.clone();
+    let result = match &args.cmd {
+        Command::Pairs(o) => scenario::pairs::run(&target, o),
+        Command::Fanout(o) => scenario::fanout::run(&target, o),
+        Command::Idle(o) => scenario::idle::run(&target, o),
+        Command::Churn(o) => scenario::churn::run(&target, o),
+        Command::Http(o) => scenario::http::run(&target, o),
+    };
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("loadtest: {e}");
+            return match e {
+                scenario::RunError::Options(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            };
+        }
+    };
+    print!("{}", report.table());
+    let line = report.json();
+    println!("{line}");
+    if let Some(p) = json_path {
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = written {
+            eprintln!("loadtest: cannot append to {}: {e}", p.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,72 @@
+//! `rpc::decode` on a mutable copy of arbitrary bytes (with parser buffers reused across
+//! inputs, as a worker reuses its own), then `Call::op` on every call: no panic, and every
+//! answer the server would write for it (result, error, push data) is valid JSON.
+#![no_main]
+
+use std::cell::RefCell;
+
+use libfuzzer_sys::fuzz_target;
+use walletrelay::rpc::{self, Incoming, Item, Op};
+
+/// `max_topic` of the default `Limits`.
+const MAX_TOPIC: usize = 256;
+
+fn valid_json(v: &[u8]) {
+    if let Err(e) = serde_json::from_slice::<serde_json::Value>(v) {
+        panic!(
+            "server would write invalid JSON ({e}): {}",
+            String::from_utf8_lossy(v)
+        );
+    }
+}
+
+fn item(it: Item<'_>) {
+    let mut out = Vec::new();
+    match it {
+        Item::Ack => {}
+        Item::Invalid(id, e) => {
+            rpc::write_error(&mut out, &id, &e);
+            valid_json(&out);
+        }
+        Item::Call(call) => {
+            let id = call.id.clone();
+            let _ = call.method();
+            let res = call.op(MAX_TOPIC);
+            let id = id.unwrap_or(rpc::Id::Null);
+            match res {
+                Ok(op) => {
+                    if let Op::Publish {
+                        topic,
+                        message,
+                        ttl,
+                        ..
+                    } = &op
+                    {
+                        assert!(!topic.is_empty() && topic.len() <= MAX_TOPIC);
+                        assert!((1..=rpc::MAX_TTL).contains(&u64::from(*ttl)));
+                        valid_json(&rpc::encode_data(topic, message));
+                    }
+                    rpc::write_result(&mut out, &id, b"true");
+                }
+                Err(e) => rpc::write_error(&mut out, &id, &e),
+            }
+            valid_json(&out);
+        }
+    }
+}
+
+thread_local! {
+    static BUFFERS: RefCell<simd_json::Buffers> = RefCell::new(simd_json::Buffers::new(4096));
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut buf = data.to_vec();
+    BUFFERS.with(|b| {
+        let mut scratch = b.borrow_mut();
+        match rpc::decode(&mut buf, &mut scratch) {
+            Err(_) => {}
+            Ok(Incoming::Single(it)) => item(it),
+            Ok(Incoming::Batch(items)) => items.into_iter().for_each(item),
+        }
+    });
+});

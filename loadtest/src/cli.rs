@@ -1,0 +1,377 @@
+//! Command line: subcommands, their flags, and the target address.
+//!
+//! Owns flag parsing and the loopback-only rule for `--url`. It must not open sockets: the
+//! scenarios get a validated [`Target`] and typed option structs.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use thiserror::Error;
+
+/// Load generator for the walletrelay WebSocket relay and HTTP registry (loopback only).
+#[derive(Parser, Debug)]
+#[command(name = "loadtest", version, about)]
+pub struct Cli {
+    /// Which load to generate.
+    #[command(subcommand)]
+    pub cmd: Command,
+}
+
+/// One subcommand per load shape.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// P topic pairs (dApp + wallet per topic), both sides publishing; open or closed loop.
+    Pairs(PairsOpts),
+    /// One publisher, N subscribers of one topic.
+    Fanout(FanoutOpts),
+    /// N subscribed connections held idle; reports the server's RSS per connection.
+    Idle(IdleOpts),
+    /// Connect, upgrade, subscribe, publish, receive, close: as fast as possible.
+    Churn(ChurnOpts),
+    /// Registry requests over keep-alive connections, at a fixed rate or flat out.
+    Http(HttpOpts),
+}
+
+/// Flags every subcommand takes.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Server address; loopback only (127.0.0.0/8, localhost, [::1]).
+    #[arg(long, default_value = "ws://127.0.0.1:8080/")]
+    pub url: String,
+    /// Measured time (e.g. 10s, 500ms, 1m).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Time before the measurement starts (load runs, nothing is counted).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Event-loop threads; the connections are split evenly among them.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Append the JSON line of figures to this file too.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Give up if connecting and subscribing all connections takes longer than this.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub setup_timeout: Duration,
+    /// Connections allowed to be connecting/upgrading at once during setup.
+    #[arg(long, default_value_t = 256)]
+    pub connect_concurrency: usize,
+    /// Number of source addresses 127.0.0.2, 127.0.0.3, ... to spread connections over
+    /// (0 = let the kernel choose; only for IPv4 loopback targets).
+    #[arg(long, default_value_t = 0)]
+    pub source_ips: u32,
+}
+
+/// `pairs` flags.
+#[derive(Args, Debug, Clone)]
+pub struct PairsOpts {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Topic pairs (two connections each). `--connections` overrides as total connections / 2.
+    #[arg(long, default_value_t = 100)]
+    pub pairs: usize,
+    /// Total connections (alternative to --pairs; must be even).
+    #[arg(long)]
+    pub connections: Option<usize>,
+    /// Open loop: total publishes per second over all connections (0 = closed loop).
+    #[arg(long, default_value_t = 10_000)]
+    pub rate: u64,
+    /// Closed loop: messages in flight per pair (used when --rate 0).
+    #[arg(long, default_value_t = 1)]
+    pub inflight: usize,
+    /// Message payload size in hex characters (>= 32).
+    #[arg(long, default_value_t = 512)]
+    pub size: usize,
+    /// Publish ttl in seconds.
+    #[arg(long, default_value_t = 21_600)]
+    pub ttl: u64,
+    /// Wait this long after the measurement for deliveries still in flight.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub drain: Duration,
+    /// Acknowledge each delivery with `{"id":N,"jsonrpc":"2.0","result":true}`.
+    #[arg(long)]
+    pub ack: bool,
+    /// Stop after this many publishes in the measured window (0 = no limit).
+    #[arg(long, default_value_t = 0)]
+    pub count: u64,
+}
+
+/// `fanout` flags.
+#[derive(Args, Debug, Clone)]
+pub struct FanoutOpts {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Subscribers of the one topic.
+    #[arg(long, alias = "connections", default_value_t = 1000)]
+    pub subscribers: usize,
+    /// Open loop: publishes per second (0 = closed loop).
+    #[arg(long, default_value_t = 100)]
+    pub rate: u64,
+    /// Closed loop: publishes in flight (a publish completes when every subscriber has it).
+    #[arg(long, default_value_t = 1)]
+    pub inflight: usize,
+    /// Message payload size in hex characters (>= 32).
+    #[arg(long, default_value_t = 512)]
+    pub size: usize,
+    /// Publish ttl in seconds.
+    #[arg(long, default_value_t = 21_600)]
+    pub ttl: u64,
+    /// Wait this long after the measurement for deliveries still in flight.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub drain: Duration,
+    /// Stop after this many publishes in the measured window (0 = no limit).
+    #[arg(long, default_value_t = 0)]
+    pub count: u64,
+}
+
+/// `idle` flags.
+#[derive(Args, Debug, Clone)]
+pub struct IdleOpts {
+    /// Common flags (`--duration` is the hold time).
+    #[command(flatten)]
+    pub common: Common,
+    /// Connections to open and subscribe.
+    #[arg(long, default_value_t = 1000)]
+    pub connections: usize,
+    /// Server process id, for VmRSS from /proc/<pid>/status.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+}
+
+/// `churn` flags.
+#[derive(Args, Debug, Clone)]
+pub struct ChurnOpts {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Cycles running at once.
+    #[arg(long, alias = "connections", default_value_t = 64)]
+    pub concurrency: usize,
+    /// Message payload size in hex characters (>= 32).
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Publish ttl in seconds.
+    #[arg(long, default_value_t = 21_600)]
+    pub ttl: u64,
+    /// Close with a FIN after the close handshake instead of a RST (leaves TIME_WAIT sockets,
+    /// which exhaust loopback ports at high cycle rates).
+    #[arg(long)]
+    pub no_rst: bool,
+    /// Stop after this many completed cycles (0 = no limit).
+    #[arg(long, default_value_t = 0)]
+    pub count: u64,
+}
+
+/// `http` flags.
+#[derive(Args, Debug, Clone)]
+pub struct HttpOpts {
+    /// Common flags (`--url` may be ws:// or http://).
+    #[command(flatten)]
+    pub common: Common,
+    /// Keep-alive connections.
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Requests per second (0 = flat out: every connection always busy).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Requests in flight per connection (HTTP/1.1 pipelining when > 1).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+    /// Weighted mix of request kinds: all, wallets, dapps, page, search, health.
+    #[arg(long, default_value = "all=1,wallets=1,dapps=1,page=4,search=4")]
+    pub mix: String,
+    /// Send `Accept-Encoding: gzip`.
+    #[arg(long)]
+    pub gzip: bool,
+    /// Stop after this many responses in the measured window (0 = no limit).
+    #[arg(long, default_value_t = 0)]
+    pub count: u64,
+}
+
+/// A validated loopback target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Where to connect.
+    pub addr: SocketAddr,
+    /// `Host` header value.
+    pub host: String,
+    /// Request target for the WebSocket upgrade (path and query).
+    pub path: String,
+}
+
+/// Why a `--url` was refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum UrlError {
+    /// Not ws://, http://, wss:// or https://.
+    #[error("unsupported scheme in {0:?} (use ws:// or http://)")]
+    Scheme(String),
+    /// TLS schemes are not implemented.
+    #[error("TLS is not supported: {0:?}")]
+    Tls(String),
+    /// The host is not an address on this machine's loopback.
+    #[error("refusing non-loopback host {0:?}: traffic goes to 127.0.0.0/8 or [::1] only")]
+    NotLoopback(String),
+    /// Malformed host or port.
+    #[error("bad host or port in {0:?}")]
+    Malformed(String),
+}
+
+/// Parse `ws://host[:port][/path]` (or http://) and accept only loopback hosts.
+///
+/// Names other than `localhost` are refused rather than resolved, so no DNS answer can send
+/// load elsewhere.
+pub fn parse_target(url: &str) -> Result<Target, UrlError> {
+    let (rest, default_port) = if let Some(r) = url.strip_prefix("ws://") {
+        (r, 80)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (r, 80)
+    } else if url.starts_with("wss://") || url.starts_with("https://") {
+        return Err(UrlError::Tls(url.to_string()));
+    } else {
+        return Err(UrlError::Scheme(url.to_string()));
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
+        Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
+        None => (rest, "/".to_string()),
+    };
+    if authority.contains('@') {
+        return Err(UrlError::Malformed(url.to_string()));
+    }
+    let (host, port) = if let Some(r) = authority.strip_prefix('[') {
+        let end = r
+            .find(']')
+            .ok_or_else(|| UrlError::Malformed(url.to_string()))?;
+        let host = &r[..end];
+        let port = match &r[end + 1..] {
+            "" => default_port,
+            p => parse_port(p.strip_prefix(':'), url)?,
+        };
+        (host, port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, parse_port(Some(p), url)?),
+            None => (authority, default_port),
+        }
+    };
+    let ip: IpAddr = if host.eq_ignore_ascii_case("localhost") {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        host.parse()
+            .map_err(|_| UrlError::NotLoopback(host.to_string()))?
+    };
+    let loopback = match ip {
+        IpAddr::V4(v4) => v4.octets()[0] == 127,
+        IpAddr::V6(v6) => v6.is_loopback(),
+    };
+    if !loopback {
+        return Err(UrlError::NotLoopback(host.to_string()));
+    }
+    Ok(Target {
+        addr: SocketAddr::new(ip, port),
+        host: authority.to_string(),
+        path,
+    })
+}
+
+fn parse_port(p: Option<&str>, url: &str) -> Result<u16, UrlError> {
+    match p {
+        Some(p) if !p.is_empty() => p.parse().map_err(|_| UrlError::Malformed(url.to_string())),
+        _ => Err(UrlError::Malformed(url.to_string())),
+    }
+}
+
+/// Parse `10s`, `500ms`, `2m`, `1.5s` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 0.000_001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad duration {s:?}"))?;
+    if !(v.is_finite() && v >= 0.0) || v * mul > 86_400.0 {
+        return Err(format!("bad duration {s:?} (0 to 24h)"));
+    }
+    Ok(Duration::from_secs_f64(v * mul))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_loopback_forms() {
+        let t = parse_target("ws://127.0.0.1:8080/").unwrap();
+        assert_eq!(t.addr, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(t.path, "/");
+        assert_eq!(t.host, "127.0.0.1:8080");
+        let t = parse_target("ws://127.9.8.7:1/?protocol=wc&version=2").unwrap();
+        assert_eq!(t.path, "/?protocol=wc&version=2");
+        let t = parse_target("ws://localhost").unwrap();
+        assert_eq!(t.addr, "127.0.0.1:80".parse().unwrap());
+        let t = parse_target("http://[::1]:9000").unwrap();
+        assert_eq!(t.addr, "[::1]:9000".parse().unwrap());
+        let t = parse_target("ws://127.0.0.1:81?x=1").unwrap();
+        assert_eq!(t.path, "/?x=1");
+    }
+
+    #[test]
+    fn refuses_everything_else() {
+        for url in [
+            "ws://10.0.0.1:8080/",
+            "ws://192.168.1.1/",
+            "ws://8.8.8.8/",
+            "ws://example.com/",
+            "ws://[2001:db8::1]:80/",
+            "ws://0.0.0.0:8080/",
+            "ws://128.0.0.1/",
+            "ws://localhost.example.com/",
+        ] {
+            assert!(
+                matches!(parse_target(url), Err(UrlError::NotLoopback(_))),
+                "{url}"
+            );
+        }
+        assert!(matches!(
+            parse_target("wss://127.0.0.1/"),
+            Err(UrlError::Tls(_))
+        ));
+        assert!(matches!(
+            parse_target("ftp://127.0.0.1/"),
+            Err(UrlError::Scheme(_))
+        ));
+        assert!(matches!(
+            parse_target("ws://127.0.0.1:x/"),
+            Err(UrlError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_target("ws://user@127.0.0.1/"),
+            Err(UrlError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+}

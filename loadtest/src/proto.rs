@@ -1,0 +1,494 @@
+//! The relay's JSON-RPC, the way the load generator speaks it: pre-encoded request frames,
+//! the payload stamp, and a byte-search classifier for what the server sends.
+//!
+//! No JSON parser runs on the hot path. A publish frame is encoded and masked once per topic;
+//! each send copies it and patches two fixed-width fields in place (the request id and the
+//! stamp). Incoming messages are classified by searching for a few keys; the relay's own
+//! output is compact JSON, and a little whitespace after a colon is tolerated.
+
+use memchr::memmem::Finder;
+
+use crate::ws::{self, MASK};
+
+/// Request ids are this plus a counter, so every id has [`ID_DIGITS`] digits and can be
+/// patched in place (JSON forbids leading zeros).
+pub const ID_BASE: u64 = 1_000_000_000_000;
+/// Digits of every request id we send.
+pub const ID_DIGITS: usize = 13;
+/// Hex characters of the stamp at the start of every message payload.
+pub const STAMP_LEN: usize = 32;
+
+/// What a message carries so its receiver can compute latency and loss: the time it was
+/// scheduled (ns since the run's epoch), who sent it, and that sender's sequence number.
+/// Encoded as 32 lowercase hex characters: 16 + 8 + 8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// Scheduled send time, ns since the shared epoch.
+    pub sched_ns: u64,
+    /// Global index of the sending connection.
+    pub sender: u32,
+    /// The sender's message sequence number.
+    pub seq: u32,
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl Stamp {
+    /// Write the 32 hex characters.
+    pub fn encode(&self, out: &mut [u8; STAMP_LEN]) {
+        put_hex(&mut out[0..16], self.sched_ns);
+        put_hex(&mut out[16..24], self.sender as u64);
+        put_hex(&mut out[24..32], self.seq as u64);
+    }
+
+    /// Read a stamp from the first 32 bytes of `b`; `None` if they are not lowercase hex.
+    pub fn decode(b: &[u8]) -> Option<Stamp> {
+        if b.len() < STAMP_LEN {
+            return None;
+        }
+        Some(Stamp {
+            sched_ns: get_hex(&b[0..16])?,
+            sender: get_hex(&b[16..24])? as u32,
+            seq: get_hex(&b[24..32])? as u32,
+        })
+    }
+}
+
+fn put_hex(out: &mut [u8], mut v: u64) {
+    for b in out.iter_mut().rev() {
+        *b = HEX[(v & 0xf) as usize];
+        v >>= 4;
+    }
+}
+
+fn get_hex(b: &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for &c in b {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | d as u64;
+    }
+    Some(v)
+}
+
+/// A topic name: 64 lowercase hex characters, like the 32-byte topics real clients use,
+/// derived from a per-run nonce so runs never see each other's cached messages.
+pub fn topic(nonce: u64, a: u64, b: u64) -> String {
+    let mut t = [0u8; 64];
+    put_hex(&mut t[0..16], nonce);
+    put_hex(&mut t[16..32], a);
+    put_hex(&mut t[32..48], b);
+    put_hex(
+        &mut t[48..64],
+        nonce ^ a.rotate_left(17) ^ b.rotate_left(41),
+    );
+    String::from_utf8_lossy(&t).into_owned()
+}
+
+/// A masked `waku_publish` frame for one topic, encoded once and patched per send.
+#[derive(Debug, Clone)]
+pub struct PublishTemplate {
+    frame: Vec<u8>,
+    /// Offset of the payload inside `frame`: the mask phase of any payload byte.
+    payload_at: usize,
+    /// Offset in `frame` of the 13-digit id.
+    id_at: usize,
+    /// Offset in `frame` of the stamp (start of the message string).
+    stamp_at: usize,
+}
+
+impl PublishTemplate {
+    /// `size` is the message length in hex characters (at least [`STAMP_LEN`]).
+    pub fn new(topic: &str, size: usize, ttl: u64) -> Self {
+        let size = size.max(STAMP_LEN);
+        let head = format!(
+            "{{\"id\":{ID_BASE},\"jsonrpc\":\"2.0\",\"method\":\"waku_publish\",\"params\":{{\"topic\":\"{topic}\",\"message\":\""
+        );
+        let mut json = head.clone().into_bytes();
+        let stamp_in_json = json.len();
+        json.extend((0..size).map(|i| HEX[i % 16]));
+        json.extend_from_slice(format!("\",\"ttl\":{ttl}}}}}").as_bytes());
+        let id_in_json = "{\"id\":".len();
+        let mut frame = Vec::with_capacity(json.len() + 14);
+        ws::encode_client(&mut frame, ws::op::TEXT, &json);
+        let payload_at = ws::client_head_len(json.len());
+        PublishTemplate {
+            frame,
+            payload_at,
+            id_at: payload_at + id_in_json,
+            stamp_at: payload_at + stamp_in_json,
+        }
+    }
+
+    /// Bytes one publish puts on the wire.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.frame.len()
+    }
+
+    /// Append one publish with request id `ID_BASE + n` and `stamp`.
+    pub fn write(&self, out: &mut Vec<u8>, n: u64, stamp: &Stamp) {
+        let at = out.len();
+        out.extend_from_slice(&self.frame);
+        let mut id = [0u8; ID_DIGITS];
+        let mut v = ID_BASE + n;
+        for b in id.iter_mut().rev() {
+            *b = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        let id_slot = &mut out[at + self.id_at..at + self.id_at + ID_DIGITS];
+        id_slot.copy_from_slice(&id);
+        ws::apply_mask(id_slot, MASK, self.id_at - self.payload_at);
+        let mut s = [0u8; STAMP_LEN];
+        stamp.encode(&mut s);
+        let stamp_slot = &mut out[at + self.stamp_at..at + self.stamp_at + STAMP_LEN];
+        stamp_slot.copy_from_slice(&s);
+        ws::apply_mask(stamp_slot, MASK, self.stamp_at - self.payload_at);
+    }
+}
+
+/// Append a masked `waku_subscribe` frame.
+pub fn write_subscribe(out: &mut Vec<u8>, id: u64, topic: &str) {
+    let json = format!(
+        "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"waku_subscribe\",\"params\":{{\"topic\":\"{topic}\"}}}}"
+    );
+    ws::encode_client(out, ws::op::TEXT, json.as_bytes());
+}
+
+/// Append a masked acknowledgement of a server request whose id is the JSON number `id`.
+pub fn write_ack(out: &mut Vec<u8>, id: &[u8]) {
+    let mut json = [0u8; 96];
+    let pre = b"{\"id\":";
+    let post = b",\"jsonrpc\":\"2.0\",\"result\":true}";
+    if id.len() > json.len() - pre.len() - post.len() {
+        return;
+    }
+    let mut n = 0;
+    for part in [&pre[..], id, &post[..]] {
+        json[n..n + part.len()].copy_from_slice(part);
+        n += part.len();
+    }
+    ws::encode_client(out, ws::op::TEXT, &json[..n]);
+}
+
+/// What a `result` carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultValue {
+    /// `true` (publish, unsubscribe).
+    True,
+    /// A string (subscribe: the subscription id).
+    Str,
+    /// Anything else.
+    Other,
+}
+
+/// A server message, classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incoming<'a> {
+    /// A `waku_subscription` push.
+    Delivery {
+        /// The JSON-RPC id digits, to acknowledge it.
+        rpc_id: Option<&'a [u8]>,
+        /// Our stamp, if the message starts with one.
+        stamp: Option<Stamp>,
+    },
+    /// A response to one of our requests.
+    Result {
+        /// Our request id (numeric ids only).
+        id: Option<u64>,
+        /// What the result was.
+        value: ResultValue,
+    },
+    /// An error response.
+    Error {
+        /// Our request id, if any.
+        id: Option<u64>,
+        /// The JSON-RPC error code.
+        code: Option<i64>,
+    },
+    /// Anything else (a batch, an unknown method, garbage).
+    Other,
+}
+
+/// Precompiled searchers for [`Incoming`]; build one per event loop.
+pub struct Classifier {
+    method: Finder<'static>,
+    message: Finder<'static>,
+    result: Finder<'static>,
+    error: Finder<'static>,
+    code: Finder<'static>,
+    id: Finder<'static>,
+}
+
+impl Default for Classifier {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Classifier {
+    /// Build the searchers.
+    pub fn new() -> Self {
+        Classifier {
+            method: Finder::new(b"\"waku_subscription\""),
+            message: Finder::new(b"\"message\""),
+            result: Finder::new(b"\"result\""),
+            error: Finder::new(b"\"error\""),
+            code: Finder::new(b"\"code\""),
+            id: Finder::new(b"\"id\""),
+        }
+    }
+
+    /// Classify one text message from the server.
+    pub fn classify<'a>(&self, msg: &'a [u8]) -> Incoming<'a> {
+        if self.method.find(msg).is_some() {
+            let stamp = self
+                .message
+                .find(msg)
+                .and_then(|at| after_colon(msg, at + b"\"message\"".len()))
+                .and_then(|v| v.strip_prefix(b"\""))
+                .and_then(Stamp::decode);
+            return Incoming::Delivery {
+                rpc_id: self.numeric_id_digits(msg),
+                stamp,
+            };
+        }
+        if let Some(at) = self.error.find(msg) {
+            let code = self
+                .code
+                .find(&msg[at..])
+                .and_then(|c| after_colon(msg, at + c + b"\"code\"".len()))
+                .and_then(parse_int);
+            return Incoming::Error {
+                id: self.numeric_id(msg),
+                code,
+            };
+        }
+        if let Some(at) = self.result.find(msg) {
+            let value = match after_colon(msg, at + b"\"result\"".len()) {
+                Some(v) if v.starts_with(b"true") => ResultValue::True,
+                Some(v) if v.starts_with(b"\"") => ResultValue::Str,
+                _ => ResultValue::Other,
+            };
+            return Incoming::Result {
+                id: self.numeric_id(msg),
+                value,
+            };
+        }
+        Incoming::Other
+    }
+
+    fn numeric_id_digits<'a>(&self, msg: &'a [u8]) -> Option<&'a [u8]> {
+        for at in self.id.find_iter(msg) {
+            if let Some(v) = after_colon(msg, at + b"\"id\"".len()) {
+                let n = v.iter().take_while(|c| c.is_ascii_digit()).count();
+                if n > 0 {
+                    return Some(&v[..n]);
+                }
+            }
+        }
+        None
+    }
+
+    fn numeric_id(&self, msg: &[u8]) -> Option<u64> {
+        self.numeric_id_digits(msg).and_then(|d| {
+            d.iter().try_fold(0u64, |acc, &c| {
+                acc.checked_mul(10)?.checked_add((c - b'0') as u64)
+            })
+        })
+    }
+}
+
+/// The bytes after `"key"` + optional spaces + `:` + optional spaces.
+fn after_colon(msg: &[u8], mut at: usize) -> Option<&[u8]> {
+    while msg.get(at).is_some_and(|c| c.is_ascii_whitespace()) {
+        at += 1;
+    }
+    if msg.get(at) != Some(&b':') {
+        return None;
+    }
+    at += 1;
+    while msg.get(at).is_some_and(|c| c.is_ascii_whitespace()) {
+        at += 1;
+    }
+    msg.get(at..)
+}
+
+fn parse_int(v: &[u8]) -> Option<i64> {
+    let (neg, digits) = match v.first() {
+        Some(b'-') => (true, &v[1..]),
+        _ => (false, v),
+    };
+    let n = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 || n > 18 {
+        return None;
+    }
+    let mut x: i64 = 0;
+    for &c in &digits[..n] {
+        x = x * 10 + (c - b'0') as i64;
+    }
+    Some(if neg { -x } else { x })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ws::{apply_mask, parse_head};
+
+    fn unmasked_payload(frame: &[u8]) -> Vec<u8> {
+        let h = parse_head(frame, 1 << 24).unwrap().unwrap();
+        let mut p = frame[h.head_len..h.head_len + h.payload_len].to_vec();
+        apply_mask(&mut p, h.mask.unwrap(), 0);
+        p
+    }
+
+    #[test]
+    fn stamp_round_trip() {
+        let s = Stamp {
+            sched_ns: 0x0123_4567_89ab_cdef,
+            sender: 0xdead_beef,
+            seq: 7,
+        };
+        let mut b = [0u8; STAMP_LEN];
+        s.encode(&mut b);
+        assert_eq!(&b, b"0123456789abcdefdeadbeef00000007");
+        assert_eq!(Stamp::decode(&b), Some(s));
+        assert_eq!(Stamp::decode(&b[..31]), None);
+        let mut bad = b;
+        bad[3] = b'G';
+        assert_eq!(Stamp::decode(&bad), None);
+    }
+
+    #[test]
+    fn publish_template_patches_id_and_stamp_under_the_mask() {
+        let t = PublishTemplate::new("abcd", 100, 30);
+        let mut out = Vec::new();
+        let stamp = Stamp {
+            sched_ns: 123_456_789,
+            sender: 3,
+            seq: 42,
+        };
+        t.write(&mut out, 5, &stamp);
+        assert_eq!(out.len(), t.len());
+        let json = String::from_utf8(unmasked_payload(&out)).unwrap();
+        let msg = format!(
+            "{{\"id\":1000000000005,\"jsonrpc\":\"2.0\",\"method\":\"waku_publish\",\"params\":{{\"topic\":\"abcd\",\"message\":\"{}{}\",\"ttl\":30}}}}",
+            "00000000075bcd15000000030000002a",
+            &"0123456789abcdef".repeat(7)[32..100]
+        );
+        assert_eq!(json, msg);
+        // A second write differs only in the patched fields.
+        t.write(&mut out, 6, &Stamp { seq: 43, ..stamp });
+        let second = String::from_utf8(unmasked_payload(&out[t.len()..])).unwrap();
+        assert!(second.starts_with("{\"id\":1000000000006,"));
+        assert!(second.contains("\"message\":\"00000000075bcd15000000030000002b"));
+    }
+
+    #[test]
+    fn large_payload_uses_long_head() {
+        let t = PublishTemplate::new("t", 70_000, 1);
+        let mut out = Vec::new();
+        t.write(
+            &mut out,
+            0,
+            &Stamp {
+                sched_ns: 1,
+                sender: 2,
+                seq: 3,
+            },
+        );
+        let json = unmasked_payload(&out);
+        let s = String::from_utf8(json).unwrap();
+        assert!(s.contains("\"message\":\"00000000000000010000000200000003"));
+        assert!(s.ends_with("\",\"ttl\":1}}"));
+    }
+
+    #[test]
+    fn subscribe_and_ack_frames() {
+        let mut out = Vec::new();
+        write_subscribe(&mut out, 9, "tt");
+        assert_eq!(
+            unmasked_payload(&out),
+            b"{\"id\":9,\"jsonrpc\":\"2.0\",\"method\":\"waku_subscribe\",\"params\":{\"topic\":\"tt\"}}"
+        );
+        let mut out = Vec::new();
+        write_ack(&mut out, b"1234567890123456");
+        assert_eq!(
+            unmasked_payload(&out),
+            b"{\"id\":1234567890123456,\"jsonrpc\":\"2.0\",\"result\":true}"
+        );
+    }
+
+    #[test]
+    fn classifies_server_messages() {
+        let c = Classifier::new();
+        let d = br#"{"id":1650000000000001,"jsonrpc":"2.0","method":"waku_subscription","params":{"id":"ab12","data":{"topic":"t","message":"0000000000000010000000020000000300ff"}}}"#;
+        assert_eq!(
+            c.classify(d),
+            Incoming::Delivery {
+                rpc_id: Some(&b"1650000000000001"[..]),
+                stamp: Some(Stamp {
+                    sched_ns: 16,
+                    sender: 2,
+                    seq: 3
+                })
+            }
+        );
+        // Key order and spacing may differ.
+        let d2 = br#"{"jsonrpc": "2.0", "method": "waku_subscription", "params": {"data": {"message": "0000000000000010000000020000000300ff", "topic": "t"}, "id": "x"}, "id": 7}"#;
+        assert!(matches!(
+            c.classify(d2),
+            Incoming::Delivery {
+                rpc_id: Some(b"7"),
+                stamp: Some(_)
+            }
+        ));
+        // A message without our stamp is still a delivery.
+        let d3 = br#"{"id":1,"jsonrpc":"2.0","method":"waku_subscription","params":{"id":"x","data":{"topic":"t","message":"hello"}}}"#;
+        assert!(matches!(
+            c.classify(d3),
+            Incoming::Delivery { stamp: None, .. }
+        ));
+        assert_eq!(
+            c.classify(br#"{"id":1000000000005,"jsonrpc":"2.0","result":true}"#),
+            Incoming::Result {
+                id: Some(1_000_000_000_005),
+                value: ResultValue::True
+            }
+        );
+        assert_eq!(
+            c.classify(br#"{"id":3,"jsonrpc":"2.0","result":"a1b2"}"#),
+            Incoming::Result {
+                id: Some(3),
+                value: ResultValue::Str
+            }
+        );
+        assert_eq!(
+            c.classify(br#"{"id":4,"jsonrpc":"2.0","error":{"code":-32602,"message":"Missing or invalid \"topic\" param"}}"#),
+            Incoming::Error { id: Some(4), code: Some(-32602) }
+        );
+        assert_eq!(
+            c.classify(
+                br#"{"id":null,"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"}}"#
+            ),
+            Incoming::Error {
+                id: None,
+                code: Some(-32700)
+            }
+        );
+        assert_eq!(c.classify(b"[]"), Incoming::Other);
+        assert_eq!(c.classify(b""), Incoming::Other);
+    }
+
+    #[test]
+    fn topics_are_64_hex_and_distinct() {
+        let a = topic(1, 2, 3);
+        let b = topic(1, 2, 4);
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,93 @@
+//! `fanout`: one publisher, N subscribers of one topic. Turns the engine's figures into a
+//! report, and holds the warnings both message scenarios print.
+
+use crate::cli::{FanoutOpts, Target};
+use crate::stats::{Lat, Report};
+
+use super::topics::{self, Load, Shape};
+use super::{Ctx, RunError};
+
+/// Run `fanout` and build its report.
+pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
+    if o.subscribers == 0 {
+        return Err(RunError::Options("--subscribers must be > 0".into()));
+    }
+    let shape = Shape::Fanout {
+        subs: o.subscribers,
+    };
+    let load = Load {
+        rate: o.rate,
+        inflight: o.inflight,
+        size: o.size,
+        ttl: o.ttl,
+        drain_ns: o.drain.as_nanos() as u64,
+        ack: false,
+        count: o.count,
+    };
+    let ctx = Ctx::new(target, &o.common);
+    let outs = topics::run(&ctx, &o.common, shape, &load)?;
+    let setup_s = outs.iter().map(|t| t.setup_ns).max().unwrap_or(0) as f64 / 1e9;
+    let (st, lost, lost_msgs, unacked) = topics::merge(outs, shape);
+    let secs = o.common.duration.as_secs_f64();
+    let mut r = Report::new("fanout");
+    r.text(
+        "mode",
+        &if o.rate > 0 {
+            "open".to_string()
+        } else {
+            format!("closed (inflight {} acks)", o.inflight)
+        },
+    )
+    .int("subscribers", o.subscribers as u64)
+    .int("threads", o.common.threads as u64)
+    .int("target_rate", o.rate)
+    .int("size", o.size.max(crate::proto::STAMP_LEN) as u64)
+    .float("duration_s", secs, 1)
+    .float("setup_s", setup_s, 2)
+    .int("publishes_sent", st.sent)
+    .float("publishes_acked_per_s", st.acked_in_window as f64 / secs, 0)
+    .float("deliveries_per_s", st.delivered_in_window as f64 / secs, 0)
+    .int("errors", st.errors.values().sum())
+    .int("lost", lost)
+    .int("messages_with_loss", lost_msgs)
+    .int("unacked", unacked)
+    .int("send_refused", st.send_refused)
+    .float("mib_in_per_s", st.bytes_in as f64 / secs / 1048576.0, 1)
+    .lat("publish_delivery", &st.delivery)
+    .lat("publish_ack", &st.ack);
+    if o.rate > 0 {
+        r.lat("send_lag", &st.send_lag);
+    }
+    r.counts("error_codes", &st.errors)
+        .counts("anomalies", &st.anomalies)
+        .counts("closes", &st.closes);
+    notes(&mut r, o.rate, st.sent, secs, &st.send_lag, lost, unacked);
+    Ok(r)
+}
+
+/// Warnings that make a figure untrustworthy, printed under the table.
+pub fn notes(r: &mut Report, rate: u64, sent: u64, secs: f64, lag: &Lat, lost: u64, unacked: u64) {
+    if rate > 0 {
+        let achieved = sent as f64 / secs;
+        if achieved < rate as f64 * 0.97 {
+            r.note(format!(
+                "sent {achieved:.0}/s of the {rate}/s asked: sends were refused or the run stopped early"
+            ));
+        }
+        let s = lag.summary();
+        if s.p99 > 1000 {
+            r.note(format!(
+                "send lag p99 {} µs: the generator (or its core) fell behind the schedule; latencies include it",
+                s.p99
+            ));
+        }
+    }
+    if lost > 0 {
+        r.note(format!(
+            "{lost} acked deliveries never arrived (after the drain period)"
+        ));
+    }
+    if unacked > 0 {
+        r.note(format!("{unacked} publishes were never answered"));
+    }
+}

@@ -1,0 +1,419 @@
+//! What every scenario shares: the run context, threads, setup pacing, the send schedule, and
+//! per-sender bookkeeping for acknowledgement latency and loss.
+//!
+//! Owns no sockets itself; each scenario module drives [`crate::net::Io`] through a handler.
+
+pub mod churn;
+pub mod fanout;
+pub mod http;
+pub mod idle;
+pub mod pairs;
+pub mod topics;
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use thiserror::Error;
+
+use crate::cli::{Common, Target};
+use crate::net::{Io, Key, Proto};
+use crate::stats::{Counts, Lat};
+
+/// Why a scenario could not run.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// A socket or poll call failed outside any one connection.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// Connecting and subscribing did not finish.
+    #[error("setup failed: {0}")]
+    Setup(String),
+    /// Bad flag combination.
+    #[error("bad options: {0}")]
+    Options(String),
+}
+
+/// What every thread of a run shares.
+pub struct Ctx<'a> {
+    /// Validated target.
+    pub target: &'a Target,
+    /// Common flags.
+    pub common: &'a Common,
+    /// Time zero for stamps (shared by threads: `Instant` is one clock per machine).
+    pub epoch: Instant,
+    /// Makes this run's topics unique.
+    pub nonce: u64,
+    /// Threads meet here between setup and measurement.
+    pub barrier: Barrier,
+    /// Set when any thread's setup failed.
+    pub setup_failed: AtomicBool,
+    /// The measurement's time zero, ns since epoch, agreed at the barrier.
+    pub start_ns: AtomicU64,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context for `common.threads` threads.
+    pub fn new(target: &'a Target, common: &'a Common) -> Self {
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Ctx {
+            target,
+            common,
+            epoch: Instant::now(),
+            nonce: t ^ ((std::process::id() as u64) << 40),
+            barrier: Barrier::new(common.threads.max(1)),
+            setup_failed: AtomicBool::new(false),
+            start_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// A fresh event loop for thread `t`.
+    pub fn io(&self, t: usize) -> std::io::Result<Io> {
+        Io::new(
+            self.target,
+            self.common.source_ips,
+            self.epoch,
+            t,
+            self.common.threads.max(1),
+        )
+    }
+
+    /// Run `f` on each of the `threads` threads and collect the results in thread order.
+    pub fn run_threads<T, F>(&self, f: F) -> Result<Vec<T>, RunError>
+    where
+        T: Send,
+        F: Fn(usize) -> Result<T, RunError> + Sync,
+    {
+        let n = self.common.threads.max(1);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|t| {
+                    let f = &f;
+                    s.spawn(move || f(t))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(RunError::Setup("a thread panicked".into())))
+                })
+                .collect()
+        })
+    }
+
+    /// Wait for every thread's setup, then agree on the measurement's time zero.
+    /// `None` if any thread's setup failed (every thread then stops).
+    pub fn sync_setup(&self, ok: bool) -> Option<u64> {
+        if !ok {
+            self.setup_failed.store(true, Ordering::SeqCst);
+        }
+        if self.barrier.wait().is_leader() {
+            let now = self.epoch.elapsed().as_nanos() as u64;
+            self.start_ns.store(now + 1_000_000, Ordering::SeqCst);
+        }
+        self.barrier.wait();
+        if self.setup_failed.load(Ordering::SeqCst) {
+            None
+        } else {
+            Some(self.start_ns.load(Ordering::SeqCst))
+        }
+    }
+}
+
+/// The part of `0..n` that thread `t` of `threads` owns.
+pub fn split(n: usize, threads: usize, t: usize) -> Range<usize> {
+    let threads = threads.max(1);
+    let base = n / threads;
+    let extra = n % threads;
+    let start = t * base + t.min(extra);
+    let len = base + usize::from(t < extra);
+    start..start + len
+}
+
+/// Opens connections during setup, at most `limit` connecting or upgrading at once.
+pub struct Connector {
+    /// Tags still to open, in order.
+    next: usize,
+    total: usize,
+    /// Connected but not yet counted as ready by the scenario.
+    pub in_progress: usize,
+    limit: usize,
+    /// Connect calls that failed at once (EMFILE, EADDRNOTAVAIL, ...).
+    pub failed_now: Counts,
+}
+
+impl Connector {
+    /// Open tags `0..total`.
+    pub fn new(total: usize, limit: usize) -> Self {
+        Connector {
+            next: 0,
+            total,
+            in_progress: 0,
+            limit: limit.max(1),
+            failed_now: Counts::new(),
+        }
+    }
+
+    /// Start as many connects as allowed; `on_key(tag, key)` records each started one.
+    /// Returns the number that failed at once.
+    pub fn pump(&mut self, io: &mut Io, proto: Proto, mut on_key: impl FnMut(u32, Key)) -> usize {
+        let mut failed = 0;
+        while self.in_progress < self.limit && self.next < self.total {
+            let tag = self.next as u32;
+            self.next += 1;
+            match io.connect(tag, proto) {
+                Ok(key) => {
+                    self.in_progress += 1;
+                    on_key(tag, key);
+                }
+                Err(e) => {
+                    failed += 1;
+                    *self
+                        .failed_now
+                        .entry(format!("connect:{:?}", e.kind()))
+                        .or_insert(0) += 1;
+                }
+            }
+        }
+        failed
+    }
+}
+
+/// Open-loop schedule: event `i` is due at `t0 + i / rate`.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// Time of event 0, ns since epoch.
+    pub t0: u64,
+    /// Events per second (> 0).
+    pub rate: f64,
+    /// Next event index.
+    pub next: u64,
+}
+
+impl Schedule {
+    /// When event `i` is due.
+    pub fn at(&self, i: u64) -> u64 {
+        self.t0 + (i as f64 * 1e9 / self.rate) as u64
+    }
+
+    /// The next event's index and due time if it is due by `now`, advancing past it.
+    pub fn take_due(&mut self, now: u64) -> Option<(u64, u64)> {
+        let at = self.at(self.next);
+        if at <= now {
+            let i = self.next;
+            self.next += 1;
+            Some((i, at))
+        } else {
+            None
+        }
+    }
+}
+
+/// A growable bit set over message sequence numbers.
+#[derive(Debug, Default, Clone)]
+pub struct Bits(Vec<u64>);
+
+impl Bits {
+    /// Set bit `i`; returns whether it was already set.
+    pub fn set(&mut self, i: u32) -> bool {
+        let w = (i / 64) as usize;
+        if w >= self.0.len() {
+            self.0.resize(w + 1, 0);
+        }
+        let m = 1u64 << (i % 64);
+        let was = self.0[w] & m != 0;
+        self.0[w] |= m;
+        was
+    }
+
+    /// Is bit `i` set?
+    pub fn get(&self, i: u32) -> bool {
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
+    }
+}
+
+/// One request awaiting its response.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    /// Request id number (id = ID_BASE + n).
+    pub n: u64,
+    /// Scheduled send time.
+    pub sched_ns: u64,
+    /// Message sequence number.
+    pub seq: u32,
+    /// Counted in the measured window.
+    pub in_window: bool,
+}
+
+/// A publishing connection's bookkeeping: ids awaiting acks, what was acked and delivered.
+#[derive(Debug, Default)]
+pub struct Sender {
+    /// Next message sequence number (also the next request id number).
+    pub next_seq: u32,
+    /// Requests in order of sending (the server answers in order on one connection).
+    pub pending: VecDeque<Pending>,
+    /// Acked sequence numbers.
+    pub acked: Bits,
+    /// First sequence number sent in the measured window.
+    pub win_first: Option<u32>,
+    /// First sequence number sent after the measured window.
+    pub win_end: Option<u32>,
+}
+
+impl Sender {
+    /// Take the next sequence number for a message scheduled at `sched_ns`.
+    pub fn next(&mut self, sched_ns: u64, in_window: bool, after_window: bool) -> u32 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if in_window && self.win_first.is_none() {
+            self.win_first = Some(seq);
+        }
+        if after_window && self.win_end.is_none() {
+            self.win_end = Some(seq);
+        }
+        self.pending.push_back(Pending {
+            n: seq as u64,
+            sched_ns,
+            seq,
+            in_window,
+        });
+        seq
+    }
+
+    /// Match a response to request number `n`; mismatches skip ahead (counted by the caller).
+    pub fn answer(&mut self, n: u64) -> Option<(Pending, bool)> {
+        let front = self.pending.front()?;
+        if front.n == n {
+            return self.pending.pop_front().map(|p| (p, true));
+        }
+        let pos = self.pending.iter().position(|p| p.n == n)?;
+        self.pending.remove(pos).map(|p| (p, false))
+    }
+}
+
+/// Latency and counters of a publish/deliver scenario, mergeable across threads.
+#[derive(Default)]
+pub struct MsgStats {
+    /// Publishes sent in the window.
+    pub sent: u64,
+    /// Publish acks received during the window.
+    pub acked_in_window: u64,
+    /// Deliveries received during the window.
+    pub delivered_in_window: u64,
+    /// Publish -> delivery, from the scheduled send time.
+    pub delivery: Lat,
+    /// Publish -> ack, from the scheduled send time.
+    pub ack: Lat,
+    /// How late we sent relative to the schedule (open loop only).
+    pub send_lag: Lat,
+    /// JSON-RPC errors by code.
+    pub errors: Counts,
+    /// Oddities: echoes, duplicates, unmatched ids, unknown messages.
+    pub anomalies: Counts,
+    /// Connections that ended during the run, by reason.
+    pub closes: Counts,
+    /// Sends refused because a connection's backlog was full or it was gone.
+    pub send_refused: u64,
+    /// Acked in the window but never delivered.
+    pub lost: u64,
+    /// Sent in the window but never acked.
+    pub unacked: u64,
+    /// Bytes read and written.
+    pub bytes_in: u64,
+    /// Bytes written.
+    pub bytes_out: u64,
+}
+
+impl MsgStats {
+    /// Add another thread's figures.
+    pub fn merge(&mut self, o: &MsgStats) {
+        self.sent += o.sent;
+        self.acked_in_window += o.acked_in_window;
+        self.delivered_in_window += o.delivered_in_window;
+        self.delivery.merge(&o.delivery);
+        self.ack.merge(&o.ack);
+        self.send_lag.merge(&o.send_lag);
+        crate::stats::merge_counts(&mut self.errors, &o.errors);
+        crate::stats::merge_counts(&mut self.anomalies, &o.anomalies);
+        crate::stats::merge_counts(&mut self.closes, &o.closes);
+        self.send_refused += o.send_refused;
+        self.lost += o.lost;
+        self.unacked += o.unacked;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+    }
+
+    /// Count one oddity.
+    pub fn anomaly(&mut self, what: &str) {
+        *self.anomalies.entry(what.to_string()).or_insert(0) += 1;
+    }
+}
+
+/// Increment a label in a [`Counts`].
+pub fn bump(c: &mut Counts, label: &str) {
+    if let Some(v) = c.get_mut(label) {
+        *v += 1;
+    } else {
+        c.insert(label.to_string(), 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_covers_everything_once() {
+        for n in [0, 1, 5, 100, 101] {
+            for threads in 1..5 {
+                let mut all = Vec::new();
+                for t in 0..threads {
+                    all.extend(split(n, threads, t));
+                }
+                assert_eq!(all, (0..n).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn schedule_is_exact() {
+        let mut s = Schedule {
+            t0: 1000,
+            rate: 1000.0,
+            next: 0,
+        };
+        assert_eq!(s.take_due(999), None);
+        assert_eq!(s.take_due(1000), Some((0, 1000)));
+        assert_eq!(s.take_due(1000), None);
+        assert_eq!(s.take_due(3_000_000), Some((1, 1_001_000)));
+        assert_eq!(s.take_due(3_000_000), Some((2, 2_001_000)));
+        assert_eq!(s.take_due(3_000_000), None);
+    }
+
+    #[test]
+    fn sender_window_and_answers() {
+        let mut s = Sender::default();
+        s.next(1, false, false); // 0, warmup
+        s.next(2, true, false); // 1
+        s.next(3, true, false); // 2
+        s.next(4, true, false); // 3
+        s.next(5, false, true); // 4, after the window
+        assert_eq!(s.answer(0).map(|p| p.1), Some(true));
+        assert_eq!(s.answer(2).map(|p| p.1), Some(false)); // 1 skipped
+        assert_eq!(s.answer(1).map(|p| p.1), Some(true));
+        assert!(s.answer(9).is_none());
+        assert_eq!((s.win_first, s.win_end), (Some(1), Some(4)));
+        let mut b = Bits::default();
+        assert!(!b.set(130));
+        assert!(b.set(130));
+        assert!(b.get(130) && !b.get(129) && !b.get(100_000));
+    }
+}

@@ -1,0 +1,79 @@
+//! `pairs`: P topics, each with a dApp and a wallet connection, both subscribed and both
+//! publishing, the way a WalletConnect session talks. Turns the engine's figures into a report.
+
+use crate::cli::{PairsOpts, Target};
+use crate::stats::Report;
+
+use super::topics::{self, Load, Shape};
+use super::{Ctx, RunError};
+
+/// Run `pairs` and build its report.
+pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
+    let pairs = match o.connections {
+        Some(c) if c % 2 == 1 || c == 0 => {
+            return Err(RunError::Options(
+                "--connections must be even and > 0".into(),
+            ))
+        }
+        Some(c) => c / 2,
+        None => o.pairs,
+    };
+    if pairs == 0 {
+        return Err(RunError::Options("--pairs must be > 0".into()));
+    }
+    let shape = Shape::Pairs { pairs };
+    let load = Load {
+        rate: o.rate,
+        inflight: o.inflight,
+        size: o.size,
+        ttl: o.ttl,
+        drain_ns: o.drain.as_nanos() as u64,
+        ack: o.ack,
+        count: o.count,
+    };
+    let ctx = Ctx::new(target, &o.common);
+    let outs = topics::run(&ctx, &o.common, shape, &load)?;
+    let setup_s = outs.iter().map(|t| t.setup_ns).max().unwrap_or(0) as f64 / 1e9;
+    let (st, lost, _lost_msgs, unacked) = topics::merge(outs, shape);
+    let secs = o.common.duration.as_secs_f64();
+    let mut r = Report::new("pairs");
+    r.text(
+        "mode",
+        &if o.rate > 0 {
+            "open".to_string()
+        } else {
+            format!("closed (inflight {} per pair)", o.inflight)
+        },
+    )
+    .int("pairs", pairs as u64)
+    .int("connections", 2 * pairs as u64)
+    .int("threads", o.common.threads as u64)
+    .int("target_rate", o.rate)
+    .int("size", o.size.max(proto_min()) as u64)
+    .int("ttl", o.ttl)
+    .float("duration_s", secs, 1)
+    .float("setup_s", setup_s, 2)
+    .int("publishes_sent", st.sent)
+    .float("publishes_acked_per_s", st.acked_in_window as f64 / secs, 0)
+    .float("deliveries_per_s", st.delivered_in_window as f64 / secs, 0)
+    .int("errors", st.errors.values().sum())
+    .int("lost", lost)
+    .int("unacked", unacked)
+    .int("send_refused", st.send_refused)
+    .float("mib_in_per_s", st.bytes_in as f64 / secs / 1048576.0, 1)
+    .float("mib_out_per_s", st.bytes_out as f64 / secs / 1048576.0, 1)
+    .lat("publish_delivery", &st.delivery)
+    .lat("publish_ack", &st.ack);
+    if o.rate > 0 {
+        r.lat("send_lag", &st.send_lag);
+    }
+    r.counts("error_codes", &st.errors)
+        .counts("anomalies", &st.anomalies)
+        .counts("closes", &st.closes);
+    super::fanout::notes(&mut r, o.rate, st.sent, secs, &st.send_lag, lost, unacked);
+    Ok(r)
+}
+
+fn proto_min() -> usize {
+    crate::proto::STAMP_LEN
+}

@@ -1,0 +1,599 @@
+//! The publish/deliver engine behind `pairs` and `fanout`: connections grouped on topics,
+//! some publishing, some subscribed; open loop on a fixed schedule or closed loop.
+//!
+//! Latency is measured from each message's *scheduled* send time (stamped into the payload),
+//! so a stalled server or a late sender shows up as latency instead of disappearing
+//! (no coordinated omission). Loss is computed after the run from every sender's acked set and
+//! every thread's delivery counts.
+
+use crate::cli::Common;
+use crate::net::{self, CloseWhy, Handler, Io, Key, Proto};
+use crate::proto::{self, Classifier, Incoming, PublishTemplate, ResultValue, Stamp, ID_BASE};
+
+use super::{bump, split, Connector, Ctx, MsgStats, RunError, Schedule, Sender};
+
+/// How connections sit on topics.
+#[derive(Debug, Clone, Copy)]
+pub enum Shape {
+    /// Topic `p` has connections `2p` (dApp) and `2p + 1` (wallet); both subscribe and publish.
+    Pairs {
+        /// Number of pairs.
+        pairs: usize,
+    },
+    /// One topic: connection 0 publishes (not subscribed), `1..=subs` subscribe.
+    Fanout {
+        /// Number of subscribers.
+        subs: usize,
+    },
+}
+
+impl Shape {
+    /// Connections in all.
+    pub fn conns(&self) -> usize {
+        match *self {
+            Shape::Pairs { pairs } => 2 * pairs,
+            Shape::Fanout { subs } => subs + 1,
+        }
+    }
+
+    fn topic_index(&self, g: usize) -> usize {
+        match self {
+            Shape::Pairs { .. } => g / 2,
+            Shape::Fanout { .. } => 0,
+        }
+    }
+
+    fn publishes(&self, g: usize) -> bool {
+        match self {
+            Shape::Pairs { .. } => true,
+            Shape::Fanout { .. } => g == 0,
+        }
+    }
+
+    fn subscribes(&self, g: usize) -> bool {
+        match self {
+            Shape::Pairs { .. } => true,
+            Shape::Fanout { .. } => g != 0,
+        }
+    }
+
+    /// Deliveries one message should produce.
+    pub fn expected(&self) -> u32 {
+        match *self {
+            Shape::Pairs { .. } => 1,
+            Shape::Fanout { subs } => subs as u32,
+        }
+    }
+
+    /// Global connection range thread `t` owns (pairs never split across threads).
+    fn range(&self, threads: usize, t: usize) -> std::ops::Range<usize> {
+        match *self {
+            Shape::Pairs { pairs } => {
+                let r = split(pairs, threads, t);
+                2 * r.start..2 * r.end
+            }
+            Shape::Fanout { subs } => {
+                let r = split(subs, threads, t);
+                let start = if t == 0 { 0 } else { r.start + 1 };
+                start..r.end + 1
+            }
+        }
+    }
+}
+
+/// Load flags shared by `pairs` and `fanout`.
+#[derive(Debug, Clone)]
+pub struct Load {
+    /// Total publishes per second; 0 = closed loop.
+    pub rate: u64,
+    /// Closed loop: messages in flight per pair / per publisher.
+    pub inflight: usize,
+    /// Message size in hex characters.
+    pub size: usize,
+    /// Publish ttl, seconds.
+    pub ttl: u64,
+    /// Time after the window to wait for deliveries, ns.
+    pub drain_ns: u64,
+    /// Acknowledge deliveries.
+    pub ack: bool,
+    /// Cap on publishes in the window (0 = none).
+    pub count: u64,
+}
+
+/// What one thread hands back.
+pub struct ThreadOut {
+    /// Counters and latency.
+    pub stats: MsgStats,
+    /// (global sender id, its bookkeeping).
+    pub senders: Vec<(u32, Sender)>,
+    /// Delivery counts per global sender per sequence number.
+    pub recv: Vec<Vec<u32>>,
+    /// Setup time, ns.
+    pub setup_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Setup,
+    Measure,
+}
+
+/// Request id of every subscribe (publishes use ids >= ID_BASE).
+const SUB_ID: u64 = 1;
+
+struct TopicsHandler<'a> {
+    shape: Shape,
+    load: &'a Load,
+    /// Global index of local connection 0.
+    base: usize,
+    keys: Vec<Option<Key>>,
+    ready: Vec<bool>,
+    n_ready: usize,
+    n_failed: usize,
+    connector: Connector,
+    topics: Vec<String>,
+    templates: Vec<PublishTemplate>,
+    /// Local publishing connections, in schedule order.
+    publishers: Vec<usize>,
+    senders: Vec<Sender>,
+    recv: Vec<Vec<u32>>,
+    cls: Classifier,
+    phase: Phase,
+    t_warm: u64,
+    t_end: u64,
+    t_stop: u64,
+    now: u64,
+    schedule: Option<Schedule>,
+    closed_started: bool,
+    budget: u64,
+    /// Window messages sent and deliveries owed to this thread (when it can know).
+    owed: Option<u64>,
+    got: u64,
+    window_acked: u64,
+    stats: MsgStats,
+    setup_errors: crate::stats::Counts,
+}
+
+impl<'a> TopicsHandler<'a> {
+    fn local_topic(&self, local: usize) -> usize {
+        self.shape.topic_index(self.base + local) - self.shape.topic_index(self.base)
+    }
+
+    fn publish(&mut self, io: &mut Io, local: usize, sched: u64, now: u64) {
+        if self.budget == 0 && sched >= self.t_warm {
+            return;
+        }
+        let in_window = sched >= self.t_warm && sched < self.t_end;
+        let Some(key) = self.keys[local] else {
+            self.stats.send_refused += 1;
+            return;
+        };
+        let tmpl = &self.templates[self.local_topic(local)];
+        let Some(out) = io.out(key) else {
+            self.stats.send_refused += 1;
+            return;
+        };
+        let sender = &mut self.senders[local];
+        let seq = sender.next(sched, in_window, sched >= self.t_end);
+        tmpl.write(
+            out,
+            seq as u64,
+            &Stamp {
+                sched_ns: sched,
+                sender: (self.base + local) as u32,
+                seq,
+            },
+        );
+        if in_window {
+            self.stats.sent += 1;
+            self.budget = self.budget.saturating_sub(1);
+            if let Some(o) = self.owed.as_mut() {
+                *o += self.shape.expected() as u64;
+            }
+            if self.load.rate > 0 {
+                self.stats.send_lag.record_ns(now.saturating_sub(sched));
+            }
+        }
+    }
+
+    fn on_delivery(
+        &mut self,
+        io: &mut Io,
+        local: usize,
+        rpc_id: Option<&[u8]>,
+        stamp: Option<Stamp>,
+        now: u64,
+    ) {
+        if self.load.ack {
+            if let (Some(id), Some(key)) = (rpc_id, self.keys[local]) {
+                if let Some(out) = io.out(key) {
+                    proto::write_ack(out, id);
+                }
+            }
+        }
+        let Some(st) = stamp else {
+            self.stats.anomaly("delivery_without_stamp");
+            return;
+        };
+        let me = self.base + local;
+        let from = st.sender as usize;
+        if from == me {
+            self.stats.anomaly("echo_to_publisher");
+            return;
+        }
+        if from >= self.recv.len() || !self.shape.publishes(from) {
+            self.stats.anomaly("delivery_from_unknown_sender");
+            return;
+        }
+        if self.shape.topic_index(from) != self.shape.topic_index(me) {
+            self.stats.anomaly("delivery_to_wrong_topic");
+            return;
+        }
+        let counts = &mut self.recv[from];
+        let seq = st.seq as usize;
+        if seq >= counts.len() {
+            counts.resize((seq + 1).max(counts.len() * 2), 0);
+        }
+        counts[seq] += 1;
+        if counts[seq] > self.shape.expected() {
+            self.stats.anomaly("duplicate_delivery");
+            return;
+        }
+        if now >= self.t_warm && now < self.t_end {
+            self.stats.delivered_in_window += 1;
+        }
+        if st.sched_ns >= self.t_warm && st.sched_ns < self.t_end {
+            self.stats
+                .delivery
+                .record_ns(now.saturating_sub(st.sched_ns));
+            self.got += 1;
+        }
+        // Closed loop, pairs: the receiver answers.
+        if self.phase == Phase::Measure
+            && self.schedule.is_none()
+            && matches!(self.shape, Shape::Pairs { .. })
+            && now < self.t_end
+        {
+            self.publish(io, local, now, now);
+        }
+    }
+
+    fn on_result(
+        &mut self,
+        io: &mut Io,
+        local: usize,
+        id: Option<u64>,
+        value: ResultValue,
+        now: u64,
+    ) {
+        match id {
+            Some(SUB_ID) => {
+                if value == ResultValue::Str && !self.ready[local] {
+                    self.ready[local] = true;
+                    self.n_ready += 1;
+                    self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
+                } else {
+                    self.stats.anomaly("subscribe_result_not_a_string");
+                }
+            }
+            Some(n) if n >= ID_BASE => {
+                if value != ResultValue::True {
+                    self.stats.anomaly("publish_result_not_true");
+                }
+                match self.senders[local].answer(n - ID_BASE) {
+                    Some((p, in_order)) => {
+                        if !in_order {
+                            self.stats.anomaly("ack_out_of_order");
+                        }
+                        self.senders[local].acked.set(p.seq);
+                        if p.in_window {
+                            self.stats.ack.record_ns(now.saturating_sub(p.sched_ns));
+                            self.window_acked += 1;
+                        }
+                        if now >= self.t_warm && now < self.t_end {
+                            self.stats.acked_in_window += 1;
+                        }
+                        // Closed loop, fanout: the next publish follows the ack.
+                        if self.phase == Phase::Measure
+                            && self.schedule.is_none()
+                            && matches!(self.shape, Shape::Fanout { .. })
+                            && now < self.t_end
+                        {
+                            self.publish(io, local, now, now);
+                        }
+                    }
+                    None => self.stats.anomaly("ack_for_unknown_id"),
+                }
+            }
+            _ => self.stats.anomaly("result_for_unknown_id"),
+        }
+    }
+}
+
+impl Handler for TopicsHandler<'_> {
+    fn on_open(&mut self, io: &mut Io, key: Key, tag: u32, _now: u64) {
+        let local = tag as usize;
+        if self.shape.subscribes(self.base + local) {
+            let topic = &self.topics[self.local_topic(local)];
+            if let Some(out) = io.out(key) {
+                proto::write_subscribe(out, SUB_ID, topic);
+            }
+        } else if !self.ready[local] {
+            self.ready[local] = true;
+            self.n_ready += 1;
+            self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
+        }
+    }
+
+    fn on_message(&mut self, io: &mut Io, _key: Key, tag: u32, msg: &[u8], now: u64) {
+        let local = tag as usize;
+        match self.cls.classify(msg) {
+            Incoming::Delivery { rpc_id, stamp } => self.on_delivery(io, local, rpc_id, stamp, now),
+            Incoming::Result { id, value } => self.on_result(io, local, id, value, now),
+            Incoming::Error { id, code } => {
+                bump(
+                    &mut self.stats.errors,
+                    &code.map_or("none".into(), |c| c.to_string()),
+                );
+                match id {
+                    Some(SUB_ID) if self.phase == Phase::Setup && !self.ready[local] => {
+                        bump(&mut self.setup_errors, "subscribe_error");
+                        self.n_failed += 1;
+                        self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
+                    }
+                    Some(n) if n >= ID_BASE => {
+                        let _ = self.senders[local].answer(n - ID_BASE);
+                    }
+                    _ => {}
+                }
+            }
+            Incoming::Other => self.stats.anomaly("unrecognised_message"),
+        }
+    }
+
+    fn on_closed(&mut self, _io: &mut Io, _key: Key, tag: u32, why: &CloseWhy, _now: u64) {
+        let local = tag as usize;
+        self.keys[local] = None;
+        match self.phase {
+            Phase::Setup => {
+                bump(&mut self.setup_errors, &why.label());
+                if !self.ready[local] {
+                    self.n_failed += 1;
+                    self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
+                }
+            }
+            Phase::Measure => bump(&mut self.stats.closes, &why.label()),
+        }
+    }
+
+    fn tick(&mut self, io: &mut Io, now: u64) -> Option<u64> {
+        self.now = now;
+        match self.phase {
+            Phase::Setup => {
+                let keys = &mut self.keys;
+                self.n_failed += self.connector.pump(io, Proto::Ws, |tag, key| {
+                    keys[tag as usize] = Some(key);
+                });
+                None
+            }
+            Phase::Measure => {
+                if let Some(mut s) = self.schedule.take() {
+                    while now < self.t_end {
+                        let Some((i, at)) = s.take_due(now) else {
+                            break;
+                        };
+                        if at >= self.t_end {
+                            break;
+                        }
+                        let local = self.publishers[(i % self.publishers.len() as u64) as usize];
+                        self.publish(io, local, at, now);
+                    }
+                    let next = s.at(s.next);
+                    self.schedule = Some(s);
+                    Some(if now < self.t_end { next } else { self.t_stop })
+                } else {
+                    if !self.closed_started {
+                        self.closed_started = true;
+                        let w = self.load.inflight.max(1);
+                        match self.shape {
+                            Shape::Pairs { .. } => {
+                                for pair in 0..self.keys.len() / 2 {
+                                    for k in 0..w {
+                                        self.publish(io, 2 * pair + k % 2, now, now);
+                                    }
+                                }
+                            }
+                            Shape::Fanout { .. } => {
+                                for &p in &self.publishers.clone() {
+                                    for _ in 0..w {
+                                        self.publish(io, p, now, now);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Some(self.t_end.max(now + 1_000_000).min(self.t_stop))
+                }
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        match self.phase {
+            Phase::Setup => self.n_ready + self.n_failed >= self.keys.len(),
+            Phase::Measure => {
+                if self.now >= self.t_stop {
+                    return true;
+                }
+                if self.now < self.t_end {
+                    return false;
+                }
+                let acked = self.senders.iter().all(|s| s.pending.is_empty());
+                match self.owed {
+                    Some(o) => acked && self.got >= o,
+                    None => false,
+                }
+            }
+        }
+    }
+}
+
+/// Run `shape` under `load` on every thread; returns each thread's figures.
+pub fn run(
+    ctx: &Ctx,
+    common: &Common,
+    shape: Shape,
+    load: &Load,
+) -> Result<Vec<ThreadOut>, RunError> {
+    let threads = common.threads.max(1);
+    let total_publishers: usize = (0..shape.conns()).filter(|&g| shape.publishes(g)).count();
+    if total_publishers == 0 {
+        return Err(RunError::Options("no publishers".into()));
+    }
+    ctx.run_threads(|t| {
+        let range = shape.range(threads, t);
+        let n = range.len();
+        let mut io = ctx.io(t)?;
+        let first_topic = shape.topic_index(range.start);
+        let n_topics = if n == 0 {
+            0
+        } else {
+            shape.topic_index(range.end - 1) - first_topic + 1
+        };
+        let topics: Vec<String> = (0..n_topics)
+            .map(|i| proto::topic(ctx.nonce, 0x70, (first_topic + i) as u64))
+            .collect();
+        let templates = topics
+            .iter()
+            .map(|tp| PublishTemplate::new(tp, load.size, load.ttl))
+            .collect();
+        let publishers: Vec<usize> = (0..n)
+            .filter(|&l| shape.publishes(range.start + l))
+            .collect();
+        let owed_known = matches!(shape, Shape::Pairs { .. }) || threads == 1;
+        let mut h = TopicsHandler {
+            shape,
+            load,
+            base: range.start,
+            keys: vec![None; n],
+            ready: vec![false; n],
+            n_ready: 0,
+            n_failed: 0,
+            connector: Connector::new(n, common.connect_concurrency),
+            topics,
+            templates,
+            senders: (0..n).map(|_| Sender::default()).collect(),
+            recv: vec![Vec::new(); shape.conns()],
+            publishers,
+            cls: Classifier::new(),
+            phase: Phase::Setup,
+            t_warm: u64::MAX,
+            t_end: u64::MAX,
+            t_stop: u64::MAX,
+            now: 0,
+            schedule: None,
+            closed_started: false,
+            budget: u64::MAX,
+            owed: owed_known.then_some(0),
+            got: 0,
+            window_acked: 0,
+            stats: MsgStats::default(),
+            setup_errors: Default::default(),
+        };
+        let setup_start = io.now_ns();
+        net::run(
+            &mut io,
+            &mut h,
+            setup_start + common.setup_timeout.as_nanos() as u64,
+        )?;
+        let setup_ns = io.now_ns() - setup_start;
+        let ok = h.n_ready == n;
+        if !ok {
+            eprintln!(
+                "thread {t}: {} of {n} connections ready after {:.1}s; failures: {:?} {:?}",
+                h.n_ready,
+                setup_ns as f64 / 1e9,
+                h.setup_errors,
+                h.connector.failed_now
+            );
+        }
+        let Some(t0) = ctx.sync_setup(ok) else {
+            return Err(RunError::Setup(format!(
+                "not every connection could connect and subscribe (thread {t}: {}/{n} ready)",
+                h.n_ready
+            )));
+        };
+        h.phase = Phase::Measure;
+        h.t_warm = t0 + common.warmup.as_nanos() as u64;
+        h.t_end = h.t_warm + common.duration.as_nanos() as u64;
+        h.t_stop = h.t_end + load.drain_ns;
+        if load.count > 0 {
+            h.budget = (load.count * h.publishers.len() as u64).div_ceil(total_publishers as u64);
+        }
+        if load.rate > 0 && !h.publishers.is_empty() {
+            let rate = load.rate as f64 * h.publishers.len() as f64 / total_publishers as f64;
+            h.schedule = Some(Schedule { t0, rate, next: 0 });
+        }
+        io.stats = Default::default();
+        let until = h.t_stop;
+        net::run(&mut io, &mut h, until)?;
+        let mut stats = h.stats;
+        stats.bytes_in = io.stats.bytes_in;
+        stats.bytes_out = io.stats.bytes_out;
+        let senders = h
+            .senders
+            .into_iter()
+            .enumerate()
+            .filter(|(l, _)| shape.publishes(range.start + l))
+            .map(|(l, s)| ((range.start + l) as u32, s))
+            .collect();
+        Ok(ThreadOut {
+            stats,
+            senders,
+            recv: h.recv,
+            setup_ns,
+        })
+    })
+}
+
+/// Merge the threads: total figures, with loss computed over all of them.
+/// Returns (stats, lost deliveries, messages with a lost delivery, sent-but-unacked).
+pub fn merge(outs: Vec<ThreadOut>, shape: Shape) -> (MsgStats, u64, u64, u64) {
+    let mut total = MsgStats::default();
+    let mut recv: Vec<Vec<u32>> = vec![Vec::new(); shape.conns()];
+    let mut senders = Vec::new();
+    for o in outs {
+        total.merge(&o.stats);
+        for (g, counts) in o.recv.into_iter().enumerate() {
+            let r = &mut recv[g];
+            if r.len() < counts.len() {
+                r.resize(counts.len(), 0);
+            }
+            for (i, c) in counts.into_iter().enumerate() {
+                r[i] += c;
+            }
+        }
+        senders.extend(o.senders);
+    }
+    let expected = shape.expected();
+    let (mut lost_deliveries, mut lost_messages, mut unacked) = (0, 0, 0);
+    for (g, s) in &senders {
+        let Some(first) = s.win_first else {
+            continue;
+        };
+        let end = s.win_end.unwrap_or(s.next_seq);
+        let counts = &recv[*g as usize];
+        for seq in first..end {
+            if !s.acked.get(seq) {
+                unacked += 1;
+                continue;
+            }
+            let got = counts.get(seq as usize).copied().unwrap_or(0);
+            if got < expected {
+                lost_deliveries += (expected - got) as u64;
+                lost_messages += 1;
+            }
+        }
+    }
+    (total, lost_deliveries, lost_messages, unacked)
+}

@@ -1,0 +1,139 @@
+//! Operating-system odds and ends: the open-file limit, a process's RSS, and outgoing sockets
+//! bound to a chosen loopback source address.
+//!
+//! Owns the unsafe `libc` calls and socket options; knows nothing about WebSocket or scenarios.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Raise RLIMIT_NOFILE's soft limit to the hard limit. Returns (old soft, new soft).
+pub fn raise_nofile() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 everywhere
+    let old = lim.rlim_cur as u64;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let new = lim.rlim_cur as u64;
+    Ok((old, new))
+}
+
+/// VmRSS of `pid` in KiB, from `/proc/<pid>/status`.
+pub fn vm_rss_kib(pid: u32) -> io::Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_vm_rss(&s).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no VmRSS line"))
+}
+
+fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line["VmRSS:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The `i`-th source address when spreading over `n` addresses 127.0.0.2, 127.0.0.3, ...
+/// `None` when not spreading (n = 0) or when the target is not IPv4 loopback.
+pub fn source_ip(target: &SocketAddr, n: u32, i: usize) -> Option<IpAddr> {
+    if n == 0 || !matches!(target.ip(), IpAddr::V4(v4) if v4.octets()[0] == 127) {
+        return None;
+    }
+    let k = 2 + (i as u32 % n);
+    // 127.0.0.2 .. 127.255.255.254
+    let host = k.min(0x00ff_fffe);
+    Some(IpAddr::V4(Ipv4Addr::from(0x7f00_0000 | host)))
+}
+
+/// A non-blocking TCP socket connecting to `target`, optionally bound to `src` first.
+///
+/// With a source address the socket sets IP_BIND_ADDRESS_NO_PORT, so the port is picked at
+/// connect time per (source, destination) pair and every source address gives a full
+/// ephemeral-port range.
+pub fn connect(target: &SocketAddr, src: Option<IpAddr>) -> io::Result<std::net::TcpStream> {
+    let domain = if target.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let sock = Socket::new(
+        domain,
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    sock.set_nodelay(true)?;
+    if let Some(ip) = src {
+        set_bind_no_port(&sock);
+        sock.bind(&SocketAddr::new(ip, 0).into())?;
+    }
+    match sock.connect(&(*target).into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(sock.into())
+}
+
+fn set_bind_no_port(sock: &Socket) {
+    use std::os::fd::AsRawFd;
+    let one: libc::c_int = 1;
+    // SAFETY: a valid fd and a c_int option value of the right size. Failure only loses the
+    // port-sharing optimisation, so the result is ignored.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Make the next close of this socket send a RST instead of a FIN (no TIME_WAIT).
+pub fn set_linger_zero(stream: &mio::net::TcpStream) {
+    let _ = socket2::SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_rss_line() {
+        let s = "Name:\tx\nVmPeak:\t  100 kB\nVmRSS:\t   20480 kB\nThreads:\t1\n";
+        assert_eq!(parse_vm_rss(s), Some(20480));
+        assert_eq!(parse_vm_rss("Name: x\n"), None);
+    }
+
+    #[test]
+    fn own_rss_is_readable() {
+        assert!(vm_rss_kib(std::process::id()).unwrap() > 0);
+    }
+
+    #[test]
+    fn source_addresses_spread() {
+        let t: SocketAddr = "127.0.0.1:80".parse().unwrap();
+        assert_eq!(source_ip(&t, 0, 5), None);
+        assert_eq!(source_ip(&t, 3, 0), Some("127.0.0.2".parse().unwrap()));
+        assert_eq!(source_ip(&t, 3, 4), Some("127.0.0.3".parse().unwrap()));
+        assert_eq!(source_ip(&t, 300, 299), Some("127.0.1.45".parse().unwrap()));
+        let t6: SocketAddr = "[::1]:80".parse().unwrap();
+        assert_eq!(source_ip(&t6, 3, 0), None);
+    }
+}

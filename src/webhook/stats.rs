@@ -1,0 +1,381 @@
+//! Webhook delivery figures: counters by outcome and a latency histogram, written by every
+//! delivery thread and by every worker that submits (so updates are atomic adds), rendered in
+//! the Prometheus text format under the `walletrelay_webhook_` prefix.
+//!
+//! This module only counts; it decides nothing about delivery.
+//!
+//! Every call accepted by [`WebhookPool::submit`](super::WebhookPool::submit) (`queued`) ends
+//! in exactly one of `succeeded`, `failed{reason}` or `dropped{reason="retry_queue_full" |
+//! "ssrf" | "shutdown"}`; calls refused at submit are `dropped{reason="queue_full"}` (or
+//! `"shutdown"` once the pool is stopping) and never queued.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A counter any thread may add to.
+#[derive(Debug, Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    #[inline]
+    pub(crate) fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Reads the value.
+    #[inline]
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a call was given up after it was sent at least once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FailReason {
+    /// The try did not finish within the per-try timeout.
+    Timeout,
+    /// TCP connect failed (refused, unreachable, reset while connecting).
+    Connect,
+    /// The host name did not resolve.
+    Dns,
+    /// The connection broke while sending or receiving.
+    Io,
+    /// The receiver answered 5xx on the last try.
+    Status5xx,
+    /// The receiver answered 4xx (final, never retried).
+    Status4xx,
+    /// The receiver answered 3xx (redirects are not followed).
+    Redirect,
+    /// The receiver answered another status (1xx that ended the exchange, or >= 600).
+    StatusOther,
+    /// TLS handshake or certificate failure (final).
+    Tls,
+    /// The receiver's answer was not valid HTTP/1.1 (final).
+    Protocol,
+    /// The webhook address cannot be requested (final; validation should prevent it).
+    BadUrl,
+    /// Anything else the client reported (final).
+    Other,
+}
+
+impl FailReason {
+    pub(crate) const ALL: [FailReason; 12] = [
+        FailReason::Timeout,
+        FailReason::Connect,
+        FailReason::Dns,
+        FailReason::Io,
+        FailReason::Status5xx,
+        FailReason::Status4xx,
+        FailReason::Redirect,
+        FailReason::StatusOther,
+        FailReason::Tls,
+        FailReason::Protocol,
+        FailReason::BadUrl,
+        FailReason::Other,
+    ];
+
+    /// The `reason` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            FailReason::Timeout => "timeout",
+            FailReason::Connect => "connect",
+            FailReason::Dns => "dns",
+            FailReason::Io => "io",
+            FailReason::Status5xx => "status_5xx",
+            FailReason::Status4xx => "status_4xx",
+            FailReason::Redirect => "redirect",
+            FailReason::StatusOther => "status_other",
+            FailReason::Tls => "tls",
+            FailReason::Protocol => "protocol",
+            FailReason::BadUrl => "bad_url",
+            FailReason::Other => "other",
+        }
+    }
+
+    /// Whether another try may help: connection trouble, timeouts and 5xx.
+    pub(crate) fn retryable(self) -> bool {
+        matches!(
+            self,
+            FailReason::Timeout
+                | FailReason::Connect
+                | FailReason::Dns
+                | FailReason::Io
+                | FailReason::Status5xx
+        )
+    }
+}
+
+/// Why a call was not (or no longer) attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DropReason {
+    /// The delivery queue was full at submit: the call was never queued.
+    QueueFull,
+    /// A retry could not be queued (delay queue or delivery queue full).
+    RetryQueueFull,
+    /// Every address of the webhook's host is loopback, private, link-local, multicast...
+    Ssrf,
+    /// The pool was shutting down.
+    Shutdown,
+}
+
+impl DropReason {
+    pub(crate) const ALL: [DropReason; 4] = [
+        DropReason::QueueFull,
+        DropReason::RetryQueueFull,
+        DropReason::Ssrf,
+        DropReason::Shutdown,
+    ];
+
+    /// The `reason` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            DropReason::QueueFull => "queue_full",
+            DropReason::RetryQueueFull => "retry_queue_full",
+            DropReason::Ssrf => "ssrf",
+            DropReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Upper bounds (seconds) of the latency histogram's buckets; `+Inf` is implied.
+pub(crate) const LATENCY_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Latency of each try (resolve, connect, request, response head and body), as a Prometheus
+/// histogram. Buckets are stored non-cumulative and summed when rendered.
+#[derive(Debug, Default)]
+pub(crate) struct Histogram {
+    /// Tries per bucket; the last entry is `+Inf`.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    /// Sum of all observations, microseconds.
+    sum_us: AtomicU64,
+    /// Number of observations.
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one try's duration.
+    pub(crate) fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, name: &str, help: &str, out: &mut String) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        let mut cumulative = 0u64;
+        for (i, b) in self.buckets.iter().enumerate() {
+            cumulative += b.load(Ordering::Relaxed);
+            match LATENCY_BUCKETS.get(i) {
+                Some(le) => {
+                    let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+                }
+                None => {
+                    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+                }
+            }
+        }
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}");
+        // The count must equal the +Inf bucket; using the bucket total keeps them consistent
+        // under concurrent updates.
+        let _ = writeln!(out, "{name}_count {cumulative}");
+    }
+}
+
+/// All webhook figures of one pool.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Calls accepted into the delivery queue by `submit`.
+    pub(crate) queued: Counter,
+    /// HTTP tries made (first tries and retries).
+    pub(crate) sent: Counter,
+    /// Calls answered 2xx.
+    pub(crate) succeeded: Counter,
+    /// Calls given up after their last try, by the reason of that try.
+    pub(crate) failed: [Counter; FailReason::ALL.len()],
+    /// Retries scheduled.
+    pub(crate) retried: Counter,
+    /// Calls not attempted (or no longer), by reason.
+    pub(crate) dropped: [Counter; DropReason::ALL.len()],
+    /// Registrations reported gone (failing every try for the give-up period).
+    pub(crate) gone: Counter,
+    /// Latency of each try.
+    pub(crate) latency: Histogram,
+}
+
+impl Stats {
+    /// Counts a call given up.
+    pub(crate) fn fail(&self, why: FailReason) {
+        self.failed[why as usize].inc();
+    }
+
+    /// Counts a call dropped.
+    pub(crate) fn drop(&self, why: DropReason) {
+        self.dropped[why as usize].inc();
+    }
+
+    /// Renders the figures; `queue_depth` and `retry_pending` are gauges read by the caller.
+    pub(crate) fn render(&self, queue_depth: usize, retry_pending: usize, out: &mut String) {
+        let counters: [(&str, &str, &Counter); 5] = [
+            (
+                "queued_total",
+                "Webhook calls accepted into the delivery queue.",
+                &self.queued,
+            ),
+            (
+                "sent_total",
+                "Webhook HTTP tries made (first tries and retries).",
+                &self.sent,
+            ),
+            (
+                "succeeded_total",
+                "Webhook calls answered 2xx.",
+                &self.succeeded,
+            ),
+            ("retried_total", "Webhook retries scheduled.", &self.retried),
+            (
+                "gone_total",
+                "Webhook registrations given up after failing every try for the give-up period.",
+                &self.gone,
+            ),
+        ];
+        for (name, help, c) in counters {
+            let _ = writeln!(out, "# HELP walletrelay_webhook_{name} {help}");
+            let _ = writeln!(out, "# TYPE walletrelay_webhook_{name} counter");
+            let _ = writeln!(out, "walletrelay_webhook_{name} {}", c.get());
+        }
+        let _ = writeln!(
+            out,
+            "# HELP walletrelay_webhook_failed_total Webhook calls given up after their last try, \
+             by reason."
+        );
+        let _ = writeln!(out, "# TYPE walletrelay_webhook_failed_total counter");
+        for r in FailReason::ALL {
+            let _ = writeln!(
+                out,
+                "walletrelay_webhook_failed_total{{reason=\"{}\"}} {}",
+                r.label(),
+                self.failed[r as usize].get()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP walletrelay_webhook_dropped_total Webhook calls not attempted, by reason."
+        );
+        let _ = writeln!(out, "# TYPE walletrelay_webhook_dropped_total counter");
+        for r in DropReason::ALL {
+            let _ = writeln!(
+                out,
+                "walletrelay_webhook_dropped_total{{reason=\"{}\"}} {}",
+                r.label(),
+                self.dropped[r as usize].get()
+            );
+        }
+        let gauges: [(&str, &str, usize); 2] = [
+            (
+                "queue_depth",
+                "Webhook calls waiting in the delivery queue.",
+                queue_depth,
+            ),
+            (
+                "retry_pending",
+                "Webhook retries waiting for their backoff.",
+                retry_pending,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP walletrelay_webhook_{name} {help}");
+            let _ = writeln!(out, "# TYPE walletrelay_webhook_{name} gauge");
+            let _ = writeln!(out, "walletrelay_webhook_{name} {v}");
+        }
+        self.latency.render(
+            "walletrelay_webhook_latency_seconds",
+            "Duration of each webhook HTTP try.",
+            out,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_count_matches() {
+        let s = Stats::default();
+        s.latency.observe(Duration::from_millis(1));
+        s.latency.observe(Duration::from_millis(30));
+        s.latency.observe(Duration::from_millis(30));
+        s.latency.observe(Duration::from_secs(60));
+        let mut out = String::new();
+        s.render(0, 0, &mut out);
+        let b = |le: &str| {
+            value(
+                &out,
+                &format!("walletrelay_webhook_latency_seconds_bucket{{le=\"{le}\"}}"),
+            )
+        };
+        assert_eq!(b("0.005"), Some(1.0));
+        assert_eq!(b("0.025"), Some(1.0));
+        assert_eq!(b("0.05"), Some(3.0));
+        assert_eq!(b("10"), Some(3.0));
+        assert_eq!(b("+Inf"), Some(4.0));
+        assert_eq!(
+            value(&out, "walletrelay_webhook_latency_seconds_count"),
+            Some(4.0)
+        );
+        let sum = value(&out, "walletrelay_webhook_latency_seconds_sum").unwrap_or(0.0);
+        assert!((sum - 60.061).abs() < 1e-6, "{sum}");
+    }
+
+    #[test]
+    fn every_reason_is_rendered() {
+        let s = Stats::default();
+        s.drop(DropReason::QueueFull);
+        s.drop(DropReason::QueueFull);
+        s.fail(FailReason::Status4xx);
+        let mut out = String::new();
+        s.render(3, 1, &mut out);
+        assert_eq!(
+            value(
+                &out,
+                "walletrelay_webhook_dropped_total{reason=\"queue_full\"}"
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&out, "walletrelay_webhook_dropped_total{reason=\"ssrf\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(
+                &out,
+                "walletrelay_webhook_failed_total{reason=\"status_4xx\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(value(&out, "walletrelay_webhook_queue_depth"), Some(3.0));
+        for r in FailReason::ALL {
+            assert!(out.contains(&format!("failed_total{{reason=\"{}\"}}", r.label())));
+        }
+        // Every sample line belongs to a declared family.
+        for line in out.lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.starts_with("walletrelay_webhook_"), "{line}");
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! The heartbeat (DECISIONS §3: ping every interval, close a connection silent for two) and
+//! graceful shutdown on SIGTERM / SIGINT (close 1001 to every WebSocket, exit 0 within 5 s).
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{topic, Server};
+
+const OP_CLOSE: u8 = 0x8;
+const OP_PING: u8 = 0x9;
+
+// ------------------------------------------------------------------------------------------
+// A minimal raw WebSocket client: it never answers anything unless told to.
+
+#[derive(Debug)]
+struct Frame {
+    op: u8,
+    fin: bool,
+    payload: Vec<u8>,
+}
+
+/// How reading the next frame ended.
+#[derive(Debug)]
+enum Next {
+    Frame(Frame),
+    /// EOF (or a reset) between frames.
+    Closed,
+    /// Nothing within the read timeout.
+    Timeout,
+}
+
+struct Raw {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    fn open(server: &Server) -> Raw {
+        let mut s = server.tcp();
+        s.write_all(
+            b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n\
+              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+              Sec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .unwrap();
+        let mut buf = Vec::new();
+        loop {
+            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..p]).to_string();
+                assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+                buf.drain(..p + 4);
+                break;
+            }
+            let mut tmp = [0u8; 1024];
+            let n = s.read(&mut tmp).unwrap();
+            assert!(n > 0, "EOF during the upgrade");
+            buf.extend_from_slice(&tmp[..n]);
+        }
+        Raw { s, buf }
+    }
+
+    /// Fills the buffer to `n` bytes. `Ok(false)`: EOF or reset.
+    fn fill(&mut self, n: usize) -> Result<bool, ()> {
+        while self.buf.len() < n {
+            let mut tmp = [0u8; 65536];
+            match self.s.read(&mut tmp) {
+                Ok(0) => return Ok(false),
+                Ok(k) => self.buf.extend_from_slice(&tmp[..k]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(false),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Err(())
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The next server frame (which must not be masked).
+    fn next(&mut self, timeout: Duration) -> Next {
+        self.s.set_read_timeout(Some(timeout)).unwrap();
+        let need = |raw: &mut Raw, n: usize| -> Option<Next> {
+            match raw.fill(n) {
+                Ok(true) => None,
+                Ok(false) => {
+                    assert!(raw.buf.is_empty(), "EOF inside a frame: {:?}", raw.buf);
+                    Some(Next::Closed)
+                }
+                Err(()) => Some(Next::Timeout),
+            }
+        };
+        if let Some(n) = need(self, 2) {
+            return n;
+        }
+        let (b0, b1) = (self.buf[0], self.buf[1]);
+        assert_eq!(b1 & 0x80, 0, "server frame is masked");
+        let (len, off) = match b1 & 0x7F {
+            126 => {
+                if let Some(n) = need(self, 4) {
+                    return n;
+                }
+                (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
+            }
+            127 => {
+                if let Some(n) = need(self, 10) {
+                    return n;
+                }
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&self.buf[2..10]);
+                (u64::from_be_bytes(b) as usize, 10)
+            }
+            l => (l as usize, 2),
+        };
+        if let Some(n) = need(self, off + len) {
+            return n;
+        }
+        let payload = self.buf[off..off + len].to_vec();
+        self.buf.drain(..off + len);
+        Next::Frame(Frame {
+            op: b0 & 0x0F,
+            fin: b0 & 0x80 != 0,
+            payload,
+        })
+    }
+
+    /// Reads (ignoring pings) until the server ends the connection; returns the close code
+    /// if a close frame came first. Panics if the connection is still open at `deadline`.
+    fn until_closed(&mut self, deadline: Instant) -> Option<u16> {
+        let mut code = None;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "connection still open at the deadline");
+            match self.next(left) {
+                Next::Closed => return code,
+                Next::Timeout => panic!("connection still open at the deadline"),
+                Next::Frame(f) if f.op == OP_CLOSE => {
+                    assert!(code.is_none(), "two close frames");
+                    assert!(f.payload.len() >= 2, "close frame without a code");
+                    code = Some(u16::from_be_bytes([f.payload[0], f.payload[1]]));
+                }
+                Next::Frame(f) => {
+                    assert!(code.is_none(), "frame after the close frame: {f:?}");
+                }
+            }
+        }
+    }
+
+    fn send_masked(&mut self, op: u8, payload: &[u8]) {
+        let mask = [0x1f, 0x2e, 0x3d, 0x4c];
+        assert!(payload.len() < 126);
+        let mut f = vec![0x80 | op, 0x80 | payload.len() as u8];
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.s.write_all(&f).unwrap();
+    }
+}
+
+fn signal(server: &Server, sig: libc::c_int) {
+    let pid = server.child.id() as libc::pid_t;
+    // SAFETY: kill(2) with the pid of our own child process; no memory is involved.
+    let r = unsafe { libc::kill(pid, sig) };
+    assert_eq!(r, 0, "kill failed");
+}
+
+/// Waits (at most until `deadline`) for the server process to exit; returns its status.
+fn wait_exit(server: &mut Server, deadline: Instant) -> std::process::ExitStatus {
+    loop {
+        if let Some(st) = server.child.try_wait().expect("try_wait") {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server still running 5 s after the signal"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Heartbeat
+
+#[test]
+fn server_pings_a_connected_client_within_5s() {
+    let s = Server::start(&["--ping-interval", "0.5"]);
+    let mut c = Raw::open(&s);
+    // The first frame the server sends unprompted is a ping, within 5 s.
+    match c.next(Duration::from_secs(5)) {
+        Next::Frame(f) if f.op == OP_PING => {
+            assert!(f.fin);
+            assert!(f.payload.len() <= 125);
+        }
+        Next::Frame(f) => panic!("unexpected frame before the ping: {f:?}"),
+        Next::Closed => panic!("closed before any ping"),
+        Next::Timeout => panic!("no ping within 5 s"),
+    }
+}
+
+#[test]
+fn silent_client_is_closed_while_a_ponging_client_stays_open() {
+    let s = Server::start(&["--ping-interval", "0.5"]);
+    let start = Instant::now();
+    let mut silent = Raw::open(&s);
+    let mut alive = s.ws();
+    let tp = topic();
+    alive.subscribe(&tp);
+
+    let watcher = std::thread::spawn(move || silent.until_closed(start + Duration::from_secs(5)));
+
+    // Reading makes tungstenite answer every ping with a pong.
+    while start.elapsed() < Duration::from_secs(3) {
+        assert_eq!(alive.recv_within(100), None, "unexpected message");
+    }
+    // Still open and working after 3 s (six ping intervals).
+    let id = alive.subscribe(&topic());
+    assert_eq!(id.len(), 64);
+
+    let code = watcher
+        .join()
+        .expect("the silent client was not closed within 5 s");
+    // Closed with or without a close frame; if one came, it is not a "normal" farewell.
+    if let Some(c) = code {
+        assert_ne!(c, 1000, "heartbeat close announced as normal closure");
+    }
+    assert!(start.elapsed() < Duration::from_secs(6));
+}
+
+#[test]
+fn client_that_keeps_sending_requests_but_never_pongs_stays_open() {
+    let s = Server::start(&["--ping-interval", "0.5"]);
+    let mut c = Raw::open(&s);
+    let start = Instant::now();
+    let mut id = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        id += 1;
+        let req = format!(
+            r#"{{"id":{id},"jsonrpc":"2.0","method":"waku_subscribe","params":{{"topic":"t{id}"}}}}"#
+        );
+        c.send_masked(0x1, req.as_bytes());
+        // Read the answer, ignoring (and never answering) pings.
+        loop {
+            match c.next(Duration::from_secs(5)) {
+                Next::Frame(f) if f.op == OP_PING => continue,
+                Next::Frame(f) if f.op == 0x1 => {
+                    let v: serde_json::Value = serde_json::from_slice(&f.payload).unwrap();
+                    assert_eq!(v["id"], id, "{v}");
+                    assert!(v["result"].is_string(), "{v}");
+                    break;
+                }
+                other => panic!("connection of an active client ended: {other:?}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Shutdown
+
+/// Reads until the close frame; returns its code. Then completes the close handshake.
+fn close_code(ws: &mut common::Ws) -> u16 {
+    ws.sock
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let code = loop {
+        match ws.sock.read() {
+            Ok(tungstenite::Message::Close(Some(f))) => break u16::from(f.code),
+            Ok(tungstenite::Message::Close(None)) => panic!("close frame without a code"),
+            Ok(tungstenite::Message::Text(t)) => panic!("unexpected message {t}"),
+            Ok(_) => continue,
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    // tungstenite answers the close; the server then ends the connection.
+    loop {
+        match ws.sock.read() {
+            Ok(_) => continue,
+            Err(tungstenite::Error::ConnectionClosed) => break,
+            Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("after the close handshake: {e}"),
+        }
+    }
+    code
+}
+
+#[test]
+fn sigterm_closes_websockets_with_1001_and_exits_0() {
+    let mut s = Server::start(&["--threads", "2"]);
+    let mut subscribed = s.ws();
+    subscribed.subscribe(&topic());
+    let mut plain = s.ws();
+    // Both are open and served.
+    plain.subscribe(&topic());
+
+    signal(&s, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert_eq!(close_code(&mut subscribed), 1001);
+    assert_eq!(close_code(&mut plain), 1001);
+    let st = wait_exit(&mut s, deadline);
+    assert_eq!(st.code(), Some(0), "exit status {st:?}");
+}
+
+#[test]
+fn sigint_exits_0() {
+    let mut s = Server::start(&[]);
+    // Serving first (so the signal handlers are certainly installed).
+    let r = s.raw_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(r.starts_with(b"HTTP/1.1 204 "));
+    let mut ws = s.ws();
+    signal(&s, libc::SIGINT);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert_eq!(close_code(&mut ws), 1001);
+    let st = wait_exit(&mut s, deadline);
+    assert_eq!(st.code(), Some(0), "exit status {st:?}");
+}
+
+#[test]
+fn sigterm_exits_0_within_5s_even_if_a_client_never_answers_the_close() {
+    let mut s = Server::start(&["--threads", "2"]);
+    let mut deaf = Raw::open(&s);
+    // An idle keep-alive HTTP connection too.
+    let mut http = s.tcp();
+    http.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut tmp = [0u8; 1024];
+    let n = http.read(&mut tmp).unwrap();
+    assert!(tmp[..n].starts_with(b"HTTP/1.1 204 "));
+
+    signal(&s, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let st = wait_exit(&mut s, deadline);
+    assert_eq!(st.code(), Some(0), "exit status {st:?}");
+    // The deaf client was sent a 1001 all the same, then the connection ended.
+    assert_eq!(
+        deaf.until_closed(Instant::now() + Duration::from_secs(2)),
+        Some(1001)
+    );
+    // The idle HTTP connection was closed without a further answer.
+    http.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    match http.read(&mut tmp) {
+        Ok(0) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        other => panic!("idle HTTP connection after shutdown: {other:?}"),
+    }
+}

@@ -1,0 +1,482 @@
+//! A reader too slow for its outbound buffer (DECISIONS §3): it is closed with 1008, nothing
+//! is lost for the other subscribers, the drop is counted, and the messages stay cached for
+//! its return (the newest 1,000 per topic).
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{topic, Server, THREADS};
+use serde_json::{json, Value};
+
+const MESSAGES: usize = 3000;
+const SIZE: usize = 8192;
+const CACHE: usize = 1000;
+
+/// Message `i` (1-based): 8 KB, distinct, its number readable at the front.
+fn message(i: usize) -> String {
+    let mut m = format!("msg-{i:06}-");
+    let fill = (b'a' + (i % 26) as u8) as char;
+    while m.len() < SIZE {
+        m.push(fill);
+    }
+    m
+}
+
+// ------------------------------------------------------------------------------------------
+// A raw WebSocket client that reads only when told to.
+
+#[derive(Debug)]
+enum Next {
+    Frame {
+        op: u8,
+        payload: Vec<u8>,
+    },
+    /// EOF between frames.
+    Eof,
+    /// EOF (or reset) in the middle of a frame: the server dropped queued output.
+    Truncated {
+        buffered: usize,
+        error: Option<String>,
+    },
+}
+
+struct Raw {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    fn open(server: &Server) -> Raw {
+        let mut s = server.tcp();
+        s.write_all(
+            b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n\
+              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+              Sec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .unwrap();
+        let mut buf = Vec::new();
+        loop {
+            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..p]).to_string();
+                assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+                buf.drain(..p + 4);
+                break;
+            }
+            let mut tmp = [0u8; 1024];
+            let n = s.read(&mut tmp).unwrap();
+            assert!(n > 0, "EOF during the upgrade");
+            buf.extend_from_slice(&tmp[..n]);
+        }
+        Raw { s, buf }
+    }
+
+    fn send_text(&mut self, text: &str) {
+        self.send_frame(0x1, text.as_bytes());
+    }
+
+    /// Sends a ping and requires the very next frame to be its pong (so nothing else was
+    /// pending, and the connection is open).
+    fn ping_pong(&mut self) -> Result<(), String> {
+        self.send_frame(0x9, b"still-there");
+        match self.next() {
+            Next::Frame { op: 0xA, payload } if payload == b"still-there" => Ok(()),
+            Next::Frame { op: 1, payload } => Err(format!(
+                "a text frame came where the pong was expected: {:?}",
+                String::from_utf8_lossy(&payload[..payload.len().min(100)])
+            )),
+            Next::Frame { op: 8, payload } => Err(format!(
+                "closed with code {:?} where the pong was expected",
+                payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]))
+            )),
+            other => Err(format!("no pong: {other:?}")),
+        }
+    }
+
+    fn send_frame(&mut self, op: u8, p: &[u8]) {
+        let mask = [0xa1, 0xb2, 0xc3, 0xd4];
+        let mut f = vec![0x80 | op];
+        if p.len() < 126 {
+            f.push(0x80 | p.len() as u8);
+        } else {
+            assert!(p.len() <= 0xFFFF);
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(p.len() as u16).to_be_bytes());
+        }
+        f.extend_from_slice(&mask);
+        f.extend(p.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.s.write_all(&f).unwrap();
+    }
+
+    /// `Err(message)` when the stream ends (or fails) before `n` bytes are buffered.
+    fn fill(&mut self, n: usize) -> Result<(), Option<String>> {
+        while self.buf.len() < n {
+            let mut tmp = [0u8; 65536];
+            match self.s.read(&mut tmp) {
+                Ok(0) => return Err(None),
+                Ok(k) => self.buf.extend_from_slice(&tmp[..k]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                    return Err(Some(e.to_string()))
+                }
+                Err(e) => panic!("read failed ({e}) with {} bytes buffered", self.buf.len()),
+            }
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> Next {
+        let cut = |raw: &Raw, error: Option<String>| {
+            if raw.buf.is_empty() && error.is_none() {
+                Next::Eof
+            } else {
+                Next::Truncated {
+                    buffered: raw.buf.len(),
+                    error,
+                }
+            }
+        };
+        if let Err(e) = self.fill(2) {
+            return cut(self, e);
+        }
+        let (b0, b1) = (self.buf[0], self.buf[1]);
+        assert_eq!(b1 & 0x80, 0, "server frame is masked");
+        let (len, off) = match b1 & 0x7F {
+            126 => {
+                if let Err(e) = self.fill(4) {
+                    return cut(self, e);
+                }
+                (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
+            }
+            127 => {
+                if let Err(e) = self.fill(10) {
+                    return cut(self, e);
+                }
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&self.buf[2..10]);
+                (u64::from_be_bytes(b) as usize, 10)
+            }
+            l => (l as usize, 2),
+        };
+        if let Err(e) = self.fill(off + len) {
+            return cut(self, e);
+        }
+        let payload = self.buf[off..off + len].to_vec();
+        self.buf.drain(..off + len);
+        Next::Frame {
+            op: b0 & 0x0F,
+            payload,
+        }
+    }
+}
+
+/// `walletrelay_messages_dropped_total{reason="<reason>"}` from `/metrics`.
+fn dropped(server: &Server, reason: &str) -> f64 {
+    let raw = server.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let want = format!("reason=\"{reason}\"");
+    text.lines()
+        .filter(|l| l.starts_with("walletrelay_messages_dropped_total{") && l.contains(&want))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn slow_reader_is_closed_with_1008_others_lose_nothing_and_it_gets_the_cache_back_1_thread() {
+    slow_reader_scenario(THREADS[0]);
+}
+
+#[test]
+fn slow_reader_is_closed_with_1008_others_lose_nothing_and_it_gets_the_cache_back_4_threads() {
+    slow_reader_scenario(THREADS[1]);
+}
+
+#[test]
+fn slow_reader_that_resumes_soon_after_the_cutoff_reads_up_to_a_1008_close() {
+    for t in THREADS {
+        let s = Server::start(&["--threads", t, "--max-outbound", "262144"]);
+        let tp = topic();
+        let mut slow = Raw::open(&s);
+        slow.send_text(
+            &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe",
+                    "params": {"topic": tp}})
+            .to_string(),
+        );
+        match slow.next() {
+            Next::Frame { op: 1, .. } => {}
+            other => panic!("slow client's subscribe: {other:?}"),
+        }
+        // Publish until the server reports the slow consumer dropped, then read at once.
+        let mut publisher = s.ws();
+        let mut sent = 0;
+        while dropped(&s, "slow_consumer") < 1.0 {
+            assert!(sent < MESSAGES, "never cut off after {sent} messages");
+            for _ in 0..25 {
+                sent += 1;
+                publisher.publish(&tp, &message(sent));
+            }
+        }
+        let End {
+            pushes,
+            close,
+            problem,
+        } = read_until_end(&mut slow);
+        if let Some(p) = problem {
+            panic!("[--threads {t}] after {pushes} correct pushes: {p}");
+        }
+        assert_eq!(close, Some(1008), "[--threads {t}] after {pushes} pushes");
+        assert!(pushes < sent, "[--threads {t}] {pushes} pushes of {sent}");
+    }
+}
+
+fn slow_reader_scenario(threads: &str) {
+    let s = Server::start(&["--threads", threads, "--max-outbound", "262144"]);
+    let tp = topic();
+
+    // The slow client subscribes, then stops reading.
+    let mut slow = Raw::open(&s);
+    slow.send_text(
+        &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": tp}})
+            .to_string(),
+    );
+
+    // The reading subscriber takes every push in a thread of its own.
+    let mut reader = s.ws();
+    reader.subscribe(&tp);
+    let reading = std::thread::spawn(move || {
+        let mut got = Vec::with_capacity(MESSAGES);
+        for _ in 0..MESSAGES {
+            let (_, topic, msg) = reader.next_push();
+            got.push((topic, msg));
+        }
+        // Nothing beyond the 3,000.
+        assert_eq!(reader.recv_within(300), None);
+        got
+    });
+
+    // Make sure the slow client's subscription is in place before publishing: its answer
+    // is the first frame it has (read it, then read nothing more).
+    match slow.next() {
+        Next::Frame { op: 1, payload } => {
+            let v: Value = serde_json::from_slice(&payload).unwrap();
+            assert_eq!(v["id"], 1, "{v}");
+            assert!(v["result"].is_string(), "{v}");
+        }
+        other => panic!("slow client's subscribe: {other:?}"),
+    }
+
+    let mut publisher = s.ws();
+    for i in 1..=MESSAGES {
+        // `publish` asserts the `true` result.
+        publisher.publish(&tp, &message(i));
+    }
+
+    let got = reading
+        .join()
+        .expect("the reading subscriber lost messages");
+    assert_eq!(got.len(), MESSAGES);
+    for (i, (topic, msg)) in got.iter().enumerate() {
+        assert_eq!(topic, &tp);
+        assert!(
+            *msg == message(i + 1),
+            "reading subscriber: push #{} is not message #{} (starts {:?})",
+            i + 1,
+            i + 1,
+            &msg[..16]
+        );
+    }
+
+    // Now the slow client reads everything that was buffered for it: pushes of the topic
+    // (in order, without gaps), then a close frame 1008, then the end of the stream.
+    // A missing close frame is recorded, not asserted at once, so that the rest of the
+    // scenario (metrics, the cache) is checked too; the test fails at the end.
+    let End {
+        pushes,
+        close,
+        problem,
+    } = read_until_end(&mut slow);
+    let mut failure = None;
+    if let Some(p) = problem {
+        failure = Some(format!(
+            "[--threads {threads}] the slow client, after {pushes} correct pushes: {p}"
+        ));
+    } else if close != Some(1008) {
+        failure = Some(format!(
+            "[--threads {threads}] the slow client's stream ended after {pushes} pushes with \
+             close code {close:?}, not a close frame 1008"
+        ));
+    }
+    assert!(pushes < MESSAGES, "the slow client was never cut off");
+
+    assert!(
+        dropped(&s, "slow_consumer") >= 1.0,
+        "slow_consumer drops not counted"
+    );
+
+    // It comes back and gets the newest 1,000 messages from the cache, oldest first, and
+    // nothing more; its connection stays open.
+    let mut back = Raw::open(&s);
+    let start = Instant::now();
+    let mut failures: Vec<String> = failure.into_iter().collect();
+    match read_replay(&mut back, &tp, MESSAGES - CACHE + 1, CACHE).and_then(|()| back.ping_pong()) {
+        Ok(()) => assert!(start.elapsed() < Duration::from_secs(30)),
+        Err(e) => failures.push(format!(
+            "[--threads {threads}] the returning client's replay of the newest {CACHE} \
+             cached messages: {e}"
+        )),
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// How a slow client's stream ended.
+struct End {
+    /// Complete, correct pushes read.
+    pushes: usize,
+    /// Code of the close frame, if one came.
+    close: Option<u16>,
+    /// What went wrong on the way, if anything (the stream is not read further).
+    problem: Option<String>,
+}
+
+/// Reads what the server sends until the stream ends: pushes (which must be messages 1, 2,
+/// 3, ... intact and in order), then at most one close frame, then EOF.
+fn read_until_end(c: &mut Raw) -> End {
+    let mut end = End {
+        pushes: 0,
+        close: None,
+        problem: None,
+    };
+    loop {
+        match c.next() {
+            Next::Frame { op: 1, payload } => {
+                if end.close.is_some() {
+                    end.problem = Some("a text frame after the close frame".into());
+                    return end;
+                }
+                let k = end.pushes + 1;
+                let v: Value = match serde_json::from_slice(&payload) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        end.problem = Some(format!(
+                            "push #{k} is not JSON ({e}): the byte stream is corrupted; \
+                             its text around column 158: {:?}",
+                            String::from_utf8_lossy(
+                                &payload[140.min(payload.len())..180.min(payload.len())]
+                            )
+                        ));
+                        return end;
+                    }
+                };
+                if v["method"] != "waku_subscription"
+                    || v["params"]["data"]["message"].as_str() != Some(message(k).as_str())
+                {
+                    end.problem = Some(format!("push #{k} is not message #{k}"));
+                    return end;
+                }
+                end.pushes = k;
+            }
+            Next::Frame { op: 9, .. } => {}
+            Next::Frame { op: 8, payload } => {
+                if end.close.is_some() || payload.len() < 2 {
+                    end.problem = Some("a second close frame, or one without a code".into());
+                    return end;
+                }
+                end.close = Some(u16::from_be_bytes([payload[0], payload[1]]));
+            }
+            Next::Frame { op, payload } => {
+                end.problem = Some(format!("unexpected frame {op:#x} ({} B)", payload.len()));
+                return end;
+            }
+            Next::Eof => return end,
+            Next::Truncated { buffered, error } => {
+                end.problem = Some(format!(
+                    "the stream was cut inside a frame ({buffered} bytes of a frame, then {}) \
+                     with no close frame: the server dropped output it had queued (including \
+                     the 1008 close)",
+                    error.unwrap_or_else(|| "EOF".into())
+                ));
+                return end;
+            }
+        }
+    }
+}
+
+/// Subscribes `c` to `tp` and reads the subscribe answer and then `n` pushes, which must be
+/// messages `first`, `first + 1`, ... intact and in order. Returns how it ended if not.
+fn read_replay(c: &mut Raw, tp: &str, first: usize, n: usize) -> Result<(), String> {
+    c.send_text(
+        &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": tp}})
+            .to_string(),
+    );
+    match c.next() {
+        Next::Frame { op: 1, payload } => {
+            let v: Value = serde_json::from_slice(&payload).unwrap();
+            assert_eq!(v["id"], 1, "{v}");
+        }
+        other => return Err(format!("subscribe answer: {other:?}")),
+    }
+    for k in 0..n {
+        match c.next() {
+            Next::Frame { op: 1, payload } => {
+                let v: Value = serde_json::from_slice(&payload).map_err(|e| {
+                    format!(
+                        "push #{} is not JSON ({e}); {} bytes, starts {:?}, ends {:?}",
+                        k + 1,
+                        payload.len(),
+                        String::from_utf8_lossy(&payload[..payload.len().min(120)]),
+                        String::from_utf8_lossy(&payload[payload.len().saturating_sub(60)..])
+                    )
+                })?;
+                let want = message(first + k);
+                if v["params"]["data"]["message"].as_str() != Some(want.as_str()) {
+                    return Err(format!("push #{} is not message #{}", k + 1, first + k));
+                }
+            }
+            Next::Frame { op: 8, payload } => {
+                return Err(format!(
+                    "close frame {:?} after {k} pushes",
+                    payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]))
+                ))
+            }
+            other => return Err(format!("after {k} pushes: {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn replay_of_many_large_cached_messages_arrives_intact_and_in_order() {
+    // 100 cached messages of 8 KB (800 KB) fit the default 4 MiB outbound buffer.
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let tp = topic();
+        let mut publisher = s.ws();
+        for i in 1..=100 {
+            publisher.publish(&tp, &message(i));
+        }
+        let mut c = Raw::open(&s);
+        if let Err(e) = read_replay(&mut c, &tp, 1, 100).and_then(|()| c.ping_pong()) {
+            panic!("[--threads {t}] replay of 100 cached 8 KB messages: {e}");
+        }
+    }
+}
+
+#[test]
+fn replay_of_a_full_topic_cache_is_not_treated_as_a_slow_consumer() {
+    // A fresh, reading subscriber of a topic with 1,000 cached 8 KB messages (8 MB, more
+    // than the 4 MiB default outbound buffer) must get them all: it is not slow, the replay
+    // is just large.
+    let s = Server::start(&["--threads", "1"]);
+    let tp = topic();
+    let mut publisher = s.ws();
+    for i in 1..=CACHE {
+        publisher.publish(&tp, &message(i));
+    }
+    let mut c = Raw::open(&s);
+    if let Err(e) = read_replay(&mut c, &tp, 1, CACHE).and_then(|()| c.ping_pong()) {
+        panic!("replay of {CACHE} cached 8 KB messages: {e}");
+    }
+    assert_eq!(dropped(&s, "slow_consumer"), 0.0);
+}

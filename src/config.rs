@@ -155,6 +155,11 @@ pub struct Limits {
     #[arg(long, env = "WALLETRELAY_WEBHOOK_THREADS", default_value_t = 4)]
     pub webhook_threads: usize,
 
+    /// Seconds a closing connection (after a 1008/1009 close, an HTTP error, ...) is given
+    /// to take what is still queued for it before it is dropped.
+    #[arg(long, env = "WALLETRELAY_CLOSE_TIMEOUT", default_value_t = 10.0)]
+    pub close_timeout: f64,
+
     /// Seconds the server waits at shutdown for clients to take their last bytes.
     #[arg(long, env = "WALLETRELAY_SHUTDOWN_GRACE", default_value_t = 3.0)]
     pub shutdown_grace: f64,
@@ -179,6 +184,10 @@ impl Limits {
     /// The ping interval as a duration.
     pub fn ping_interval(&self) -> Duration {
         secs(self.ping_interval)
+    }
+    /// The close timeout in milliseconds.
+    pub fn close_ms(&self) -> u64 {
+        secs(self.close_timeout).as_millis() as u64
     }
     /// The shutdown grace period as a duration.
     pub fn shutdown_grace(&self) -> Duration {

@@ -22,8 +22,6 @@ use crate::rpc::{self, Id, Incoming, Item, Op, RpcError};
 use crate::webhook::WebhookPool;
 use crate::ws::{self, close, Opcode, Reassembly, WsError};
 
-/// Milliseconds a closing connection is given to take what is queued for it.
-pub const CLOSE_FLUSH_MS: u64 = 10_000;
 /// Milliseconds a half-closed connection is given to hang up after its last bytes.
 pub const LINGER_MS: u64 = 2000;
 
@@ -161,13 +159,13 @@ impl Conn {
     }
 
     /// Starts the closing phase: what is queued is flushed, then the write side is shut.
-    pub fn begin_close(&mut self, now: u64) {
+    pub fn begin_close(&mut self, now: u64, flush_ms: u64) {
         self.phase = Phase::Closing;
         self.shutdown_pending = true;
         self.paused = false;
         self.backlog = VecDeque::new();
         self.backlog_live = 0;
-        self.deadline = now + CLOSE_FLUSH_MS;
+        self.deadline = now + flush_ms;
     }
 
     /// Bytes queued for this connection that count against `--max-outbound`.
@@ -220,11 +218,11 @@ impl Conn {
     }
 
     /// Queues a WebSocket close frame and starts closing.
-    pub fn ws_close(&mut self, code: u16, reason: &str, now: u64) {
+    pub fn ws_close(&mut self, code: u16, reason: &str, now: u64, flush_ms: u64) {
         if matches!(self.phase, Phase::Ws(_)) {
             self.out.extend(&ws::close_frame(code, reason));
         }
-        self.begin_close(now);
+        self.begin_close(now, flush_ms);
     }
 
     /// Queues a text frame.
@@ -361,7 +359,7 @@ fn http_step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
             let resp = Response::json_error(e.status(), &e.to_string());
             response::write(&mut conn.out, &resp, ctx.date, false, true);
             ctx.metrics().http_requests.inc();
-            conn.begin_close(ctx.now);
+            conn.begin_close(ctx.now, ctx.shared.config.limits.close_ms());
             return input.len();
         }
     };
@@ -420,7 +418,7 @@ fn http_step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
     };
     response::write(&mut conn.out, &resp, ctx.date, head_only, close);
     if close {
-        conn.begin_close(ctx.now);
+        conn.begin_close(ctx.now, ctx.shared.config.limits.close_ms());
         return input.len();
     }
     // Next request: its head must arrive in time (or the connection idles).
@@ -455,7 +453,7 @@ pub fn subscribe_answer(r: Result<(), (u16, &str)>) -> Response {
 fn upgrade(conn: &mut Conn, req: &http::Request<'_>, echo: bool, ctx: &mut Ctx<'_>) -> bool {
     let fail = |conn: &mut Conn, resp: Response, ctx: &mut Ctx<'_>| {
         response::write(&mut conn.out, &resp, ctx.date, false, true);
-        conn.begin_close(ctx.now);
+        conn.begin_close(ctx.now, ctx.shared.config.limits.close_ms());
         false
     };
     if !req.upgrade_websocket {
@@ -543,7 +541,12 @@ fn fail(conn: &mut Conn, e: &WsError, ctx: &mut Ctx<'_>) {
         WsError::TooBig => "message too big",
         WsError::InvalidUtf8 => "invalid UTF-8",
     };
-    conn.ws_close(e.close_code(), reason, ctx.now);
+    conn.ws_close(
+        e.close_code(),
+        reason,
+        ctx.now,
+        ctx.shared.config.limits.close_ms(),
+    );
 }
 
 fn on_frame(
@@ -586,7 +589,7 @@ fn on_frame(
         Opcode::Close => {
             let code = ws::check_close_payload(payload)?;
             let reply = if code == 1005 { close::NORMAL } else { code };
-            conn.ws_close(reply, "", ctx.now);
+            conn.ws_close(reply, "", ctx.now, ctx.shared.config.limits.close_ms());
         }
     }
     Ok(())

@@ -78,6 +78,8 @@ pub struct Worker {
     overflow: Vec<usize>,
     /// How full a connection's `OutBuf` is kept from its backlog.
     fill_mark: usize,
+    /// `--close-timeout` in milliseconds.
+    close_ms: u64,
 }
 
 impl Worker {
@@ -95,6 +97,7 @@ impl Worker {
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let now = crate::clock::now_ms();
         let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 256 << 10);
+        let close_ms = shared.config.limits.close_ms();
         Ok(Worker {
             id,
             poll,
@@ -121,6 +124,7 @@ impl Worker {
             outbox_waiting: false,
             overflow: Vec::new(),
             fill_mark,
+            close_ms,
         })
     }
 
@@ -372,8 +376,8 @@ impl Worker {
         let c = &mut self.conns[key];
         c.rbuf = Vec::new();
         match c.phase {
-            Phase::Ws(_) => c.ws_close(close::TOO_BIG, "message too big", now),
-            _ => c.begin_close(now),
+            Phase::Ws(_) => c.ws_close(close::TOO_BIG, "message too big", now, self.close_ms),
+            _ => c.begin_close(now, self.close_ms),
         }
         self.mark_dirty(key);
     }
@@ -451,7 +455,7 @@ impl Worker {
             _ if c.out.is_empty() => self.close_now(key),
             _ => {
                 // Half-closed by the peer: deliver what is queued, then close.
-                c.begin_close(now);
+                c.begin_close(now, self.close_ms);
                 self.mark_dirty(key);
                 self.arm(key);
             }
@@ -553,7 +557,7 @@ impl Worker {
                     let close = c.shutdown_pending;
                     response::write(&mut c.out, &resp, self.date.as_bytes(), false, close);
                     if close {
-                        c.begin_close(self.now);
+                        c.begin_close(self.now, self.close_ms);
                     } else {
                         c.phase = Phase::Http { awaiting: false };
                         self.ready.push_back((*conn_key, *conn_uid));
@@ -581,7 +585,7 @@ impl Worker {
             return;
         }
         self.shared.metrics.cores[self.id].drop(DropReason::SlowConsumer, 1);
-        c.ws_close(close::POLICY, "outbound buffer full", now);
+        c.ws_close(close::POLICY, "outbound buffer full", now, self.close_ms);
         self.mark_dirty(key);
         self.arm(key);
     }
@@ -699,13 +703,13 @@ impl Worker {
             Action::RequestTimeout => {
                 if c.rbuf.is_empty() {
                     // Idle, with a response still on its way out: finish it, then close.
-                    c.begin_close(now);
+                    c.begin_close(now, self.close_ms);
                 } else {
                     let resp =
                         response::Response::json_error(408, "request head not received in time");
                     c.rbuf = Vec::new();
                     response::write(&mut c.out, &resp, self.date.as_bytes(), false, true);
-                    c.begin_close(now);
+                    c.begin_close(now, self.close_ms);
                 }
                 self.mark_dirty(key);
             }
@@ -775,12 +779,17 @@ impl Worker {
             let c = &mut self.conns[key];
             match c.phase {
                 Phase::Ws(_) => {
-                    c.ws_close(close::GOING_AWAY, "server shutting down", now);
+                    c.ws_close(
+                        close::GOING_AWAY,
+                        "server shutting down",
+                        now,
+                        self.close_ms,
+                    );
                     self.mark_dirty(key);
                 }
                 Phase::Http { .. } if c.out.is_empty() => self.close_now(key),
                 _ => {
-                    c.begin_close(now);
+                    c.begin_close(now, self.close_ms);
                     self.mark_dirty(key);
                 }
             }

@@ -196,7 +196,14 @@ fn slow_reader_is_closed_with_1008_others_lose_nothing_and_it_gets_the_cache_bac
 #[test]
 fn slow_reader_that_resumes_soon_after_the_cutoff_reads_up_to_a_1008_close() {
     for t in THREADS {
-        let s = Server::start(&["--threads", t, "--max-outbound", "262144"]);
+        let s = Server::start(&[
+            "--threads",
+            t,
+            "--max-outbound",
+            "262144",
+            "--close-timeout",
+            "120",
+        ]);
         let tp = topic();
         let mut slow = Raw::open(&s);
         slow.send_text(
@@ -232,7 +239,14 @@ fn slow_reader_that_resumes_soon_after_the_cutoff_reads_up_to_a_1008_close() {
 }
 
 fn slow_reader_scenario(threads: &str) {
-    let s = Server::start(&["--threads", threads, "--max-outbound", "262144"]);
+    let s = Server::start(&[
+        "--threads",
+        threads,
+        "--max-outbound",
+        "262144",
+        "--close-timeout",
+        "120",
+    ]);
     let tp = topic();
 
     // The slow client subscribes, then stops reading.

@@ -193,21 +193,7 @@ pub fn decode<'a>(
     }
     let top: Top<'_> =
         simd_json::serde::from_slice_with_buffers(buf, scratch).map_err(|_| ParseError)?;
-    Ok(match top {
-        Top::One(e) => Incoming::Single(classify(e)),
-        Top::Many(v) if v.is_empty() => Incoming::Single(Item::Invalid(
-            Id::Null,
-            RpcError::new(code::INVALID_REQUEST, "Invalid request: empty batch"),
-        )),
-        Top::Many(v) if v.len() > MAX_BATCH => Incoming::Single(Item::Invalid(
-            Id::Null,
-            RpcError::new(
-                code::INVALID_REQUEST,
-                "Invalid request: batch of more than 100 requests",
-            ),
-        )),
-        Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
-    })
+    Ok(classify_top(top))
 }
 
 /// [`decode`] with `serde_json` instead of `simd-json` (for the benchmark that decides
@@ -217,7 +203,12 @@ pub fn decode_serde_json(buf: &[u8]) -> Result<Incoming<'_>, ParseError> {
         return Err(ParseError);
     }
     let top: Top<'_> = serde_json::from_slice(buf).map_err(|_| ParseError)?;
-    Ok(match top {
+    Ok(classify_top(top))
+}
+
+/// Classifies a parsed message: one element, or a batch within [`MAX_BATCH`].
+fn classify_top(top: Top<'_>) -> Incoming<'_> {
+    match top {
         Top::One(e) => Incoming::Single(classify(e)),
         Top::Many(v) if v.is_empty() => Incoming::Single(Item::Invalid(
             Id::Null,
@@ -231,7 +222,7 @@ pub fn decode_serde_json(buf: &[u8]) -> Result<Incoming<'_>, ParseError> {
             ),
         )),
         Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
-    })
+    }
 }
 
 /// Scans for nesting deeper than [`MAX_DEPTH`] outside strings, so no parser recursion can

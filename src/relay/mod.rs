@@ -240,11 +240,6 @@ impl Mailboxes {
     pub fn set_sleeping(&self, who: usize, v: bool) {
         self.boxes[who].sleeping.store(v, Ordering::SeqCst);
     }
-
-    /// Wakes worker `to` unconditionally.
-    pub fn wake(&self, to: usize) {
-        let _ = self.boxes[to].waker.wake();
-    }
 }
 
 /// Which worker is home of a topic. Shared by all workers (same keys), random per process.
@@ -419,11 +414,6 @@ impl Relay {
     /// The home worker of `topic`.
     pub fn home_of(&self, topic: &str) -> usize {
         self.homes.of(topic)
-    }
-
-    /// Content hash of encoded data.
-    pub fn content_hash(&self, data: &[u8]) -> u64 {
-        self.homes.content_hash(data)
     }
 
     fn slot_of(&mut self, topic: &str) -> u32 {

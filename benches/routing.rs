@@ -56,7 +56,7 @@ fn routing(c: &mut Criterion) {
     g.bench_function("same_worker", |b| {
         let (mut rs, _rx, _p) = relays(1);
         let topic = "f".repeat(64);
-        let slot = rs[0].subscribe(1, 1, &topic, SubId([7; 32]));
+        let slot = rs[0].subscribe(1, 1, &topic, SubId::from_bytes(&[7; 32]));
         let _ = slot;
         rs[0].deliveries.clear();
         let mut i = 0u64;
@@ -77,7 +77,7 @@ fn routing(c: &mut Criterion) {
             .map(|k| format!("{k:064x}"))
             .find(|t| rs[0].home_of(t) == 1)
             .unwrap();
-        rs[0].subscribe(1, 1, &topic, SubId([7; 32]));
+        rs[0].subscribe(1, 1, &topic, SubId::from_bytes(&[7; 32]));
         rs[0].flush_outboxes();
         let batch = rx[1].try_recv().unwrap();
         rs[1].on_batch(batch);

@@ -239,7 +239,7 @@ impl Conn {
             return;
         };
         scratch.clear();
-        rpc::write_push_prefix(scratch, w.next_push_id, &id.hex());
+        rpc::write_push_prefix(scratch, w.next_push_id, id.hex());
         w.next_push_id += 1;
         let len = scratch.len() + data.len() + rpc::PUSH_SUFFIX.len();
         let mut h = [0u8; 10];
@@ -297,6 +297,11 @@ impl Default for IdSource {
 impl IdSource {
     /// A fresh id.
     pub fn next_id(&mut self) -> SubId {
+        SubId::from_bytes(&self.next_raw())
+    }
+
+    /// 32 fresh random bytes.
+    fn next_raw(&mut self) -> [u8; 32] {
         if self.pos + 32 > self.buf.len() {
             // The OS CSPRNG does not fail on Linux once seeded; if it ever did, refusing to
             // hand out predictable ids is the only safe answer.
@@ -310,14 +315,14 @@ impl IdSource {
         let mut id = [0u8; 32];
         id.copy_from_slice(&self.buf[self.pos..self.pos + 32]);
         self.pos += 32;
-        SubId(id)
+        id
     }
 
     /// A random u64 (for push-id starting points).
     pub fn next_u64(&mut self) -> u64 {
-        let id = self.next_id();
+        let id = self.next_raw();
         let mut b = [0u8; 8];
-        b.copy_from_slice(&id.0[..8]);
+        b.copy_from_slice(&id[..8]);
         u64::from_le_bytes(b)
     }
 }
@@ -681,7 +686,7 @@ fn run_item(conn: &mut Conn, item: Item<'_>, out: &mut Vec<u8>, ctx: &mut Ctx<'_
                 Ok(None) => rpc::write_result(out, &id, b"true"),
                 Ok(Some(sub)) => {
                     let mut r = [b'"'; 66];
-                    r[1..65].copy_from_slice(&sub.hex());
+                    r[1..65].copy_from_slice(sub.hex());
                     rpc::write_result(out, &id, &r);
                 }
                 Err(e) => {

@@ -17,6 +17,43 @@ pub const SHARE_THRESHOLD: usize = 4096;
 /// Most slices handed to one `writev` call.
 const MAX_IOV: usize = 64;
 
+/// Size of a fresh tail buffer.
+const TAIL_SIZE: usize = 2048;
+
+/// Most tail buffers a thread keeps for reuse (about 1 MiB per worker at most).
+const POOL_MAX: usize = 256;
+
+/// Largest tail buffer worth keeping.
+const POOL_BUF_MAX: usize = 4 * TAIL_SIZE;
+
+thread_local! {
+    /// Each worker thread's empty tail buffers: a connection takes one when it has bytes to
+    /// send and gives it back once flushed, so an idle connection owns none and a busy one
+    /// does not allocate per message.
+    static POOL: std::cell::RefCell<Vec<BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer from this thread's pool (or a new, unallocated one).
+fn pool_take() -> BytesMut {
+    POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default()
+}
+
+/// Keeps `buf` for reuse when it is the sole owner of a reasonably sized allocation.
+fn pool_give(mut buf: BytesMut) {
+    buf.clear();
+    // Moves the (empty) view back to the start of its allocation when nothing else shares
+    // it; otherwise it would allocate, and the buffer is simply dropped.
+    if !buf.try_reclaim(TAIL_SIZE) || buf.capacity() > POOL_BUF_MAX {
+        return;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_MAX {
+            p.push(buf);
+        }
+    });
+}
+
 /// Outcome of a flush attempt.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Flush {
@@ -55,7 +92,8 @@ impl OutBuf {
             return;
         }
         if self.tail.capacity() == 0 {
-            self.tail.reserve(data.len().max(2048));
+            self.tail = pool_take();
+            self.tail.reserve(data.len().max(TAIL_SIZE));
         }
         self.tail.extend_from_slice(data);
         self.len += data.len();
@@ -137,7 +175,7 @@ impl OutBuf {
     /// keeps an idle subscribed connection near 1 KiB instead of 3).
     fn release(&mut self) {
         if self.len == 0 {
-            self.tail = BytesMut::new();
+            pool_give(std::mem::take(&mut self.tail));
             if self.chunks.capacity() > 0 {
                 self.chunks = VecDeque::new();
             }

@@ -526,6 +526,32 @@ impl Envelope<'_> {
     }
 }
 
+/// An object member's name, borrowed from the input when it has no escapes (serde's own
+/// `Cow<str>` always allocates: that was ten allocations per publish).
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 fn envelope_from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Envelope<'de>, A::Error> {
     let mut e = Envelope {
         jsonrpc: None,
@@ -534,8 +560,8 @@ fn envelope_from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Envelope<'de>
         params: None,
         is_object: true,
     };
-    while let Some(k) = map.next_key::<Cow<'de, str>>()? {
-        match &*k {
+    while let Some(k) = map.next_key::<Key<'de>>()? {
+        match &*k.0 {
             "jsonrpc" => e.jsonrpc = Some(map.next_value()?),
             "id" => e.id = Some(map.next_value()?),
             "method" => e.method = Some(map.next_value()?),
@@ -599,8 +625,8 @@ impl<'de> Deserialize<'de> for ParamsField<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut p = Params::default();
-                while let Some(k) = map.next_key::<Cow<'de, str>>()? {
-                    match &*k {
+                while let Some(k) = map.next_key::<Key<'de>>()? {
+                    match &*k.0 {
                         "topic" => p.topic = Some(map.next_value()?),
                         "message" => p.message = Some(map.next_value()?),
                         "ttl" => p.ttl = Some(map.next_value()?),

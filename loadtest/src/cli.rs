@@ -31,6 +31,35 @@ pub enum Command {
     Churn(ChurnOpts),
     /// Registry requests over keep-alive connections, at a fixed rate or flat out.
     Http(HttpOpts),
+    /// No server: this machine's loopback ceiling, one write per socket per round from one
+    /// thread, read by another (what "one write() per delivery" allows here).
+    Loopback(LoopbackOpts),
+}
+
+/// `loopback` flags.
+#[derive(Args, Debug, Clone)]
+pub struct LoopbackOpts {
+    /// Socket pairs.
+    #[arg(long, default_value_t = 1000)]
+    pub sockets: usize,
+    /// Bytes per message (a 512-character publish's push is about 680).
+    #[arg(long, default_value_t = 680)]
+    pub size: usize,
+    /// Messages per write.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Measured time.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Time before the measurement starts.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Pin the writer (the "server") to this CPU.
+    #[arg(long)]
+    pub writer_cpu: Option<usize>,
+    /// Pin the reader (the "clients") to this CPU.
+    #[arg(long)]
+    pub reader_cpu: Option<usize>,
 }
 
 /// Flags every subcommand takes.
@@ -96,6 +125,11 @@ pub struct PairsOpts {
     /// Stop after this many publishes in the measured window (0 = no limit).
     #[arg(long, default_value_t = 0)]
     pub count: u64,
+    /// Also open this many connections that subscribe to the pairs' topics (round robin)
+    /// and never read (4 KiB receive buffer): the server closes them at its outbound limit;
+    /// compare the latencies with a run without them.
+    #[arg(long, default_value_t = 0)]
+    pub stalled: usize,
 }
 
 /// `fanout` flags.

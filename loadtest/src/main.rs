@@ -21,12 +21,26 @@ use cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let args = Cli::parse();
+    if let Command::Loopback(o) = &args.cmd {
+        return match scenario::loopback::run(o) {
+            Ok(r) => {
+                print!("{}", r.table());
+                println!("{}", r.json());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("loadtest: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let common = match &args.cmd {
         Command::Pairs(o) => &o.common,
         Command::Fanout(o) => &o.common,
         Command::Idle(o) => &o.common,
         Command::Churn(o) => &o.common,
         Command::Http(o) => &o.common,
+        Command::Loopback(_) => return ExitCode::FAILURE,
     };
     let target = match cli::parse_target(&common.url) {
         Ok(t) => t,
@@ -53,6 +67,7 @@ fn main() -> ExitCode {
         Command::Idle(o) => scenario::idle::run(&target, o),
         Command::Churn(o) => scenario::churn::run(&target, o),
         Command::Http(o) => scenario::http::run(&target, o),
+        Command::Loopback(o) => scenario::loopback::run(o),
     };
     let report = match result {
         Ok(r) => r,

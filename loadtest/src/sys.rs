@@ -8,6 +8,27 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+/// Pins the calling thread to one CPU.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "CPU number too large",
+        ));
+    }
+    // SAFETY: cpu_set_t is plain data for which all-zero is the empty set; CPU_SET writes
+    // inside it because `cpu` < CPU_SETSIZE (checked above); sched_setaffinity(0, ..) reads
+    // the set we own and applies to the calling thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Raise RLIMIT_NOFILE's soft limit to the hard limit. Returns (old soft, new soft).
 pub fn raise_nofile() -> io::Result<(u64, u64)> {
     let mut lim = libc::rlimit {

@@ -7,7 +7,9 @@ pub mod churn;
 pub mod fanout;
 pub mod http;
 pub mod idle;
+pub mod loopback;
 pub mod pairs;
+pub mod stalled;
 pub mod topics;
 
 use std::collections::VecDeque;

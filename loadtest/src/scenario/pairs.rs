@@ -32,6 +32,9 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
         count: o.count,
     };
     let ctx = Ctx::new(target, &o.common);
+    let topic_names: Vec<String> = (0..pairs).map(|i| topics::topic_name(&ctx, i)).collect();
+    // Held (never read) until the report is built.
+    let stalled = super::stalled::open(target, &topic_names, o.stalled)?;
     let outs = topics::run(&ctx, &o.common, shape, &load)?;
     let setup_s = outs.iter().map(|t| t.setup_ns).max().unwrap_or(0) as f64 / 1e9;
     let (st, lost, _lost_msgs, unacked) = topics::merge(outs, shape);
@@ -47,6 +50,7 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
     )
     .int("pairs", pairs as u64)
     .int("connections", 2 * pairs as u64)
+    .int("stalled", stalled.len() as u64)
     .int("threads", o.common.threads as u64)
     .int("target_rate", o.rate)
     .int("size", o.size.max(proto_min()) as u64)
@@ -71,6 +75,7 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
         .counts("anomalies", &st.anomalies)
         .counts("closes", &st.closes);
     super::fanout::notes(&mut r, o.rate, st.sent, secs, &st.send_lag, lost, unacked);
+    drop(stalled);
     Ok(r)
 }
 

@@ -438,6 +438,11 @@ impl Handler for TopicsHandler<'_> {
     }
 }
 
+/// The name of the run's topic number `i`.
+pub fn topic_name(ctx: &Ctx, i: usize) -> String {
+    proto::topic(ctx.nonce, 0x70, i as u64)
+}
+
 /// Run `shape` under `load` on every thread; returns each thread's figures.
 pub fn run(
     ctx: &Ctx,
@@ -461,7 +466,7 @@ pub fn run(
             shape.topic_index(range.end - 1) - first_topic + 1
         };
         let topics: Vec<String> = (0..n_topics)
-            .map(|i| proto::topic(ctx.nonce, 0x70, (first_topic + i) as u64))
+            .map(|i| topic_name(ctx, first_topic + i))
             .collect();
         let templates = topics
             .iter()

@@ -45,6 +45,12 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_BACKLOG", default_value_t = 4096)]
     pub backlog: i32,
 
+    /// `SO_SNDBUF` of accepted sockets, bytes (the kernel doubles it); 0 leaves the kernel's
+    /// autotuning, which lets one client that stops reading hold up to `tcp_wmem`'s maximum
+    /// (4 MiB by default) of kernel memory before `--max-outbound` even starts to count.
+    #[arg(long, env = "WALLETRELAY_SNDBUF", default_value_t = 128 << 10)]
+    pub sndbuf: usize,
+
     /// `SO_BUSY_POLL` in microseconds on accepted sockets (0 = off).
     #[arg(long, env = "WALLETRELAY_BUSY_POLL_US", default_value_t = 0)]
     pub busy_poll_us: u32,

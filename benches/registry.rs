@@ -2,10 +2,11 @@
 //! and 100,000 entries (synthetic, `registry::synth`), plus the cost of sharing one
 //! registry between two cores (`Arc`) against a per-core clone.
 //!
-//! `cargo bench --bench registry` (add `-- --measurement-time 2` for a quick run). Besides
-//! criterion's lines it prints, per size, the distribution of single-query search times over
-//! 200 realistic queries (substrings of real names), since one criterion line per query
-//! would hide the spread.
+//! `cargo bench --bench registry` (add `-- --measurement-time 2` for a quick run;
+//! `REGISTRY_BENCH_SIZES=245` limits the sizes, e.g. with a filter: `-- 'respond/245/.*gzip'`).
+//! Besides criterion's lines it prints, per size, the distribution of single-query search
+//! times over 200 realistic queries (substrings of real names), since one criterion line per
+//! query would hide the spread.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -23,11 +24,14 @@ const SIZES: [usize; 3] = [245, 10_000, 100_000];
 /// The sizes to run: all of them under `cargo bench`; only the real data's size when the
 /// bench binary runs as a test (`cargo test --all-targets`, a debug build, where building a
 /// 100,000-entry registry alone takes minutes).
-fn sizes() -> &'static [usize] {
-    if std::env::args().any(|a| a == "--bench") {
-        &SIZES
-    } else {
-        &SIZES[..1]
+/// `REGISTRY_BENCH_SIZES` (comma-separated) picks among them.
+fn sizes() -> Vec<usize> {
+    if !std::env::args().any(|a| a == "--bench") {
+        return SIZES[..1].to_vec();
+    }
+    match std::env::var("REGISTRY_BENCH_SIZES") {
+        Ok(v) => v.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
+        Err(_) => SIZES.to_vec(),
     }
 }
 
@@ -99,7 +103,7 @@ const NAMED: [&str; 7] = [
 ];
 
 fn search(c: &mut Criterion) {
-    for &n in sizes() {
+    for n in sizes() {
         let r = registry(n);
         let idx = r.search_index(ListKind::All);
         let mut g = c.benchmark_group(format!("search/{n}"));
@@ -148,7 +152,7 @@ fn distribution(r: &Registry, n: usize) {
 
 fn assemble(c: &mut Criterion) {
     let limits = Limits::default();
-    for &n in sizes() {
+    for n in sizes() {
         let r = registry(n);
         let mut g = c.benchmark_group(format!("respond/{n}"));
         let page = if n > 300 { 37 } else { 2 };
@@ -167,6 +171,11 @@ fn assemble(c: &mut Criterion) {
                 "search_wallet_page100",
                 "/api/v1/all?search=wallet&entries=100&page=1".to_string(),
                 false,
+            ),
+            (
+                "search_wallet_gzip",
+                "/api/v1/all?search=wallet".to_string(),
+                true,
             ),
             (
                 "search_rainbow",

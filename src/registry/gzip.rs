@@ -14,8 +14,10 @@
 //!
 //! The short variable parts (the `{"count":..` prefix, a comma before a standalone
 //! fragment, the closing `}}`) go in between as stored blocks. The CRC-32 of the gzip
-//! trailer is computed over the uncompressed bytes, which are at hand as slices. A page of
-//! 100 costs a CRC and a memcpy instead of a deflate run.
+//! trailer is not computed over the uncompressed bytes: the caller gives, for each run of
+//! fragments, a [`Span`] combined from CRCs precomputed at the ends of its uncompressed
+//! bytes ([`super::crc`]). A page of 100 costs a memcpy of fragments and a few
+//! multiplications, instead of a deflate run or a pass over the ~90 KB it stands for.
 //!
 //! It owns the byte layout of gzip members and deflate stored blocks; nothing else here
 //! knows it.
@@ -23,6 +25,8 @@
 use std::io::Write;
 
 use flate2::{Compress, Compression, FlushCompress};
+
+use super::crc::{self, Span};
 
 /// A gzip member header: no name, no mtime, OS unknown (byte-identical everywhere).
 const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
@@ -52,7 +56,8 @@ pub fn compress(body: &[u8]) -> Vec<u8> {
     enc.finish().unwrap_or_default()
 }
 
-/// Makes fragments, reusing one compressor.
+/// Makes fragments, reusing one compressor. Each call appends at least one byte (a fragment
+/// of nothing is an empty stored block), so an empty fragment means none was made.
 pub struct Fragmenter {
     c: Compress,
     out: Vec<u8>,
@@ -72,7 +77,7 @@ impl Fragmenter {
     pub fn standalone(&mut self, data: &[u8], dst: &mut Vec<u8>) {
         self.c.reset();
         self.out.clear();
-        if self.feed(data) {
+        if self.feed(data) && !self.out.is_empty() {
             dst.extend_from_slice(&self.out);
         } else {
             push_stored(dst, data, false);
@@ -88,7 +93,7 @@ impl Fragmenter {
         let primer = primer
             .get(primer.len().saturating_sub(32 << 10)..)
             .unwrap_or(primer);
-        if self.c.set_dictionary(primer).is_ok() && self.feed(data) {
+        if self.c.set_dictionary(primer).is_ok() && self.feed(data) && !self.out.is_empty() {
             dst.extend_from_slice(&self.out);
         } else {
             push_stored(dst, data, false);
@@ -147,7 +152,7 @@ pub fn stored_len(n: usize) -> usize {
 /// uncompressed bytes accounted for the trailer.
 pub struct Member {
     out: Vec<u8>,
-    crc: crc32fast::Hasher,
+    crc: u32,
     len: u64,
 }
 
@@ -158,35 +163,36 @@ impl Member {
         out.extend_from_slice(&HEADER);
         Member {
             out,
-            crc: crc32fast::Hasher::new(),
+            crc: 0,
             len: 0,
         }
     }
 
-    /// Appends `data` uncompressed (a stored block).
+    /// Appends `data` uncompressed (a stored block; its CRC is computed from its bytes).
     pub fn stored(&mut self, data: &[u8]) {
         push_stored(&mut self.out, data, false);
-        self.plain(data);
+        self.crc = crc::update(self.crc, data);
+        self.len += data.len() as u64;
     }
 
-    /// Appends a fragment made by [`fragment`] whose uncompressed bytes are `plain`.
-    pub fn fragment(&mut self, frag: &[u8], plain: &[u8]) {
-        self.out.extend_from_slice(frag);
-        self.plain(plain);
+    /// Appends fragments made by [`Fragmenter`]; their uncompressed bytes are accounted for
+    /// with [`Member::plain`].
+    pub fn fragments(&mut self, frags: &[u8]) {
+        self.out.extend_from_slice(frags);
     }
 
     /// Accounts for uncompressed bytes whose compressed form was appended separately.
-    pub fn plain(&mut self, plain: &[u8]) {
-        self.crc.update(plain);
-        self.len += plain.len() as u64;
+    pub fn plain(&mut self, span: &Span) {
+        self.crc = span.apply(self.crc);
+        self.len += span.len();
     }
 
     /// Appends `data` as the final stored block and the trailer.
     pub fn finish(mut self, data: &[u8]) -> Vec<u8> {
         push_stored(&mut self.out, data, true);
-        self.plain(data);
-        self.out
-            .extend_from_slice(&self.crc.finalize().to_le_bytes());
+        self.crc = crc::update(self.crc, data);
+        self.len += data.len() as u64;
+        self.out.extend_from_slice(&self.crc.to_le_bytes());
         self.out.extend_from_slice(&(self.len as u32).to_le_bytes());
         self.out
     }
@@ -215,6 +221,12 @@ mod tests {
             .read_to_end(&mut out)
             .unwrap();
         out
+    }
+
+    /// Appends a fragment whose uncompressed bytes are `plain`.
+    fn fragment(m: &mut Member, frag: &[u8], plain: &[u8]) {
+        m.fragments(frag);
+        m.plain(&Span::of(plain));
     }
 
     #[test]
@@ -254,7 +266,7 @@ mod tests {
                 m.stored(b",");
                 want.push(b',');
             }
-            m.fragment(f, p);
+            fragment(&mut m, f, p);
             want.extend_from_slice(p);
         }
         let gz = m.finish(b"}}");
@@ -264,7 +276,7 @@ mod tests {
         // Chained fragments: each copies from the one before, and the stream shrinks.
         let mut m = Member::new(0);
         m.stored(b"[");
-        m.fragment(&frags[0], &parts[0]);
+        fragment(&mut m, &frags[0], &parts[0]);
         let mut want = [b"[", &parts[0][..]].concat();
         let mut chained_len = 0;
         for w in parts.windows(2) {
@@ -272,7 +284,7 @@ mod tests {
             let mut c = Vec::new();
             f.chained(&w[0], &data, &mut c);
             chained_len += c.len();
-            m.fragment(&c, &data);
+            fragment(&mut m, &c, &data);
             want.extend_from_slice(&data);
         }
         let gz = m.finish(b"]");
@@ -284,7 +296,7 @@ mod tests {
         f.standalone(&parts[7], &mut alone);
         assert_eq!(alone, frags[7]);
         let mut m = Member::new(0);
-        m.fragment(&alone, &parts[7]);
+        fragment(&mut m, &alone, &parts[7]);
         assert_eq!(gunzip(&m.finish(b"")), parts[7]);
     }
 
@@ -296,7 +308,7 @@ mod tests {
         m.stored(&big);
         let mut f = Vec::new();
         Fragmenter::default().standalone(b"", &mut f);
-        m.fragment(&f, b"");
+        fragment(&mut m, &f, b"");
         let gz = m.finish(b"");
         assert_eq!(gunzip(&gz), big);
     }
@@ -308,7 +320,7 @@ mod tests {
         let mut m = Member::new(0);
         m.stored(b"abc");
         m.stored(b",");
-        m.fragment(&f, b"hello hello hello hello");
+        fragment(&mut m, &f, b"hello hello hello hello");
         let gz = m.finish(b"}}");
         assert_eq!(gz.len(), member_len(2, 4, f.len(), 2));
     }

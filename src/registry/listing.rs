@@ -4,12 +4,15 @@
 //! of every entry inside it: a page of consecutive entries is one slice of that body, a
 //! search result a few slices; the `{"count":..,"total":..,"listings":{` prefix is the only
 //! part written per request. Gzip answers are assembled from per-entry deflate fragments
-//! ([`super::gzip`]). It knows the JSON layout of a listings answer and nothing of HTTP.
+//! ([`super::gzip`]); their CRC-32 from CRC marks at both ends of every entry
+//! ([`super::crc`]), so no answer is read byte by byte. It knows the JSON layout of a
+//! listings answer and nothing of HTTP.
 
 use std::ops::Range;
 
 use bytes::Bytes;
 
+use super::crc::{Mark, Span};
 use super::data::Record;
 use super::etag::TagHasher;
 use super::gzip::{self, Member};
@@ -74,15 +77,27 @@ impl Selection<'_> {
             Selection::Positions(p) => p.iter().for_each(|&x| f(x as usize)),
         }
     }
-}
 
-/// Which fragment carries one entry of a gzip answer.
-#[derive(Debug, Clone, Copy)]
-enum Piece {
-    /// The position's chained fragment (`,<entry>`, after its list predecessor).
-    Chained(usize),
-    /// The record's standalone fragment; `true` if a stored comma goes first.
-    Standalone(usize, bool),
+    /// Calls `f` with each maximal run of consecutive positions, in order: one for a range,
+    /// one per gap-free stretch of positions. A run is one slice of the list's body.
+    fn for_each_run(&self, mut f: impl FnMut(Range<usize>)) {
+        match self {
+            Selection::Range(r) if r.is_empty() => {}
+            Selection::Range(r) => f(r.clone()),
+            Selection::Positions(p) => {
+                let mut i = 0;
+                while let Some(&first) = p.get(i) {
+                    let first = first as usize;
+                    let mut j = i + 1;
+                    while p.get(j).is_some_and(|&x| x as usize == first + (j - i)) {
+                        j += 1;
+                    }
+                    f(first..first + (j - i));
+                    i = j;
+                }
+            }
+        }
+    }
 }
 
 /// An assembled body and its representation.
@@ -100,10 +115,17 @@ pub(crate) struct List {
     pub body: Bytes,
     /// Byte range of each entry's `"id":{...}` member in `body`, in list order.
     spans: Vec<(usize, usize)>,
+    /// CRC marks at the start and the end of each entry in `body`: `marks[2p]`,
+    /// `marks[2p + 1]`.
+    marks: Vec<Mark>,
+    /// The CRC span of each entry (between its two marks, made once: a search result is
+    /// mostly lone entries).
+    entries: Vec<Span>,
     /// Record number of each position (to find its standalone gzip fragment).
     records: Vec<u32>,
     /// Chained gzip fragment of `,<entry>` for each position after the first, valid right
-    /// after the previous position's entry: `chain[chain_offs[p]..chain_offs[p + 1]]`.
+    /// after the previous position's entry: `chain[chain_offs[p]..chain_offs[p + 1]]`, never
+    /// empty. Those of consecutive positions are consecutive.
     chain: Vec<u8>,
     /// Offsets into `chain`, one more than positions.
     chain_offs: Vec<usize>,
@@ -139,6 +161,14 @@ impl List {
             spans.push((start, body.len()));
         }
         body.extend_from_slice(b"}}");
+        let marks = Mark::at(&body, spans.iter().flat_map(|&(s, e)| [s, e]));
+        let entries = marks
+            .chunks_exact(2)
+            .map(|m| match m {
+                [a, b] => Span::between(a, b),
+                _ => Span::EMPTY,
+            })
+            .collect();
         let mut chain = Vec::new();
         let mut chain_offs = Vec::with_capacity(n + 1);
         chain_offs.push(0);
@@ -155,6 +185,8 @@ impl List {
         Ok(List {
             body: Bytes::from(body),
             spans,
+            marks,
+            entries,
             records: positions,
             chain,
             chain_offs,
@@ -179,27 +211,23 @@ impl List {
 
     /// Size of the identity body of `sel`, without building it.
     fn identity_len(&self, sel: &Selection<'_>, total: usize) -> usize {
-        let members = match sel {
-            Selection::Range(r) if r.is_empty() => 0,
-            Selection::Range(r) => self.run(r.start, r.end).len(),
-            Selection::Positions(p) => {
-                p.iter().map(|&x| self.span_len(x as usize)).sum::<usize>()
-                    + p.len().saturating_sub(1)
-            }
-        };
-        prefix_len(sel.len(), total) + members + 2
+        let (mut members, mut runs) = (0, 0usize);
+        sel.for_each_run(|r| {
+            members += self.run(r.start, r.end).len();
+            runs += 1;
+        });
+        // A comma between runs (those inside a run are in its slice).
+        prefix_len(sel.len(), total) + members + runs.saturating_sub(1) + 2
     }
 
     /// Size of the gzip body of `sel` assembled from fragments, without building it.
     fn gzip_len(&self, sel: &Selection<'_>, total: usize, frags: &Fragments) -> usize {
-        let (mut frag_bytes, mut commas) = (0, 0);
-        self.plan(sel, |piece| match piece {
-            Piece::Chained(p) => frag_bytes += self.chained(p).len(),
-            Piece::Standalone(p, comma) => {
-                frag_bytes += self.frag(p, frags).len();
-                commas += usize::from(comma);
-            }
+        let (mut frag_bytes, mut runs) = (0, 0usize);
+        sel.for_each_run(|r| {
+            frag_bytes += self.frag(r.start, frags).len() + self.chained(r.start + 1, r.end).len();
+            runs += 1;
         });
+        let commas = runs.saturating_sub(1);
         gzip::member_len(
             1 + commas,
             prefix_len(sel.len(), total) + commas,
@@ -208,47 +236,37 @@ impl List {
         )
     }
 
-    /// Calls `f` with the fragment to use for each entry of `sel`, in order: chained when
-    /// the entry follows its list predecessor, else standalone (after a comma but the first).
-    fn plan(&self, sel: &Selection<'_>, mut f: impl FnMut(Piece)) {
-        let mut prev: Option<usize> = None;
-        sel.for_each(|p| {
-            match prev {
-                Some(q) if q + 1 == p && !self.chained(p).is_empty() => f(Piece::Chained(p)),
-                _ => f(Piece::Standalone(p, prev.is_some())),
-            }
-            prev = Some(p);
-        });
-    }
-
-    /// Whether the answer of `sel` is sent gzip-compressed to a client that does or does not
-    /// accept gzip: when it does, the identity body is at least [`GZIP_MIN`] bytes and the
-    /// fragments make it smaller. Decided from sizes alone, before anything is built.
-    pub fn would_gzip(
+    /// The size of the gzip body of `sel` if the answer is sent gzip-compressed to a client
+    /// that does or does not accept gzip: when it does, the identity body is at least
+    /// [`GZIP_MIN`] bytes and the fragments make it smaller. Decided from sizes alone, before
+    /// anything is built.
+    pub fn gzip_size(
         &self,
         sel: &Selection<'_>,
         total: usize,
         accept_gzip: bool,
         frags: &Fragments,
-    ) -> bool {
+    ) -> Option<usize> {
         if !accept_gzip {
-            return false;
+            return None;
         }
         let plain = self.identity_len(sel, total);
-        plain >= GZIP_MIN && self.gzip_len(sel, total, frags) < plain
+        let gz = self.gzip_len(sel, total, frags);
+        (plain >= GZIP_MIN && gz < plain).then_some(gz)
     }
 
-    /// Builds the body of `sel` (out of `total` matches), gzip-compressed if `gzip`.
+    /// Builds the body of `sel` (out of `total` matches): gzip-compressed if `gzip` holds
+    /// its size ([`List::gzip_size`]; only a capacity, a wrong one costs a reallocation).
     pub fn assemble(
         &self,
         sel: &Selection<'_>,
         total: usize,
-        gzip: bool,
+        gzip: Option<usize>,
         frags: &Fragments,
     ) -> Assembled {
-        if gzip {
+        if let Some(size) = gzip {
             Assembled {
-                body: self.assemble_gzip(sel, total, frags),
+                body: self.assemble_gzip(sel, total, size, frags),
                 gzip: true,
             }
         } else {
@@ -262,62 +280,63 @@ impl List {
     fn assemble_identity(&self, sel: &Selection<'_>, total: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.identity_len(sel, total));
         write_prefix(&mut out, sel.len(), total);
-        match sel {
-            Selection::Range(r) if !r.is_empty() => out.extend_from_slice(self.run(r.start, r.end)),
-            Selection::Range(_) => {}
-            Selection::Positions(p) => {
-                // Copy runs of consecutive positions as one slice (their commas included).
-                let mut i = 0;
-                while let Some(&first) = p.get(i) {
-                    let mut j = i + 1;
-                    while p
-                        .get(j)
-                        .is_some_and(|&x| x as usize == first as usize + (j - i))
-                    {
-                        j += 1;
-                    }
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(self.run(first as usize, first as usize + (j - i)));
-                    i = j;
-                }
+        let mut first = true;
+        sel.for_each_run(|r| {
+            if !first {
+                out.push(b',');
             }
-        }
+            first = false;
+            out.extend_from_slice(self.run(r.start, r.end));
+        });
         out.extend_from_slice(b"}}");
         out
     }
 
-    fn assemble_gzip(&self, sel: &Selection<'_>, total: usize, frags: &Fragments) -> Vec<u8> {
+    /// Each run of `sel` is the standalone fragment of its first entry and the chained
+    /// fragments of the others (one slice of `chain`); a stored comma goes between runs.
+    /// The run's uncompressed bytes are one slice of `body`, whose CRC comes from its marks.
+    fn assemble_gzip(
+        &self,
+        sel: &Selection<'_>,
+        total: usize,
+        size: usize,
+        frags: &Fragments,
+    ) -> Vec<u8> {
         let mut prefix = Vec::with_capacity(64);
         write_prefix(&mut prefix, sel.len(), total);
-        let mut m = Member::new(self.gzip_len(sel, total, frags));
+        let mut m = Member::new(size);
         m.stored(&prefix);
-        self.plan(sel, |piece| match piece {
-            Piece::Chained(p) => {
-                // Its plain bytes are the comma and the entry: from the end of the previous
-                // entry to the end of this one.
-                let start = p
-                    .checked_sub(1)
-                    .and_then(|q| self.spans.get(q))
-                    .map_or(0, |s| s.1);
-                let end = self.spans.get(p).map_or(start, |s| s.1);
-                m.fragment(self.chained(p), self.body.get(start..end).unwrap_or(&[]));
+        let mut first = true;
+        sel.for_each_run(|r| {
+            if !first {
+                m.stored(b",");
             }
-            Piece::Standalone(p, comma) => {
-                if comma {
-                    m.stored(b",");
-                }
-                m.fragment(self.frag(p, frags), self.run(p, p + 1));
-            }
+            first = false;
+            m.fragments(self.frag(r.start, frags));
+            m.fragments(self.chained(r.start + 1, r.end));
+            m.plain(&self.span(r));
         });
         m.finish(b"}}")
     }
 
-    fn chained(&self, p: usize) -> &[u8] {
-        match (self.chain_offs.get(p), self.chain_offs.get(p + 1)) {
+    /// The chained fragments of positions `a..b` (empty if b <= a), one after the other.
+    fn chained(&self, a: usize, b: usize) -> &[u8] {
+        match (self.chain_offs.get(a), self.chain_offs.get(b)) {
             (Some(&s), Some(&e)) => self.chain.get(s..e).unwrap_or(&[]),
             _ => &[],
+        }
+    }
+
+    /// The CRC span of the bytes of positions `r` in `body` (those of [`List::run`]).
+    fn span(&self, r: Range<usize>) -> Span {
+        if r.len() == 1 {
+            return self.entries.get(r.start).copied().unwrap_or(Span::EMPTY);
+        }
+        let start = self.marks.get(2 * r.start);
+        let end = r.end.checked_sub(1).and_then(|l| self.marks.get(2 * l + 1));
+        match (start, end) {
+            (Some(a), Some(b)) if r.end > r.start => Span::between(a, b),
+            _ => Span::EMPTY,
         }
     }
 
@@ -329,10 +348,6 @@ impl List {
             .and_then(|l| self.spans.get(l))
             .map_or(start, |s| s.1);
         self.body.get(start..end).unwrap_or(&[])
-    }
-
-    fn span_len(&self, p: usize) -> usize {
-        self.spans.get(p).map_or(0, |s| s.1 - s.0)
     }
 
     fn frag<'f>(&self, p: usize, frags: &'f Fragments) -> &'f [u8] {
@@ -424,21 +439,83 @@ mod tests {
         ];
         for (sel, pos) in cases {
             let want = expected(&recs, &pos, 99);
-            let id = list.assemble(&sel, 99, false, &frags);
+            let id = list.assemble(&sel, 99, None, &frags);
             assert!(!id.gzip);
             assert_eq!(
                 serde_json::from_slice::<serde_json::Value>(&id.body).unwrap(),
                 want
             );
-            let gz = list.assemble(&sel, 99, true, &frags);
+            let gz = list.assemble(&sel, 99, Some(0), &frags);
             assert!(gz.gzip);
             assert_eq!(gunzip(&gz.body), id.body, "{pos:?}");
             assert_eq!(
-                list.would_gzip(&sel, 99, true, &frags),
-                id.body.len() >= GZIP_MIN && gz.body.len() < id.body.len()
+                list.gzip_size(&sel, 99, true, &frags),
+                (id.body.len() >= GZIP_MIN && gz.body.len() < id.body.len())
+                    .then_some(gz.body.len())
             );
             assert_eq!(list.identity_len(&sel, 99), id.body.len());
             assert_eq!(list.gzip_len(&sel, 99, &frags), gz.body.len());
+        }
+    }
+
+    /// The gzip body as it was built before CRC marks: entry by entry, chained after its
+    /// predecessor, and the CRC read from the uncompressed bytes.
+    fn gzip_entry_by_entry(list: &List, pos: &[usize], total: usize, frags: &Fragments) -> Vec<u8> {
+        let mut prefix = Vec::new();
+        write_prefix(&mut prefix, pos.len(), total);
+        let mut m = Member::new(0);
+        m.stored(&prefix);
+        let mut prev: Option<usize> = None;
+        for &p in pos {
+            let plain = match prev {
+                Some(q) if q + 1 == p => {
+                    m.fragments(list.chained(p, p + 1));
+                    &list.body[list.spans[q].1..list.spans[p].1]
+                }
+                _ => {
+                    if prev.is_some() {
+                        m.stored(b",");
+                    }
+                    m.fragments(list.frag(p, frags));
+                    list.run(p, p + 1)
+                }
+            };
+            m.plain(&Span::of(plain));
+            prev = Some(p);
+        }
+        m.finish(b"}}")
+    }
+
+    #[test]
+    fn gzip_bodies_of_random_selections() {
+        let recs = records();
+        let mut fr = gzip::Fragmenter::default();
+        let frags = Fragments::build(&recs, &mut fr);
+        let list = List::build(&recs, (0..40).rev().collect(), 3, &mut fr).unwrap();
+        let mut rng = super::super::tests::xorshift(0x2545_F491_4F6C_DD1D);
+        let mut next = move || rng() as usize;
+        for i in 0..300 {
+            let subset: Vec<u32>;
+            let sel = if i % 3 == 0 {
+                let a = next() % 41;
+                Selection::Range(a..a + next() % (41 - a))
+            } else {
+                // Sorted subsets, dense or sparse, down to the empty one.
+                let keep = next() % 5;
+                subset = (0..40).filter(|_| next() % 5 < keep).collect();
+                Selection::Positions(&subset)
+            };
+            let mut pos = Vec::new();
+            sel.for_each(|p| pos.push(p));
+            let id = list.assemble(&sel, 77, None, &frags).body;
+            let gz = list.assemble(&sel, 77, Some(0), &frags).body;
+            assert_eq!(gz, gzip_entry_by_entry(&list, &pos, 77, &frags), "{pos:?}");
+            let n = gz.len();
+            assert_eq!(gz[n - 8..n - 4], crc32fast::hash(&id).to_le_bytes());
+            assert_eq!(gz[n - 4..], (id.len() as u32).to_le_bytes());
+            assert_eq!(gunzip(&gz), id);
+            assert_eq!(list.gzip_len(&sel, 77, &frags), n);
+            assert_eq!(list.identity_len(&sel, 77), id.len());
         }
     }
 

@@ -8,6 +8,7 @@
 //! [`etag`], and [`synth`] (synthetic registries for benches and load tests).
 //! `docs/REGISTRY.md` explains the choices.
 
+mod crc;
 mod data;
 pub mod etag;
 mod gzip;
@@ -407,8 +408,8 @@ impl Registry {
             Matches::Slice(s) => Selection::Positions(s.get(window).unwrap_or(&[])),
             Matches::Owned(v) => Selection::Positions(v.get(window).unwrap_or(&[])),
         };
-        let gz = list.would_gzip(&sel, total, req.accept_gzip, &self.core.frags);
-        let tag = etag::Tag::new(list.tag(&sel, total), gz);
+        let gz = list.gzip_size(&sel, total, req.accept_gzip, &self.core.frags);
+        let tag = etag::Tag::new(list.tag(&sel, total), gz.is_some());
         if req
             .if_none_match
             .is_some_and(|inm| etag::if_none_match(inm, tag.as_bytes()))

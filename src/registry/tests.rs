@@ -11,6 +11,16 @@ use crate::http::parse;
 
 const BASE: &str = "https://registry.walletconnect.org/logo";
 
+/// A deterministic pseudo-random sequence (xorshift64; `seed` not zero) for module tests.
+pub(super) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 fn reg() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
     R.get_or_init(|| Registry::load(None, BASE).unwrap())

@@ -96,7 +96,10 @@ impl Worker {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let now = crate::clock::now_ms();
-        let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 256 << 10);
+        // Encoded bytes a connection's queue holds before further pushes wait by reference
+        // (shared with the cache and every other subscriber): enough for a few writes, while
+        // 10,000 subscribers of a burst do not each get their own copy of it.
+        let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 64 << 10);
         let close_ms = shared.config.limits.close_ms();
         Ok(Worker {
             id,
@@ -313,6 +316,11 @@ impl Worker {
             if c.closed || c.paused || matches!(c.phase, Phase::Http { awaiting: true }) {
                 return;
             }
+            if self.relay.over_fanout_budget() {
+                // Deliver and flush what is queued first; this connection resumes after.
+                self.ready.push_back((key, uid));
+                return;
+            }
             let mut asked = SCRATCH;
             let res = if c.rbuf.is_empty() {
                 c.sock.read(&mut self.scratch)
@@ -439,6 +447,11 @@ impl Worker {
         let now = self.now;
         let head_ms = self.shared.config.limits.head_timeout().as_millis() as u64;
         let c = &mut self.conns[key];
+        if !c.rbuf.is_empty() && !c.closed && self.relay.over_fanout_budget() {
+            // Input left unprocessed for the fan-out budget: no event will come for it,
+            // so resume it once the queued pushes are delivered.
+            self.ready.push_back((key, c.uid));
+        }
         if matches!(c.phase, Phase::Http { .. }) && !c.rbuf.is_empty() && c.deadline > now + head_ms
         {
             c.deadline = now + head_ms;
@@ -473,6 +486,7 @@ impl Worker {
             return;
         }
         let list = std::mem::take(&mut self.relay.deliveries);
+        self.relay.pending_pushes = 0;
         let max_out = self.shared.config.limits.max_outbound;
         let fill = self.fill_mark;
         for d in &list {

@@ -301,3 +301,53 @@ fn escaped_strings_survive_the_round_trip() {
     publ.publish(&tp, msg);
     assert_eq!(sub.next_push(), (id, tp.clone(), msg.to_string()));
 }
+
+#[test]
+fn a_pipelined_burst_bigger_than_one_round_of_fan_out_arrives_whole_and_in_order() {
+    // 300 publishes sent in one write to a topic with 200 subscribers: 60,000 pushes, more
+    // than a worker queues before it stops reading to deliver and flush (FANOUT_BUDGET);
+    // the rest of the burst waits in the connection's buffer and must resume by itself.
+    const SUBS: usize = 200;
+    const MSGS: usize = 300;
+    for t in THREADS {
+        let s = Server::start(&["--threads", t]);
+        let tp = topic();
+        let mut subs: Vec<(Ws, String)> = (0..SUBS)
+            .map(|_| {
+                let mut w = s.ws();
+                let id = w.subscribe(&tp);
+                (w, id)
+            })
+            .collect();
+        let mut publ = s.ws();
+        for i in 0..MSGS {
+            let req = json!({"id": 1000 + i, "jsonrpc": "2.0", "method": "waku_publish",
+                             "params": {"topic": tp, "message": format!("burst-{i}"), "ttl": 600}});
+            publ.sock
+                .write(tungstenite::Message::text(req.to_string()))
+                .expect("queue publish");
+        }
+        publ.sock.flush().expect("send burst");
+        for i in 0..MSGS {
+            let r = publ.recv();
+            assert_eq!(r["id"], 1000 + i, "acks out of order at {i}: {r}");
+            assert_eq!(r["result"], true, "{r}");
+        }
+        for (n, (w, id)) in subs.iter_mut().enumerate() {
+            for i in 0..MSGS {
+                let m = w.recv();
+                let p = &m["params"];
+                assert_eq!(p["id"], id.as_str(), "subscriber {n}: {m}");
+                assert_eq!(
+                    p["data"]["message"],
+                    format!("burst-{i}"),
+                    "threads {t}, subscriber {n}: push {i} out of order or missing"
+                );
+            }
+            assert!(
+                w.recv_within(50).is_none(),
+                "subscriber {n}: more than {MSGS} pushes"
+            );
+        }
+    }
+}

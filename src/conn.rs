@@ -512,7 +512,7 @@ fn ws_step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
     let max = ctx.shared.config.limits.max_message;
     let mut pos = 0;
     // Past the fan-out budget the rest waits in the connection's buffer: the worker
-    // delivers and flushes first, then resumes it (see `relay::FANOUT_BUDGET`).
+    // delivers and flushes first, then resumes it (see `relay::FANOUT_MIN`).
     while matches!(conn.phase, Phase::Ws(_)) && !ctx.relay.over_fanout_budget() {
         let head = match ws::parse_head(&input[pos..], max) {
             Ok(Some(h)) => h,

@@ -160,6 +160,7 @@ impl Worker {
             }
             self.mailboxes.set_sleeping(self.id, false);
             self.tick_clock();
+            self.relay.set_fanout_budget(self.conns.len());
             self.m().loop_iterations.inc();
 
             for ev in events.iter() {

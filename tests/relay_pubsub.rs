@@ -304,11 +304,11 @@ fn escaped_strings_survive_the_round_trip() {
 
 #[test]
 fn a_pipelined_burst_bigger_than_one_round_of_fan_out_arrives_whole_and_in_order() {
-    // 300 publishes sent in one write to a topic with 200 subscribers: 60,000 pushes, more
-    // than a worker queues before it stops reading to deliver and flush (FANOUT_BUDGET);
+    // 400 publishes sent in one write to a topic with 200 subscribers: 80,000 pushes, more
+    // than a worker queues before it stops reading to deliver and flush (FANOUT_MIN);
     // the rest of the burst waits in the connection's buffer and must resume by itself.
     const SUBS: usize = 200;
-    const MSGS: usize = 300;
+    const MSGS: usize = 400;
     for t in THREADS {
         let s = Server::start(&["--threads", t]);
         let tp = topic();

@@ -573,7 +573,7 @@ fn on_frame(
             if fin {
                 on_message(conn, op, payload, ctx)?;
             } else {
-                w.frag.start(op, payload);
+                w.frag.start(op, payload)?;
             }
         }
         Opcode::Continuation => {

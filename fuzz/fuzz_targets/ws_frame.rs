@@ -97,7 +97,7 @@ impl Conn {
                 if fin {
                     self.on_message(op, payload)?;
                 } else {
-                    self.frag.start(op, payload);
+                    self.frag.start(op, payload)?;
                 }
             }
             Opcode::Continuation => {

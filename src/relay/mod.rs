@@ -82,6 +82,13 @@ pub const FANOUT_MIN: usize = 64 * 1024;
 /// See [`FANOUT_MIN`].
 pub const FANOUT_PER_CONN: usize = 16;
 
+/// Messages a worker's cache makes room for at start, for a budget of `bytes`: one per KiB
+/// of budget (a 512-character publish takes about 0.8 KiB with its overhead), at most a
+/// million.
+fn cache_presize(bytes: usize) -> usize {
+    (bytes / 1024).min(1 << 20)
+}
+
 /// A message from one worker to another.
 #[derive(Debug)]
 pub enum CoreMsg {
@@ -431,7 +438,7 @@ impl Relay {
             mailboxes,
             topics: Slab::new(),
             index: HashMap::default(),
-            cache: Cache::default(),
+            cache: Cache::with_capacity(cache_presize(limits.max_cache_bytes / n.max(1))),
             outbox: (0..n).map(|_| Vec::new()).collect(),
             deliveries: Vec::new(),
             pending_pushes: 0,

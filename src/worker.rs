@@ -211,6 +211,10 @@ impl Worker {
                 self.accept();
             }
             self.deliver();
+            // Hand publishes to their home workers before any acknowledgement reaches a
+            // socket: a client that sees `true` and then subscribes elsewhere must find the
+            // message stored (the home's inbox is first in, first out).
+            self.outbox_waiting = self.relay.flush_outboxes();
             self.flush_dirty();
             // Slow or not is judged after the socket took what it could.
             while let Some(k) = self.overflow.pop() {
@@ -218,7 +222,7 @@ impl Worker {
             }
             self.flush_dirty();
             // A full queue to another worker: retry within a millisecond.
-            self.outbox_waiting = self.relay.flush_outboxes();
+            self.outbox_waiting |= self.relay.flush_outboxes();
             self.reap();
             if let Some(stop) = self.stop_at {
                 if self.conns.is_empty() || self.now >= stop {

@@ -51,6 +51,13 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_SNDBUF", default_value_t = 128 << 10)]
     pub sndbuf: usize,
 
+    /// `TCP_NOTSENT_LOWAT` of accepted sockets, bytes (0 = off): a write to a socket with
+    /// this much already waiting unsent returns `EAGAIN`, so a client that stops reading
+    /// pins its receive window plus this much of kernel memory, and the server stops writing
+    /// to it (its messages wait in `--max-outbound`) instead of filling `--sndbuf` first.
+    #[arg(long, env = "WALLETRELAY_NOTSENT_LOWAT", default_value_t = 16 << 10)]
+    pub notsent_lowat: u32,
+
     /// `SO_BUSY_POLL` in microseconds on accepted sockets (0 = off).
     #[arg(long, env = "WALLETRELAY_BUSY_POLL_US", default_value_t = 0)]
     pub busy_poll_us: u32,

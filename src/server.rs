@@ -77,14 +77,27 @@ pub fn raise_nofile_limit() -> Option<u64> {
 /// Sets `SO_BUSY_POLL` (microseconds) on a socket; errors are ignored (needs privileges
 /// on some kernels).
 pub fn set_busy_poll(sock: &impl AsRawFd, us: u32) {
-    let v: libc::c_int = us.min(i32::MAX as u32) as libc::c_int;
+    set_int_opt(sock, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us);
+}
+
+/// Sets `TCP_NOTSENT_LOWAT` (bytes) on a socket; errors are ignored (Linux >= 3.12).
+/// With it, a write returns `EAGAIN` once this many bytes wait unsent in the kernel, so a
+/// client that stops reading holds its receive window plus this much, not a whole send
+/// buffer, and the server stops spending writes on it that much sooner.
+pub fn set_notsent_lowat(sock: &impl AsRawFd, bytes: u32) {
+    set_int_opt(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes);
+}
+
+/// `setsockopt` of one `c_int` (values above `i32::MAX` are clamped); errors are ignored.
+fn set_int_opt(sock: &impl AsRawFd, level: libc::c_int, name: libc::c_int, value: u32) {
+    let v: libc::c_int = value.min(i32::MAX as u32) as libc::c_int;
     // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a pointer to a live local
     // c_int; the fd is owned by `sock`, which outlives the call.
     unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_BUSY_POLL,
+            level,
+            name,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );

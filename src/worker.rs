@@ -277,6 +277,9 @@ impl Worker {
         if self.shared.config.sndbuf > 0 {
             let _ = socket2::SockRef::from(&sock).set_send_buffer_size(self.shared.config.sndbuf);
         }
+        if self.shared.config.notsent_lowat > 0 {
+            crate::server::set_notsent_lowat(&sock, self.shared.config.notsent_lowat);
+        }
         if self.shared.config.busy_poll_us > 0 {
             crate::server::set_busy_poll(&sock, self.shared.config.busy_poll_us);
         }

@@ -50,7 +50,23 @@ struct Raw {
 
 impl Raw {
     fn open(server: &Server) -> Raw {
-        let mut s = server.tcp();
+        Raw::upgrade(server.tcp())
+    }
+
+    /// A client whose kernel receive buffer is `rcvbuf` bytes (set before connecting, so the
+    /// window it advertises stays that small).
+    fn open_with_rcvbuf(server: &Server, rcvbuf: usize) -> Raw {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(rcvbuf).unwrap();
+        sock.connect(&server.addr.into()).unwrap();
+        let s: TcpStream = sock.into();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Raw::upgrade(s)
+    }
+
+    fn upgrade(mut s: TcpStream) -> Raw {
         s.write_all(
             b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n\
               Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
@@ -236,6 +252,52 @@ fn slow_reader_that_resumes_soon_after_the_cutoff_reads_up_to_a_1008_close() {
         assert_eq!(close, Some(1008), "[--threads {t}] after {pushes} pushes");
         assert!(pushes < sent, "[--threads {t}] {pushes} pushes of {sent}");
     }
+}
+
+/// How many bytes of pushes a subscriber that never reads (4 KiB receive buffer) absorbs
+/// before the server cuts it off, with the server's other arguments `extra`.
+fn bytes_absorbed_before_cutoff(extra: &[&str]) -> usize {
+    let mut args = vec!["--threads", "1", "--max-outbound", "65536"];
+    args.extend_from_slice(extra);
+    let s = Server::start(&args);
+    let tp = topic();
+    let mut stalled = Raw::open_with_rcvbuf(&s, 4096);
+    stalled.send_text(
+        &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": tp}})
+            .to_string(),
+    );
+    match stalled.next() {
+        Next::Frame { op: 1, .. } => {}
+        other => panic!("stalled client's subscribe: {other:?}"),
+    }
+    let mut publisher = s.ws();
+    let mut sent = 0;
+    while dropped(&s, "slow_consumer") < 1.0 {
+        assert!(sent < MESSAGES, "never cut off after {sent} messages");
+        sent += 1;
+        publisher.publish(&tp, &message(sent));
+    }
+    sent * SIZE
+}
+
+/// `TCP_NOTSENT_LOWAT` (`--notsent-lowat`, 16 KiB by default): a client that stops reading
+/// is cut off once its receive window, 16 KiB unsent in the kernel and `--max-outbound` are
+/// full, not after a whole kernel send buffer (256 KiB with the default `--sndbuf`) has
+/// been written to it first, work and kernel memory spent on a client that reads nothing.
+#[test]
+fn a_reader_that_stops_reading_is_cut_off_without_filling_a_kernel_send_buffer() {
+    let absorbed = bytes_absorbed_before_cutoff(&[]);
+    // 64 KiB queue + 16 KiB unsent + a few KiB of window + one kernel write's overshoot.
+    assert!(
+        absorbed <= 192 << 10,
+        "absorbed {absorbed} bytes before the cut-off"
+    );
+    // The same client against a server without the option fills the send buffer first.
+    let without = bytes_absorbed_before_cutoff(&["--notsent-lowat", "0"]);
+    assert!(
+        without >= absorbed + (128 << 10),
+        "without --notsent-lowat {without} bytes, with {absorbed}"
+    );
 }
 
 fn slow_reader_scenario(threads: &str) {

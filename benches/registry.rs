@@ -64,7 +64,8 @@ fn req<'a>(raw: &'a [u8], limits: &Limits) -> Request<'a> {
 /// picked deterministically, plus whole words.
 fn queries(r: &Registry, n: usize) -> Vec<String> {
     let all = r.respond(&req(&raw("/api/v1/all", false), &Limits::default()));
-    let v: serde_json::Value = serde_json::from_slice(&all.body).expect("json");
+    let v: serde_json::Value =
+        serde_json::from_slice(&all.body.to_vec().expect("body")).expect("json");
     let names: Vec<String> = v["listings"]
         .as_object()
         .expect("listings")

@@ -6,6 +6,9 @@
 #
 #   scripts/registry-vs-nginx.sh [DURATION_S] [CONNECTIONS] [ROUNDS]
 #
+# ONLY="all|search" limits the cases measured to those names; ENCODINGS="identity" to
+# those encodings (default both).
+#
 # Both servers run one worker pinned to CPU 0 (walletrelay `--threads 1 --cpus 0`, nginx
 # under `taskset -c 0`), wrk runs pinned to CPU 1. Each case is measured ROUNDS times,
 # alternating walletrelay and nginx, to spread out interference from other load; it prints
@@ -89,7 +92,8 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "wrk -t1 -c$CONN -d${DUR}s, $ROUNDS rounds; requests/s per round (walletrelay/nginx)"
 for c in "${CASES[@]}"; do
   IFS='|' read -r name target file <<<"$c"
-  for enc in identity gzip; do
+  [ -n "${ONLY:-}" ] && ! [[ "$name" =~ ^(${ONLY})$ ]] && continue
+  for enc in ${ENCODINGS:-identity gzip}; do
     hdr=()
     [ "$enc" = gzip ] && hdr=(-H 'Accept-Encoding: gzip')
     rounds=""

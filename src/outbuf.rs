@@ -1,13 +1,19 @@
 //! Per-connection outbound byte queue: small writes are coalesced into one contiguous tail,
-//! large shared payloads (a pre-encoded frame body fanned out to many subscribers, a
-//! precomputed registry body) are queued as reference-counted [`Bytes`] without copying, and
-//! everything is flushed with one `writev` per readiness.
+//! large shared payloads (a pre-encoded frame body fanned out to many subscribers) are
+//! queued as reference-counted [`Bytes`] without copying, ranges of an immutable file (the
+//! registry's precomputed bodies, [`FileRange`]) are queued by reference and sent with
+//! `sendfile`, so the kernel takes their pages instead of copying them; memory is flushed
+//! with one `writev` per readiness.
 //!
-//! It owns no socket: [`OutBuf::write_to`] takes any `Write`. An empty `OutBuf` owns no heap
-//! memory, so an idle connection costs nothing here.
+//! It owns no socket: [`OutBuf::write_to`] takes any [`Sink`]. An empty `OutBuf` owns no
+//! heap memory, so an idle connection costs nothing here.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, IoSlice, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -54,6 +60,119 @@ fn pool_give(mut buf: BytesMut) {
     });
 }
 
+/// A byte range of a file whose contents never change while it is referenced (the
+/// registry's sealed memfd), queued without copying and sent with `sendfile`.
+#[derive(Debug, Clone)]
+pub struct FileRange {
+    /// The file.
+    pub file: Arc<File>,
+    /// Offset of the first byte.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl FileRange {
+    /// The sub-range `start..start + len` (relative to this range; clamped to it).
+    pub fn slice(&self, start: usize, len: usize) -> FileRange {
+        let start = start.min(self.len);
+        FileRange {
+            file: Arc::clone(&self.file),
+            offset: self.offset + start as u64,
+            len: len.min(self.len - start),
+        }
+    }
+
+    /// Reads the range into memory (tests, and writers without `sendfile`).
+    pub fn read(&self) -> io::Result<Vec<u8>> {
+        let mut v = vec![0; self.len];
+        self.file.read_exact_at(&mut v, self.offset)?;
+        Ok(v)
+    }
+}
+
+/// Where an [`OutBuf`] is flushed: a `Write`, plus the two calls a socket does better than
+/// `write_vectored` (the defaults fall back to it, for tests and other writers).
+pub trait Sink: Write {
+    /// Writes `iov` like `write_vectored`; `more` says that more bytes (a file range) follow
+    /// at once, so a socket may hold a short segment back for them (`MSG_MORE`).
+    fn write_parts(&mut self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        let _ = more;
+        self.write_vectored(iov)
+    }
+
+    /// Writes up to `len` bytes of `file` from `offset`; returns how many were taken.
+    fn send_file(&mut self, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+        let mut buf = [0u8; 16 << 10];
+        let n = len.min(buf.len());
+        let got = file.read_at(&mut buf[..n], offset)?;
+        if got == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.write(&buf[..got])
+    }
+}
+
+impl Sink for Vec<u8> {}
+
+impl Sink for mio::net::TcpStream {
+    fn write_parts(&mut self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        if !more {
+            return self.write_vectored(iov);
+        }
+        // SAFETY: an all-zero `msghdr` is valid (no name, no control data); `msg_iov`
+        // points to `iov`, whose `IoSlice`s are ABI-compatible with `iovec` on Unix (as std
+        // documents) and stay borrowed, with the buffers they point to, for the whole call;
+        // the fd is owned by `self`.
+        let n = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+            msg.msg_iovlen = iov.len() as _;
+            libc::sendmsg(self.as_raw_fd(), &msg, libc::MSG_MORE | libc::MSG_NOSIGNAL)
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    fn send_file(&mut self, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+        let mut off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+        // SAFETY: both fds are owned by live objects borrowed for the call; `off` is a local
+        // the kernel reads and updates; `sendfile` writes no user memory besides it.
+        let n = unsafe { libc::sendfile(self.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        if n < len {
+            // Stopped early (the socket is full): the kernel sent the last piece with
+            // MSG_MORE, so it is held back waiting for more. Nothing more comes until the
+            // socket is writable, which with TCP_NOTSENT_LOWAT needs that piece sent: push it
+            // (setting TCP_NODELAY pushes pending frames).
+            self.set_nodelay(true)?;
+        }
+        Ok(n)
+    }
+}
+
+/// One queued piece.
+#[derive(Debug)]
+enum Chunk {
+    Mem(Bytes),
+    File(FileRange),
+}
+
+impl Chunk {
+    fn len(&self) -> usize {
+        match self {
+            Chunk::Mem(b) => b.len(),
+            Chunk::File(f) => f.len,
+        }
+    }
+}
+
 /// Outcome of a flush attempt.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Flush {
@@ -66,8 +185,9 @@ pub enum Flush {
 /// A queue of bytes waiting for a socket.
 #[derive(Debug, Default)]
 pub struct OutBuf {
-    /// Chunks that are complete, oldest first (shared payloads, or sealed copies of `tail`).
-    chunks: VecDeque<Bytes>,
+    /// Chunks that are complete, oldest first (shared payloads, file ranges, or sealed
+    /// copies of `tail`).
+    chunks: VecDeque<Chunk>,
     /// Bytes copied in since the last shared chunk; sealed into `chunks` when a shared chunk
     /// is pushed behind it.
     tail: BytesMut,
@@ -112,25 +232,45 @@ impl OutBuf {
         }
         self.seal_tail();
         self.len += data.len();
-        self.chunks.push_back(data.clone());
+        self.chunks.push_back(Chunk::Mem(data.clone()));
+    }
+
+    /// Queues a file range by reference; it is sent with [`Sink::send_file`].
+    pub fn push_file(&mut self, range: FileRange) {
+        if range.len == 0 {
+            return;
+        }
+        self.seal_tail();
+        self.len += range.len;
+        self.chunks.push_back(Chunk::File(range));
     }
 
     fn seal_tail(&mut self) {
         if !self.tail.is_empty() {
             let t = self.tail.split().freeze();
-            self.chunks.push_back(t);
+            self.chunks.push_back(Chunk::Mem(t));
         }
     }
 
     /// Writes as much as the writer takes. Returns `Done` when the queue is empty afterwards,
-    /// `Blocked` on `WouldBlock`; other errors are returned as they are.
-    pub fn write_to<W: Write>(&mut self, w: &mut W) -> io::Result<Flush> {
+    /// `Blocked` on `WouldBlock`; other errors are returned as they are. Memory goes out
+    /// with one `writev` per call up to the next file range, which goes out with `sendfile`.
+    pub fn write_to<W: Sink>(&mut self, w: &mut W) -> io::Result<Flush> {
         while self.len > 0 {
-            let n = {
+            let res = if let Some(Chunk::File(f)) = self.chunks.front() {
+                w.send_file(&f.file, f.offset, f.len)
+            } else {
                 let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
                 let mut k = 0;
+                let mut file_next = false;
                 for c in self.chunks.iter().take(MAX_IOV - 1) {
-                    iov[k] = IoSlice::new(c);
+                    match c {
+                        Chunk::Mem(b) => iov[k] = IoSlice::new(b),
+                        Chunk::File(_) => {
+                            file_next = true;
+                            break;
+                        }
+                    }
                     k += 1;
                 }
                 // The tail follows every chunk: it may only join when all chunks did.
@@ -138,7 +278,10 @@ impl OutBuf {
                     iov[k] = IoSlice::new(&self.tail);
                     k += 1;
                 }
-                match w.write_vectored(&iov[..k]) {
+                w.write_parts(&iov[..k], file_next)
+            };
+            let n = {
+                match res {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flush::Blocked),
@@ -160,7 +303,13 @@ impl OutBuf {
                     n -= front.len();
                     self.chunks.pop_front();
                 } else {
-                    front.advance(n);
+                    match front {
+                        Chunk::Mem(b) => b.advance(n),
+                        Chunk::File(f) => {
+                            f.offset += n as u64;
+                            f.len -= n;
+                        }
+                    }
                     n = 0;
                 }
             } else {
@@ -198,6 +347,8 @@ mod tests {
         cap: usize,
         block_next: bool,
     }
+
+    impl Sink for Trickle {}
 
     impl Write for Trickle {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -260,6 +411,41 @@ mod tests {
         want.extend_from_slice(&big);
         want.extend_from_slice(b"head2small");
         assert_eq!(w.got, want);
+        assert!(o.is_empty());
+    }
+
+    #[test]
+    fn keeps_order_across_memory_and_file_ranges() {
+        let path = std::env::temp_dir().join(format!("outbuf-{}", std::process::id()));
+        let content: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &content).unwrap();
+        let file = Arc::new(File::open(&path).unwrap());
+        let _ = std::fs::remove_file(&path);
+        let whole = FileRange {
+            file,
+            offset: 0,
+            len: content.len(),
+        };
+        let mut o = OutBuf::default();
+        o.extend(b"head");
+        o.push_file(whole.slice(100, 9_000));
+        o.extend(b",");
+        o.push_file(whole.slice(15_000, 10_000)); // clamped to the 5,000 left
+        o.push_file(whole.slice(0, 0)); // nothing
+        o.extend(b"end");
+        let mut want = b"head".to_vec();
+        want.extend_from_slice(&content[100..9_100]);
+        want.push(b',');
+        want.extend_from_slice(&content[15_000..]);
+        want.extend_from_slice(b"end");
+        assert_eq!(o.len(), want.len());
+        let mut w = Trickle {
+            got: vec![],
+            cap: 777,
+            block_next: false,
+        };
+        while o.write_to(&mut w).unwrap() == Flush::Blocked {}
+        assert!(w.got == want, "bytes differ");
         assert!(o.is_empty());
     }
 }

@@ -8,13 +8,15 @@ mod common;
 use std::io::{self, IoSlice, Write};
 
 use bytes::Bytes;
-use walletrelay::outbuf::{Flush, OutBuf, SHARE_THRESHOLD};
+use walletrelay::outbuf::{Flush, OutBuf, Sink, SHARE_THRESHOLD};
 
 /// A socket that takes whatever `writev` offers, up to `cap` bytes per call.
 struct Sock {
     got: Vec<u8>,
     cap: usize,
 }
+
+impl Sink for Sock {}
 
 impl Write for Sock {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {

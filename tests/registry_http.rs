@@ -92,6 +92,10 @@ fn file_keys(src: &str) -> Vec<String> {
 
 /// Reads one answer to a request with method `method` from `s`.
 fn read_reply(s: &mut TcpStream, method: &str) -> Reply {
+    read_reply_from(s, method)
+}
+
+fn read_reply_from<R: Read>(s: &mut R, method: &str) -> Reply {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -667,4 +671,71 @@ fn registry_dir_with_bad_data_stops_the_start_naming_file_and_entry() {
     let err = refuses_to_start(&dir);
     assert!(err.contains("dapps.json"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Large answers leave the server as ranges of its sealed registry file (`sendfile`) between
+/// in-memory heads and separators; a client that pipelines many of them and reads slowly
+/// through a small receive buffer (so every send stops part-way) still gets each answer
+/// whole, byte-identical to a single request, in order.
+#[test]
+fn pipelined_large_answers_to_a_slow_reader_arrive_whole_and_in_order() {
+    let s = server();
+    let targets: &[(&str, &str, &str)] = &[
+        ("GET", "/api/v1/all", ""),
+        ("GET", "/api/v1/all?entries=100&page=2", ""),
+        ("HEAD", "/api/v1/all", ""),
+        ("GET", "/api/v1/all", "Accept-Encoding: gzip\r\n"),
+        ("GET", "/api/v1/all?search=wallet", ""),
+        ("GET", "/api/v1/wallets?entries=50&page=1", ""),
+        ("GET", "/api/v1/all?entries=200&page=1", ""),
+        ("GET", "/api/v1/dapps", ""),
+    ];
+    let want: Vec<Reply> = targets
+        .iter()
+        .map(|(m, t, x)| request(&s, m, t, x))
+        .collect();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&s.addr.into()).unwrap();
+    let mut c: TcpStream = sock.into();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut all = String::new();
+    for _ in 0..3 {
+        for (m, t, x) in targets {
+            all.push_str(&format!("{m} {t} HTTP/1.1\r\nHost: t\r\n{x}\r\n"));
+        }
+    }
+    c.write_all(all.as_bytes()).unwrap();
+    // A slow reader: a few KiB at a time, with pauses, through a 4 KiB buffer.
+    let mut slow = SlowReader { s: c, reads: 0 };
+    for round in 0..3 {
+        for ((m, t, _), w) in targets.iter().zip(&want) {
+            let got = read_reply_from(&mut slow, m);
+            assert_eq!(got.status, w.status, "{m} {t} (round {round})");
+            assert_eq!(
+                got.headers.get("content-length"),
+                w.headers.get("content-length"),
+                "{m} {t}"
+            );
+            assert!(got.body == w.body, "{m} {t} (round {round}): body differs");
+        }
+    }
+}
+
+/// A reader that takes at most 3,000 bytes per read and sleeps every 16 reads.
+struct SlowReader {
+    s: TcpStream,
+    reads: u64,
+}
+
+impl Read for SlowReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reads += 1;
+        if self.reads % 16 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let n = buf.len().min(3000);
+        self.s.read(&mut buf[..n])
+    }
 }

@@ -3,21 +3,120 @@
 //! then the handler's own header lines and body, written into a connection's [`OutBuf`].
 //!
 //! Handlers build a [`Response`]; precomputed ones (the registry's) keep their header block
-//! and body as shared [`Bytes`], so answering them copies no body.
+//! as shared [`Bytes`] and their body as ranges of a sealed file ([`Body`]), so answering
+//! them copies no body, not even into the kernel (`sendfile`).
 
 use bytes::Bytes;
 
-use crate::outbuf::OutBuf;
+use crate::outbuf::{FileRange, OutBuf};
+
+/// A response body.
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// Bytes in memory.
+    Mem(Bytes),
+    /// A range of an immutable file.
+    File(FileRange),
+    /// Pieces in order (an assembled registry answer: its prefix, ranges of a precomputed
+    /// list, separators).
+    Parts(Vec<Part>),
+}
+
+/// One piece of a [`Body::Parts`].
+#[derive(Debug, Clone)]
+pub enum Part {
+    /// Bytes in memory.
+    Mem(Bytes),
+    /// A range of an immutable file.
+    File(FileRange),
+}
+
+impl Part {
+    fn len(&self) -> usize {
+        match self {
+            Part::Mem(b) => b.len(),
+            Part::File(f) => f.len,
+        }
+    }
+}
+
+impl Body {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Body::Mem(b) => b.len(),
+            Body::File(f) => f.len,
+            Body::Parts(p) => p.iter().map(Part::len).sum(),
+        }
+    }
+
+    /// No bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, read into memory (file ranges are read from their file).
+    pub fn to_vec(&self) -> std::io::Result<Vec<u8>> {
+        match self {
+            Body::Mem(b) => Ok(b.to_vec()),
+            Body::File(f) => f.read(),
+            Body::Parts(parts) => {
+                let mut v = Vec::with_capacity(self.len());
+                for p in parts {
+                    match p {
+                        Part::Mem(b) => v.extend_from_slice(b),
+                        Part::File(f) => v.extend_from_slice(&f.read()?),
+                    }
+                }
+                Ok(v)
+            }
+        }
+    }
+
+    /// Queues the body on `out`, file ranges and large buffers by reference.
+    fn queue(&self, out: &mut OutBuf) {
+        match self {
+            Body::Mem(b) => out.push_ref(b),
+            Body::File(f) => out.push_file(f.clone()),
+            Body::Parts(parts) => {
+                for p in parts {
+                    match p {
+                        Part::Mem(b) => out.push_ref(b),
+                        Part::File(f) => out.push_file(f.clone()),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Default for Body {
+    fn default() -> Body {
+        Body::Mem(Bytes::new())
+    }
+}
+
+impl From<Bytes> for Body {
+    fn from(b: Bytes) -> Body {
+        Body::Mem(b)
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(v: Vec<u8>) -> Body {
+        Body::Mem(Bytes::from(v))
+    }
+}
 
 /// One HTTP answer, before the common headers are added.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Response {
     /// Status code.
     pub status: u16,
     /// Extra header lines, each ending in `\r\n` (e.g. `Content-Type: text/plain\r\n`).
     pub headers: Bytes,
     /// Body (for `HEAD` its length is announced but it is not sent).
-    pub body: Bytes,
+    pub body: Body,
 }
 
 /// Content type of JSON answers.
@@ -31,7 +130,7 @@ impl Response {
         Response {
             status,
             headers: Bytes::from(format!("Content-Type: {content_type}\r\n")),
-            body: body.into(),
+            body: Body::Mem(body.into()),
         }
     }
 
@@ -47,7 +146,7 @@ impl Response {
         Response {
             status,
             headers: Bytes::new(),
-            body: Bytes::new(),
+            body: Body::default(),
         }
     }
 
@@ -116,7 +215,7 @@ pub fn write(out: &mut OutBuf, resp: &Response, date: &[u8], head_only: bool, cl
     out.extend(&resp.headers);
     out.extend(b"\r\n");
     if !head_only && resp.status != 204 && resp.status != 304 {
-        out.push(resp.body.clone());
+        resp.body.queue(out);
     }
 }
 

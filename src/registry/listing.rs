@@ -12,6 +12,9 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
+use crate::http::response::{Body, Part};
+use crate::outbuf::FileRange;
+
 use super::crc::{Mark, Span};
 use super::data::Record;
 use super::etag::TagHasher;
@@ -21,6 +24,10 @@ use super::index::{IndexTooLarge, SearchIndex};
 /// Assembled bodies at least this large are gzip-compressed (from fragments) for clients
 /// that accept it; smaller ones gain too little to be worth the header.
 pub const GZIP_MIN: usize = 1024;
+
+/// Runs of entries at least this long are sent from the registry's file (`sendfile`, no
+/// copy) rather than copied into the answer; shorter ones cost less to copy than a call.
+pub const FILE_RUN_MIN: usize = 8 << 10;
 
 /// Per-entry deflate fragments of every record, by record number.
 #[derive(Debug, Default)]
@@ -277,6 +284,52 @@ impl List {
         }
     }
 
+    /// The identity body of `sel`: its prefix and separators in memory, each run of at
+    /// least [`FILE_RUN_MIN`] bytes as a range of `file` (this list's `body` in the
+    /// registry's file), shorter runs copied. Without a file, one buffer.
+    pub fn identity_body(
+        &self,
+        sel: &Selection<'_>,
+        total: usize,
+        file: Option<&FileRange>,
+    ) -> Body {
+        let Some(file) = file else {
+            return Body::from(self.assemble_identity(sel, total));
+        };
+        // Sized once: the prefix, the copied runs, the commas and the closing braces.
+        let (mut copied, mut runs) = (0, 0usize);
+        sel.for_each_run(|r| {
+            let (start, end) = self.run_span(r.start, r.end);
+            runs += 1;
+            if end - start < FILE_RUN_MIN {
+                copied += end - start;
+            }
+        });
+        let mut parts = Vec::new();
+        let mut buf = Vec::with_capacity(prefix_len(sel.len(), total) + copied + runs + 2);
+        write_prefix(&mut buf, sel.len(), total);
+        let mut first = true;
+        sel.for_each_run(|r| {
+            if !first {
+                buf.push(b',');
+            }
+            first = false;
+            let (start, end) = self.run_span(r.start, r.end);
+            if end - start >= FILE_RUN_MIN {
+                parts.push(Part::Mem(Bytes::from(std::mem::take(&mut buf))));
+                parts.push(Part::File(file.slice(start, end - start)));
+            } else {
+                buf.extend_from_slice(self.body.get(start..end).unwrap_or(&[]));
+            }
+        });
+        buf.extend_from_slice(b"}}");
+        if parts.is_empty() {
+            return Body::from(buf);
+        }
+        parts.push(Part::Mem(Bytes::from(buf)));
+        Body::Parts(parts)
+    }
+
     fn assemble_identity(&self, sel: &Selection<'_>, total: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.identity_len(sel, total));
         write_prefix(&mut out, sel.len(), total);
@@ -342,12 +395,18 @@ impl List {
 
     /// The bytes of positions `a..b` (b > a) in `body`, commas between them included.
     fn run(&self, a: usize, b: usize) -> &[u8] {
+        let (start, end) = self.run_span(a, b);
+        self.body.get(start..end).unwrap_or(&[])
+    }
+
+    /// Byte range in `body` of the entries at positions `a..b`.
+    fn run_span(&self, a: usize, b: usize) -> (usize, usize) {
         let start = self.spans.get(a).map_or(0, |s| s.0);
         let end = b
             .checked_sub(1)
             .and_then(|l| self.spans.get(l))
             .map_or(start, |s| s.1);
-        self.body.get(start..end).unwrap_or(&[])
+        (start, end.max(start))
     }
 
     fn frag<'f>(&self, p: usize, frags: &'f Fragments) -> &'f [u8] {

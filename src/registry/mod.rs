@@ -8,6 +8,7 @@
 //! [`etag`], and [`synth`] (synthetic registries for benches and load tests).
 //! `docs/REGISTRY.md` explains the choices.
 
+mod blob;
 mod crc;
 mod data;
 pub mod etag;
@@ -24,8 +25,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use thiserror::Error;
 
-use crate::http::response::{Response, JSON, TEXT};
+use crate::http::response::{Body, Response, JSON, TEXT};
 use crate::http::Request;
+use crate::outbuf::FileRange;
 
 use data::{finish, parse_file, Record};
 pub use data::{logo_url, AppType, SIZES};
@@ -114,6 +116,9 @@ impl ListKind {
 #[derive(Debug)]
 struct Core {
     lists: [List; 3],
+    /// Each list's `body` as a range of the registry's sealed file (none if the file could
+    /// not be made).
+    files: [Option<FileRange>; 3],
     frags: Fragments,
     ids: HashSet<String>,
     image_base: String,
@@ -129,7 +134,7 @@ struct Answer {
 }
 
 impl Answer {
-    fn new(tag: etag::Tag, body: Bytes, gzip: bool) -> Answer {
+    fn new(tag: etag::Tag, body: Body, gzip: bool) -> Answer {
         Answer {
             ok: Response {
                 status: 200,
@@ -139,26 +144,38 @@ impl Answer {
             not_modified: Response {
                 status: 304,
                 headers: headers(None, false, &tag, true),
-                body: Bytes::new(),
+                body: Body::default(),
             },
             etag: Bytes::copy_from_slice(tag.as_bytes()),
         }
     }
 
-    /// A copy that shares no reference count with `self` (see [`Registry`]'s `Clone`).
+    /// A copy that shares no reference count with `self` (see [`Registry`]'s `Clone`): a
+    /// file-backed body gets its own handle (a duplicated descriptor) on the same file.
     fn deep_copy(&self) -> Answer {
         let copy = |b: &Bytes| Bytes::copy_from_slice(b);
+        let body = match &self.ok.body {
+            Body::File(f) => match f.file.try_clone() {
+                Ok(dup) => Body::File(FileRange {
+                    file: Arc::new(dup),
+                    ..f.clone()
+                }),
+                Err(_) => Body::File(f.clone()),
+            },
+            Body::Mem(b) => Body::Mem(copy(b)),
+            other => other.clone(),
+        };
         Answer {
             etag: copy(&self.etag),
             ok: Response {
                 status: self.ok.status,
                 headers: copy(&self.ok.headers),
-                body: copy(&self.ok.body),
+                body,
             },
             not_modified: Response {
                 status: 304,
                 headers: copy(&self.not_modified.headers),
-                body: Bytes::new(),
+                body: Body::default(),
             },
         }
     }
@@ -322,17 +339,44 @@ impl Registry {
         let gzipped = [w.1, d.1, a.1];
         let lists = [w.0, d.0, a.0];
         let ids = records.iter().map(|r| r.id.clone()).collect();
+        // The three bodies, then the three full gzip bodies, in one sealed file.
+        let (files, gz_files) = match blob::Blob::build(&[
+            &lists[0].body,
+            &lists[1].body,
+            &lists[2].body,
+            &gzipped[0],
+            &gzipped[1],
+            &gzipped[2],
+        ]) {
+            Ok(r) => {
+                let f = |i: usize| r.get(i).cloned();
+                ([f(0), f(1), f(2)], [f(3), f(4), f(5)])
+            }
+            Err(e) => {
+                log::warn!("registry: no memory file ({e}); answers are sent from memory");
+                ([None, None, None], [None, None, None])
+            }
+        };
+        let body = |file: &Option<FileRange>, mem: &Bytes| match file {
+            Some(f) => Body::File(f.clone()),
+            None => Body::Mem(mem.clone()),
+        };
         let fixed = [0, 1, 2].map(|i| {
             let l = &lists[i];
             let n = l.len();
             let tag = l.tag(&Selection::Range(0..n), n);
             Fixed {
-                identity: Answer::new(etag::Tag::new(tag, false), l.body.clone(), false),
-                gzip: Answer::new(etag::Tag::new(tag, true), gzipped[i].clone(), true),
+                identity: Answer::new(etag::Tag::new(tag, false), body(&files[i], &l.body), false),
+                gzip: Answer::new(
+                    etag::Tag::new(tag, true),
+                    body(&gz_files[i], &gzipped[i]),
+                    true,
+                ),
             }
         });
         let core = Core {
             lists,
+            files,
             frags,
             ids,
             image_base: image_base.to_string(),
@@ -417,14 +461,20 @@ impl Registry {
             return Response {
                 status: 304,
                 headers: headers(None, false, &tag, true),
-                body: Bytes::new(),
+                body: Body::default(),
             };
         }
-        let body = list.assemble(&sel, total, gz, &self.core.frags);
+        let (body, gzip) = if gz.is_some() {
+            let a = list.assemble(&sel, total, gz, &self.core.frags);
+            (Body::from(a.body), a.gzip)
+        } else {
+            let file = self.core.files[kind as usize].as_ref();
+            (list.identity_body(&sel, total, file), false)
+        };
         Response {
             status: 200,
-            headers: headers(Some(JSON), body.gzip, &tag, true),
-            body: Bytes::from(body.body),
+            headers: headers(Some(JSON), gzip, &tag, true),
+            body,
         }
     }
 
@@ -458,13 +508,13 @@ impl Registry {
                     return Response {
                         status: 304,
                         headers: headers(None, false, &tag, false),
-                        body: Bytes::new(),
+                        body: Body::default(),
                     };
                 }
                 Response {
                     status: 200,
                     headers: headers(Some(TEXT), false, &tag, false),
-                    body: Bytes::from(body),
+                    body: Body::from(Bytes::from(body)),
                 }
             }
             _ => error(404, "parameter \"id\" is not the id of any entry"),
@@ -525,7 +575,7 @@ fn error(status: u16, msg: &str) -> Response {
     Response {
         status,
         headers: headers(Some(JSON), false, &etag::Tag::new(h.finish(), false), false),
-        body: Bytes::from(body),
+        body: Body::from(body),
     }
 }
 

@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::*;
 use crate::config::Limits;
 use crate::http::parse;
+use crate::http::response::Part;
 
 const BASE: &str = "https://registry.walletconnect.org/logo";
 
@@ -26,17 +27,35 @@ fn reg() -> &'static Registry {
     R.get_or_init(|| Registry::load(None, BASE).unwrap())
 }
 
-fn get_with(target: &str, extra: &str) -> Response {
-    let raw = format!("GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
-    let (_, req) = parse(raw.as_bytes(), &Limits::default()).unwrap().unwrap();
-    reg().respond(&req)
+/// A response with its body read into memory (file-backed bodies are read from the file).
+#[derive(Debug, PartialEq, Eq)]
+struct Got {
+    status: u16,
+    headers: Bytes,
+    body: Vec<u8>,
 }
 
-fn get(target: &str) -> Response {
+impl From<Response> for Got {
+    fn from(r: Response) -> Got {
+        Got {
+            status: r.status,
+            headers: r.headers,
+            body: r.body.to_vec().unwrap(),
+        }
+    }
+}
+
+fn get_with(target: &str, extra: &str) -> Got {
+    let raw = format!("GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
+    let (_, req) = parse(raw.as_bytes(), &Limits::default()).unwrap().unwrap();
+    reg().respond(&req).into()
+}
+
+fn get(target: &str) -> Got {
     get_with(target, "")
 }
 
-fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
+fn header<'a>(r: &'a Got, name: &str) -> Option<&'a str> {
     std::str::from_utf8(&r.headers)
         .ok()?
         .split("\r\n")
@@ -46,7 +65,7 @@ fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
         })
 }
 
-fn json(r: &Response) -> Value {
+fn json(r: &Got) -> Value {
     assert_eq!(header(r, "Content-Type"), Some(JSON));
     serde_json::from_slice(&r.body).unwrap()
 }
@@ -415,10 +434,48 @@ fn clone_is_a_deep_copy_with_identical_answers() {
     let r2 = reg().clone();
     let raw = b"GET /api/v1/all HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n";
     let (_, req) = parse(raw, &Limits::default()).unwrap().unwrap();
-    let a = reg().respond(&req);
-    let b = r2.respond(&req);
-    assert_eq!(a, b);
-    assert_ne!(a.body.as_ptr(), b.body.as_ptr());
+    let (a, b) = (reg().respond(&req), r2.respond(&req));
+    match (&a.body, &b.body) {
+        // The same file through two descriptors.
+        (Body::File(x), Body::File(y)) => {
+            assert!(!Arc::ptr_eq(&x.file, &y.file));
+            assert_eq!(x.offset, y.offset);
+        }
+        (Body::Mem(x), Body::Mem(y)) => assert_ne!(x.as_ptr(), y.as_ptr()),
+        other => panic!("unexpected bodies {other:?}"),
+    }
+    assert_eq!(Got::from(a), Got::from(b));
+}
+
+/// The full lists (both encodings) and long runs of entries (a page of 100) are sent from
+/// the registry's sealed file, not copied; short runs (a scattered search) are copied.
+#[test]
+fn large_answers_are_file_ranges_with_the_same_bytes() {
+    let raw = |t: &str, gz: bool| {
+        let enc = if gz { "Accept-Encoding: gzip\r\n" } else { "" };
+        format!("GET {t} HTTP/1.1\r\nHost: x\r\n{enc}\r\n")
+    };
+    let respond = |t: &str, gz: bool| {
+        let raw = raw(t, gz);
+        let (_, req) = parse(raw.as_bytes(), &Limits::default()).unwrap().unwrap();
+        reg().respond(&req)
+    };
+    for gz in [false, true] {
+        let all = respond("/api/v1/all", gz);
+        assert!(matches!(all.body, Body::File(_)), "{:?}", all.body);
+    }
+    let page = respond("/api/v1/all?entries=100&page=2", false);
+    let Body::Parts(parts) = &page.body else {
+        panic!("page of 100: {:?}", page.body)
+    };
+    assert!(parts.iter().any(|p| matches!(p, Part::File(_))));
+    // The same bytes as one buffer: prefix, entries 101..200 of /all, closing braces.
+    let full = raw_keys(&get("/api/v1/all").body);
+    let bytes = page.body.to_vec().unwrap();
+    assert_eq!(raw_keys(&bytes), full[100..200].to_vec());
+    assert_eq!(json(&Got::from(page))["count"], 100);
+    let one = respond("/api/v1/all?entries=1&page=3", false);
+    assert!(matches!(one.body, Body::Mem(_)), "{:?}", one.body);
 }
 
 #[test]
@@ -451,8 +508,7 @@ fn image_base_trailing_slash_is_ignored() {
     let r = Registry::load(None, "https://img.example/logo/").unwrap();
     let raw = b"GET /api/v1/logo/sm/1ae92b26df02f0abca6304df07debccd18262fdf5fe82daa81593582dac9a369 HTTP/1.1\r\n\r\n";
     let (_, req) = parse(raw, &Limits::default()).unwrap().unwrap();
-    assert!(r
-        .respond(&req)
+    assert!(Got::from(r.respond(&req))
         .body
         .starts_with(b"https://img.example/logo/sm/1ae9"));
 }

@@ -732,7 +732,7 @@ struct SlowReader {
 impl Read for SlowReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.reads += 1;
-        if self.reads % 16 == 0 {
+        if self.reads.is_multiple_of(16) {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let n = buf.len().min(3000);

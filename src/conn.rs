@@ -110,6 +110,8 @@ pub struct Conn {
     pub backlog_live: usize,
     /// In the worker's flush list.
     pub dirty: bool,
+    /// In the worker's ready list (input to resume without an event).
+    pub ready: bool,
     /// In the worker's close list (no more work of any kind).
     pub closed: bool,
     /// Input processing paused until output drains (HTTP pipelining backpressure).
@@ -140,6 +142,7 @@ impl Conn {
             backlog: VecDeque::new(),
             backlog_live: 0,
             dirty: false,
+            ready: false,
             closed: false,
             paused: false,
             shutdown_pending: false,

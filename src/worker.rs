@@ -186,6 +186,11 @@ impl Worker {
                 let Some((key, uid)) = self.ready.pop_front() else {
                     break;
                 };
+                if let Some(c) = self.conns.get_mut(key) {
+                    if c.uid == uid {
+                        c.ready = false;
+                    }
+                }
                 self.drive(key, uid, true);
             }
             let mut shutdown = false;
@@ -326,7 +331,7 @@ impl Worker {
             }
             if self.relay.over_fanout_budget() {
                 // Deliver and flush what is queued first; this connection resumes after.
-                self.ready.push_back((key, uid));
+                self.resume_later(key);
                 return;
             }
             let mut asked = SCRATCH;
@@ -365,7 +370,7 @@ impl Worker {
                         self.process_buffered(key);
                     }
                     if total >= READ_BUDGET {
-                        self.ready.push_back((key, uid));
+                        self.resume_later(key);
                         return;
                     }
                     if n < asked && !greedy {
@@ -378,6 +383,17 @@ impl Worker {
                     self.close_now(key);
                     return;
                 }
+            }
+        }
+    }
+
+    /// Puts a connection on the ready list (once): its input is driven again after this
+    /// round's deliveries, without waiting for an event.
+    fn resume_later(&mut self, key: usize) {
+        if let Some(c) = self.conns.get_mut(key) {
+            if !c.ready && !c.closed {
+                c.ready = true;
+                self.ready.push_back((key, c.uid));
             }
         }
     }
@@ -458,8 +474,9 @@ impl Worker {
         if !c.rbuf.is_empty() && !c.closed && self.relay.over_fanout_budget() {
             // Input left unprocessed for the fan-out budget: no event will come for it,
             // so resume it once the queued pushes are delivered.
-            self.ready.push_back((key, c.uid));
+            self.resume_later(key);
         }
+        let c = &mut self.conns[key];
         if matches!(c.phase, Phase::Http { .. }) && !c.rbuf.is_empty() && c.deadline > now + head_ms
         {
             c.deadline = now + head_ms;
@@ -585,7 +602,10 @@ impl Worker {
                         c.begin_close(self.now, self.close_ms);
                     } else {
                         c.phase = Phase::Http { awaiting: false };
-                        self.ready.push_back((*conn_key, *conn_uid));
+                        if !c.ready {
+                            c.ready = true;
+                            self.ready.push_back((*conn_key, *conn_uid));
+                        }
                     }
                     self.mark_dirty(*conn_key);
                 }
@@ -661,8 +681,7 @@ impl Worker {
             self.arm(key);
         } else if c.paused {
             c.paused = false;
-            let uid = c.uid;
-            self.ready.push_back((key, uid));
+            self.resume_later(key);
         }
     }
 

@@ -89,6 +89,23 @@ impl Raw {
         Raw { s, buf }
     }
 
+    /// Sends `waku_subscribe` for `tp` (request id 1) without reading the answer.
+    fn send_subscribe(&mut self, tp: &str) {
+        self.send_text(
+            &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": tp}})
+                .to_string(),
+        );
+    }
+
+    /// Subscribes to `tp` and reads the (text) answer.
+    fn subscribe(&mut self, tp: &str, who: &str) {
+        self.send_subscribe(tp);
+        match self.next() {
+            Next::Frame { op: 1, .. } => {}
+            other => panic!("{who}'s subscribe: {other:?}"),
+        }
+    }
+
     fn send_text(&mut self, text: &str) {
         self.send_frame(0x1, text.as_bytes());
     }
@@ -222,15 +239,7 @@ fn slow_reader_that_resumes_soon_after_the_cutoff_reads_up_to_a_1008_close() {
         ]);
         let tp = topic();
         let mut slow = Raw::open(&s);
-        slow.send_text(
-            &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe",
-                    "params": {"topic": tp}})
-            .to_string(),
-        );
-        match slow.next() {
-            Next::Frame { op: 1, .. } => {}
-            other => panic!("slow client's subscribe: {other:?}"),
-        }
+        slow.subscribe(&tp, "slow client");
         // Publish until the server reports the slow consumer dropped, then read at once.
         let mut publisher = s.ws();
         let mut sent = 0;
@@ -262,14 +271,7 @@ fn bytes_absorbed_before_cutoff(extra: &[&str]) -> usize {
     let s = Server::start(&args);
     let tp = topic();
     let mut stalled = Raw::open_with_rcvbuf(&s, 4096);
-    stalled.send_text(
-        &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": tp}})
-            .to_string(),
-    );
-    match stalled.next() {
-        Next::Frame { op: 1, .. } => {}
-        other => panic!("stalled client's subscribe: {other:?}"),
-    }
+    stalled.subscribe(&tp, "stalled client");
     let mut publisher = s.ws();
     let mut sent = 0;
     while dropped(&s, "slow_consumer") < 1.0 {
@@ -313,10 +315,7 @@ fn slow_reader_scenario(threads: &str) {
 
     // The slow client subscribes, then stops reading.
     let mut slow = Raw::open(&s);
-    slow.send_text(
-        &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": tp}})
-            .to_string(),
-    );
+    slow.send_subscribe(&tp);
 
     // The reading subscriber takes every push in a thread of its own.
     let mut reader = s.ws();
@@ -482,10 +481,7 @@ fn read_until_end(c: &mut Raw) -> End {
 /// Subscribes `c` to `tp` and reads the subscribe answer and then `n` pushes, which must be
 /// messages `first`, `first + 1`, ... intact and in order. Returns how it ended if not.
 fn read_replay(c: &mut Raw, tp: &str, first: usize, n: usize) -> Result<(), String> {
-    c.send_text(
-        &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": tp}})
-            .to_string(),
-    );
+    c.send_subscribe(tp);
     match c.next() {
         Next::Frame { op: 1, payload } => {
             let v: Value = serde_json::from_slice(&payload).unwrap();

@@ -7,7 +7,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{topic, Server};
+use common::{topic, ws_upgrade, Server};
 
 const OP_CLOSE: u8 = 0x8;
 const OP_PING: u8 = 0x9;
@@ -40,25 +40,7 @@ struct Raw {
 impl Raw {
     fn open(server: &Server) -> Raw {
         let mut s = server.tcp();
-        s.write_all(
-            b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n\
-              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-              Sec-WebSocket-Version: 13\r\n\r\n",
-        )
-        .unwrap();
-        let mut buf = Vec::new();
-        loop {
-            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..p]).to_string();
-                assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
-                buf.drain(..p + 4);
-                break;
-            }
-            let mut tmp = [0u8; 1024];
-            let n = s.read(&mut tmp).unwrap();
-            assert!(n > 0, "EOF during the upgrade");
-            buf.extend_from_slice(&tmp[..n]);
-        }
+        let buf = ws_upgrade(&mut s);
         Raw { s, buf }
     }
 

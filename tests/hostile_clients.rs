@@ -13,26 +13,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{topic, Server, Ws, THREADS};
+use common::{raise_nofile_limit, topic, ws_upgrade, Server, Ws, THREADS, WS_UPGRADE};
 use serde_json::{json, Value};
 
 // ------------------------------------------------------------------------------------------
 // Helpers
-
-/// The test holds thousands of sockets: lift the soft open-file limit to the hard one.
-fn raise_nofile_limit() {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: both calls only read or write the struct on this stack frame.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
-            rl.rlim_cur = rl.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
-        }
-    }
-}
 
 /// Seeded splitmix64: reproducible "random" input without an extra crate.
 struct Rng(u64);
@@ -157,17 +142,6 @@ fn wait_metric(server: &Server, name: &str, within: Duration, ok: impl Fn(f64) -
     }
 }
 
-/// `walletrelay_messages_dropped_total{reason="<reason>"}`.
-fn dropped(server: &Server, reason: &str) -> f64 {
-    let raw = server.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let want = format!("reason=\"{reason}\"");
-    text.lines()
-        .filter(|l| l.starts_with("walletrelay_messages_dropped_total{") && l.contains(&want))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// A relay round trip on a fresh topic: subscribe, publish from another connection, receive.
 fn relay_round_trip(sub: &mut Ws, publ: &mut Ws, n: usize) {
     let tp = topic();
@@ -210,10 +184,6 @@ fn set_reset_on_close(s: &TcpStream) {
 
 // ------------------------------------------------------------------------------------------
 // A raw WebSocket client: frames built and decoded here, reading only when told to.
-
-const UPGRADE: &[u8] = b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\
-    Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-    Sec-WebSocket-Version: 13\r\n\r\n";
 
 #[derive(Debug)]
 enum Next {
@@ -263,16 +233,7 @@ impl Raw {
     }
 
     fn upgrade(mut s: TcpStream) -> Raw {
-        s.write_all(UPGRADE).unwrap();
-        let mut buf = Vec::new();
-        loop {
-            if let Some(p) = find(&buf, b"\r\n\r\n") {
-                assert_eq!(status_of(&buf), Some(101), "{:?}", &buf[..p]);
-                buf.drain(..p + 4);
-                break;
-            }
-            read_more(&mut s, &mut buf).expect("upgrade answer");
-        }
+        let buf = ws_upgrade(&mut s);
         Raw { s, buf, pos: 0 }
     }
 
@@ -1152,7 +1113,7 @@ fn subscribers_that_never_read_are_closed_with_1008_memory_stays_bounded_and_the
             failures.push(format!("non-reader {i}: after {k} pushes: {end}"));
         }
     }
-    let slow_closes = dropped(&server, "slow_consumer");
+    let slow_closes = server.dropped("slow_consumer");
     drop(lazy);
     // They come back and subscribe: the cache gives them every message (all 800 are cached),
     // so with what they read before the close they have everything.
@@ -1649,7 +1610,7 @@ fn vanish_scenario(threads: &str) {
     listener.subscribe(&tp);
     for i in 0..20 {
         let mut s = server.tcp();
-        let mut b = UPGRADE.to_vec();
+        let mut b = WS_UPGRADE.to_vec();
         let req = if i % 2 == 0 {
             json!({"id": 7, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": topic()}})
         } else {
@@ -1729,7 +1690,7 @@ fn vanish_scenario(threads: &str) {
             }
             // A whole webhook registration, gone before its (possibly cross-worker) answer.
             2 => post_subscribe(&topic()),
-            _ => UPGRADE.to_vec(),
+            _ => WS_UPGRADE.to_vec(),
         };
         s.write_all(&bytes).unwrap();
         if i % 2 == 0 {

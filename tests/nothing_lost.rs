@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{Server, Ws};
+use common::{raise_nofile_limit, Server, Ws};
 use serde_json::{json, Value};
 use tungstenite::Message;
 
@@ -60,21 +60,6 @@ impl Rng {
     /// Uniform in `lo..=hi`.
     fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi - lo + 1)
-    }
-}
-
-/// The test process holds thousands of sockets with the server's: lift the soft limit.
-fn raise_nofile_limit() {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: both calls only read or write the struct on this stack frame.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
-            rl.rlim_cur = rl.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
-        }
     }
 }
 

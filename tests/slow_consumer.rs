@@ -8,7 +8,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{topic, Server, THREADS};
+use common::{topic, ws_upgrade, Server, THREADS};
 use serde_json::{json, Value};
 
 const MESSAGES: usize = 3000;
@@ -67,25 +67,7 @@ impl Raw {
     }
 
     fn upgrade(mut s: TcpStream) -> Raw {
-        s.write_all(
-            b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n\
-              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-              Sec-WebSocket-Version: 13\r\n\r\n",
-        )
-        .unwrap();
-        let mut buf = Vec::new();
-        loop {
-            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..p]).to_string();
-                assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
-                buf.drain(..p + 4);
-                break;
-            }
-            let mut tmp = [0u8; 1024];
-            let n = s.read(&mut tmp).unwrap();
-            assert!(n > 0, "EOF during the upgrade");
-            buf.extend_from_slice(&tmp[..n]);
-        }
+        let buf = ws_upgrade(&mut s);
         Raw { s, buf }
     }
 
@@ -205,17 +187,6 @@ impl Raw {
     }
 }
 
-/// `walletrelay_messages_dropped_total{reason="<reason>"}` from `/metrics`.
-fn dropped(server: &Server, reason: &str) -> f64 {
-    let raw = server.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let want = format!("reason=\"{reason}\"");
-    text.lines()
-        .filter(|l| l.starts_with("walletrelay_messages_dropped_total{") && l.contains(&want))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[test]
 fn slow_reader_is_closed_with_1008_others_lose_nothing_and_it_gets_the_cache_back_1_thread() {
     slow_reader_scenario(THREADS[0]);
@@ -243,7 +214,7 @@ fn slow_reader_that_resumes_soon_after_the_cutoff_reads_up_to_a_1008_close() {
         // Publish until the server reports the slow consumer dropped, then read at once.
         let mut publisher = s.ws();
         let mut sent = 0;
-        while dropped(&s, "slow_consumer") < 1.0 {
+        while s.dropped("slow_consumer") < 1.0 {
             assert!(sent < MESSAGES, "never cut off after {sent} messages");
             for _ in 0..25 {
                 sent += 1;
@@ -274,7 +245,7 @@ fn bytes_absorbed_before_cutoff(extra: &[&str]) -> usize {
     stalled.subscribe(&tp, "stalled client");
     let mut publisher = s.ws();
     let mut sent = 0;
-    while dropped(&s, "slow_consumer") < 1.0 {
+    while s.dropped("slow_consumer") < 1.0 {
         assert!(sent < MESSAGES, "never cut off after {sent} messages");
         sent += 1;
         publisher.publish(&tp, &message(sent));
@@ -386,7 +357,7 @@ fn slow_reader_scenario(threads: &str) {
     assert!(pushes < MESSAGES, "the slow client was never cut off");
 
     assert!(
-        dropped(&s, "slow_consumer") >= 1.0,
+        s.dropped("slow_consumer") >= 1.0,
         "slow_consumer drops not counted"
     );
 
@@ -550,5 +521,5 @@ fn replay_of_a_full_topic_cache_is_not_treated_as_a_slow_consumer() {
     if let Err(e) = read_replay(&mut c, &tp, 1, CACHE).and_then(|()| c.ping_pong()) {
         panic!("replay of {CACHE} cached 8 KB messages: {e}");
     }
-    assert_eq!(dropped(&s, "slow_consumer"), 0.0);
+    assert_eq!(s.dropped("slow_consumer"), 0.0);
 }

@@ -7,6 +7,46 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// A WebSocket upgrade request for the relay (the RFC 6455 sample key).
+pub const WS_UPGRADE: &[u8] = b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+    Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+    Sec-WebSocket-Version: 13\r\n\r\n";
+
+/// Sends [`WS_UPGRADE`] on `s`, reads the answer up to its blank line, asserts a 101 and
+/// returns the bytes that came after it (the first frames, if any).
+pub fn ws_upgrade(s: &mut TcpStream) -> Vec<u8> {
+    s.write_all(WS_UPGRADE).expect("send the upgrade");
+    let mut buf = Vec::new();
+    loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..p]).to_string();
+            assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+            buf.drain(..p + 4);
+            return buf;
+        }
+        let mut tmp = [0u8; 1024];
+        let n = s.read(&mut tmp).expect("read the upgrade answer");
+        assert!(n > 0, "EOF during the upgrade");
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+/// Lifts this test process's soft open-file limit to the hard one (tests that hold
+/// thousands of sockets).
+pub fn raise_nofile_limit() {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: both calls only read or write the struct on this stack frame.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
 /// A running server process, killed on drop.
 pub struct Server {
     /// The address it listens on.
@@ -119,6 +159,18 @@ impl Server {
             }
         }
         panic!("no connection landed on worker {worker}");
+    }
+
+    /// `walletrelay_messages_dropped_total{reason="<reason>"}` from `/metrics`.
+    pub fn dropped(&self, reason: &str) -> f64 {
+        let raw =
+            self.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let text = String::from_utf8_lossy(&raw).to_string();
+        let want = format!("reason=\"{reason}\"");
+        text.lines()
+            .filter(|l| l.starts_with("walletrelay_messages_dropped_total{") && l.contains(&want))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// GETs `/metrics` and returns the sum of a metric over all its series.

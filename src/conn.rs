@@ -274,6 +274,8 @@ pub struct Ctx<'a> {
     pub scratch: &'a mut Vec<u8>,
     /// The JSON parser's reusable buffers.
     pub json: &'a mut simd_json::Buffers,
+    /// The worker's cache of assembled registry answers.
+    pub answers: &'a mut crate::registry::answers::AnswerCache,
 }
 
 impl Ctx<'_> {
@@ -383,7 +385,7 @@ fn http_step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
             let body = ctx.shared.metrics.render(&|s| pool.render_metrics(s));
             Response::new(200, "text/plain; version=0.0.4; charset=utf-8", body)
         }
-        Route::Registry => ctx.shared.registry.respond(&req),
+        Route::Registry => ctx.answers.respond(&ctx.shared.registry, &req),
         Route::Preflight(allow) => Response::empty(204)
             .with_header("Allow", allow)
             .with_header("Access-Control-Allow-Methods", allow)

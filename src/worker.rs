@@ -23,6 +23,7 @@ use crate::conn::{self, Conn, Ctx, IdSource, Phase, Shared};
 use crate::http::response;
 use crate::metrics::{CoreMetrics, DropReason};
 use crate::outbuf::Flush;
+use crate::registry::answers::AnswerCache;
 use crate::relay::{CoreMsg, Delivery, Mailboxes, Relay};
 use crate::timer::Wheel;
 use crate::ws::close;
@@ -58,6 +59,8 @@ pub struct Worker {
     enc: Vec<u8>,
     /// The JSON parser's buffers, reused for every message.
     json: simd_json::Buffers,
+    /// Assembled registry answers, for repeated queries.
+    answers: AnswerCache,
     ids: IdSource,
     /// Connections with queued output, flushed at the end of the iteration.
     dirty: Vec<usize>,
@@ -101,6 +104,7 @@ impl Worker {
         // 10,000 subscribers of a burst do not each get their own copy of it.
         let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 64 << 10);
         let close_ms = shared.config.limits.close_ms();
+        let answer_cache = shared.config.limits.answer_cache;
         Ok(Worker {
             id,
             poll,
@@ -115,6 +119,7 @@ impl Worker {
             scratch: vec![0u8; SCRATCH],
             enc: Vec::with_capacity(4096),
             json: simd_json::Buffers::new(4096),
+            answers: AnswerCache::new(answer_cache),
             ids: IdSource::default(),
             dirty: Vec::new(),
             closing: Vec::new(),
@@ -429,6 +434,7 @@ impl Worker {
             ids: &mut self.ids,
             scratch: &mut self.enc,
             json: &mut self.json,
+            answers: &mut self.answers,
         };
         (c, ctx)
     }

@@ -3,11 +3,13 @@
 //! precomputed index, and answers `GET /api/v1/...` requests from it.
 //!
 //! It owns no sockets and no mutable state after start: every worker holds it and answers
-//! from it without locks. Submodules: [`data`] (file format and validation), [`index`]
+//! from it without locks; each worker keeps its own cache of assembled answers
+//! ([`answers`]). Submodules: [`data`] (file format and validation), [`index`]
 //! (substring search), [`query`] (query strings), [`listing`] (answer bodies), [`gzip`],
 //! [`etag`], and [`synth`] (synthetic registries for benches and load tests).
 //! `docs/REGISTRY.md` explains the choices.
 
+pub mod answers;
 mod blob;
 mod crc;
 mod data;

@@ -19,7 +19,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -175,22 +174,8 @@ impl AnswerCache {
 
 /// A new memfd that can grow but never shrink.
 fn new_memfd() -> io::Result<File> {
-    // SAFETY: the name is a NUL-terminated static string; memfd_create reads only it.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"walletrelay-answers".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by memfd_create, is open, and nothing else owns it.
-    let file = unsafe { File::from_raw_fd(fd) };
-    // SAFETY: fcntl on an fd owned by `file`, with an integer argument.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let file = super::blob::memfd(c"walletrelay-answers")?;
+    super::blob::seal(&file, libc::F_SEAL_SHRINK)?;
     Ok(file)
 }
 

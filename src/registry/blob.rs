@@ -8,9 +8,10 @@
 //! Where `memfd_create` is unavailable (old kernel, seccomp), [`Blob::build`] fails and the
 //! registry answers from memory, as before.
 
+use std::ffi::CStr;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Arc;
 
 use crate::outbuf::FileRange;
@@ -22,18 +23,7 @@ impl Blob {
     /// Writes `parts` one after the other into a new sealed memory file and returns the
     /// range of each.
     pub fn build(parts: &[&[u8]]) -> io::Result<Vec<FileRange>> {
-        // SAFETY: the name is a NUL-terminated static string; memfd_create reads only it.
-        let fd = unsafe {
-            libc::memfd_create(
-                c"walletrelay-registry".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by memfd_create, is open, and nothing else owns it.
-        let mut file = unsafe { File::from_raw_fd(fd) };
+        let mut file = memfd(c"walletrelay-registry")?;
         let mut ranges = Vec::with_capacity(parts.len());
         let mut offset = 0u64;
         for p in parts {
@@ -41,19 +31,10 @@ impl Blob {
             ranges.push((offset, p.len()));
             offset += p.len() as u64;
         }
-        let seals =
-            libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on an fd owned by `file`, with an integer argument.
-        if unsafe {
-            libc::fcntl(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                libc::F_ADD_SEALS,
-                seals,
-            )
-        } < 0
-        {
-            return Err(io::Error::last_os_error());
-        }
+        seal(
+            &file,
+            libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        )?;
         let file = Arc::new(file);
         Ok(ranges
             .into_iter()
@@ -64,6 +45,28 @@ impl Blob {
             })
             .collect())
     }
+}
+
+/// A new, empty in-memory file that accepts seals, closed on exec.
+pub(super) fn memfd(name: &CStr) -> io::Result<File> {
+    // SAFETY: `name` is a NUL-terminated string that outlives the call; memfd_create only
+    // reads it.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by memfd_create, is open, and nothing else owns it.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Adds `seals` (`F_SEAL_*`) to a memfd.
+pub(super) fn seal(file: &File, seals: libc::c_int) -> io::Result<()> {
+    // SAFETY: fcntl on an fd owned by `file`, with an integer argument.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{topic, ws_upgrade, Server, THREADS};
@@ -288,18 +290,28 @@ fn slow_reader_scenario(threads: &str) {
     let mut slow = Raw::open(&s);
     slow.send_subscribe(&tp);
 
-    // The reading subscriber takes every push in a thread of its own.
+    // The reading subscriber takes every push in a thread of its own, and says how far it
+    // has read: it stands for a client that keeps up, so the publisher never runs more than
+    // READER_LEAD messages (128 KiB) ahead of it, half its outbound limit. Without that, a
+    // debug-build reader starved of CPU on a loaded 2-core machine can fall 256 KiB behind
+    // and is (rightly) cut off as slow too.
+    const READER_LEAD: usize = 16;
+    let read = Arc::new(AtomicUsize::new(0));
     let mut reader = s.ws();
     reader.subscribe(&tp);
-    let reading = std::thread::spawn(move || {
-        let mut got = Vec::with_capacity(MESSAGES);
-        for _ in 0..MESSAGES {
-            let (_, topic, msg) = reader.next_push();
-            got.push((topic, msg));
+    let reading = std::thread::spawn({
+        let read = Arc::clone(&read);
+        move || {
+            let mut got = Vec::with_capacity(MESSAGES);
+            for _ in 0..MESSAGES {
+                let (_, topic, msg) = reader.next_push();
+                got.push((topic, msg));
+                read.fetch_add(1, Ordering::SeqCst);
+            }
+            // Nothing beyond the 3,000.
+            assert_eq!(reader.recv_within(300), None);
+            got
         }
-        // Nothing beyond the 3,000.
-        assert_eq!(reader.recv_within(300), None);
-        got
     });
 
     // Make sure the slow client's subscription is in place before publishing: its answer
@@ -315,6 +327,9 @@ fn slow_reader_scenario(threads: &str) {
 
     let mut publisher = s.ws();
     for i in 1..=MESSAGES {
+        while i > read.load(Ordering::SeqCst) + READER_LEAD && !reading.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         // `publish` asserts the `true` result.
         publisher.publish(&tp, &message(i));
     }

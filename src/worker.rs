@@ -283,16 +283,8 @@ impl Worker {
             drop(sock);
             return;
         }
-        let _ = sock.set_nodelay(true);
-        if self.shared.config.sndbuf > 0 {
-            let _ = socket2::SockRef::from(&sock).set_send_buffer_size(self.shared.config.sndbuf);
-        }
-        if self.shared.config.notsent_lowat > 0 {
-            crate::server::set_notsent_lowat(&sock, self.shared.config.notsent_lowat);
-        }
-        if self.shared.config.busy_poll_us > 0 {
-            crate::server::set_busy_poll(&sock, self.shared.config.busy_poll_us);
-        }
+        // TCP_NODELAY, SO_SNDBUF, TCP_NOTSENT_LOWAT and SO_BUSY_POLL come from the listener
+        // (server::bind): no setsockopt per connection.
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         if let Err(e) = self.poll.registry().register(
@@ -802,8 +794,9 @@ impl Worker {
     fn reap(&mut self) {
         while let Some(key) = self.closing.pop() {
             self.unsubscribe_all(key);
-            let mut c = self.conns.remove(key);
-            let _ = self.poll.registry().deregister(&mut c.sock);
+            // Dropping the socket closes its only descriptor (sockets are never duplicated),
+            // which removes it from the epoll set: no `epoll_ctl(DEL)` per connection.
+            let c = self.conns.remove(key);
             let m = &self.shared.metrics.cores[self.id];
             m.connections_open.sub(1);
             if c.is_ws {

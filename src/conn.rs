@@ -184,10 +184,11 @@ impl Conn {
         data: &Bytes,
         live: bool,
         fill_mark: usize,
+        share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
         if self.backlog.is_empty() && self.out.len() < fill_mark {
-            self.push_message(id, data, scratch);
+            self.push_message(id, data, share_min, scratch);
         } else {
             if live {
                 self.backlog_live += data.len();
@@ -211,7 +212,7 @@ impl Conn {
             if q.live {
                 self.backlog_live -= q.data.len();
             }
-            self.push_message(&q.id, &q.data, scratch);
+            self.push_message(&q.id, &q.data, crate::outbuf::PUSH_SHARE_MIN, scratch);
             moved = true;
         }
         if self.backlog.is_empty() && self.backlog.capacity() > 64 {
@@ -237,7 +238,13 @@ impl Conn {
     }
 
     /// Queues a `waku_subscription` push of `data` for subscription `id`.
-    pub fn push_message(&mut self, id: &SubId, data: &Bytes, scratch: &mut Vec<u8>) {
+    pub fn push_message(
+        &mut self,
+        id: &SubId,
+        data: &Bytes,
+        share_min: usize,
+        scratch: &mut Vec<u8>,
+    ) {
         let Phase::Ws(w) = &mut self.phase else {
             return;
         };
@@ -249,7 +256,7 @@ impl Conn {
         let n = ws::write_head(&mut h, true, Opcode::Text, len);
         self.out.extend(&h[..n]);
         self.out.extend(scratch);
-        self.out.push_ref(data);
+        self.out.push_shared(data, share_min);
         self.out.extend(rpc::PUSH_SUFFIX);
     }
 }

@@ -522,6 +522,7 @@ impl Worker {
                     let Some(t) = self.relay.topic(*slot) else {
                         continue;
                     };
+                    let share_min = crate::outbuf::fanout_share_min(t.subs.len(), data.len());
                     for s in &t.subs {
                         if s.pending != 0 || s.conn_uid == *exclude_uid {
                             continue;
@@ -532,7 +533,7 @@ impl Worker {
                         if c.uid != s.conn_uid || c.closed || !matches!(c.phase, Phase::Ws(_)) {
                             continue;
                         }
-                        c.deliver(&s.id, data, true, fill, &mut self.enc);
+                        c.deliver(&s.id, data, true, fill, share_min, &mut self.enc);
                         self.shared.metrics.cores[self.id].delivered.inc();
                         if !c.dirty {
                             c.dirty = true;
@@ -572,7 +573,14 @@ impl Worker {
                     // A replay is cached data: it waits by reference in the backlog and does
                     // not count as falling behind.
                     for m in messages {
-                        c.deliver(&s.id, m, false, fill, &mut self.enc);
+                        c.deliver(
+                            &s.id,
+                            m,
+                            false,
+                            fill,
+                            crate::outbuf::SHARE_THRESHOLD,
+                            &mut self.enc,
+                        );
                     }
                     self.shared.metrics.cores[self.id]
                         .delivered

@@ -302,6 +302,37 @@ fn escaped_strings_survive_the_round_trip() {
     assert_eq!(sub.next_push(), (id, tp.clone(), msg.to_string()));
 }
 
+/// `n` connections subscribed to `tp`, each with its subscription id.
+fn subscribers(s: &Server, tp: &str, n: usize) -> Vec<(Ws, String)> {
+    (0..n)
+        .map(|_| {
+            let mut w = s.ws();
+            let id = w.subscribe(tp);
+            (w, id)
+        })
+        .collect()
+}
+
+/// Publishes `messages` to `tp` from a new connection in one write (request ids 1000, 1001,
+/// ...) and checks that every one is acknowledged, in order; returns the publisher.
+fn publish_burst(s: &Server, tp: &str, messages: &[String]) -> Ws {
+    let mut publ = s.ws();
+    for (i, m) in messages.iter().enumerate() {
+        let req = json!({"id": 1000 + i, "jsonrpc": "2.0", "method": "waku_publish",
+                         "params": {"topic": tp, "message": m, "ttl": 600}});
+        publ.sock
+            .write(tungstenite::Message::text(req.to_string()))
+            .expect("queue publish");
+    }
+    publ.sock.flush().expect("send burst");
+    for i in 0..messages.len() {
+        let r = publ.recv();
+        assert_eq!(r["id"], 1000 + i, "acks out of order at {i}: {r}");
+        assert_eq!(r["result"], true, "{r}");
+    }
+    publ
+}
+
 #[test]
 fn a_pipelined_burst_bigger_than_one_round_of_fan_out_arrives_whole_and_in_order() {
     // 400 publishes sent in one write to a topic with 200 subscribers: 80,000 pushes, more
@@ -312,27 +343,9 @@ fn a_pipelined_burst_bigger_than_one_round_of_fan_out_arrives_whole_and_in_order
     for t in THREADS {
         let s = Server::start(&["--threads", t]);
         let tp = topic();
-        let mut subs: Vec<(Ws, String)> = (0..SUBS)
-            .map(|_| {
-                let mut w = s.ws();
-                let id = w.subscribe(&tp);
-                (w, id)
-            })
-            .collect();
-        let mut publ = s.ws();
-        for i in 0..MSGS {
-            let req = json!({"id": 1000 + i, "jsonrpc": "2.0", "method": "waku_publish",
-                             "params": {"topic": tp, "message": format!("burst-{i}"), "ttl": 600}});
-            publ.sock
-                .write(tungstenite::Message::text(req.to_string()))
-                .expect("queue publish");
-        }
-        publ.sock.flush().expect("send burst");
-        for i in 0..MSGS {
-            let r = publ.recv();
-            assert_eq!(r["id"], 1000 + i, "acks out of order at {i}: {r}");
-            assert_eq!(r["result"], true, "{r}");
-        }
+        let mut subs = subscribers(&s, &tp, SUBS);
+        let burst: Vec<String> = (0..MSGS).map(|i| format!("burst-{i}")).collect();
+        let _publ = publish_burst(&s, &tp, &burst);
         for (n, (w, id)) in subs.iter_mut().enumerate() {
             for i in 0..MSGS {
                 let m = w.recv();
@@ -348,6 +361,54 @@ fn a_pipelined_burst_bigger_than_one_round_of_fan_out_arrives_whole_and_in_order
                 w.recv_within(50).is_none(),
                 "subscriber {n}: more than {MSGS} pushes"
             );
+        }
+    }
+}
+
+#[test]
+fn a_big_fan_out_shares_each_body_and_every_subscriber_gets_its_own_exact_bytes() {
+    // 700 subscribers of 3,800-character messages (under the 4 KiB from which any payload
+    // is shared): the copies would add up to more than 1 MiB per publish on each worker
+    // (about 350 subscribers per worker with two: the kernel spreads connections over the
+    // workers' listeners), so each connection queues the body by reference between its own
+    // frame head (subscription id, push id) and tail. A burst of publishes in one write
+    // gives every connection several such pushes to write at once; with two workers, the
+    // subscribers on the non-home worker get that worker's own copy of each body.
+    const SUBS: usize = 700;
+    const MSGS: usize = 12;
+    let body = |i: usize| -> String {
+        let c = (b'a' + (i % 26) as u8) as char;
+        format!("{i:04}:{}", c.to_string().repeat(3_800))
+    };
+    for t in ["1", "2"] {
+        let s = Server::start(&["--threads", t]);
+        let tp = topic();
+        let mut subs = subscribers(&s, &tp, SUBS);
+        let burst: Vec<String> = (0..MSGS).map(body).collect();
+        let _publ = publish_burst(&s, &tp, &burst);
+        for (n, (w, id)) in subs.iter_mut().enumerate() {
+            let mut push_ids = Vec::new();
+            for i in 0..MSGS {
+                let m = w.recv();
+                let p = &m["params"];
+                assert_eq!(p["id"], id.as_str(), "threads {t}, subscriber {n}: {m}");
+                assert_eq!(p["data"]["topic"], tp.as_str());
+                assert!(
+                    p["data"]["message"] == body(i).as_str(),
+                    "threads {t}, subscriber {n}: push {i} differs from what was published"
+                );
+                push_ids.push(m["id"].as_u64().expect("push id"));
+            }
+            assert!(
+                push_ids.windows(2).all(|w| w[0] < w[1]),
+                "subscriber {n}: push ids not increasing: {push_ids:?}"
+            );
+            if n < 4 {
+                assert!(
+                    w.recv_within(50).is_none(),
+                    "subscriber {n}: more than {MSGS} pushes"
+                );
+            }
         }
     }
 }

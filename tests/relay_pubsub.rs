@@ -123,6 +123,39 @@ fn duplicate_message_is_acknowledged_but_not_delivered_again() {
 }
 
 #[test]
+fn a_message_evicted_from_the_cache_is_new_again_and_one_still_cached_is_a_duplicate() {
+    // With room for two messages per topic: "a" is evicted by "c", so publishing "a" again
+    // delivers it (and evicts "b"); "c" is still cached, so it is a duplicate; "d" evicts
+    // "c", and the second "a" again is a duplicate.
+    for t in THREADS {
+        let s = Server::start(&["--threads", t, "--max-cached-per-topic", "2"]);
+        let (mut sub, mut publ) = pair(&s, t);
+        let tp = topic();
+        sub.subscribe(&tp);
+        for m in ["a", "b", "c", "a", "c", "d", "a"] {
+            publ.publish(&tp, m);
+        }
+        let got: Vec<String> = (0..5).map(|_| sub.next_push().2).collect();
+        assert_eq!(got, ["a", "b", "c", "a", "d"], "threads {t}");
+        assert!(
+            sub.recv_within(100).is_none(),
+            "threads {t}: a duplicate was delivered"
+        );
+        let metrics =
+            s.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let dups: f64 = String::from_utf8_lossy(&metrics)
+            .lines()
+            .filter(|l| {
+                l.starts_with("walletrelay_messages_dropped_total{")
+                    && l.contains("reason=\"duplicate\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!(dups, 2.0, "threads {t}: duplicates counted");
+    }
+}
+
+#[test]
 fn resubscribing_returns_the_same_id_and_delivers_once() {
     for t in THREADS {
         let s = Server::start(&["--threads", t]);

@@ -1,18 +1,20 @@
 //! One worker's message cache: every message cached on the topics this worker is home of,
-//! with per-message expiry, oldest-first eviction under a byte budget, and content dedup.
+//! with per-message expiry and oldest-first eviction under a byte budget.
 //!
-//! Messages live in a slab. Three indexes point into it, each O(1) or O(log n) per
+//! Messages live in a slab. Two indexes point into it, each O(1) or O(log n) per
 //! operation, so nothing ever scans the whole cache:
 //! - an intrusive doubly linked list in insertion order (oldest first) for byte eviction;
 //! - a min-heap on expiry time, with lazy deletion and a rebuild when stale entries
-//!   outnumber live ones, so its size stays within twice the cache;
-//! - a `(topic, hash)` count map for dedup (bytes are compared on a hash hit).
+//!   outnumber live ones, so its size stays within twice the cache.
 //!
-//! The per-topic order (a `VecDeque` of keys) is kept by the caller (`relay`), which also
-//! owns the topics themselves.
+//! The per-topic order (a `VecDeque` of keys) and the per-topic dedup filter (content hash
+//! -> count) are kept by the caller (`relay`), which also owns the topics themselves: a
+//! filter per topic stays small (at most the per-topic cap), where one map for the whole
+//! cache would be a table of millions of entries whose every growth stalls the worker and
+//! whose random accesses, with transparent huge pages, make all of it resident.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 use bytes::Bytes;
 use slab::Slab;
@@ -52,23 +54,20 @@ pub struct Cache {
     oldest: Option<usize>,
     newest: Option<usize>,
     heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    dedup: HashMap<(u32, u64), u32, ahash::RandomState>,
     bytes: usize,
     next_seq: u64,
 }
 
 impl Cache {
     /// A cache with room for `n` messages before any of its tables grows. Growing one of
-    /// them past a few hundred thousand entries copies or rehashes it all at once, which
-    /// stalled a worker for milliseconds: `pairs` at 30,000/s had a p99 of 2.0-3.5 ms on a
-    /// fresh server against 0.37-0.58 ms once the tables had grown (docs/PERFORMANCE.md).
-    /// The memory is reserved, not touched, except the hash table's control bytes (one
-    /// byte per bucket).
+    /// them past a few hundred thousand entries copies it all at once, which stalled a
+    /// worker for milliseconds (docs/PERFORMANCE.md). The memory is reserved, not touched:
+    /// both tables fill from their start. The expiry heap gets room for twice `n`: it holds
+    /// stale entries until they outnumber the live ones.
     pub fn with_capacity(n: usize) -> Cache {
         Cache {
             msgs: Slab::with_capacity(n),
-            heap: BinaryHeap::with_capacity(n),
-            dedup: HashMap::with_capacity_and_hasher(n, ahash::RandomState::default()),
+            heap: BinaryHeap::with_capacity(2 * n + 1024),
             ..Cache::default()
         }
     }
@@ -91,11 +90,6 @@ impl Cache {
     /// The message at `key`.
     pub fn get(&self, key: usize) -> Option<&Cached> {
         self.msgs.get(key)
-    }
-
-    /// A cached message of `topic` may have this hash (then compare bytes to be sure).
-    pub fn may_contain(&self, topic: u32, hash: u64) -> bool {
-        self.dedup.contains_key(&(topic, hash))
     }
 
     /// Stores a message and returns its key.
@@ -126,7 +120,6 @@ impl Cache {
         }
         self.newest = Some(key);
         self.heap.push(Reverse((expires, seq, key)));
-        *self.dedup.entry((topic, hash)).or_insert(0) += 1;
         key
     }
 
@@ -144,12 +137,6 @@ impl Cache {
             self.msgs[m.next].prev = m.prev;
         }
         self.bytes -= m.data.len() + ENTRY_OVERHEAD;
-        if let Some(c) = self.dedup.get_mut(&(m.topic, m.hash)) {
-            *c -= 1;
-            if *c == 0 {
-                self.dedup.remove(&(m.topic, m.hash));
-            }
-        }
         self.maybe_rebuild_heap();
         Some(m)
     }
@@ -174,13 +161,18 @@ impl Cache {
         None
     }
 
+    /// Rebuilds the expiry heap from the live messages once stale entries outnumber them,
+    /// in its own allocation (so it never has to grow again).
     fn maybe_rebuild_heap(&mut self) {
         if self.heap.len() > 2 * self.msgs.len() + 1024 {
-            self.heap = self
-                .msgs
-                .iter()
-                .map(|(k, m)| Reverse((m.expires, m.seq, k)))
-                .collect();
+            let mut v = std::mem::take(&mut self.heap).into_vec();
+            v.clear();
+            v.extend(
+                self.msgs
+                    .iter()
+                    .map(|(k, m)| Reverse((m.expires, m.seq, k))),
+            );
+            self.heap = BinaryHeap::from(v);
         }
     }
 }
@@ -214,16 +206,6 @@ mod tests {
     }
 
     #[test]
-    fn dedup_counts_follow_removals() {
-        let mut c = Cache::default();
-        let k = c.insert(3, 99, b("x"), 10, (0, 1));
-        assert!(c.may_contain(3, 99));
-        assert!(!c.may_contain(4, 99));
-        c.remove(k);
-        assert!(!c.may_contain(3, 99));
-    }
-
-    #[test]
     fn heap_stays_bounded_under_churn() {
         let mut c = Cache::default();
         for i in 0..100_000u64 {
@@ -231,5 +213,36 @@ mod tests {
             c.remove(k);
         }
         assert!(c.heap.len() <= 1024 + 2, "heap {}", c.heap.len());
+    }
+
+    /// A cache made with room for `n` messages holds `n` of them, and churns through many
+    /// more (removals leaving stale heap entries, heap rebuilds), without any of its tables
+    /// growing: a growth is a stall of the whole worker (see `with_capacity`).
+    #[test]
+    fn tables_never_grow_within_the_presized_count() {
+        const N: usize = 20_000;
+        let mut c = Cache::with_capacity(N);
+        let caps = |c: &Cache| (c.msgs.capacity(), c.heap.capacity());
+        let grew = |now: (usize, usize), was: (usize, usize)| now.0 > was.0 || now.1 > was.1;
+        let before = caps(&c);
+        assert!(before.0 >= N && before.1 >= 2 * N, "{before:?}");
+        let mut keys = std::collections::VecDeque::new();
+        for i in 0..N as u64 {
+            keys.push_back(c.insert((i % 97) as u32, i, b("m"), 1_000_000 - i, (0, 1)));
+        }
+        assert!(!grew(caps(&c), before), "filling to N grew a table");
+        // Steady state at the budget: each insert evicts the oldest (a stale heap entry).
+        for i in 0..(10 * N) as u64 {
+            let old = keys.pop_front().expect("full");
+            c.remove(old);
+            keys.push_back(c.insert((i % 89) as u32, N as u64 + i, b("m"), 2_000_000 + i, (0, 1)));
+            assert_eq!(c.len(), N);
+        }
+        assert!(
+            !grew(caps(&c), before),
+            "churning at N grew a table: {:?}",
+            caps(&c)
+        );
+        assert!(c.heap.len() <= 2 * N + 1024 + 1, "heap {}", c.heap.len());
     }
 }

@@ -98,8 +98,22 @@ pub const FANOUT_PER_CONN: usize = 64;
 /// touched, and both fill from their start (the dedup filter, which would be touched at
 /// random, is per topic: see `Home::hashes`). Measured at start, 1 GiB budget, one worker:
 /// RSS 57 MB with the old presize (its global dedup map), 51 MB with this one.
-fn cache_presize(bytes: usize) -> usize {
-    bytes / (cache::ENTRY_OVERHEAD + MIN_CACHED_DATA)
+///
+/// Under strict overcommit (`vm.overcommit_memory=2`) reserved address space counts against
+/// the commit limit (about 1.2 GB per GiB of budget here), and a failed reservation aborts
+/// the process at start: there, the room is one message per KiB of budget, at most a
+/// million, and the tables may grow (stalling the worker once per doubling) beyond it.
+fn cache_presize(bytes: usize, strict_overcommit: bool) -> usize {
+    if strict_overcommit {
+        (bytes / 1024).min(1 << 20)
+    } else {
+        bytes / (cache::ENTRY_OVERHEAD + MIN_CACHED_DATA)
+    }
+}
+
+/// The kernel refuses to overcommit memory (`vm.overcommit_memory` is 2).
+fn strict_overcommit() -> bool {
+    std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|s| s.trim() == "2")
 }
 
 /// A floor on the bytes of a cached message's data: `{"topic":"","message":""}` is 26.
@@ -469,13 +483,21 @@ impl Relay {
         webhook_count: Arc<std::sync::atomic::AtomicUsize>,
     ) -> Relay {
         let n = mailboxes.len();
+        let strict = strict_overcommit();
+        let presize = cache_presize(limits.max_cache_bytes / n.max(1), strict);
+        if strict && me == 0 {
+            log::info!(
+                "vm.overcommit_memory=2: each worker's message cache reserves room for \
+                 {presize} messages, not its budget's maximum; its tables grow past that"
+            );
+        }
         Relay {
             me: me as u16,
             homes,
             mailboxes,
             topics: Slab::new(),
             index: HashMap::default(),
-            cache: Cache::with_capacity(cache_presize(limits.max_cache_bytes / n.max(1))),
+            cache: Cache::with_capacity(presize),
             outbox: (0..n).map(|_| Vec::new()).collect(),
             deliveries: Vec::new(),
             pending_pushes: 0,
@@ -1062,6 +1084,17 @@ mod tests {
         h.forget(2);
         assert!(h.hashes.is_empty());
         assert_eq!(h.hashes.capacity(), 0, "an empty filter keeps no table");
+    }
+
+    #[test]
+    fn the_cache_is_presized_for_its_budget_unless_overcommit_is_strict() {
+        let gib = 1 << 30;
+        // Room for the most messages a GiB can hold: each costs at least 144 bytes.
+        assert_eq!(cache_presize(gib, false), gib / 144);
+        assert!(cache_presize(gib, false) * (cache::ENTRY_OVERHEAD + 26) > gib);
+        // Under strict overcommit: one per KiB, at most a million.
+        assert_eq!(cache_presize(gib, true), 1 << 20);
+        assert_eq!(cache_presize(64 << 20, true), 64 << 10);
     }
 
     #[test]

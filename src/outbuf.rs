@@ -1,9 +1,9 @@
 //! Per-connection outbound byte queue: small writes are coalesced into one contiguous tail,
 //! large shared payloads (a pre-encoded frame body fanned out to many subscribers: see
-//! [`fanout_share_min`]) are queued as reference-counted [`Bytes`] without copying, ranges of an immutable file (the
-//! registry's precomputed bodies, [`FileRange`]) are queued by reference and sent with
-//! `sendfile`, so the kernel takes their pages instead of copying them; memory is flushed
-//! with one `writev` per readiness.
+//! [`fanout_share_min`]) are queued as reference-counted [`Bytes`] without copying, ranges
+//! of an immutable file (the registry's precomputed bodies, [`FileRange`]) are queued by
+//! reference and sent with `sendfile`, so the kernel takes their pages instead of copying
+//! them; memory is flushed with one `writev` per readiness.
 //!
 //! It owns no socket: [`OutBuf::write_to`] takes any [`Sink`]. An empty `OutBuf` owns no
 //! heap memory, so an idle connection costs nothing here.
@@ -42,6 +42,12 @@ pub fn fanout_share_min(subscribers: usize, len: usize) -> usize {
     } else {
         SHARE_THRESHOLD
     }
+}
+
+/// Whether a body going to `subscribers` connections of a worker is queued by reference
+/// there (what [`fanout_share_min`] decides for a body of `len` bytes).
+pub fn fanout_shares_body(subscribers: usize, len: usize) -> bool {
+    len >= fanout_share_min(subscribers, len)
 }
 
 /// Most slices handed to one `writev` call (a big fan-out queues two per message: the

@@ -141,17 +141,11 @@ fn a_message_evicted_from_the_cache_is_new_again_and_one_still_cached_is_a_dupli
             sub.recv_within(100).is_none(),
             "threads {t}: a duplicate was delivered"
         );
-        let metrics =
-            s.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        let dups: f64 = String::from_utf8_lossy(&metrics)
-            .lines()
-            .filter(|l| {
-                l.starts_with("walletrelay_messages_dropped_total{")
-                    && l.contains("reason=\"duplicate\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
-        assert_eq!(dups, 2.0, "threads {t}: duplicates counted");
+        assert_eq!(
+            s.dropped("duplicate"),
+            2.0,
+            "threads {t}: duplicates counted"
+        );
     }
 }
 

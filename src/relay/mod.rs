@@ -950,8 +950,8 @@ impl Relay {
                         // count bumped per subscriber): on the home worker's copy, that
                         // count's cache line would bounce between cores, so such a topic
                         // gets this worker's own copy, once.
-                        let share = crate::outbuf::fanout_share_min(subs, data.len());
-                        let data = if subs > 1 && data.len() >= share {
+                        let shared = crate::outbuf::fanout_shares_body(subs, data.len());
+                        let data = if subs > 1 && shared {
                             Bytes::copy_from_slice(&data)
                         } else {
                             data

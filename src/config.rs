@@ -62,6 +62,12 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_BUSY_POLL_US", default_value_t = 0)]
     pub busy_poll_us: u32,
 
+    /// Let the kernel back this process's heap with transparent huge pages. Off by
+    /// default: the first touch of a 2 MB page clears all of it at once, a 1-3 ms stall of
+    /// the worker that faults it (docs/TUNING.md, "Transparent huge pages").
+    #[arg(long, env = "WALLETRELAY_HUGE_PAGES")]
+    pub huge_pages: bool,
+
     /// Name used in the `/hello` greeting.
     #[arg(long, env = "WALLETRELAY_SERVICE_NAME", default_value = "WalletRelay")]
     pub service_name: String,

@@ -20,6 +20,16 @@ fn main() {
         Some(n) => log::info!("open-file limit raised to {n}"),
         None => log::warn!("could not read or raise the open-file limit"),
     }
+    if config.huge_pages {
+        log::info!("transparent huge pages allowed (--huge-pages)");
+    } else {
+        match server::disable_huge_pages() {
+            Ok(()) => {
+                log::info!("transparent huge pages off for this process (--huge-pages to allow)")
+            }
+            Err(e) => log::warn!("could not turn transparent huge pages off: {e}"),
+        }
+    }
     let threads = config.worker_count();
     let signals = match Server::signals() {
         Ok(s) => s,

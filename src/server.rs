@@ -74,6 +74,22 @@ pub fn raise_nofile_limit() -> Option<u64> {
     Some(rl.rlim_cur)
 }
 
+/// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`, checked by the
+/// kernel at each page fault, so it covers memory mapped before the call too). A huge page
+/// is cleared whole on its first touch: 2 MB at once stalls the faulting worker for 1-3 ms
+/// in a VM (~0.2 ms on bare metal), and a growing message cache does that tens of times a
+/// second, which was the whole p99 tail of `pairs` at half load (docs/PERFORMANCE.md).
+pub fn disable_huge_pages() -> io::Result<()> {
+    // SAFETY: PR_SET_THP_DISABLE takes plain integers (no pointers); the call changes a
+    // flag of this process's memory map and touches no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sets `SO_BUSY_POLL` (microseconds) on a socket; errors are ignored (needs privileges
 /// on some kernels).
 pub fn set_busy_poll(sock: &impl AsRawFd, us: u32) {

@@ -1,7 +1,8 @@
-//! Start-up and shutdown: raises the open-file limit, loads the registry, binds one
-//! `SO_REUSEPORT` listener per worker, builds the mailboxes, starts the webhook pool and the
-//! pinned worker threads; on SIGTERM/SIGINT tells every worker to close its connections
-//! (WebSocket close 1001) and waits for them within the grace period.
+//! Start-up and shutdown: raises the open-file limit and turns transparent huge pages off
+//! (both called from `main`), loads the registry, binds one `SO_REUSEPORT` listener per
+//! worker, builds the mailboxes, starts the webhook pool and the pinned worker threads; on
+//! SIGTERM/SIGINT tells every worker to close its connections (WebSocket close 1001) and
+//! waits for them within the grace period.
 
 use std::io;
 use std::net::SocketAddr;
@@ -74,11 +75,12 @@ pub fn raise_nofile_limit() -> Option<u64> {
     Some(rl.rlim_cur)
 }
 
-/// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`, checked by the
-/// kernel at each page fault, so it covers memory mapped before the call too). A huge page
-/// is cleared whole on its first touch: 2 MB at once stalls the faulting worker for 1-3 ms
-/// in a VM (~0.2 ms on bare metal), and a growing message cache does that tens of times a
-/// second, which was the whole p99 tail of `pairs` at half load (docs/PERFORMANCE.md).
+/// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`). The kernel
+/// checks the flag at each page fault, so later faults in memory mapped before the call are
+/// covered too; pages already faulted stay as they are. A huge page is cleared whole on its
+/// first touch: 2 MB at once stalls the faulting worker for 1-3 ms in a VM (~0.2 ms on bare
+/// metal), and a growing message cache does that tens of times a second, which was the
+/// whole p99 tail of `pairs` at half load (docs/PERFORMANCE.md).
 pub fn disable_huge_pages() -> io::Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes plain integers (no pointers); the call changes a
     // flag of this process's memory map and touches no memory of ours.

@@ -94,13 +94,13 @@ pub const FANOUT_PER_CONN: usize = 64;
 /// growing past a million entries copied or rehashed it all at once: measured, `pairs` at
 /// 20,000/s right after a saturating run had taken the cache past the earlier presize of one
 /// message per KiB: p99 94 ms, max 143 ms, against p99 1.2-1.6 ms in the runs after it.
-/// The cost is address space, not memory: the slab and the expiry heap are reserved, not
-/// touched, and both fill from their start (the dedup filter, which would be touched at
+/// The cost is address space, not memory: the slab and the expiry heaps are reserved, not
+/// touched, and all fill from their start (the dedup filter, which would be touched at
 /// random, is per topic: see `Home::hashes`). Measured at start, 1 GiB budget, one worker:
 /// RSS 57 MB with the old presize (its global dedup map), 51 MB with this one.
 ///
 /// Under strict overcommit (`vm.overcommit_memory=2`) reserved address space counts against
-/// the commit limit (about 1.2 GB per GiB of budget here), and a failed reservation aborts
+/// the commit limit (about 1.4 GB per GiB of budget here), and a failed reservation aborts
 /// the process at start: there, the room is one message per KiB of budget, at most a
 /// million, and the tables may grow (stalling the worker once per doubling) beyond it.
 fn cache_presize(bytes: usize, strict_overcommit: bool) -> usize {

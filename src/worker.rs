@@ -739,9 +739,9 @@ impl Worker {
                     self.shared.metrics.cores[self.id].heartbeat_closes.inc();
                     Action::Close
                 }
-                Phase::Ws(w) if now >= w.last_ping + interval => Action::Ping,
+                Phase::Ws(w) if now >= w.next_ping => Action::Ping,
                 Phase::Ws(w) => {
-                    c.deadline = (w.last_ping + interval).min(w.last_rx + 2 * interval);
+                    c.deadline = w.next_ping.min(w.last_rx + 2 * interval);
                     Action::Rearm
                 }
                 Phase::Closing => Action::Close,
@@ -765,8 +765,8 @@ impl Worker {
             }
             Action::Ping => {
                 if let Phase::Ws(w) = &mut c.phase {
-                    w.last_ping = now;
-                    c.deadline = (now + interval).min(w.last_rx + 2 * interval);
+                    w.next_ping = now + interval;
+                    c.deadline = w.next_ping.min(w.last_rx + 2 * interval);
                 }
                 c.out
                     .extend(&crate::ws::frame(crate::ws::Opcode::Ping, b""));

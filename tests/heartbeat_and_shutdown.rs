@@ -181,6 +181,48 @@ fn server_pings_a_connected_client_within_5s() {
     }
 }
 
+/// Connections opened together (a reconnect storm after a restart) get their first ping
+/// at random times between half an interval and one interval after their upgrade, not all
+/// at once: a burst of thousands of pings in one loop iteration stalls every client of
+/// that worker, once per interval, for ever after.
+#[test]
+fn first_pings_of_connections_opened_together_are_spread_over_half_an_interval() {
+    const N: usize = 40;
+    let s = Server::start(&["--ping-interval", "2", "--threads", "1"]);
+    let conns: Vec<(Raw, Instant)> = (0..N).map(|_| (Raw::open(&s), Instant::now())).collect();
+    let waits: Vec<_> = conns
+        .into_iter()
+        .map(|(mut c, opened)| {
+            std::thread::spawn(move || match c.next(Duration::from_secs(6)) {
+                Next::Frame(f) if f.op == OP_PING => (opened, Instant::now()),
+                other => panic!("expected a first ping, got {other:?}"),
+            })
+        })
+        .collect();
+    let pings: Vec<(Instant, Instant)> = waits.into_iter().map(|w| w.join().unwrap()).collect();
+    for (opened, pinged) in &pings {
+        let after = pinged.duration_since(*opened);
+        // Between half an interval (less the wheel's tick) and one interval (plus slack for
+        // a loaded test machine).
+        assert!(
+            after >= Duration::from_millis(900),
+            "first ping after {after:?}"
+        );
+        assert!(
+            after <= Duration::from_millis(5000),
+            "first ping after {after:?}"
+        );
+    }
+    let first = pings.iter().map(|p| p.1).min().unwrap();
+    let last = pings.iter().map(|p| p.1).max().unwrap();
+    // 40 uniform draws over 1 s span ~950 ms; all within 300 ms has probability ~0.3^39.
+    assert!(
+        last.duration_since(first) >= Duration::from_millis(300),
+        "{N} first pings all came within {:?}",
+        last.duration_since(first)
+    );
+}
+
 #[test]
 fn silent_client_is_closed_while_a_ponging_client_stays_open() {
     let s = Server::start(&["--ping-interval", "0.5"]);

@@ -695,20 +695,19 @@ impl Relay {
         origin: Origin,
     ) {
         let slot = self.slot_of(topic);
-        let home = self.topics[slot as usize].home.as_ref();
-        if home.is_some_and(|h| h.hashes.contains_key(&hash)) {
-            let dup = home.is_some_and(|h| {
-                h.cache.iter().any(|&k| {
+        // A hash the topic's filter has never seen is new without reading any message.
+        let dup = self.topics[slot as usize].home.as_ref().is_some_and(|h| {
+            h.hashes.contains_key(&hash)
+                && h.cache.iter().any(|&k| {
                     self.cache
                         .get(k)
                         .is_some_and(|m| m.hash == hash && m.data == data)
                 })
-            });
-            if dup {
-                self.m().drop(DropReason::Duplicate, 1);
-                self.gc(slot);
-                return;
-            }
+        });
+        if dup {
+            self.m().drop(DropReason::Duplicate, 1);
+            self.gc(slot);
+            return;
         }
         let now = crate::clock::now_ms();
         let key = self.cache.insert(

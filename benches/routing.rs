@@ -1,7 +1,8 @@
 //! Topic routing across workers, in process (no sockets): a publish on worker 0 for a topic
-//! homed on worker 1 travels 0 -> 1 (cache, dedup, fan-out) -> 0 (delivery to a local
-//! subscriber), in batches over the real crossbeam mailboxes; and the same with publisher,
-//! home and subscriber on one worker (no hop).
+//! homed on worker 1 travels 0 -> 1 (the in-memory engine stores it: position, dedup,
+//! fan-out) -> 0 (live delivery to a local subscriber, and the publish's answer), in batches
+//! over the real crossbeam mailboxes; and the same with publisher, home and subscriber on
+//! one worker (no hop).
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -10,99 +11,128 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use walletrelay::config::Limits;
 use walletrelay::metrics::Metrics;
-use walletrelay::relay::{Delivery, Homes, Mailboxes, Relay, SubId};
+use walletrelay::relay::engine::local::{LocalEngine, LocalShared};
+use walletrelay::relay::{
+    ConnRef, CoreMsg, Done, Mailboxes, Placement, PushKind, Recipients, Relay, RelayError, SubId,
+};
 use walletrelay::webhook::WebhookPool;
 
-fn relays(
-    n: usize,
-) -> (
-    Vec<Relay>,
-    Vec<crossbeam_channel::Receiver<Vec<walletrelay::relay::CoreMsg>>>,
-    Vec<mio::Poll>,
-) {
+/// Counts what would be written.
+#[derive(Default)]
+struct Count {
+    pushes: usize,
+    answers: usize,
+}
+
+impl Recipients for Count {
+    fn push(&mut self, _: ConnRef, _: &SubId, _: &Bytes, _: PushKind) {
+        self.pushes += 1;
+    }
+    fn answer(&mut self, _: ConnRef, _: u64, _: Result<(), RelayError>) {
+        self.answers += 1;
+    }
+    fn webhook_answer(&mut self, _: ConnRef, _: Result<(), RelayError>) {}
+}
+
+type Inbox = crossbeam_channel::Receiver<Vec<CoreMsg>>;
+
+fn relays(n: usize) -> (Vec<Relay>, Vec<Inbox>, Placement, Vec<mio::Poll>) {
     let polls: Vec<mio::Poll> = (0..n).map(|_| mio::Poll::new().unwrap()).collect();
     let wakers = polls
         .iter()
         .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
         .collect();
-    let (mb, rx) = Mailboxes::new(wakers, 4096);
+    let (mailboxes, rx) = Mailboxes::new(wakers, 4096);
     let metrics = Metrics::new(n);
-    let homes = Homes::new(n, [1, 2, 3, 4]);
-    let pool = WebhookPool::default();
-    let count = Arc::new(AtomicUsize::new(0));
     let limits = Limits {
         max_cached_per_topic: 16,
+        max_cache_bytes: 64 << 20,
         ..Limits::default()
+    };
+    let placement = Placement::new(n, [1, 2, 3, 4]);
+    let shared = LocalShared {
+        placement: placement.clone(),
+        mailboxes,
+        limits: limits.clone(),
+        metrics: metrics.clone(),
+        webhooks: WebhookPool::default(),
+        webhook_count: Arc::new(AtomicUsize::new(0)),
     };
     let rs = (0..n)
         .map(|i| {
-            Relay::new(
-                i,
-                homes.clone(),
-                mb.clone(),
-                limits.clone(),
-                metrics.clone(),
-                pool.clone(),
-                count.clone(),
-            )
+            let engine = LocalEngine::new(i, shared.clone());
+            Relay::new(i, 1, Box::new(engine), limits.clone(), metrics.clone())
         })
         .collect();
-    (rs, rx, polls)
+    (rs, rx, placement, polls)
+}
+
+/// Moves every waiting batch between the relays until none is left.
+fn pump(rs: &mut [Relay], rx: &[Inbox], out: &mut Count) {
+    loop {
+        let mut moved = false;
+        for r in rs.iter_mut() {
+            r.flush();
+        }
+        for (i, r) in rs.iter_mut().enumerate() {
+            while let Ok(batch) = rx[i].try_recv() {
+                r.on_batch(batch);
+                moved = true;
+            }
+            r.deliver(out);
+        }
+        if !moved {
+            return;
+        }
+    }
 }
 
 fn routing(c: &mut Criterion) {
     let msg = "ab".repeat(256);
+    let sub = ConnRef { key: 1, uid: 1 };
+    let publisher = ConnRef { key: 2, uid: 2 };
     let mut g = c.benchmark_group("route_publish_to_delivery");
     g.bench_function("same_worker", |b| {
-        let (mut rs, _rx, _p) = relays(1);
+        let (mut rs, rx, _, _p) = relays(1);
         let topic = "f".repeat(64);
-        let slot = rs[0].subscribe(1, 1, &topic, SubId::from_bytes(&[7; 32]));
-        let _ = slot;
-        rs[0].deliveries.clear();
+        rs[0].subscribe(sub, &topic, SubId::from_bytes(&[7; 32]));
+        let mut out = Count::default();
+        pump(&mut rs, &rx, &mut out);
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
             let data = Bytes::from(format!(
                 "{{\"topic\":\"{topic}\",\"message\":\"{msg}{i}\"}}"
             ));
-            rs[0].publish(&topic, data, 21600, false, 2);
-            black_box(rs[0].deliveries.len());
-            rs[0].deliveries.clear();
+            let done = rs[0].publish(publisher, 1, &topic, data, 21600, false);
+            assert_eq!(done, Done::Now(Ok(())));
+            rs[0].deliver(&mut out);
+            black_box(out.pushes);
         })
     });
     g.bench_function("cross_worker_two_hops", |b| {
-        let (mut rs, rx, _p) = relays(2);
+        let (mut rs, rx, placement, _p) = relays(2);
         // A topic homed on worker 1, subscribed and published on worker 0.
         let topic = (0..)
             .map(|k| format!("{k:064x}"))
-            .find(|t| rs[0].home_of(t) == 1)
+            .find(|t| placement.of(t) == 1)
             .unwrap();
-        rs[0].subscribe(1, 1, &topic, SubId::from_bytes(&[7; 32]));
-        rs[0].flush_outboxes();
-        let batch = rx[1].try_recv().unwrap();
-        rs[1].on_batch(batch);
-        rs[1].flush_outboxes();
-        let batch = rx[0].try_recv().unwrap();
-        rs[0].on_batch(batch);
-        rs[0].deliveries.clear();
+        rs[0].subscribe(sub, &topic, SubId::from_bytes(&[7; 32]));
+        let mut out = Count::default();
+        pump(&mut rs, &rx, &mut out);
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
             let data = Bytes::from(format!(
                 "{{\"topic\":\"{topic}\",\"message\":\"{msg}{i}\"}}"
             ));
-            rs[0].publish(&topic, data, 21600, false, 2);
-            rs[0].flush_outboxes();
-            let batch = rx[1].try_recv().unwrap();
-            rs[1].on_batch(batch);
-            rs[1].flush_outboxes();
-            let batch = rx[0].try_recv().unwrap();
-            rs[0].on_batch(batch);
-            assert!(matches!(
-                rs[0].deliveries.first(),
-                Some(Delivery::Live { .. })
-            ));
-            rs[0].deliveries.clear();
+            let (pushes, answers) = (out.pushes, out.answers);
+            assert_eq!(
+                rs[0].publish(publisher, 1, &topic, data, 21600, false),
+                Done::Later
+            );
+            pump(&mut rs, &rx, &mut out);
+            assert_eq!((out.pushes, out.answers), (pushes + 1, answers + 1));
         })
     });
     g.finish();

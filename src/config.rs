@@ -187,6 +187,56 @@ pub struct Limits {
     /// Seconds the server waits at shutdown for clients to take their last bytes.
     #[arg(long, env = "WALLETRELAY_SHUTDOWN_GRACE", default_value_t = 3.0)]
     pub shutdown_grace: f64,
+
+    // -------------------------------------------------------------------------------------
+    // Fixed bounds (no flag): tuned once, each with the reason for its value.
+    /// Pushes a worker lets its input queue up in one round before it stops reading,
+    /// delivers and flushes, at least: one publish to 10,000 subscribers is 10,000 pushes.
+    /// Unbounded, one read of a few hundred publishes to a big topic meant millions of
+    /// queued pushes and seconds without a write; too small, and every round writes one push
+    /// per connection (docs/PERFORMANCE.md, "Fan-out budget").
+    #[arg(skip = (64 * 1024) as usize)]
+    pub fanout_min: usize,
+
+    /// ... and this many per open connection, when that is more: the more pushes a round
+    /// gives each connection, the fewer writes per delivery (16 per connection: 1.4M
+    /// deliveries/s for 1 -> 10,000 on one core; 64: 1.8-1.95M; docs/PERFORMANCE.md, "Big
+    /// fan-outs").
+    #[arg(skip = (64) as usize)]
+    pub fanout_per_conn: usize,
+
+    /// Batches each worker's mailbox holds (a batch is one loop iteration's messages from
+    /// one sender); a sender finding it full keeps its batch for the next iteration.
+    #[arg(skip = (4096) as usize)]
+    pub mailbox_batches: usize,
+
+    /// Batches a worker takes from its mailbox per loop iteration, so that a flood from
+    /// other workers cannot starve its own connections.
+    #[arg(skip = (256) as usize)]
+    pub inbox_budget: usize,
+
+    /// Bytes read from one connection per readiness event before the others get their
+    /// turn (a fast sender cannot monopolise a worker).
+    #[arg(skip = (256 << 10) as usize)]
+    pub read_budget: usize,
+
+    /// Publishes one WebSocket may have waiting for their store's answer (answers are sent
+    /// in request order); past it the connection's input waits until answers come back.
+    #[arg(skip = (1024) as usize)]
+    pub max_pending_answers: usize,
+
+    /// Milliseconds a half-closed connection is given to hang up after its last bytes.
+    #[arg(skip = (2000) as u64)]
+    pub linger_ms: u64,
+
+    /// Milliseconds after SIGTERM by which the process exits whatever happens (the
+    /// workers' own grace is `--shutdown-grace`; this is the backstop).
+    #[arg(skip = (4800) as u64)]
+    pub exit_deadline_ms: u64,
+
+    /// Milliseconds the webhook pool is given at shutdown to finish the calls in flight.
+    #[arg(skip = (2000) as u64)]
+    pub webhook_shutdown_ms: u64,
 }
 
 impl Default for Limits {

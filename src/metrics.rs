@@ -122,6 +122,9 @@ pub struct CoreMetrics {
     pub heartbeat_closes: Cell,
     /// Cross-worker messages received.
     pub core_messages_in: Cell,
+    /// Times this worker's subscriptions of a topic read its history again (live messages
+    /// were missing: a full queue on the way, a store that reconnected).
+    pub resyncs: Cell,
     /// Events handled, and loop iterations, for batching figures.
     pub loop_iterations: Cell,
 }
@@ -153,7 +156,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 17] = [
+        let per_core: [(&str, &str, &str, Get); 18] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -234,6 +237,12 @@ impl Metrics {
                 "counter",
                 "Cross-worker messages received",
                 |c| &c.core_messages_in,
+            ),
+            (
+                "resyncs_total",
+                "counter",
+                "Topic histories read again after missing live messages",
+                |c| &c.resyncs,
             ),
             (
                 "loop_iterations_total",

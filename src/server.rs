@@ -20,7 +20,9 @@ use crate::conn::Shared;
 use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
-use crate::relay::{CoreMsg, Homes, Mailboxes, Relay};
+use crate::relay::engine::local::{HomeMsg, LocalEngine, LocalShared};
+use crate::relay::engine::EngineMsg;
+use crate::relay::{CoreMsg, Mailboxes, Placement, Relay};
 use crate::webhook::{WebhookConfig, WebhookPool};
 use crate::worker::{Worker, WAKER};
 
@@ -51,6 +53,7 @@ pub struct Server {
     mailboxes: Arc<Mailboxes>,
     threads: Vec<JoinHandle<()>>,
     webhooks: WebhookPool,
+    limits: crate::config::Limits,
 }
 
 /// Raises the soft open-file limit to the hard limit; returns the new soft limit.
@@ -233,8 +236,7 @@ impl Server {
                 .push(mio::Waker::new(poll.registry(), WAKER).map_err(io_err("creating a waker"))?);
             polls.push(poll);
         }
-        // Each queue holds batches; a batch is at most one loop iteration's messages.
-        let (mailboxes, inboxes) = Mailboxes::new(wakers, 4096);
+        let (mailboxes, inboxes) = Mailboxes::new(wakers, config.limits.mailbox_batches);
 
         let first = bind(config.listen, &config).map_err(io_err("binding the listener"))?;
         let addr = first
@@ -245,10 +247,10 @@ impl Server {
             listeners.push(bind(addr, &config).map_err(io_err("binding a worker listener"))?);
         }
 
-        let homes = Homes::new(n, random_seeds());
+        let placement = Placement::new(n, random_seeds());
         let webhooks = {
             // A webhook given up by the pool is removed on its topic's home worker.
-            let (mailboxes, homes) = (mailboxes.clone(), homes.clone());
+            let (mailboxes, placement) = (mailboxes.clone(), placement.clone());
             WebhookPool::start(
                 WebhookConfig {
                     threads: config.limits.webhook_threads,
@@ -257,7 +259,9 @@ impl Server {
                     ..WebhookConfig::default()
                 },
                 Arc::new(move |topic: Arc<str>, url: Arc<str>| {
-                    mailboxes.send_external(homes.of(&topic), CoreMsg::RemoveWebhook { topic, url })
+                    let home = placement.of(&topic);
+                    let msg = HomeMsg::RemoveWebhook { topic, url };
+                    mailboxes.send_external(home, CoreMsg::Engine(EngineMsg::Local(msg)))
                 }),
             )
         };
@@ -272,7 +276,16 @@ impl Server {
             webhooks: webhooks.clone(),
             config: config.clone(),
         });
-        let webhook_count = Arc::new(AtomicUsize::new(0));
+        let local = LocalShared {
+            placement,
+            mailboxes: mailboxes.clone(),
+            limits: config.limits.clone(),
+            metrics: metrics.clone(),
+            webhooks: webhooks.clone(),
+            webhook_count: Arc::new(AtomicUsize::new(0)),
+        };
+        // This process among the relay's nodes: random, never 0 (`Origin::NONE`).
+        let node = random_seeds()[0] | 1;
         let cores = if config.no_pin {
             Vec::new()
         } else if !config.cpus.is_empty() {
@@ -300,14 +313,13 @@ impl Server {
         for (i, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
         {
+            let engine = LocalEngine::new(i, local.clone());
             let relay = Relay::new(
                 i,
-                homes.clone(),
-                mailboxes.clone(),
+                node,
+                Box::new(engine),
                 config.limits.clone(),
                 metrics.clone(),
-                webhooks.clone(),
-                webhook_count.clone(),
             );
             let listener = mio::net::TcpListener::from_std(listener);
             let worker = Worker::new(
@@ -347,15 +359,17 @@ impl Server {
             mailboxes,
             threads,
             webhooks,
+            limits: config.limits.clone(),
         })
     }
 
     /// Stops accepting, closes every connection (WebSocket close 1001), waits for the
     /// workers (each gives up after the grace period) and the webhook pool.
     pub fn shutdown(self) {
-        // The webhook pool finishes its calls in flight (up to 2 s) while the workers close.
+        // The webhook pool finishes its calls in flight while the workers close.
         let pool = self.webhooks.clone();
-        let webhooks = std::thread::spawn(move || pool.shutdown(Duration::from_secs(2)));
+        let grace = Duration::from_millis(self.limits.webhook_shutdown_ms);
+        let webhooks = std::thread::spawn(move || pool.shutdown(grace));
         for i in 0..self.mailboxes.len() {
             self.mailboxes.send_external(i, CoreMsg::Shutdown);
         }
@@ -379,9 +393,10 @@ impl Server {
         if let Some(sig) = signals.forever().next() {
             log::info!("signal {sig}: shutting down");
         }
-        // Whatever happens, exit within 5 s of the signal.
-        std::thread::spawn(|| {
-            std::thread::sleep(Duration::from_millis(4800));
+        // Whatever happens, exit soon after the signal (`Limits::exit_deadline_ms`).
+        let deadline = Duration::from_millis(self.limits.exit_deadline_ms);
+        std::thread::spawn(move || {
+            std::thread::sleep(deadline);
             log::warn!("shutdown took too long; exiting");
             std::process::exit(0);
         });

@@ -46,25 +46,17 @@ pub struct Synthetic {
     pub dapps: Vec<u8>,
 }
 
-/// SplitMix64: small, fast and good enough for test data.
+/// SplitMix64 (`crate::rng`), with an index-sized `below`.
 #[derive(Debug, Clone)]
-struct Rng(u64);
+struct Rng(crate::rng::SplitMix);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
+        self.0.below(n as u64) as usize
     }
 }
 
@@ -110,7 +102,7 @@ pub fn generate(entries: usize, seed: u64) -> Synthetic {
         .filter_map(|t| t.iter().find(|(k, _)| k == "name"))
         .filter_map(|(_, v)| serde_json::from_str::<String>(v.get()).ok())
         .collect();
-    let mut rng = Rng(seed);
+    let mut rng = Rng(crate::rng::SplitMix(seed));
     let hybrid = entries * 6 / 245;
     let wallets_only = entries * 107 / 245;
     let dapps_only = entries - hybrid - wallets_only;

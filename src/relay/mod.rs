@@ -1,1110 +1,524 @@
-//! Topics and routing across workers (DECISIONS §3, issue 2 §5).
+//! The relay as one worker sees it ([`Relay`]): the subscriptions its connections hold
+//! ([`subs`]), the [`engine`] that keeps the topics' shared state wherever it lives, and the
+//! merge of history and live messages by position ([`feed`]).
 //!
-//! Every topic has a *home* worker, `hash(topic) % workers`, the single owner of the topic's
-//! shared state: which other workers hold subscribers, the message cache (ttl, dedup,
-//! eviction) and the webhook registrations. Every worker also keeps, per topic, the
-//! subscriptions of its own connections. Workers talk only through [`CoreMsg`] batches on
-//! bounded `crossbeam-channel` queues, each followed by a `mio::Waker` wake-up when the
-//! receiver sleeps; no lock is taken on the way of a message.
-//!
-//! A publish goes publisher's worker -> home (skipped when they are the same) -> every worker
-//! with subscribers, each of which fans it out to its own connections. A new subscription is
-//! *pending* until the home answers with a replay of the cache: live messages that reach a
-//! pending subscription are skipped, because the home's snapshot already contains them, and
-//! the per-queue FIFO order guarantees that everything after the snapshot arrives after it.
-//!
-//! This module owns the tables and decides what to deliver; it never touches a socket. The
-//! worker executes the [`Delivery`] list against its connections after each batch of events.
+//! Connections call in (`subscribe`, `unsubscribe`, `publish`, `add_webhook`); the engine
+//! answers with [`Event`]s, at once or later through the worker's mailbox ([`transport`]).
+//! Either way the relay turns what it hears into deliveries and hands them to the worker
+//! through the [`Recipients`] trait, once per loop round ([`Relay::deliver`]): which
+//! connection gets which push or answer is decided here, how bytes reach a socket is not.
+//! Refusals are [`RelayError`]s; the connection code maps them to its protocol.
 
-pub mod cache;
+pub mod engine;
+pub mod error;
+pub mod feed;
+pub mod subs;
+pub mod transport;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, Sender, TrySendError};
 use slab::Slab;
 
 use crate::config::Limits;
-use crate::metrics::{CoreMetrics, DropReason};
-use crate::webhook::{Delivery as WebhookCall, WebhookPool};
+use crate::metrics::{CoreMetrics, Metrics};
+use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
-use cache::Cache;
-pub use cache::Origin;
+pub use engine::{Done, Engine, Event, Message, Origin, Position, PublishReq, Ticket};
+pub use error::RelayError;
+pub use subs::{ConnRef, SubId};
+pub use transport::{CoreMsg, Mailboxes, Placement};
 
-/// A subscription id: 32 bytes from the OS CSPRNG, held in the form every use needs, 64
-/// lowercase hex characters (a push copies it as it is; nothing is encoded per message).
+use feed::{Feed, Follow, SubState, UNASKED};
+use subs::{LocalSub, Removed, Subscriptions};
+
+/// What a worker does with the relay's deliveries: its connections, seen from the relay.
+/// Every call names the connection by [`ConnRef`]; a connection that is gone (or not in a
+/// state to take it) ignores the call.
+pub trait Recipients {
+    /// Queues a `waku_subscription` push of `data` for subscription `id`.
+    fn push(&mut self, conn: ConnRef, id: &SubId, data: &Bytes, kind: PushKind);
+    /// Resolves the answer `answer` of a `waku_publish` the connection is waiting for.
+    fn answer(&mut self, conn: ConnRef, answer: u64, result: Result<(), RelayError>);
+    /// Answers the connection's `POST /subscribe`.
+    fn webhook_answer(&mut self, conn: ConnRef, result: Result<(), RelayError>);
+}
+
+/// How a push is queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SubId([u8; 64]);
-
-impl SubId {
-    /// The id of 32 random bytes.
-    pub fn from_bytes(raw: &[u8; 32]) -> SubId {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut out = [0u8; 64];
-        for (pair, b) in out.chunks_exact_mut(2).zip(raw) {
-            pair[0] = HEX[usize::from(b >> 4)];
-            pair[1] = HEX[usize::from(b & 15)];
-        }
-        SubId(out)
-    }
-
-    /// The 64-character lowercase hex form.
-    pub fn hex(&self) -> &[u8; 64] {
-        &self.0
-    }
-
-    /// Parses the hex form (any case); `None` when it is not 64 hex characters.
-    pub fn from_hex(s: &str) -> Option<SubId> {
-        let s = s.as_bytes();
-        if s.len() != 64 || !s.iter().all(u8::is_ascii_hexdigit) {
-            return None;
-        }
-        let mut out = [0u8; 64];
-        for (o, c) in out.iter_mut().zip(s) {
-            *o = c.to_ascii_lowercase();
-        }
-        Some(SubId(out))
-    }
-}
-
-/// Pushes a worker lets its input queue up in one round before it stops reading, delivers
-/// and flushes: at least [`FANOUT_MIN`], and [`FANOUT_PER_CONN`] per open connection, so that
-/// a round gives each connection a few pushes to write at once (one publish to 10,000
-/// subscribers is 10,000 pushes). Without a bound, one read of a few hundred publishes to a
-/// big topic meant millions of queued pushes, gigabytes of buffers and seconds without a
-/// write; with a bound too small, every round writes one push per connection and the
-/// syscalls per delivery multiply (measured: 500k -> 157k deliveries/s for 1 -> 10,000 at
-/// a bound of 32k).
-pub const FANOUT_MIN: usize = 64 * 1024;
-
-/// See [`FANOUT_MIN`]. Each write costs a connection a syscall, so the more pushes a round
-/// gives each connection, the fewer writes per delivery: measured for 1 -> 10,000 at
-/// saturation (one worker, EPYC VM), 16 per connection 1.39-1.43M deliveries/s, 32
-/// 1.55-1.68M, 64 1.79-1.95M. A big topic's pushes hold their body by reference
-/// (`outbuf::fanout_share_min`), so a round of 64 per connection takes ~190 bytes per push
-/// (peak RSS in that overload 269 -> 368 MB); with 700-byte copies, 128 per connection was
-/// already slower than 64.
-pub const FANOUT_PER_CONN: usize = 64;
-
-/// Messages a worker's cache makes room for at start, for a budget of `bytes`: as many as
-/// the budget can ever hold (each costs at least [`cache::ENTRY_OVERHEAD`] plus
-/// [`MIN_CACHED_DATA`]), so that no table of the cache ever grows while serving. A table
-/// growing past a million entries copied or rehashed it all at once: measured, `pairs` at
-/// 20,000/s right after a saturating run had taken the cache past the earlier presize of one
-/// message per KiB: p99 94 ms, max 143 ms, against p99 1.2-1.6 ms in the runs after it.
-/// The cost is address space, not memory: the slab and the expiry heaps are reserved, not
-/// touched, and all fill from their start (the dedup filter, which would be touched at
-/// random, is per topic: see `Home::hashes`). Measured at start, 1 GiB budget, one worker:
-/// RSS 57 MB with the old presize (its global dedup map), 51 MB with this one.
-///
-/// Under strict overcommit (`vm.overcommit_memory=2`) reserved address space counts against
-/// the commit limit (about 1.4 GB per GiB of budget here), and a failed reservation aborts
-/// the process at start: there, the room is one message per KiB of budget, at most a
-/// million, and the tables may grow (stalling the worker once per doubling) beyond it.
-fn cache_presize(bytes: usize, strict_overcommit: bool) -> usize {
-    if strict_overcommit {
-        (bytes / 1024).min(1 << 20)
-    } else {
-        bytes / (cache::ENTRY_OVERHEAD + MIN_CACHED_DATA)
-    }
-}
-
-/// The kernel refuses to overcommit memory (`vm.overcommit_memory` is 2).
-fn strict_overcommit() -> bool {
-    std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|s| s.trim() == "2")
-}
-
-/// A floor on the bytes of a cached message's data: `{"topic":"","message":""}` is 26.
-const MIN_CACHED_DATA: usize = 16;
-
-/// A message from one worker to another.
-#[derive(Debug)]
-pub enum CoreMsg {
-    /// To the home: store and fan out a publish.
-    Publish {
-        /// Topic.
-        topic: Arc<str>,
-        /// Encoded `{"topic":..,"message":..}`.
-        data: Bytes,
-        /// Content hash of `data`.
-        hash: u64,
-        /// Seconds to cache.
-        ttl: u32,
-        /// Push notifications wanted.
-        prompt: bool,
-        /// Publisher.
-        origin: Origin,
-    },
-    /// To the home: worker `core` has a new subscription; reply with a [`CoreMsg::Replay`].
-    Subscribe {
-        /// Topic.
-        topic: Arc<str>,
-        /// The subscribing worker.
-        core: u16,
-        /// The subscription's connection (slab key) on that worker.
-        conn_key: usize,
-        /// The connection's uid.
-        conn_uid: u64,
-        /// Which subscribe this answers (a connection may resubscribe before a replay lands).
-        serial: u64,
-    },
-    /// To the home: worker `core` has no subscriptions left on the topic.
-    Unsubscribed {
-        /// Topic.
-        topic: Arc<str>,
-        /// The worker.
-        core: u16,
-    },
-    /// To a subscriber worker: deliver to the topic's active local subscriptions.
-    Deliver {
-        /// Topic.
-        topic: Arc<str>,
-        /// Encoded data object.
-        data: Bytes,
-        /// Publisher (not delivered back to it).
-        origin: Origin,
-    },
-    /// To a subscriber worker: the cache snapshot for one pending subscription.
-    Replay {
-        /// Topic.
-        topic: Arc<str>,
-        /// Connection slab key.
-        conn_key: usize,
-        /// Connection uid.
-        conn_uid: u64,
-        /// The subscribe this answers.
-        serial: u64,
-        /// Cached messages, oldest first.
-        messages: Vec<Bytes>,
-    },
-    /// To the home: register a webhook (answered with [`CoreMsg::WebhookAdded`]).
-    AddWebhook {
-        /// Topic.
-        topic: Arc<str>,
-        /// Webhook address.
-        url: Arc<str>,
-        /// Where to send the answer: (worker, connection key, connection uid).
-        reply_to: (u16, usize, u64),
-    },
-    /// To the registering worker: the outcome of an [`CoreMsg::AddWebhook`].
-    WebhookAdded {
-        /// Connection slab key.
-        conn_key: usize,
-        /// Connection uid.
-        conn_uid: u64,
-        /// `Err(status, message)` when refused.
-        result: Result<(), (u16, &'static str)>,
-    },
-    /// To the home: forget a webhook that has failed for too long.
-    RemoveWebhook {
-        /// Topic.
-        topic: Arc<str>,
-        /// Webhook address.
-        url: Arc<str>,
-    },
-    /// Stop: close every connection and exit.
-    Shutdown,
-}
-
-impl CoreMsg {
-    /// Data messages may be dropped under overload; control messages are kept longer.
-    fn is_data(&self) -> bool {
-        matches!(self, CoreMsg::Publish { .. } | CoreMsg::Deliver { .. })
-    }
-}
-
-/// One worker's inbox: a bounded queue of message batches and the waker of its poll loop.
-#[derive(Debug)]
-pub struct Mailbox {
-    tx: Sender<Vec<CoreMsg>>,
-    waker: mio::Waker,
-    /// Set by the owner just before it may block in `poll`; a sender that finds it set
-    /// clears it and wakes the owner.
-    pub sleeping: AtomicBool,
-}
-
-/// Every worker's mailbox, shared by all workers.
-#[derive(Debug)]
-pub struct Mailboxes {
-    boxes: Vec<Mailbox>,
-}
-
-impl Mailboxes {
-    /// Builds mailboxes for workers whose wakers are given; returns the receivers in the
-    /// same order. `batches` bounds each queue.
-    pub fn new(
-        wakers: Vec<mio::Waker>,
-        batches: usize,
-    ) -> (Arc<Mailboxes>, Vec<Receiver<Vec<CoreMsg>>>) {
-        let mut boxes = Vec::new();
-        let mut rxs = Vec::new();
-        for waker in wakers {
-            let (tx, rx) = crossbeam_channel::bounded(batches);
-            boxes.push(Mailbox {
-                tx,
-                waker,
-                sleeping: AtomicBool::new(false),
-            });
-            rxs.push(rx);
-        }
-        (Arc::new(Mailboxes { boxes }), rxs)
-    }
-
-    /// Number of workers.
-    pub fn len(&self) -> usize {
-        self.boxes.len()
-    }
-
-    /// No workers.
-    pub fn is_empty(&self) -> bool {
-        self.boxes.is_empty()
-    }
-
-    /// Sends a batch without blocking; gives it back when the queue is full.
-    pub fn try_send(&self, to: usize, batch: Vec<CoreMsg>) -> Result<(), Vec<CoreMsg>> {
-        let mb = &self.boxes[to];
-        match mb.tx.try_send(batch) {
-            Ok(()) => {
-                if mb.sleeping.swap(false, Ordering::SeqCst) {
-                    let _ = mb.waker.wake();
-                }
-                Ok(())
-            }
-            Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => Err(b),
-        }
-    }
-
-    /// Sends one message from outside any worker (signal handler thread, webhook pool),
-    /// retrying briefly when the queue is full.
-    pub fn send_external(&self, to: usize, msg: CoreMsg) {
-        let mut batch = vec![msg];
-        for _ in 0..1000 {
-            match self.try_send(to, batch) {
-                Ok(()) => return,
-                Err(b) => batch = b,
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        log::warn!("worker {to} inbox full; a control message was dropped");
-    }
-
-    /// Sets or clears worker `who`'s sleeping flag (only `who` itself calls this).
-    pub fn set_sleeping(&self, who: usize, v: bool) {
-        self.boxes[who].sleeping.store(v, Ordering::SeqCst);
-    }
-}
-
-/// Which worker is home of a topic. Shared by all workers (same keys), random per process.
-#[derive(Debug, Clone)]
-pub struct Homes {
-    hasher: ahash::RandomState,
-    /// Content hashes: foldhash, measured 2.2x faster than ahash on a 600-byte message
-    /// without AES instructions enabled at build time (49 vs 109 ns); a collision only costs
-    /// a byte comparison in the dedup check.
-    content: foldhash::quality::SeedableRandomState,
-    workers: usize,
-}
-
-impl Homes {
-    /// A random placement over `workers` workers.
-    pub fn new(workers: usize, seeds: [u64; 4]) -> Homes {
-        Homes {
-            hasher: ahash::RandomState::with_seeds(seeds[0], seeds[1], seeds[2], seeds[3]),
-            content: foldhash::quality::SeedableRandomState::with_seed(
-                seeds[0] ^ seeds[3].rotate_left(17),
-                foldhash::SharedSeed::global_random(),
-            ),
-            workers: workers.max(1),
-        }
-    }
-    /// The home worker of `topic`.
-    pub fn of(&self, topic: &str) -> usize {
-        (self.hasher.hash_one(topic) % self.workers as u64) as usize
-    }
-    /// The content hash of a message's encoded data (same on every worker).
-    pub fn content_hash(&self, data: &[u8]) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.content, data)
-    }
-}
-
-/// A subscription held by one of this worker's connections.
-#[derive(Debug, Clone)]
-pub struct LocalSub {
-    /// Connection slab key.
-    pub conn_key: usize,
-    /// Connection uid (guards against reused keys).
-    pub conn_uid: u64,
-    /// Subscription id.
-    pub id: SubId,
-    /// 0 when active; otherwise the serial of the replay it waits for.
-    pub pending: u64,
-}
-
-/// Home-side state of a topic (present on its home worker only).
-#[derive(Debug, Default)]
-struct Home {
-    /// Other workers holding subscribers.
-    cores: Vec<u16>,
-    /// Cached message keys, oldest first.
-    cache: VecDeque<usize>,
-    /// Content hash -> how many of `cache` have it: a publish whose hash is absent is new
-    /// without reading any cached message; a present one is compared byte for byte.
-    hashes: HashMap<u64, u32, foldhash::fast::RandomState>,
-    /// Webhook addresses.
-    webhooks: Vec<Arc<str>>,
-}
-
-impl Home {
-    fn is_empty(&self) -> bool {
-        self.cores.is_empty() && self.cache.is_empty() && self.webhooks.is_empty()
-    }
-
-    /// Records a cached message's hash.
-    fn note(&mut self, hash: u64) {
-        *self.hashes.entry(hash).or_insert(0) += 1;
-    }
-
-    /// Forgets a removed message's hash (the map's memory goes with its last entry).
-    fn forget(&mut self, hash: u64) {
-        if let Some(c) = self.hashes.get_mut(&hash) {
-            *c -= 1;
-            if *c == 0 {
-                self.hashes.remove(&hash);
-                if self.hashes.is_empty() {
-                    self.hashes = HashMap::default();
-                }
-            }
-        }
-    }
-}
-
-/// A topic as seen by one worker.
-#[derive(Debug)]
-pub struct Topic {
-    /// The topic string.
-    pub name: Arc<str>,
-    /// This worker's subscriptions to it.
-    pub subs: Vec<LocalSub>,
-    home: Option<Box<Home>>,
-}
-
-/// A delivery for the worker to carry out on its connections.
-#[derive(Debug)]
-pub enum Delivery {
-    /// A live message for every active subscription of the topic except the publisher's.
+pub enum PushKind {
+    /// A live message; its body is queued by reference from `share_min` bytes (see
+    /// `outbuf::fanout_share_min`) and it counts against the outbound limit.
     Live {
-        /// Topic slot.
-        slot: u32,
-        /// Encoded data object.
-        data: Bytes,
-        /// Publisher's connection uid if it is on this worker, else 0.
-        exclude_uid: u64,
+        /// Smallest body queued by reference.
+        share_min: usize,
     },
-    /// The cache snapshot that activates one pending subscription.
-    Replay {
-        /// Topic slot.
+    /// History: cached data, queued by reference, not counted as falling behind.
+    Replay,
+}
+
+/// What a ticket of this worker waits for.
+#[derive(Debug)]
+enum Waiter {
+    /// A connection's `waku_publish`.
+    Publish { conn: ConnRef, answer: u64 },
+    /// A read of the topic for the subscriptions syncing on this ticket.
+    Read { topic: Arc<str> },
+    /// A connection's `POST /subscribe`.
+    Webhook { conn: ConnRef },
+}
+
+/// A delivery decided and not yet carried out.
+#[derive(Debug)]
+enum Delivery {
+    Live {
         slot: u32,
-        /// Connection slab key.
-        conn_key: usize,
-        /// Connection uid.
-        conn_uid: u64,
-        /// The subscribe it answers.
-        serial: u64,
-        /// Messages, oldest first.
-        messages: Vec<Bytes>,
+        topic: Arc<str>,
+        msg: Message,
     },
-    /// Answer to a deferred `POST /subscribe`.
+    History {
+        topic: Arc<str>,
+        ticket: Ticket,
+        result: Result<engine::History, RelayError>,
+    },
+    Answer {
+        conn: ConnRef,
+        answer: u64,
+        result: Result<(), RelayError>,
+    },
     WebhookAnswer {
-        /// Connection slab key.
-        conn_key: usize,
-        /// Connection uid.
-        conn_uid: u64,
-        /// Outcome.
-        result: Result<(), (u16, &'static str)>,
+        conn: ConnRef,
+        result: Result<(), RelayError>,
+    },
+    Resync {
+        topic: Arc<str>,
     },
 }
 
-/// The outcome of registering a webhook from a connection of this worker.
-#[derive(Debug, PartialEq, Eq)]
-pub enum WebhookRegistration {
-    /// Decided now.
-    Done(Result<(), (u16, &'static str)>),
-    /// Sent to the home worker; a [`Delivery::WebhookAnswer`] will follow.
-    Deferred,
+/// A read to ask again (its store failed): the topic, and when.
+#[derive(Debug)]
+struct Retry {
+    topic: Arc<str>,
+    ticket: Ticket,
+    at: u64,
 }
+
+/// Milliseconds before a read that failed is asked again.
+const READ_RETRY_MS: u64 = 1000;
 
 /// One worker's share of the relay.
 pub struct Relay {
     me: u16,
-    homes: Homes,
-    mailboxes: Arc<Mailboxes>,
-    topics: Slab<Topic>,
-    index: HashMap<Arc<str>, u32, ahash::RandomState>,
-    cache: Cache,
-    /// Outgoing batches per destination worker, sent at the end of each loop iteration.
-    outbox: Vec<Vec<CoreMsg>>,
-    /// Deliveries decided since the worker last drained them.
-    pub deliveries: Vec<Delivery>,
-    /// Pushes the queued `deliveries` will make (subscribers of each live message, messages
-    /// of each replay): input processing pauses once it reaches `fanout_budget`.
-    pub pending_pushes: usize,
-    /// This round's bound on `pending_pushes` (see [`FANOUT_MIN`]), set by the worker.
-    pub fanout_budget: usize,
-    next_serial: u64,
+    /// This process (see `Origin`).
+    node: u64,
+    subs: Subscriptions,
+    engine: Box<dyn Engine>,
+    /// What the engine said and the relay has not looked at yet.
+    events: Vec<Event>,
+    /// What each ticket waits for.
+    waiters: Slab<Waiter>,
+    /// Deliveries decided since the worker last carried them out.
+    queue: Vec<Delivery>,
+    /// Pushes the queued deliveries will make: input processing pauses once this reaches
+    /// the round's budget (`Limits::fanout_min`).
+    pending_pushes: usize,
+    fanout_budget: usize,
+    retries: Vec<Retry>,
     limits: Limits,
-    cache_budget: usize,
-    metrics: Arc<crate::metrics::Metrics>,
-    webhooks: WebhookPool,
-    webhook_count: Arc<std::sync::atomic::AtomicUsize>,
+    metrics: Arc<Metrics>,
 }
 
 impl Relay {
-    /// The queued deliveries have reached this round's budget (see [`FANOUT_MIN`]): deliver
-    /// and flush before processing more input.
+    /// The relay share of worker `me` of process `node`, over `engine`.
+    pub fn new(
+        me: usize,
+        node: u64,
+        engine: Box<dyn Engine>,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+    ) -> Relay {
+        Relay {
+            me: me as u16,
+            node,
+            subs: Subscriptions::default(),
+            engine,
+            events: Vec::new(),
+            waiters: Slab::new(),
+            queue: Vec::new(),
+            pending_pushes: 0,
+            fanout_budget: limits.fanout_min,
+            retries: Vec::new(),
+            limits,
+            metrics,
+        }
+    }
+
+    fn m(&self) -> &CoreMetrics {
+        &self.metrics.cores[usize::from(self.me)]
+    }
+
+    /// The origin of what connection `uid` of this worker publishes.
+    pub fn origin_of(&self, uid: u64) -> Origin {
+        Subscriptions::owner(self.node, self.me, uid)
+    }
+
+    /// The name of the topic in `slot` (a slot a connection's subscription refers to).
+    pub fn topic_name(&self, slot: u32) -> Option<&Arc<str>> {
+        self.subs.get(slot).map(|t| &t.name)
+    }
+
+    /// The queued deliveries have reached this round's budget: deliver and flush before
+    /// processing more input.
     pub fn over_fanout_budget(&self) -> bool {
         self.pending_pushes >= self.fanout_budget
     }
 
     /// Sets the round's fan-out budget for a worker holding `connections`.
     pub fn set_fanout_budget(&mut self, connections: usize) {
-        self.fanout_budget = connections.saturating_mul(FANOUT_PER_CONN).max(FANOUT_MIN);
+        self.fanout_budget = connections
+            .saturating_mul(self.limits.fanout_per_conn)
+            .max(self.limits.fanout_min);
     }
 
-    /// The relay share of worker `me`.
-    pub fn new(
-        me: usize,
-        homes: Homes,
-        mailboxes: Arc<Mailboxes>,
-        limits: Limits,
-        metrics: Arc<crate::metrics::Metrics>,
-        webhooks: WebhookPool,
-        webhook_count: Arc<std::sync::atomic::AtomicUsize>,
-    ) -> Relay {
-        let n = mailboxes.len();
-        let strict = strict_overcommit();
-        let presize = cache_presize(limits.max_cache_bytes / n.max(1), strict);
-        if strict && me == 0 {
-            log::info!(
-                "vm.overcommit_memory=2: each worker's message cache reserves room for \
-                 {presize} messages, not its budget's maximum; its tables grow past that"
-            );
-        }
-        Relay {
-            me: me as u16,
-            homes,
-            mailboxes,
-            topics: Slab::new(),
-            index: HashMap::default(),
-            cache: Cache::with_capacity(presize),
-            outbox: (0..n).map(|_| Vec::new()).collect(),
-            deliveries: Vec::new(),
-            pending_pushes: 0,
-            fanout_budget: FANOUT_MIN,
-            next_serial: 1,
-            cache_budget: (limits.max_cache_bytes / n.max(1)).max(1),
-            limits,
-            metrics,
-            webhooks,
-            webhook_count,
-        }
-    }
-
-    fn m(&self) -> &CoreMetrics {
-        &self.metrics.cores[self.me as usize]
-    }
-
-    /// The topic in `slot`.
-    pub fn topic(&self, slot: u32) -> Option<&Topic> {
-        self.topics.get(slot as usize)
-    }
-
-    /// The home worker of `topic`.
-    pub fn home_of(&self, topic: &str) -> usize {
-        self.homes.of(topic)
-    }
-
-    fn slot_of(&mut self, topic: &str) -> u32 {
-        if let Some(&s) = self.index.get(topic) {
-            return s;
-        }
-        let name: Arc<str> = Arc::from(topic);
-        let home = (self.homes.of(topic) == self.me as usize).then(Box::<Home>::default);
-        if home.is_some() {
-            self.m().topics.inc();
-        }
-        let slot = self.topics.insert(Topic {
-            name: name.clone(),
-            subs: Vec::new(),
-            home,
-        }) as u32;
-        self.index.insert(name, slot);
-        slot
-    }
-
-    /// Frees the slot when nothing refers to it any more.
-    fn gc(&mut self, slot: u32) {
-        let Some(t) = self.topics.get(slot as usize) else {
-            return;
+    /// Adds a subscription of a local connection; its history follows as pushes, then the
+    /// live messages. Returns the topic's slot.
+    pub fn subscribe(&mut self, conn: ConnRef, topic: &str, id: SubId) -> u32 {
+        let owner = self.origin_of(conn.uid);
+        let entry = self.waiters.vacant_entry();
+        let ticket = entry.key() as Ticket;
+        let follow = Follow {
+            state: SubState::Syncing {
+                ticket,
+                from: Position::ZERO,
+            },
+            owner,
         };
-        if t.subs.is_empty() && t.home.as_ref().is_none_or(|h| h.is_empty()) {
-            let t = self.topics.remove(slot as usize);
-            self.index.remove(&t.name);
-            if t.home.is_some() {
-                self.m().topics.sub(1);
-            }
-        }
-    }
-
-    fn send(&mut self, to: usize, msg: CoreMsg) {
-        self.outbox[to].push(msg);
-    }
-
-    /// Adds a subscription of a local connection. It starts pending; its replay follows as
-    /// a [`Delivery::Replay`]. Returns the topic slot.
-    pub fn subscribe(&mut self, conn_key: usize, conn_uid: u64, topic: &str, id: SubId) -> u32 {
-        let slot = self.slot_of(topic);
-        let serial = self.next_serial;
-        self.next_serial += 1;
-        let t = &mut self.topics[slot as usize];
-        t.subs.push(LocalSub {
-            conn_key,
-            conn_uid,
-            id,
-            pending: serial,
-        });
-        self.m().subscriptions.inc();
-        let home = self.homes.of(topic);
-        if home == self.me as usize {
-            let messages = self.snapshot(slot, (self.me, conn_uid));
-            self.pending_pushes += messages.len();
-            self.deliveries.push(Delivery::Replay {
-                slot,
-                conn_key,
-                conn_uid,
-                serial,
-                messages,
-            });
-        } else {
-            let name = self.topics[slot as usize].name.clone();
-            let core = self.me;
-            self.send(
-                home,
-                CoreMsg::Subscribe {
-                    topic: name,
-                    core,
-                    conn_key,
-                    conn_uid,
-                    serial,
-                },
-            );
-        }
-        slot
-    }
-
-    /// Cached messages of a home topic, oldest first, except those `exclude` published.
-    fn snapshot(&self, slot: u32, exclude: Origin) -> Vec<Bytes> {
-        let Some(h) = self.topics.get(slot as usize).and_then(|t| t.home.as_ref()) else {
-            return Vec::new();
-        };
-        h.cache
-            .iter()
-            .filter_map(|&k| self.cache.get(k))
-            .filter(|m| m.origin != exclude)
-            .map(|m| m.data.clone())
-            .collect()
-    }
-
-    /// Marks a pending subscription active if `serial` is the replay it waits for.
-    pub fn activate(&mut self, slot: u32, conn_key: usize, conn_uid: u64, serial: u64) -> bool {
-        let Some(t) = self.topics.get_mut(slot as usize) else {
-            return false;
-        };
-        match t
+        let (slot, first) = self.subs.add(topic, LocalSub { conn, id, follow });
+        let name = self
             .subs
-            .iter_mut()
-            .find(|s| s.conn_key == conn_key && s.conn_uid == conn_uid)
-        {
-            Some(s) if s.pending == serial => {
-                s.pending = 0;
-                true
-            }
-            _ => false,
+            .get(slot)
+            .map_or_else(|| Arc::from(topic), |t| t.name.clone());
+        entry.insert(Waiter::Read {
+            topic: name.clone(),
+        });
+        if first {
+            self.engine.watch(&name, &mut self.events);
         }
+        self.engine
+            .read(&name, Position::ZERO, ticket, &mut self.events);
+        self.m().subscriptions.inc();
+        self.absorb();
+        slot
     }
 
     /// Removes a local connection's subscription on `slot`.
-    pub fn unsubscribe(&mut self, slot: u32, conn_key: usize, conn_uid: u64) {
-        let Some(t) = self.topics.get_mut(slot as usize) else {
-            return;
-        };
-        let before = t.subs.len();
-        t.subs
-            .retain(|s| !(s.conn_key == conn_key && s.conn_uid == conn_uid));
-        if t.subs.len() == before {
-            return;
+    pub fn unsubscribe(&mut self, slot: u32, conn: ConnRef) {
+        match self.subs.remove(slot, conn) {
+            Removed::NotFound => return,
+            Removed::Kept => {}
+            Removed::Last(name) => self.engine.unwatch(&name, &mut self.events),
         }
-        self.metrics.cores[self.me as usize].subscriptions.sub(1);
-        if t.subs.is_empty() {
-            let home = self.homes.of(&t.name);
-            if home != self.me as usize {
-                let name = t.name.clone();
-                let core = self.me;
-                self.send(home, CoreMsg::Unsubscribed { topic: name, core });
-            }
-        }
-        self.gc(slot);
+        self.m().subscriptions.sub(1);
+        self.absorb();
     }
 
-    /// Publishes from a local connection. `data` is the encoded data object.
-    pub fn publish(&mut self, topic: &str, data: Bytes, ttl: u32, prompt: bool, conn_uid: u64) {
-        self.m().published.inc();
-        let hash = self.homes.content_hash(&data);
-        let origin = (self.me, conn_uid);
-        let home = self.homes.of(topic);
-        if home == self.me as usize {
-            self.store_and_fan_out(topic, data, hash, ttl, prompt, origin);
-        } else {
-            let topic: Arc<str> = match self.index.get_key_value(topic) {
-                Some((k, _)) => k.clone(),
-                None => Arc::from(topic),
-            };
-            self.send(
-                home,
-                CoreMsg::Publish {
-                    topic,
-                    data,
-                    hash,
-                    ttl,
-                    prompt,
-                    origin,
-                },
-            );
-        }
-    }
-
-    /// Home side of a publish: dedup, cache, fan out, push notifications.
-    fn store_and_fan_out(
+    /// Publishes `data` (the encoded `{"topic":..,"message":..}`) from a local connection,
+    /// whose `answer`-th reply waits for the outcome when it is not known at once.
+    pub fn publish(
         &mut self,
+        conn: ConnRef,
+        answer: u64,
         topic: &str,
         data: Bytes,
-        hash: u64,
         ttl: u32,
         prompt: bool,
-        origin: Origin,
-    ) {
-        let slot = self.slot_of(topic);
-        // A hash the topic's filter has never seen is new without reading any message.
-        let dup = self.topics[slot as usize].home.as_ref().is_some_and(|h| {
-            h.hashes.contains_key(&hash)
-                && h.cache.iter().any(|&k| {
-                    self.cache
-                        .get(k)
-                        .is_some_and(|m| m.hash == hash && m.data == data)
-                })
-        });
-        if dup {
-            self.m().drop(DropReason::Duplicate, 1);
-            self.gc(slot);
-            return;
-        }
-        let now = crate::clock::now_ms();
-        let key = self.cache.insert(
-            slot,
-            hash,
-            data.clone(),
-            now + u64::from(ttl) * 1000,
-            origin,
-        );
-        self.m().stored.inc();
-        self.m().cached_messages.inc();
-        let mut webhooks = Vec::new();
-        {
-            let t = &mut self.topics[slot as usize];
-            let Some(h) = t.home.as_mut() else { return };
-            h.cache.push_back(key);
-            h.note(hash);
-            if prompt {
-                webhooks.clone_from(&h.webhooks);
-            }
-        }
-        // Per-topic cap: evict this topic's oldest.
-        loop {
-            let over = self.topics[slot as usize]
-                .home
-                .as_ref()
-                .is_some_and(|h| h.cache.len() > self.limits.max_cached_per_topic);
-            if !over {
-                break;
-            }
-            let Some(h) = self.topics[slot as usize].home.as_mut() else {
-                break;
-            };
-            let Some(old) = h.cache.pop_front() else {
-                break;
-            };
-            if let Some(m) = self.cache.remove(old) {
-                h.forget(m.hash);
-            }
-            self.m().cached_messages.sub(1);
-            self.m().drop(DropReason::TopicCacheFull, 1);
-        }
-        self.enforce_budget();
-        self.m().cached_bytes.set(self.cache.bytes() as u64);
-        // The budget may have evicted everything of this topic, even the topic itself.
-        let Some(t) = self.topics.get(slot as usize) else {
-            return;
+    ) -> Done<Result<(), RelayError>> {
+        self.m().published.inc();
+        let topic = self.subs.name(topic).unwrap_or_else(|| Arc::from(topic));
+        let req = PublishReq {
+            topic,
+            data,
+            ttl,
+            prompt,
+            origin: self.origin_of(conn.uid),
         };
-        // Fan out: this worker's own subscribers, then every other worker holding some.
-        let exclude_uid = if origin.0 == self.me { origin.1 } else { 0 };
-        if !t.subs.is_empty() {
-            self.pending_pushes += t.subs.len();
-            self.deliveries.push(Delivery::Live {
-                slot,
-                data: data.clone(),
-                exclude_uid,
-            });
-        }
-        if let Some(h) = t.home.as_ref() {
-            for &c in &h.cores {
-                let msg = CoreMsg::Deliver {
-                    topic: t.name.clone(),
-                    data: data.clone(),
-                    origin,
-                };
-                self.outbox[c as usize].push(msg);
+        let ticket = self.waiters.insert(Waiter::Publish { conn, answer }) as Ticket;
+        let done = self.engine.publish(req, ticket, &mut self.events);
+        let done = match done {
+            Done::Now(r) => {
+                self.waiters.remove(ticket as usize);
+                Done::Now(r.map(|_| ()))
             }
-        }
-        let name = t.name.clone();
-        for url in webhooks {
-            self.webhooks.submit(WebhookCall {
-                topic: name.clone(),
-                url,
-            });
-        }
-    }
-
-    /// Evicts the oldest messages of this worker until the cache fits its byte budget.
-    fn enforce_budget(&mut self) {
-        while self.cache.bytes() > self.cache_budget {
-            let Some(k) = self.cache.oldest() else { break };
-            self.evict(k, DropReason::CacheBytes);
-        }
-    }
-
-    fn evict(&mut self, key: usize, why: DropReason) {
-        let Some(m) = self.cache.remove(key) else {
-            return;
+            Done::Later => Done::Later,
         };
-        self.m().cached_messages.sub(1);
-        self.m().drop(why, 1);
-        if let Some(h) = self
-            .topics
-            .get_mut(m.topic as usize)
-            .and_then(|t| t.home.as_mut())
-        {
-            if h.cache.front() == Some(&key) {
-                h.cache.pop_front();
-            } else if let Some(pos) = h.cache.iter().position(|&k| k == key) {
-                h.cache.remove(pos);
-            }
-            h.forget(m.hash);
-        }
-        self.gc(m.topic);
+        self.absorb();
+        done
     }
 
-    /// Removes expired messages (cost proportional to what expires).
-    pub fn sweep(&mut self, now: u64) {
-        let mut n = 0;
-        while let Some(k) = self.cache.next_expired(now) {
-            self.evict(k, DropReason::Expired);
-            n += 1;
-        }
-        if n > 0 {
-            self.m().cached_bytes.set(self.cache.bytes() as u64);
-        }
-    }
-
-    /// Registers a webhook for a topic from a local connection (`reply_to` = its key, uid).
+    /// Registers a webhook for a local connection's `POST /subscribe`.
     pub fn add_webhook(
         &mut self,
+        conn: ConnRef,
         topic: &str,
         url: &str,
-        reply_to: (usize, u64),
-    ) -> WebhookRegistration {
-        let home = self.homes.of(topic);
-        if home == self.me as usize {
-            WebhookRegistration::Done(self.add_webhook_home(topic, Arc::from(url)))
-        } else {
-            let msg = CoreMsg::AddWebhook {
-                topic: Arc::from(topic),
-                url: Arc::from(url),
-                reply_to: (self.me, reply_to.0, reply_to.1),
-            };
-            self.send(home, msg);
-            WebhookRegistration::Deferred
+    ) -> Done<Result<(), RelayError>> {
+        let topic: Arc<str> = Arc::from(topic);
+        let ticket = self.waiters.insert(Waiter::Webhook { conn }) as Ticket;
+        let done = self
+            .engine
+            .add_webhook(&topic, Arc::from(url), ticket, &mut self.events);
+        if let Done::Now(_) = done {
+            self.waiters.remove(ticket as usize);
         }
+        self.absorb();
+        done
     }
 
-    fn add_webhook_home(&mut self, topic: &str, url: Arc<str>) -> Result<(), (u16, &'static str)> {
-        let slot = self.slot_of(topic);
-        let per_topic = self.limits.max_webhooks_per_topic;
-        let global = self.limits.max_webhooks;
-        let count = self.webhook_count.clone();
-        let res = {
-            let Some(h) = self.topics[slot as usize].home.as_mut() else {
-                return Err((500, "topic is not homed here"));
-            };
-            if h.webhooks.iter().any(|u| **u == *url) {
-                Ok(())
-            } else if h.webhooks.len() >= per_topic {
-                Err((400, "Too many webhooks for this topic"))
-            } else if count.fetch_add(1, Ordering::Relaxed) >= global {
-                count.fetch_sub(1, Ordering::Relaxed);
-                Err((429, "Too many webhook registrations"))
-            } else {
-                h.webhooks.push(url);
-                Ok(())
-            }
-        };
-        self.gc(slot);
-        res
-    }
-
-    fn remove_webhook_home(&mut self, topic: &str, url: &str) {
-        let Some(&slot) = self.index.get(topic) else {
-            return;
-        };
-        if let Some(h) = self.topics[slot as usize].home.as_mut() {
-            let before = h.webhooks.len();
-            h.webhooks.retain(|u| &**u != url);
-            if h.webhooks.len() < before {
-                self.webhook_count.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        self.gc(slot);
-    }
-
-    /// Handles a batch from another worker. Returns `true` when it holds a shutdown order.
+    /// Handles a batch from the mailbox. Returns `true` when it holds a shutdown order.
     pub fn on_batch(&mut self, batch: Vec<CoreMsg>) -> bool {
         let mut shutdown = false;
         self.m().core_messages_in.add(batch.len() as u64);
         for msg in batch {
             match msg {
-                CoreMsg::Publish {
-                    topic,
-                    data,
-                    hash,
-                    ttl,
-                    prompt,
-                    origin,
-                } => {
-                    self.store_and_fan_out(&topic, data, hash, ttl, prompt, origin);
-                }
-                CoreMsg::Subscribe {
-                    topic,
-                    core,
-                    conn_key,
-                    conn_uid,
-                    serial,
-                } => {
-                    let slot = self.slot_of(&topic);
-                    if let Some(h) = self.topics[slot as usize].home.as_mut() {
-                        if !h.cores.contains(&core) {
-                            h.cores.push(core);
-                        }
-                    }
-                    let messages = self.snapshot(slot, (core, conn_uid));
-                    let name = self.topics[slot as usize].name.clone();
-                    self.send(
-                        core as usize,
-                        CoreMsg::Replay {
-                            topic: name,
-                            conn_key,
-                            conn_uid,
-                            serial,
-                            messages,
-                        },
-                    );
-                }
-                CoreMsg::Unsubscribed { topic, core } => {
-                    if let Some(&slot) = self.index.get(&*topic) {
-                        if let Some(h) = self.topics[slot as usize].home.as_mut() {
-                            h.cores.retain(|&c| c != core);
-                        }
-                        self.gc(slot);
-                    }
-                }
-                CoreMsg::Deliver {
-                    topic,
-                    data,
-                    origin,
-                } => {
-                    if let Some(&slot) = self.index.get(&*topic) {
-                        let exclude_uid = if origin.0 == self.me { origin.1 } else { 0 };
-                        let subs = self.topics.get(slot as usize).map_or(0, |t| t.subs.len());
-                        self.pending_pushes += subs;
-                        // Connections queue a big fan-out's body by reference (a reference
-                        // count bumped per subscriber): on the home worker's copy, that
-                        // count's cache line would bounce between cores, so such a topic
-                        // gets this worker's own copy, once.
-                        let shared = crate::outbuf::fanout_shares_body(subs, data.len());
-                        let data = if subs > 1 && shared {
-                            Bytes::copy_from_slice(&data)
-                        } else {
-                            data
-                        };
-                        self.deliveries.push(Delivery::Live {
-                            slot,
-                            data,
-                            exclude_uid,
-                        });
-                    }
-                }
-                CoreMsg::Replay {
-                    topic,
-                    conn_key,
-                    conn_uid,
-                    serial,
-                    messages,
-                } => {
-                    if let Some(&slot) = self.index.get(&*topic) {
-                        self.pending_pushes += messages.len();
-                        self.deliveries.push(Delivery::Replay {
-                            slot,
-                            conn_key,
-                            conn_uid,
-                            serial,
-                            messages,
-                        });
-                    }
-                }
-                CoreMsg::AddWebhook {
-                    topic,
-                    url,
-                    reply_to,
-                } => {
-                    let result = self.add_webhook_home(&topic, url);
-                    let (core, conn_key, conn_uid) = reply_to;
-                    self.send(
-                        core as usize,
-                        CoreMsg::WebhookAdded {
-                            conn_key,
-                            conn_uid,
-                            result,
-                        },
-                    );
-                }
-                CoreMsg::WebhookAdded {
-                    conn_key,
-                    conn_uid,
-                    result,
-                } => {
-                    self.deliveries.push(Delivery::WebhookAnswer {
-                        conn_key,
-                        conn_uid,
-                        result,
-                    });
-                }
-                CoreMsg::RemoveWebhook { topic, url } => self.remove_webhook_home(&topic, &url),
+                CoreMsg::Engine(m) => self.engine.on_message(m, &mut self.events),
                 CoreMsg::Shutdown => shutdown = true,
             }
         }
+        self.absorb();
         shutdown
     }
 
-    /// Sends the batches queued for other workers. A full queue keeps them for the next
-    /// iteration; past `core_queue` waiting messages, data messages are dropped (counted),
-    /// and past twice that, everything. Returns `true` when something is still waiting.
-    pub fn flush_outboxes(&mut self) -> bool {
-        let mut waiting = false;
-        for to in 0..self.outbox.len() {
-            if self.outbox[to].is_empty() {
-                continue;
-            }
-            let batch = std::mem::take(&mut self.outbox[to]);
-            if let Err(mut back) = self.mailboxes.try_send(to, batch) {
-                let cap = self.limits.core_queue;
-                if back.len() > cap {
-                    let before = back.len();
-                    let mut seen = 0usize;
-                    back.retain(|m| {
-                        seen += 1;
-                        !m.is_data() || seen <= cap
-                    });
-                    if back.len() > 2 * cap {
-                        back.truncate(2 * cap);
-                    }
-                    let dropped = before - back.len();
-                    self.m().drop(DropReason::CoreQueueFull, dropped as u64);
-                }
-                self.outbox[to] = back;
-                waiting = true;
+    /// Periodic work at `now` (worker clock, ms): the engine's, and failed reads again.
+    pub fn tick(&mut self, now: u64) {
+        self.engine.tick(now, &mut self.events);
+        if !self.retries.is_empty() {
+            let due: Vec<Retry> = {
+                let (due, later) = std::mem::take(&mut self.retries)
+                    .into_iter()
+                    .partition(|r| r.at <= now);
+                self.retries = later;
+                due
+            };
+            for r in due {
+                self.retry(&r.topic, r.ticket);
             }
         }
+        self.absorb();
+    }
+
+    /// End of the loop iteration, before sockets are written: the engine hands its work on.
+    /// Returns `true` when something waits for room (come back within a millisecond).
+    pub fn flush(&mut self) -> bool {
+        let waiting = self.engine.flush(&mut self.events);
+        self.absorb();
         waiting
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sub_ids_round_trip_hex() {
-        let id = SubId::from_bytes(&[0xAB; 32]);
-        let h = *id.hex();
-        assert_eq!(
-            &h,
-            b"abababababababababababababababababababababababababababababababab"
-        );
-        let upper = String::from_utf8(h.to_ascii_uppercase()).unwrap();
-        assert_eq!(SubId::from_hex(&upper), Some(id));
-        assert_eq!(&h[..4], b"abab");
-        assert_eq!(SubId::from_hex(std::str::from_utf8(&h).unwrap()), Some(id));
-        assert_eq!(SubId::from_hex("xyz"), None);
-    }
-
-    #[test]
-    fn a_topics_hash_filter_counts_copies_and_lets_its_memory_go_when_empty() {
-        let mut h = Home::default();
-        h.note(1);
-        h.note(1);
-        h.note(2);
-        h.forget(1);
-        assert!(
-            h.hashes.contains_key(&1),
-            "one copy of hash 1 is still cached"
-        );
-        h.forget(1);
-        assert!(!h.hashes.contains_key(&1));
-        h.forget(7); // never noted: nothing happens
-        h.forget(2);
-        assert!(h.hashes.is_empty());
-        assert_eq!(h.hashes.capacity(), 0, "an empty filter keeps no table");
-    }
-
-    #[test]
-    fn the_cache_is_presized_for_its_budget_unless_overcommit_is_strict() {
-        let gib = 1 << 30;
-        // Room for the most messages a GiB can hold: each costs at least 144 bytes.
-        assert_eq!(cache_presize(gib, false), gib / 144);
-        assert!(cache_presize(gib, false) * (cache::ENTRY_OVERHEAD + 26) > gib);
-        // Under strict overcommit: one per KiB, at most a million.
-        assert_eq!(cache_presize(gib, true), 1 << 20);
-        assert_eq!(cache_presize(64 << 20, true), 64 << 10);
-    }
-
-    #[test]
-    fn homes_are_stable_and_spread() {
-        let h = Homes::new(4, [1, 2, 3, 4]);
-        let mut seen = [0usize; 4];
-        for i in 0..1000 {
-            let t = format!("topic-{i}");
-            assert_eq!(h.of(&t), h.clone().of(&t));
-            seen[h.of(&t)] += 1;
+    /// Turns the engine's events into deliveries.
+    fn absorb(&mut self) {
+        for ev in std::mem::take(&mut self.events) {
+            let d = match ev {
+                Event::Live { topic, msg } => {
+                    let Some(slot) = self.subs.find(&topic) else {
+                        continue;
+                    };
+                    let Some(t) = self.subs.get(slot) else {
+                        continue;
+                    };
+                    self.pending_pushes += t.subs.len();
+                    let topic = t.name.clone();
+                    Delivery::Live { slot, topic, msg }
+                }
+                Event::Published { ticket, result } => {
+                    match self.waiters.try_remove(ticket as usize) {
+                        Some(Waiter::Publish { conn, answer }) => Delivery::Answer {
+                            conn,
+                            answer,
+                            result: result.map(|_| ()),
+                        },
+                        _ => continue,
+                    }
+                }
+                Event::History { ticket, result } => {
+                    match self.waiters.try_remove(ticket as usize) {
+                        Some(Waiter::Read { topic }) => {
+                            if let Ok(h) = &result {
+                                self.pending_pushes += h.messages.len();
+                            }
+                            Delivery::History {
+                                topic,
+                                ticket,
+                                result,
+                            }
+                        }
+                        _ => continue,
+                    }
+                }
+                Event::WebhookAdded { ticket, result } => {
+                    match self.waiters.try_remove(ticket as usize) {
+                        Some(Waiter::Webhook { conn }) => Delivery::WebhookAnswer { conn, result },
+                        _ => continue,
+                    }
+                }
+                Event::Resync { topic } => Delivery::Resync { topic },
+            };
+            self.queue.push(d);
         }
-        assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
+    }
+
+    /// Asks again for a read that failed: its subscriptions move to a new one.
+    fn retry(&mut self, topic: &Arc<str>, old: Ticket) {
+        let Some(slot) = self.subs.find(topic) else {
+            return;
+        };
+        let Some(t) = self.subs.get_named(slot, topic) else {
+            return;
+        };
+        Feed::retag(&mut t.subs, old, UNASKED);
+        let from = t
+            .subs
+            .iter()
+            .filter_map(|s| match s.follow.state {
+                SubState::Syncing { ticket, from } if ticket == UNASKED => Some(from),
+                _ => None,
+            })
+            .min();
+        if let Some(from) = from {
+            self.ask(topic, from);
+        }
+    }
+
+    /// Carries out the queued deliveries on the worker's connections.
+    pub fn deliver(&mut self, to: &mut impl Recipients) {
+        // Reads answered at once while delivering (a resync) queue more: a few rounds.
+        for _ in 0..4 {
+            if self.queue.is_empty() {
+                break;
+            }
+            let list = std::mem::take(&mut self.queue);
+            self.pending_pushes = 0;
+            for d in list {
+                self.deliver_one(d, to);
+            }
+            self.absorb();
+        }
+    }
+
+    fn deliver_one(&mut self, d: Delivery, to: &mut impl Recipients) {
+        match d {
+            Delivery::Live { slot, topic, msg } => self.deliver_live(slot, &topic, msg, to),
+            Delivery::History {
+                topic,
+                ticket,
+                result,
+            } => self.deliver_history(&topic, ticket, result, to),
+            Delivery::Answer {
+                conn,
+                answer,
+                result,
+            } => to.answer(conn, answer, result),
+            Delivery::WebhookAnswer { conn, result } => to.webhook_answer(conn, result),
+            Delivery::Resync { topic } => {
+                if let Some(slot) = self.subs.find(&topic) {
+                    self.resync(slot);
+                }
+            }
+        }
+    }
+
+    fn deliver_live(
+        &mut self,
+        slot: u32,
+        topic: &Arc<str>,
+        mut msg: Message,
+        to: &mut impl Recipients,
+    ) {
+        let hold = self.limits.max_cached_per_topic;
+        let Some(t) = self.subs.get_named(slot, topic) else {
+            return;
+        };
+        let n = t.subs.len();
+        // A big fan-out queues the body by reference in every connection (a reference
+        // count bumped per subscriber): this worker takes its own copy, once, so that
+        // count's cache line does not bounce between the cores sharing the original.
+        if n > 1 && fanout_shares_body(n, msg.data.len()) {
+            msg.data = Bytes::copy_from_slice(&msg.data);
+        }
+        let kind = PushKind::Live {
+            share_min: fanout_share_min(n, msg.data.len()),
+        };
+        let again = t
+            .feed
+            .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
+                to.push(s.conn, &s.id, &m.data, kind)
+            });
+        if let Some(from) = again {
+            self.ask(topic, from);
+        }
+    }
+
+    fn deliver_history(
+        &mut self,
+        topic: &Arc<str>,
+        ticket: Ticket,
+        result: Result<engine::History, RelayError>,
+        to: &mut impl Recipients,
+    ) {
+        let Some(slot) = self.subs.find(topic) else {
+            return;
+        };
+        let history = match result {
+            Ok(h) => h,
+            Err(_) => {
+                // The store could not answer: the subscriptions keep waiting; ask again.
+                let at = crate::clock::now_ms() + READ_RETRY_MS;
+                let topic = topic.clone();
+                self.retries.push(Retry { topic, ticket, at });
+                return;
+            }
+        };
+        let Some(t) = self.subs.get_named(slot, topic) else {
+            return;
+        };
+        let again = t.feed.on_history(
+            &mut t.subs,
+            ticket,
+            &history,
+            &mut |s: &mut LocalSub, m: &Message| to.push(s.conn, &s.id, &m.data, PushKind::Replay),
+        );
+        if let Some(from) = again {
+            Feed::retag(&mut t.subs, ticket, UNASKED);
+            self.ask(topic, from);
+        }
+    }
+
+    /// Every subscription of the topic in `slot` reads again from its position.
+    fn resync(&mut self, slot: u32) {
+        let Some(topic) = self.subs.get(slot).map(|t| t.name.clone()) else {
+            return;
+        };
+        let Some(t) = self.subs.get_named(slot, &topic) else {
+            return;
+        };
+        if let Some(from) = t.feed.resync_all(&mut t.subs) {
+            self.metrics.cores[usize::from(self.me)].resyncs.inc();
+            self.ask(&topic, from);
+        }
+    }
+
+    /// Reads the topic after `from` for its subscriptions waiting on [`UNASKED`].
+    fn ask(&mut self, topic: &Arc<str>, from: Position) {
+        let Some(slot) = self.subs.find(topic) else {
+            return;
+        };
+        let Some(t) = self.subs.get_named(slot, topic) else {
+            return;
+        };
+        let ticket = self.waiters.insert(Waiter::Read {
+            topic: t.name.clone(),
+        }) as Ticket;
+        Feed::retag(&mut t.subs, UNASKED, ticket);
+        let name = t.name.clone();
+        self.engine.read(&name, from, ticket, &mut self.events);
     }
 }

@@ -11,7 +11,7 @@
 //!   22 ms at 1.47M messages (the default budget's worth of 512-byte publishes).
 //!
 //! The per-topic order (a `VecDeque` of keys) and the per-topic dedup filter (content hash
-//! -> count) are kept by the caller (`relay`), which also owns the topics themselves: a
+//! -> count) are kept by the caller (`engine::home`), which also owns the topics themselves: a
 //! filter per topic stays small (at most the per-topic cap), where one map for the whole
 //! cache would be a table of millions of entries whose every growth stalls the worker and
 //! whose random accesses, with transparent huge pages, make all of it resident.
@@ -34,15 +34,15 @@ type Due = Reverse<(u64, u64, usize)>;
 /// Fixed bytes counted for each cached message besides its payload (slab entry, indexes).
 pub const ENTRY_OVERHEAD: usize = 128;
 
-/// Who published a message: (worker, connection uid). Used so a connection is never sent
-/// its own message back.
-pub type Origin = (u16, u64);
+pub use super::Origin;
 
 /// One cached message.
 #[derive(Debug)]
 pub struct Cached {
-    /// The topic's slot in the worker's topic table.
+    /// The topic's slot in the home's topic table.
     pub topic: u32,
+    /// The message's number on its topic (the `seq` of its `Position`).
+    pub topic_seq: u64,
     /// Worker-wide insertion sequence number (disambiguates reused slab keys).
     pub seq: u64,
     /// Content hash (dedup).
@@ -130,10 +130,15 @@ impl Cache {
         self.msgs.get(key)
     }
 
-    /// Stores a message and returns its key.
+    /// Stores message number `topic_seq` of the topic in slot `topic`; returns its key.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the fields of one entry, named at the call"
+    )]
     pub fn insert(
         &mut self,
         topic: u32,
+        topic_seq: u64,
         hash: u64,
         data: Bytes,
         expires: u64,
@@ -144,6 +149,7 @@ impl Cache {
         self.bytes += data.len() + ENTRY_OVERHEAD;
         let key = self.msgs.insert(Cached {
             topic,
+            topic_seq,
             seq,
             hash,
             data,
@@ -262,9 +268,9 @@ mod tests {
     #[test]
     fn evicts_oldest_and_expires_by_time() {
         let mut c = Cache::default();
-        let a = c.insert(1, 10, b("a"), 500, (0, 1));
-        let bb = c.insert(1, 11, b("b"), 100, (0, 1));
-        let cc = c.insert(2, 12, b("c"), 300, (0, 1));
+        let a = c.insert(1, 0, 10, b("a"), 500, Origin::NONE);
+        let bb = c.insert(1, 0, 11, b("b"), 100, Origin::NONE);
+        let cc = c.insert(2, 0, 12, b("c"), 300, Origin::NONE);
         assert_eq!(c.oldest(), Some(a));
         assert_eq!(c.next_expired(50), None);
         assert_eq!(c.next_expired(100), Some(bb));
@@ -283,7 +289,7 @@ mod tests {
     fn heap_stays_bounded_under_churn() {
         let mut c = Cache::default();
         for i in 0..100_000u64 {
-            let k = c.insert(1, i, b("m"), 1_000_000 + i, (0, 1));
+            let k = c.insert(1, 0, i, b("m"), 1_000_000 + i, Origin::NONE);
             c.remove(k);
         }
         let e = &c.expiry;
@@ -317,14 +323,21 @@ mod tests {
         assert!(before.0 >= N && before.1 >= 2 * N, "{before:?}");
         let mut keys = std::collections::VecDeque::new();
         for i in 0..N as u64 {
-            keys.push_back(c.insert((i % 97) as u32, i, b("m"), 1_000_000 - i, (0, 1)));
+            keys.push_back(c.insert((i % 97) as u32, 0, i, b("m"), 1_000_000 - i, Origin::NONE));
         }
         assert!(!grew(caps(&c), before), "filling to N grew a table");
         // Steady state at the budget: each insert evicts the oldest (a stale heap entry).
         for i in 0..(10 * N) as u64 {
             let old = keys.pop_front().expect("full");
             c.remove(old);
-            keys.push_back(c.insert((i % 89) as u32, N as u64 + i, b("m"), 2_000_000 + i, (0, 1)));
+            keys.push_back(c.insert(
+                (i % 89) as u32,
+                0,
+                N as u64 + i,
+                b("m"),
+                2_000_000 + i,
+                Origin::NONE,
+            ));
             assert_eq!(c.len(), N);
         }
         assert!(
@@ -367,7 +380,7 @@ mod tests {
                 // stale entries that build up and force compactions).
                 0..=4 if live.len() < 1000 => {
                     let exp = now + next() % 1_000_000;
-                    let k = c.insert(1, step, b("m"), exp, (0, 1));
+                    let k = c.insert(1, 0, step, b("m"), exp, Origin::NONE);
                     model.insert((exp, c.get(k).unwrap().seq), k);
                     live.push(k);
                 }

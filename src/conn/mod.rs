@@ -1,0 +1,336 @@
+//! One client connection: its slab entry ([`Conn`]), its phase as an explicit state machine
+//! ([`Phase`]: HTTP, WebSocket, closing), and what it does with the bytes it receives.
+//!
+//! The worker reads into a buffer and calls [`process`], which hands the bytes to the phase:
+//! [`http`] parses and answers requests (the registry, `/hello`, `/subscribe`...), [`upgrade`]
+//! switches a request at `/` to WebSocket, [`websocket`] decodes messages (`ws::Decoder`)
+//! and answers control frames, [`waku`] executes JSON-RPC against the worker's relay share.
+//! Answers go to the connection's own output ([`outbound`]: the `OutBuf` and, behind it, the
+//! backlog of pushes and answers still waiting, in order).
+//!
+//! Nothing here touches the socket or another connection: deliveries to other connections
+//! are decided by `relay` and carried out by the worker.
+
+pub mod http;
+pub mod outbound;
+pub mod upgrade;
+pub mod waku;
+pub mod websocket;
+
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+
+use crate::http::response::Response;
+use crate::metrics::{CoreMetrics, Metrics};
+use crate::outbuf::OutBuf;
+use crate::registry::Registry;
+use crate::relay::{ConnRef, Relay, SubId};
+use crate::webhook::WebhookPool;
+
+pub use outbound::Backlog;
+pub use websocket::WsState;
+
+/// Everything workers share, read-only.
+pub struct Shared {
+    /// The configuration.
+    pub config: crate::config::Config,
+    /// The registry.
+    pub registry: Arc<Registry>,
+    /// All workers' metrics.
+    pub metrics: Arc<Metrics>,
+    /// The webhook delivery pool.
+    pub webhooks: WebhookPool,
+    /// The `/hello` answer.
+    pub hello: Response,
+}
+
+/// A subscription as its connection knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnSub {
+    /// Topic slot in the worker's relay share.
+    pub slot: u32,
+    /// Subscription id.
+    pub id: SubId,
+}
+
+/// What an HTTP connection waits for before it reads its next request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpWait {
+    /// Nothing: requests are read as they come.
+    Nothing,
+    /// The answer to its `POST /subscribe` (from the topic's store); later pipelined
+    /// requests wait behind it. `close`: the request asked to close after the answer.
+    Webhook {
+        /// Close once answered.
+        close: bool,
+    },
+    /// Its output to drain below `--max-outbound` (pipelining backpressure).
+    Output,
+}
+
+/// How far a closing connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseStage {
+    /// Flushing what is queued; the write side is shut once it is out.
+    Flushing,
+    /// Write side shut; waiting for the peer to hang up (or the linger deadline).
+    Lingering,
+}
+
+/// A connection's phase. Moved by value on every transition.
+#[derive(Debug)]
+pub enum Phase {
+    /// Reading HTTP requests.
+    Http(HttpWait),
+    /// Upgraded.
+    Ws(Box<WsState>),
+    /// Finishing: flush what is queued, half-close, discard input until the peer hangs up
+    /// or the deadline passes.
+    Closing {
+        /// How far.
+        stage: CloseStage,
+        /// It was a WebSocket (for the open-WebSockets gauge).
+        was_ws: bool,
+    },
+}
+
+/// The worker's bookkeeping marks on a connection (which of its lists it is on).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Marks {
+    /// In the flush list.
+    pub dirty: bool,
+    /// In the ready list (input to resume without an event).
+    pub ready: bool,
+    /// In the close list (no more work of any kind).
+    pub closed: bool,
+}
+
+/// One connection in a worker's slab.
+pub struct Conn {
+    /// The socket.
+    pub sock: TcpStream,
+    /// Unique (per worker) id; guards every cross-reference against slab key reuse.
+    pub uid: u64,
+    /// Phase.
+    pub phase: Phase,
+    /// Input received but not yet consumed (a partial head or frame). Empty when idle.
+    pub rbuf: Vec<u8>,
+    /// Output ready for the socket.
+    pub out: OutBuf,
+    /// Output waiting behind it, in order (see [`outbound`]).
+    pub backlog: Backlog,
+    /// The worker's marks.
+    pub marks: Marks,
+    /// This connection's subscriptions (kept outside the phase so that closing, whatever
+    /// the phase by then, always finds them).
+    pub subs: Vec<ConnSub>,
+    /// Tick of the live timer-wheel entry (0 = none).
+    pub timer_tick: u64,
+    /// The phase's deadline (ms): slowloris / keep-alive idle for HTTP, next heartbeat
+    /// check for WebSocket, the linger limit for `Closing`.
+    pub deadline: u64,
+}
+
+impl Conn {
+    /// A fresh HTTP connection.
+    pub fn new(sock: TcpStream, uid: u64, deadline: u64) -> Conn {
+        Conn {
+            sock,
+            uid,
+            phase: Phase::Http(HttpWait::Nothing),
+            rbuf: Vec::new(),
+            out: OutBuf::default(),
+            backlog: Backlog::default(),
+            marks: Marks::default(),
+            subs: Vec::new(),
+            timer_tick: 0,
+            deadline,
+        }
+    }
+
+    /// Whether this is the connection `r` names (and not a later one in its slab slot).
+    pub fn is(&self, r: ConnRef) -> bool {
+        self.uid == r.uid && !self.marks.closed
+    }
+
+    /// This connection's name for the relay and the worker's lists.
+    pub fn at(&self, key: usize) -> ConnRef {
+        ConnRef { key, uid: self.uid }
+    }
+
+    /// The WebSocket state, if upgraded.
+    pub fn ws(&mut self) -> Option<&mut WsState> {
+        match &mut self.phase {
+            Phase::Ws(w) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// Input waits: an HTTP answer or output is awaited, or too many answers are pending.
+    pub fn input_blocked(&self, max_pending: usize) -> bool {
+        match &self.phase {
+            Phase::Http(w) => *w != HttpWait::Nothing,
+            Phase::Ws(_) => self.backlog.pending_answers() >= max_pending,
+            Phase::Closing { .. } => false,
+        }
+    }
+
+    /// Whether it was upgraded to WebSocket at some point.
+    pub fn was_ws(&self) -> bool {
+        match self.phase {
+            Phase::Ws(_) => true,
+            Phase::Closing { was_ws, .. } => was_ws,
+            Phase::Http(_) => false,
+        }
+    }
+
+    /// Starts the closing phase: what is queued is flushed, then the write side is shut.
+    pub fn begin_close(&mut self, now: u64, flush_ms: u64) {
+        let was_ws = self.was_ws();
+        self.phase = Phase::Closing {
+            stage: CloseStage::Flushing,
+            was_ws,
+        };
+        self.backlog.clear();
+        self.deadline = now + flush_ms;
+    }
+
+    /// The peer half-closed: answers still owed are sent (those pending included, once
+    /// their store answers), pushes are dropped, then the write side is shut.
+    pub fn finish(&mut self, now: u64, flush_ms: u64) {
+        let was_ws = self.was_ws();
+        self.phase = Phase::Closing {
+            stage: CloseStage::Flushing,
+            was_ws,
+        };
+        self.backlog.keep_answers();
+        self.deadline = now + flush_ms;
+    }
+
+    /// Queues a WebSocket close frame and starts closing.
+    pub fn ws_close(&mut self, code: u16, reason: &str, now: u64, flush_ms: u64) {
+        if matches!(self.phase, Phase::Ws(_)) {
+            self.out.extend(&crate::ws::close_frame(code, reason));
+        }
+        self.begin_close(now, flush_ms);
+    }
+}
+
+/// The connection `r` names in a worker's slab, if it is still that one and not closed:
+/// every reference to a connection kept across events (timers, ready list, deliveries,
+/// answers) goes through here.
+pub fn live(conns: &mut slab::Slab<Conn>, r: ConnRef) -> Option<&mut Conn> {
+    conns.get_mut(r.key).filter(|c| c.is(r))
+}
+
+/// What [`process`] needs from its worker besides the connection.
+pub struct Ctx<'a> {
+    /// Worker index.
+    pub me: usize,
+    /// The connection's slab key.
+    pub key: usize,
+    /// Now (ms).
+    pub now: u64,
+    /// This second's HTTP date.
+    pub date: &'a [u8],
+    /// Shared read-only state.
+    pub shared: &'a Shared,
+    /// The worker's relay share.
+    pub relay: &'a mut Relay,
+    /// The worker's CSPRNG buffer.
+    pub ids: &'a mut IdSource,
+    /// Scratch space for encoding.
+    pub scratch: &'a mut Vec<u8>,
+    /// The JSON parser's reusable buffers.
+    pub json: &'a mut simd_json::Buffers,
+    /// The worker's cache of assembled registry answers.
+    pub answers: &'a mut crate::registry::answers::AnswerCache,
+}
+
+impl Ctx<'_> {
+    fn metrics(&self) -> &CoreMetrics {
+        &self.shared.metrics.cores[self.me]
+    }
+
+    /// The connection being processed, as the relay names it.
+    fn conn_ref(&self, conn: &Conn) -> ConnRef {
+        ConnRef {
+            key: self.key,
+            uid: conn.uid,
+        }
+    }
+
+    fn close_ms(&self) -> u64 {
+        self.shared.config.limits.close_ms()
+    }
+}
+
+/// Subscription ids from the OS CSPRNG, fetched 4 KiB at a time.
+pub struct IdSource {
+    buf: [u8; 4096],
+    pos: usize,
+}
+
+impl Default for IdSource {
+    fn default() -> Self {
+        IdSource {
+            buf: [0; 4096],
+            pos: 4096,
+        }
+    }
+}
+
+impl IdSource {
+    /// A fresh id.
+    pub fn next_id(&mut self) -> SubId {
+        SubId::from_bytes(&self.next_raw())
+    }
+
+    /// 32 fresh random bytes.
+    fn next_raw(&mut self) -> [u8; 32] {
+        if self.pos + 32 > self.buf.len() {
+            // The OS CSPRNG does not fail on Linux once seeded; if it ever did, refusing to
+            // hand out predictable ids is the only safe answer.
+            #[allow(
+                clippy::expect_used,
+                reason = "no input reaches it; predictable ids are worse"
+            )]
+            getrandom::fill(&mut self.buf).expect("OS random number generator failed");
+            self.pos = 0;
+        }
+        let mut id = [0u8; 32];
+        id.copy_from_slice(&self.buf[self.pos..self.pos + 32]);
+        self.pos += 32;
+        id
+    }
+
+    /// A random u64 (for push-id starting points).
+    pub fn next_u64(&mut self) -> u64 {
+        let id = self.next_raw();
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&id[..8]);
+        u64::from_le_bytes(b)
+    }
+}
+
+/// Consumes as much of `input` as forms complete requests or messages; returns the number
+/// of bytes consumed. `input` may be modified in place (unmasking, JSON parsing).
+pub fn process(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
+    let max_pending = ctx.shared.config.limits.max_pending_answers;
+    let mut pos = 0;
+    loop {
+        let before = pos;
+        if conn.input_blocked(max_pending) {
+            return pos;
+        }
+        match conn.phase {
+            Phase::Http(_) => pos += http::step(conn, &mut input[pos..], ctx),
+            Phase::Ws(_) => pos += websocket::step(conn, &mut input[pos..], ctx),
+            Phase::Closing { .. } => return input.len(),
+        }
+        if pos == before || pos >= input.len() {
+            return pos;
+        }
+    }
+}

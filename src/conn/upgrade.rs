@@ -1,0 +1,57 @@
+//! The WebSocket upgrade (RFC 6455 §4.2): checks the request, answers 101 with the accept
+//! key, and moves the connection to its WebSocket phase with a fresh heartbeat schedule.
+//! A request that cannot be upgraded is answered with the error and the connection closes.
+
+use super::websocket::WsState;
+use super::{Conn, Ctx, Phase};
+use crate::http::{self, response, response::Response};
+use crate::ws;
+
+/// Answers a WebSocket upgrade request; `false` when it was refused (and the connection is
+/// closing).
+pub fn upgrade(conn: &mut Conn, req: &http::Request<'_>, echo: bool, ctx: &mut Ctx<'_>) -> bool {
+    let refusal = if !req.upgrade_websocket {
+        Some(
+            Response::json_error(426, "WebSocket upgrade required")
+                .with_header("Upgrade", "websocket"),
+        )
+    } else if req.ws_version != Some(b"13") {
+        Some(
+            Response::json_error(426, "unsupported WebSocket version")
+                .with_header("Sec-WebSocket-Version", "13"),
+        )
+    } else if req.ws_key.is_none_or(|k| k.len() != 24) {
+        Some(Response::json_error(
+            400,
+            "missing or invalid Sec-WebSocket-Key",
+        ))
+    } else {
+        None
+    };
+    if let Some(resp) = refusal {
+        response::write(&mut conn.out, &resp, ctx.date, false, true);
+        conn.begin_close(ctx.now, ctx.close_ms());
+        return false;
+    }
+    let accept = ws::accept_key(req.ws_key.unwrap_or_default());
+    let head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: {accept}\r\nX-Walletrelay-Worker: {}\r\n\r\n",
+        ctx.me
+    );
+    conn.out.extend(head.as_bytes());
+    let push_base = crate::clock::unix_ms() * 1000 + ctx.ids.next_u64() % 1000;
+    // The first ping comes a random half to whole interval after the upgrade, so that
+    // connections opened together (a reconnect storm after a restart) are not all pinged
+    // in one loop iteration every interval (docs/PERFORMANCE.md, "Heartbeats no longer come
+    // in one burst").
+    let interval = ctx.shared.config.limits.ping_interval().as_millis() as u64;
+    let first_ping = ctx.now + interval - ctx.ids.next_u64() % (interval / 2 + 1);
+    let max = ctx.shared.config.limits.max_message;
+    conn.phase = Phase::Ws(Box::new(WsState::new(
+        echo, max, push_base, ctx.now, first_ping,
+    )));
+    conn.deadline = first_ping;
+    ctx.metrics().websockets_open.inc();
+    true
+}

@@ -1,0 +1,457 @@
+//! A home worker's topics: the shared state of every topic whose home is this worker, as the
+//! in-memory engine keeps it. Per topic: its epoch and last position, its cached messages
+//! oldest first (in the worker's [`Cache`], which owns expiry and the byte budget), a dedup
+//! filter, its webhooks, and which workers watch it.
+//!
+//! Pure state: no channel, no socket, no clock read. `engine::local` routes requests here
+//! and carries the results to the workers that need them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use slab::Slab;
+
+use super::cache::{Cache, Cached};
+use super::{new_epoch, History, Message, Position, PublishReq, Stored};
+use crate::config::Limits;
+use crate::metrics::{CoreMetrics, DropReason, Metrics};
+use crate::relay::error::RelayError;
+
+/// One home topic.
+#[derive(Debug)]
+pub struct HomeTopic {
+    /// The topic string.
+    pub name: Arc<str>,
+    /// The topic's history (see `Position`): new each time the topic is created here.
+    epoch: u64,
+    /// Position number of the last stored message (0 before the first).
+    last_seq: u64,
+    /// Workers watching the topic (they have local subscribers), this one included.
+    pub watchers: Vec<u16>,
+    /// Cached message keys, oldest first.
+    cached: VecDeque<usize>,
+    /// Content hash -> how many of `cached` have it: a publish whose hash is absent is new
+    /// without reading any cached message; a present one is compared byte for byte.
+    hashes: HashMap<u64, u32, foldhash::fast::RandomState>,
+    /// Webhook addresses.
+    pub webhooks: Vec<Arc<str>>,
+}
+
+impl HomeTopic {
+    fn new(name: Arc<str>) -> HomeTopic {
+        HomeTopic {
+            name,
+            epoch: new_epoch(),
+            last_seq: 0,
+            watchers: Vec::new(),
+            cached: VecDeque::new(),
+            hashes: HashMap::default(),
+            webhooks: Vec::new(),
+        }
+    }
+
+    /// Nothing refers to the topic any more: it can be forgotten (and its history with it).
+    fn is_empty(&self) -> bool {
+        self.watchers.is_empty() && self.cached.is_empty() && self.webhooks.is_empty()
+    }
+
+    /// The position of the last stored message.
+    pub fn last(&self) -> Position {
+        Position {
+            epoch: self.epoch,
+            seq: self.last_seq,
+        }
+    }
+
+    /// Records a cached message's hash.
+    fn note(&mut self, hash: u64) {
+        *self.hashes.entry(hash).or_insert(0) += 1;
+    }
+
+    /// Forgets a removed message's hash (the map's memory goes with its last entry).
+    fn forget(&mut self, hash: u64) {
+        if let Some(c) = self.hashes.get_mut(&hash) {
+            *c -= 1;
+            if *c == 0 {
+                self.hashes.remove(&hash);
+                if self.hashes.is_empty() {
+                    self.hashes = HashMap::default();
+                }
+            }
+        }
+    }
+}
+
+/// The topics homed on one worker, and their cache.
+pub struct HomeTopics {
+    me: usize,
+    topics: Slab<HomeTopic>,
+    index: HashMap<Arc<str>, u32, ahash::RandomState>,
+    cache: Cache,
+    /// This worker's share of `--max-cache-bytes`.
+    budget: usize,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    /// Webhook registrations of the whole process (`--max-webhooks`).
+    webhook_count: Arc<AtomicUsize>,
+}
+
+impl HomeTopics {
+    /// The home state of worker `me`, with room for `presize` cached messages before any
+    /// table grows (see `local::cache_presize`) and `budget` bytes of cache.
+    pub fn new(
+        me: usize,
+        presize: usize,
+        budget: usize,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+        webhook_count: Arc<AtomicUsize>,
+    ) -> HomeTopics {
+        HomeTopics {
+            me,
+            topics: Slab::new(),
+            index: HashMap::default(),
+            cache: Cache::with_capacity(presize),
+            budget: budget.max(1),
+            limits,
+            metrics,
+            webhook_count,
+        }
+    }
+
+    fn m(&self) -> &CoreMetrics {
+        &self.metrics.cores[self.me]
+    }
+
+    /// The topic in `slot`.
+    pub fn get(&self, slot: u32) -> Option<&HomeTopic> {
+        self.topics.get(slot as usize)
+    }
+
+    /// The slot of `topic`, if it is known here.
+    pub fn find(&self, topic: &str) -> Option<u32> {
+        self.index.get(topic).copied()
+    }
+
+    fn slot_of(&mut self, topic: &Arc<str>) -> u32 {
+        if let Some(&s) = self.index.get(&**topic) {
+            return s;
+        }
+        let slot = self.topics.insert(HomeTopic::new(topic.clone())) as u32;
+        self.index.insert(topic.clone(), slot);
+        self.m().topics.inc();
+        slot
+    }
+
+    /// Forgets the topic in `slot` when nothing refers to it any more.
+    fn gc(&mut self, slot: u32) {
+        if self
+            .topics
+            .get(slot as usize)
+            .is_some_and(HomeTopic::is_empty)
+        {
+            let t = self.topics.remove(slot as usize);
+            self.index.remove(&t.name);
+            self.m().topics.sub(1);
+        }
+    }
+
+    /// Stores a publish whose content hash is `hash` at `now` (worker clock, ms): dedup,
+    /// next position, per-topic cap, byte budget. Returns the outcome and, when stored, the topic's slot if the topic is
+    /// still here (the budget may have evicted everything of it, the topic too).
+    pub fn store(&mut self, req: &PublishReq, hash: u64, now: u64) -> (Stored, Option<u32>) {
+        let slot = self.slot_of(&req.topic);
+        if self.is_duplicate(slot, req, hash) {
+            self.m().drop(DropReason::Duplicate, 1);
+            self.gc(slot);
+            return (Stored::Duplicate, None);
+        }
+        let expires = now + u64::from(req.ttl) * 1000;
+        let t = &mut self.topics[slot as usize];
+        t.last_seq += 1;
+        let pos = t.last();
+        let key = self
+            .cache
+            .insert(slot, pos.seq, hash, req.data.clone(), expires, req.origin);
+        let t = &mut self.topics[slot as usize];
+        t.cached.push_back(key);
+        t.note(hash);
+        self.m().stored.inc();
+        self.m().cached_messages.inc();
+        // Per-topic cap: evict this topic's oldest.
+        while self.topics[slot as usize].cached.len() > self.limits.max_cached_per_topic {
+            let Some(old) = self.topics[slot as usize].cached.front().copied() else {
+                break;
+            };
+            self.evict(old, DropReason::TopicCacheFull);
+        }
+        while self.cache.bytes() > self.budget {
+            let Some(k) = self.cache.oldest() else { break };
+            self.evict(k, DropReason::CacheBytes);
+        }
+        self.m().cached_bytes.set(self.cache.bytes() as u64);
+        let still = self.topics.contains(slot as usize).then_some(slot);
+        (Stored::New(pos), still)
+    }
+
+    /// A message identical to `req` is cached on the topic.
+    fn is_duplicate(&self, slot: u32, req: &PublishReq, hash: u64) -> bool {
+        let t = &self.topics[slot as usize];
+        t.hashes.contains_key(&hash)
+            && t.cached.iter().any(|&k| {
+                self.cache
+                    .get(k)
+                    .is_some_and(|m| m.hash == hash && m.data == req.data)
+            })
+    }
+
+    /// Removes a cached message (counted as `why`), and the topic if that was the last of it.
+    fn evict(&mut self, key: usize, why: DropReason) {
+        let Some(m) = self.cache.remove(key) else {
+            return;
+        };
+        self.m().cached_messages.sub(1);
+        self.m().drop(why, 1);
+        if let Some(t) = self.topics.get_mut(m.topic as usize) {
+            if t.cached.front() == Some(&key) {
+                t.cached.pop_front();
+            } else if let Some(pos) = t.cached.iter().position(|&k| k == key) {
+                t.cached.remove(pos);
+            }
+            t.forget(m.hash);
+        }
+        self.gc(m.topic);
+    }
+
+    /// Removes the messages expired at `now` (cost proportional to what expires).
+    pub fn sweep(&mut self, now: u64) {
+        let mut n = 0;
+        while let Some(k) = self.cache.next_expired(now) {
+            self.evict(k, DropReason::Expired);
+            n += 1;
+        }
+        if n > 0 {
+            self.m().cached_bytes.set(self.cache.bytes() as u64);
+        }
+    }
+
+    /// The topic's cached messages after `after`, oldest first, and its last position (a
+    /// topic unknown here has none: [`Position::ZERO`]).
+    pub fn read(&self, topic: &str, after: Position) -> History {
+        let Some(t) = self
+            .index
+            .get(topic)
+            .and_then(|&s| self.topics.get(s as usize))
+        else {
+            return History::default();
+        };
+        let last = t.last();
+        // Positions of another epoch than the topic's are from a history it no longer has.
+        let from = if after.epoch == last.epoch {
+            after.seq
+        } else {
+            0
+        };
+        let to_msg = |m: &Cached| Message {
+            pos: Position {
+                epoch: last.epoch,
+                seq: m.topic_seq,
+            },
+            data: m.data.clone(),
+            origin: m.origin,
+        };
+        // Cached keys are in position order: skip the older ones from the back's view.
+        let skip = t
+            .cached
+            .iter()
+            .take_while(|&&k| self.cache.get(k).is_some_and(|m| m.topic_seq <= from))
+            .count();
+        let messages = t
+            .cached
+            .iter()
+            .skip(skip)
+            .filter_map(|&k| self.cache.get(k))
+            .map(to_msg)
+            .collect();
+        History { last, messages }
+    }
+
+    /// Worker `core` watches the topic.
+    pub fn watch(&mut self, topic: &Arc<str>, core: u16) {
+        let slot = self.slot_of(topic);
+        let t = &mut self.topics[slot as usize];
+        if !t.watchers.contains(&core) {
+            t.watchers.push(core);
+        }
+    }
+
+    /// Worker `core` no longer watches the topic.
+    pub fn unwatch(&mut self, topic: &str, core: u16) {
+        if let Some(slot) = self.find(topic) {
+            self.topics[slot as usize].watchers.retain(|&c| c != core);
+            self.gc(slot);
+        }
+    }
+
+    /// Registers a webhook (the same address twice keeps one).
+    pub fn add_webhook(&mut self, topic: &Arc<str>, url: Arc<str>) -> Result<(), RelayError> {
+        let slot = self.slot_of(topic);
+        let per_topic = self.limits.max_webhooks_per_topic;
+        let global = self.limits.max_webhooks;
+        let t = &mut self.topics[slot as usize];
+        let res = if t.webhooks.iter().any(|u| **u == *url) {
+            Ok(())
+        } else if t.webhooks.len() >= per_topic {
+            Err(RelayError::TooManyWebhooksForTopic)
+        } else if self.webhook_count.fetch_add(1, Ordering::Relaxed) >= global {
+            self.webhook_count.fetch_sub(1, Ordering::Relaxed);
+            Err(RelayError::TooManyWebhooks)
+        } else {
+            t.webhooks.push(url);
+            Ok(())
+        };
+        self.gc(slot);
+        res
+    }
+
+    /// Forgets a webhook.
+    pub fn remove_webhook(&mut self, topic: &str, url: &str) {
+        let Some(slot) = self.find(topic) else {
+            return;
+        };
+        let t = &mut self.topics[slot as usize];
+        let before = t.webhooks.len();
+        t.webhooks.retain(|u| &**u != url);
+        if t.webhooks.len() < before {
+            self.webhook_count.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.gc(slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relay::engine::Origin;
+    use bytes::Bytes;
+
+    fn topics(limits: Limits) -> HomeTopics {
+        HomeTopics::new(
+            0,
+            64,
+            1 << 20,
+            limits,
+            Metrics::new(1),
+            Arc::new(AtomicUsize::new(0)),
+        )
+    }
+
+    fn req(topic: &Arc<str>, body: &str) -> PublishReq {
+        PublishReq {
+            topic: topic.clone(),
+            data: Bytes::copy_from_slice(body.as_bytes()),
+            ttl: 60,
+            prompt: true,
+            origin: Origin::NONE,
+        }
+    }
+
+    #[test]
+    fn positions_count_stored_messages_and_skip_duplicates() {
+        let mut h = topics(Limits::default());
+        let t: Arc<str> = Arc::from("t");
+        let (a, _) = h.store(&req(&t, "one"), 3, 1);
+        let (dup, _) = h.store(&req(&t, "one"), 3, 2);
+        let (b, _) = h.store(&req(&t, "two"), 3, 3);
+        let (Stored::New(a), Stored::New(b)) = (a, b) else {
+            panic!("{a:?} {b:?}");
+        };
+        assert_eq!(dup, Stored::Duplicate);
+        assert_eq!((a.seq, b.seq), (1, 2));
+        assert_eq!(a.epoch, b.epoch);
+        let hist = h.read("t", Position::ZERO);
+        assert_eq!(hist.last, b);
+        assert_eq!(hist.messages.len(), 2);
+        let after_a = h.read("t", a);
+        assert_eq!(after_a.messages.len(), 1);
+        assert_eq!(after_a.messages[0].pos, b);
+        // A position of another epoch means nothing here: the whole cache is returned.
+        let other = Position {
+            epoch: a.epoch - 1,
+            seq: 5,
+        };
+        assert_eq!(h.read("t", other).messages.len(), 2);
+    }
+
+    #[test]
+    fn a_forgotten_topic_comes_back_in_a_new_epoch() {
+        let mut h = topics(Limits::default());
+        let t: Arc<str> = Arc::from("t");
+        let (Stored::New(first), _) = h.store(&req(&t, "x"), 1, 1) else {
+            panic!()
+        };
+        h.sweep(1 + 60_000);
+        assert_eq!(h.find("t"), None, "expired and unwatched: forgotten");
+        let (Stored::New(again), _) = h.store(&req(&t, "x"), 1, 70_000) else {
+            panic!()
+        };
+        assert_eq!(again.seq, 1);
+        assert!(again.epoch > first.epoch);
+    }
+
+    #[test]
+    fn the_per_topic_cap_evicts_the_oldest_but_positions_go_on() {
+        let mut h = topics(Limits {
+            max_cached_per_topic: 2,
+            ..Limits::default()
+        });
+        let t: Arc<str> = Arc::from("t");
+        for body in ["a", "bb", "ccc"] {
+            h.store(&req(&t, body), body.len() as u64, 1);
+        }
+        let hist = h.read("t", Position::ZERO);
+        let seqs: Vec<u64> = hist.messages.iter().map(|m| m.pos.seq).collect();
+        assert_eq!(seqs, [2, 3]);
+        assert_eq!(hist.last.seq, 3);
+        // An evicted message is new again.
+        let (again, _) = h.store(&req(&t, "a"), 1, 2);
+        assert!(matches!(again, Stored::New(p) if p.seq == 4));
+    }
+
+    #[test]
+    fn a_topics_hash_filter_counts_copies_and_lets_its_memory_go_when_empty() {
+        let mut t = HomeTopic::new(Arc::from("t"));
+        t.note(1);
+        t.note(1);
+        t.note(2);
+        t.forget(1);
+        assert!(
+            t.hashes.contains_key(&1),
+            "one copy of hash 1 is still cached"
+        );
+        t.forget(1);
+        assert!(!t.hashes.contains_key(&1));
+        t.forget(7); // never noted: nothing happens
+        t.forget(2);
+        assert!(t.hashes.is_empty());
+        assert_eq!(t.hashes.capacity(), 0, "an empty filter keeps no table");
+    }
+
+    #[test]
+    fn webhooks_are_kept_once_and_bounded() {
+        let mut h = topics(Limits {
+            max_webhooks_per_topic: 1,
+            ..Limits::default()
+        });
+        let t: Arc<str> = Arc::from("t");
+        assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(()));
+        assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(()));
+        assert_eq!(
+            h.add_webhook(&t, Arc::from("http://b/")),
+            Err(RelayError::TooManyWebhooksForTopic)
+        );
+        h.remove_webhook("t", "http://a/");
+        assert_eq!(h.find("t"), None, "nothing left: forgotten");
+    }
+}

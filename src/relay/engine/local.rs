@@ -1,0 +1,493 @@
+//! The in-memory engine: every topic's shared state lives on one *home* worker, chosen by the
+//! topic's hash ([`Placement`]), in that worker's memory ([`HomeTopics`]). Each worker runs one
+//! [`LocalEngine`]: requests for topics homed on it are served on the spot; the others travel
+//! to the home as [`HomeMsg`]s over the workers' mailboxes, and their answers come back the
+//! same way, each carrying the asking worker's ticket.
+//!
+//! A publish from a connection of worker A on a topic homed on worker H:
+//! `A: publish -> HomeMsg::Publish -> H: store (position, dedup, cap, budget) -> HomeMsg::Live
+//! to every watching worker, webhooks to the pool, HomeMsg::Answer(Published) -> A`.
+//! When A is H, nothing crosses a thread and the publish is answered at once.
+//!
+//! Queues between workers are bounded (`--core-queue`): past the bound a publish is refused
+//! (`Overloaded`, never acknowledged and dropped), and a live message is dropped and replaced
+//! by one [`HomeMsg::Resync`] of its topic, so that the subscribers there re-read what they
+//! missed. Answers and control messages are never dropped: each answers a ticket someone
+//! waits for (their number is bounded by the requests the workers let their connections
+//! have in flight).
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use super::home::HomeTopics;
+use super::{
+    Done, Engine, EngineMsg, Event, Events, Message, Position, PublishReq, Stored, Ticket,
+};
+use crate::config::Limits;
+use crate::metrics::{DropReason, Metrics};
+use crate::relay::error::RelayError;
+use crate::relay::transport::{CoreMsg, Mailboxes, Placement};
+use crate::webhook::{Delivery as WebhookCall, WebhookPool};
+
+/// Where an answer goes: the asking worker and its ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// The asking worker.
+    pub core: u16,
+    /// Its ticket.
+    pub ticket: Ticket,
+}
+
+/// A message between the in-memory engines of two workers.
+#[derive(Debug)]
+pub enum HomeMsg {
+    /// To the home: store a publish (`hash` is its content hash).
+    Publish {
+        /// The publish.
+        req: PublishReq,
+        /// Content hash of `req.data`.
+        hash: u64,
+        /// The publishing worker.
+        reply: Reply,
+    },
+    /// To the home: read the topic after a position.
+    Read {
+        /// Topic.
+        topic: Arc<str>,
+        /// Read after this position.
+        after: Position,
+        /// The reading worker.
+        reply: Reply,
+    },
+    /// To the home: worker `core` watches the topic.
+    Watch {
+        /// Topic.
+        topic: Arc<str>,
+        /// The watching worker.
+        core: u16,
+    },
+    /// To the home: worker `core` no longer watches the topic.
+    Unwatch {
+        /// Topic.
+        topic: Arc<str>,
+        /// The worker.
+        core: u16,
+    },
+    /// To the home: register a webhook.
+    AddWebhook {
+        /// Topic.
+        topic: Arc<str>,
+        /// Address.
+        url: Arc<str>,
+        /// The registering worker.
+        reply: Reply,
+    },
+    /// To the home: forget a webhook.
+    RemoveWebhook {
+        /// Topic.
+        topic: Arc<str>,
+        /// Address.
+        url: Arc<str>,
+    },
+    /// From the home to a watching worker: a stored message.
+    Live {
+        /// Topic.
+        topic: Arc<str>,
+        /// The message.
+        msg: Message,
+    },
+    /// From the home to a watching worker: live messages of the topic were dropped on the
+    /// way (a full queue); its subscribers must re-read.
+    Resync {
+        /// Topic.
+        topic: Arc<str>,
+    },
+    /// From the home to an asking worker: the answer to one of its tickets.
+    Answer(Event),
+}
+
+impl HomeMsg {
+    fn wrap(self) -> CoreMsg {
+        CoreMsg::Engine(EngineMsg::Local(self))
+    }
+}
+
+/// Messages a worker's cache makes room for at start, for a budget of `bytes`: as many as
+/// the budget can ever hold, so that no table of the cache grows while serving (a growth
+/// past a million entries copies or rehashes it all at once: a stall of tens of ms,
+/// docs/PERFORMANCE.md "The cache's tables never grow while serving"). The cost is address
+/// space, not memory. Under strict overcommit (`vm.overcommit_memory=2`) reserved address
+/// space counts against the commit limit: there the room is one message per KiB of budget,
+/// at most a million, and the tables may grow beyond it.
+pub fn cache_presize(bytes: usize, strict_overcommit: bool) -> usize {
+    if strict_overcommit {
+        (bytes / 1024).min(1 << 20)
+    } else {
+        bytes / (super::cache::ENTRY_OVERHEAD + MIN_CACHED_DATA)
+    }
+}
+
+/// A floor on the bytes of a cached message's data: `{"topic":"","message":""}` is 26.
+const MIN_CACHED_DATA: usize = 16;
+
+/// The kernel refuses to overcommit memory (`vm.overcommit_memory` is 2).
+fn strict_overcommit() -> bool {
+    std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|s| s.trim() == "2")
+}
+
+/// What every worker's in-memory engine shares.
+#[derive(Clone)]
+pub struct LocalShared {
+    /// Topic placement and content hashes.
+    pub placement: Placement,
+    /// Every worker's mailbox.
+    pub mailboxes: Arc<Mailboxes>,
+    /// The limits.
+    pub limits: Limits,
+    /// All workers' metrics.
+    pub metrics: Arc<Metrics>,
+    /// The webhook delivery pool.
+    pub webhooks: WebhookPool,
+    /// Webhook registrations of the whole process.
+    pub webhook_count: Arc<AtomicUsize>,
+}
+
+/// One worker's in-memory engine.
+pub struct LocalEngine {
+    me: u16,
+    shared: LocalShared,
+    home: HomeTopics,
+    /// Messages for each worker, sent at the end of the iteration.
+    outbox: Vec<Vec<CoreMsg>>,
+    /// Per destination: topics whose live messages were dropped, owed a `Resync`.
+    resync_owed: Vec<Vec<Arc<str>>>,
+}
+
+impl LocalEngine {
+    /// The engine of worker `me`.
+    pub fn new(me: usize, shared: LocalShared) -> LocalEngine {
+        let n = shared.mailboxes.len().max(1);
+        let budget = shared.limits.max_cache_bytes / n;
+        let strict = strict_overcommit();
+        let presize = cache_presize(budget, strict);
+        if strict && me == 0 {
+            log::info!(
+                "vm.overcommit_memory=2: each worker's message cache reserves room for \
+                 {presize} messages, not its budget's maximum; its tables grow past that"
+            );
+        }
+        let home = HomeTopics::new(
+            me,
+            presize,
+            budget,
+            shared.limits.clone(),
+            shared.metrics.clone(),
+            shared.webhook_count.clone(),
+        );
+        LocalEngine {
+            me: me as u16,
+            home,
+            outbox: (0..n).map(|_| Vec::new()).collect(),
+            resync_owed: (0..n).map(|_| Vec::new()).collect(),
+            shared,
+        }
+    }
+
+    fn home_of(&self, topic: &str) -> usize {
+        self.shared.placement.of(topic)
+    }
+
+    fn is_mine(&self, topic: &str) -> bool {
+        self.home_of(topic) == usize::from(self.me)
+    }
+
+    fn send(&mut self, to: usize, msg: HomeMsg) {
+        if let Some(o) = self.outbox.get_mut(to) {
+            o.push(msg.wrap());
+        }
+    }
+
+    /// Sends `ev` to the worker that asked (or to this one's relay).
+    fn answer(&mut self, to: u16, ev: Event, out: &mut Events) {
+        if to == self.me {
+            out.push(ev);
+        } else {
+            self.send(usize::from(to), HomeMsg::Answer(ev));
+        }
+    }
+
+    /// Home side of a publish: store, fan out to the watching workers, call the webhooks.
+    fn store_here(&mut self, req: PublishReq, hash: u64, out: &mut Events) -> Stored {
+        let now = crate::clock::now_ms();
+        let (stored, slot) = self.home.store(&req, hash, now);
+        let (Stored::New(pos), Some(slot)) = (stored, slot) else {
+            return stored;
+        };
+        let Some(t) = self.home.get(slot) else {
+            return stored;
+        };
+        let msg = Message {
+            pos,
+            data: req.data,
+            origin: req.origin,
+        };
+        for &w in &t.watchers {
+            let ev = (t.name.clone(), msg.clone());
+            if w == self.me {
+                out.push(Event::Live {
+                    topic: ev.0,
+                    msg: ev.1,
+                });
+            } else if let Some(o) = self.outbox.get_mut(usize::from(w)) {
+                o.push(
+                    HomeMsg::Live {
+                        topic: ev.0,
+                        msg: ev.1,
+                    }
+                    .wrap(),
+                );
+            }
+        }
+        if req.prompt {
+            for url in &t.webhooks {
+                self.shared.webhooks.submit(WebhookCall {
+                    topic: t.name.clone(),
+                    url: url.clone(),
+                });
+            }
+        }
+        stored
+    }
+
+    fn on_home_msg(&mut self, msg: HomeMsg, out: &mut Events) {
+        match msg {
+            HomeMsg::Publish { req, hash, reply } => {
+                let result = Ok(self.store_here(req, hash, out));
+                let ev = Event::Published {
+                    ticket: reply.ticket,
+                    result,
+                };
+                self.answer(reply.core, ev, out);
+            }
+            HomeMsg::Read {
+                topic,
+                after,
+                reply,
+            } => {
+                let result = Ok(self.home.read(&topic, after));
+                let ev = Event::History {
+                    ticket: reply.ticket,
+                    result,
+                };
+                self.answer(reply.core, ev, out);
+            }
+            HomeMsg::Watch { topic, core } => self.home.watch(&topic, core),
+            HomeMsg::Unwatch { topic, core } => self.home.unwatch(&topic, core),
+            HomeMsg::AddWebhook { topic, url, reply } => {
+                let result = self.home.add_webhook(&topic, url);
+                let ev = Event::WebhookAdded {
+                    ticket: reply.ticket,
+                    result,
+                };
+                self.answer(reply.core, ev, out);
+            }
+            HomeMsg::RemoveWebhook { topic, url } => self.home.remove_webhook(&topic, &url),
+            HomeMsg::Live { topic, msg } => out.push(Event::Live { topic, msg }),
+            HomeMsg::Resync { topic } => out.push(Event::Resync { topic }),
+            HomeMsg::Answer(ev) => out.push(ev),
+        }
+    }
+
+    /// Makes a batch that found its queue full fit the bound: past `--core-queue` messages,
+    /// publishes are refused (answered `Overloaded` here) and live messages dropped (their
+    /// topics owed a resync); answers and control messages all stay.
+    fn shed(&mut self, to: usize, batch: &mut Vec<CoreMsg>, out: &mut Events) {
+        let cap = self.shared.limits.core_queue;
+        if batch.len() <= cap {
+            return;
+        }
+        let mut kept = 0usize;
+        let mut dropped = 0u64;
+        let mut refused = Vec::new();
+        let mut owed = std::mem::take(&mut self.resync_owed[to]);
+        batch.retain_mut(|m| {
+            kept += 1;
+            if kept <= cap {
+                return true;
+            }
+            match m {
+                CoreMsg::Engine(EngineMsg::Local(HomeMsg::Publish { reply, .. })) => {
+                    refused.push(reply.ticket);
+                    false
+                }
+                CoreMsg::Engine(EngineMsg::Local(HomeMsg::Live { topic, .. })) => {
+                    if !owed.iter().any(|t| t == topic) {
+                        owed.push(topic.clone());
+                    }
+                    dropped += 1;
+                    false
+                }
+                _ => true,
+            }
+        });
+        self.resync_owed[to] = owed;
+        let m = &self.shared.metrics.cores[usize::from(self.me)];
+        m.drop(DropReason::CoreQueueFull, dropped + refused.len() as u64);
+        for ticket in refused {
+            out.push(Event::Published {
+                ticket,
+                result: Err(RelayError::Overloaded),
+            });
+        }
+    }
+}
+
+impl Engine for LocalEngine {
+    fn publish(
+        &mut self,
+        req: PublishReq,
+        ticket: Ticket,
+        out: &mut Events,
+    ) -> Done<Result<Stored, RelayError>> {
+        let hash = self.shared.placement.content_hash(&req.data);
+        let home = self.home_of(&req.topic);
+        if home == usize::from(self.me) {
+            return Done::Now(Ok(self.store_here(req, hash, out)));
+        }
+        let reply = Reply {
+            core: self.me,
+            ticket,
+        };
+        self.send(home, HomeMsg::Publish { req, hash, reply });
+        Done::Later
+    }
+
+    fn read(&mut self, topic: &Arc<str>, after: Position, ticket: Ticket, out: &mut Events) {
+        if self.is_mine(topic) {
+            let result = Ok(self.home.read(topic, after));
+            out.push(Event::History { ticket, result });
+        } else {
+            let reply = Reply {
+                core: self.me,
+                ticket,
+            };
+            let home = self.home_of(topic);
+            let topic = topic.clone();
+            self.send(
+                home,
+                HomeMsg::Read {
+                    topic,
+                    after,
+                    reply,
+                },
+            );
+        }
+    }
+
+    fn watch(&mut self, topic: &Arc<str>, _out: &mut Events) {
+        if self.is_mine(topic) {
+            self.home.watch(topic, self.me);
+        } else {
+            let (home, core) = (self.home_of(topic), self.me);
+            self.send(
+                home,
+                HomeMsg::Watch {
+                    topic: topic.clone(),
+                    core,
+                },
+            );
+        }
+    }
+
+    fn unwatch(&mut self, topic: &Arc<str>, _out: &mut Events) {
+        if self.is_mine(topic) {
+            self.home.unwatch(topic, self.me);
+        } else {
+            let (home, core) = (self.home_of(topic), self.me);
+            self.send(
+                home,
+                HomeMsg::Unwatch {
+                    topic: topic.clone(),
+                    core,
+                },
+            );
+        }
+    }
+
+    fn add_webhook(
+        &mut self,
+        topic: &Arc<str>,
+        url: Arc<str>,
+        ticket: Ticket,
+        _out: &mut Events,
+    ) -> Done<Result<(), RelayError>> {
+        if self.is_mine(topic) {
+            return Done::Now(self.home.add_webhook(topic, url));
+        }
+        let reply = Reply {
+            core: self.me,
+            ticket,
+        };
+        let home = self.home_of(topic);
+        let topic = topic.clone();
+        self.send(home, HomeMsg::AddWebhook { topic, url, reply });
+        Done::Later
+    }
+
+    fn remove_webhook(&mut self, topic: &Arc<str>, url: &Arc<str>) {
+        if self.is_mine(topic) {
+            self.home.remove_webhook(topic, url);
+        } else {
+            let home = self.home_of(topic);
+            let (topic, url) = (topic.clone(), url.clone());
+            self.send(home, HomeMsg::RemoveWebhook { topic, url });
+        }
+    }
+
+    fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
+        match msg {
+            EngineMsg::Local(m) => self.on_home_msg(m, out),
+        }
+    }
+
+    fn tick(&mut self, now: u64, _out: &mut Events) {
+        self.home.sweep(now);
+    }
+
+    fn flush(&mut self, out: &mut Events) -> bool {
+        let mut waiting = false;
+        for to in 0..self.outbox.len() {
+            if !self.resync_owed[to].is_empty() {
+                for topic in std::mem::take(&mut self.resync_owed[to]) {
+                    self.outbox[to].push(HomeMsg::Resync { topic }.wrap());
+                }
+            }
+            if self.outbox[to].is_empty() {
+                continue;
+            }
+            let batch = std::mem::take(&mut self.outbox[to]);
+            if let Err(mut back) = self.shared.mailboxes.try_send(to, batch) {
+                self.shed(to, &mut back, out);
+                self.outbox[to] = back;
+                waiting = true;
+            }
+        }
+        waiting
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_is_presized_for_its_budget_unless_overcommit_is_strict() {
+        let gib = 1 << 30;
+        // Room for the most messages a GiB can hold: each costs at least 144 bytes.
+        assert_eq!(cache_presize(gib, false), gib / 144);
+        assert!(cache_presize(gib, false) * (super::super::cache::ENTRY_OVERHEAD + 26) > gib);
+        // Under strict overcommit: one per KiB, at most a million.
+        assert_eq!(cache_presize(gib, true), 1 << 20);
+        assert_eq!(cache_presize(64 << 20, true), 64 << 10);
+    }
+}

@@ -1,0 +1,248 @@
+//! The topic-store engine: *where a topic's shared state lives*. A topic's shared state is
+//! its cached messages (each with a [`Position`], a ttl, a place in the dedup and eviction
+//! order) and its webhook registrations. Whether that lives in one worker's memory, in a log
+//! on local disk or in Redis is the engine's business; the rest of the relay talks to it
+//! only through the [`Engine`] trait and hears back only through [`Event`]s.
+//!
+//! One engine instance runs on each worker thread and is called from that worker's event
+//! loop only: every method must return at once (a blocking disk sync or network round trip
+//! runs on a helper thread, whose answer comes back through the worker's mailbox as an
+//! [`EngineMsg`] and is handed to [`Engine::on_message`]). A request that cannot be answered
+//! at once returns [`Done::Later`]; its answer is an [`Event`] carrying the caller's
+//! [`Ticket`], exactly once.
+//!
+//! What an engine promises (docs/ARCHITECTURE.md has the flows of each engine):
+//! - a publish is answered `Stored` only once it is stored (in memory, handed to the kernel,
+//!   synced, or stored by Redis, depending on the engine), `Duplicate` when an identical
+//!   message is still cached on the topic, or an error: never acknowledged and then lost;
+//! - every stored message gets the next position of its topic, and every worker that
+//!   [watches](Engine::watch) the topic receives it as [`Event::Live`], in position order;
+//! - [`Engine::read`] returns the cached messages after a position and the topic's last
+//!   position, so that a new subscription can merge history and live messages by position
+//!   (`relay::feed`), whatever order the two arrive in;
+//! - when an engine may have lost live messages on their way (a queue overflow, a Redis
+//!   reconnect), it says [`Event::Resync`] so that subscribers re-read after their position.
+
+pub mod cache;
+pub mod home;
+pub mod local;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::error::RelayError;
+
+/// A place in a topic's history. `seq` counts the topic's stored messages from 1; `epoch`
+/// names the history the count belongs to and changes (grows) whenever that history is lost
+/// (the topic was forgotten, a store lost it), so positions of different epochs are never
+/// compared as if they were one sequence. Ordered by epoch, then seq.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    /// The history (see [`new_epoch`]).
+    pub epoch: u64,
+    /// The message's number in that history (1 for the first).
+    pub seq: u64,
+}
+
+impl Position {
+    /// Before anything: every message comes after it.
+    pub const ZERO: Position = Position { epoch: 0, seq: 0 };
+
+    /// Whether `next` directly follows `self` in the same history.
+    pub fn is_followed_by(self, next: Position) -> bool {
+        self.epoch == next.epoch && self.seq + 1 == next.seq
+    }
+}
+
+/// A fresh epoch: microseconds of wall-clock time, made strictly increasing within the
+/// process, so a history started later has a larger epoch than one started earlier (also
+/// across restarts, as long as the clock does not go back by more than the downtime).
+pub fn new_epoch() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = crate::clock::unix_ms().saturating_mul(1000);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+/// Who published a message: the process (`node`, random per process start, so ids of a
+/// previous run or another node never match) and the connection (`conn`, see
+/// [`Origin::conn_id`]). A subscription is never sent a message its own connection
+/// published. [`Origin::NONE`] matches no connection (messages recovered from disk).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The publishing process.
+    pub node: u64,
+    /// The publishing connection within it.
+    pub conn: u64,
+}
+
+impl Origin {
+    /// Nobody: a message whose publisher is unknown.
+    pub const NONE: Origin = Origin { node: 0, conn: 0 };
+
+    /// The id of connection `uid` of worker `worker`, unique within the process.
+    pub fn conn_id(worker: u16, uid: u64) -> u64 {
+        (u64::from(worker) << 48) | (uid & ((1 << 48) - 1))
+    }
+}
+
+/// A stored message as the engine hands it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Its place in the topic's history.
+    pub pos: Position,
+    /// The encoded `{"topic":..,"message":..}` object pushed to subscribers.
+    pub data: Bytes,
+    /// Its publisher.
+    pub origin: Origin,
+}
+
+/// A publish to store.
+#[derive(Debug, Clone)]
+pub struct PublishReq {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The encoded `{"topic":..,"message":..}` object.
+    pub data: Bytes,
+    /// Seconds to keep it cached.
+    pub ttl: u32,
+    /// Push notifications wanted (`prompt` not `false`).
+    pub prompt: bool,
+    /// The publisher.
+    pub origin: Origin,
+}
+
+/// The outcome of a publish that was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Stored at this position (and sent to every watching worker).
+    New(Position),
+    /// Identical to a message still cached on the topic: neither stored nor delivered.
+    Duplicate,
+}
+
+/// What [`Engine::read`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    /// The position of the topic's last stored message when the read was served (cached or
+    /// not any more), [`Position::ZERO`] if it has none; its epoch is the topic's current one.
+    pub last: Position,
+    /// Cached, unexpired messages after the asked position, oldest first.
+    pub messages: Vec<Message>,
+}
+
+/// The answer to a request that returned [`Done::Later`]: the caller's own number for it.
+pub type Ticket = u64;
+
+/// A request's answer: now, or later as an [`Event`] with the request's [`Ticket`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Done<T> {
+    /// Answered now; no event follows.
+    Now(T),
+    /// An event with the ticket follows, exactly once.
+    Later,
+}
+
+/// What an engine tells its worker's relay.
+#[derive(Debug)]
+pub enum Event {
+    /// The answer to a publish.
+    Published {
+        /// The request's ticket.
+        ticket: Ticket,
+        /// Its outcome.
+        result: Result<Stored, RelayError>,
+    },
+    /// The answer to a read.
+    History {
+        /// The request's ticket.
+        ticket: Ticket,
+        /// The history after the asked position.
+        result: Result<History, RelayError>,
+    },
+    /// The answer to a webhook registration.
+    WebhookAdded {
+        /// The request's ticket.
+        ticket: Ticket,
+        /// Its outcome.
+        result: Result<(), RelayError>,
+    },
+    /// A message stored on a topic this worker watches.
+    Live {
+        /// The topic.
+        topic: Arc<str>,
+        /// The message.
+        msg: Message,
+    },
+    /// Live messages of the topic may have been lost on their way here: whoever follows it
+    /// must read again after its position.
+    Resync {
+        /// The topic.
+        topic: Arc<str>,
+    },
+}
+
+/// A message for an engine from outside its worker (another worker's engine, a helper
+/// thread), carried by the worker's mailbox. One variant per engine family.
+#[derive(Debug)]
+pub enum EngineMsg {
+    /// For the in-memory engine (and engines built on its home workers).
+    Local(local::HomeMsg),
+}
+
+/// Where the events of engine calls go: the relay drains it after each call.
+pub type Events = Vec<Event>;
+
+/// A topic-store engine, one instance per worker (see the module documentation).
+pub trait Engine: Send {
+    /// Stores a publish: dedup against the topic's cached messages, the next position, ttl,
+    /// eviction past the limits, then every watching worker gets it as [`Event::Live`] and
+    /// its webhooks are called (when `prompt`).
+    fn publish(
+        &mut self,
+        req: PublishReq,
+        ticket: Ticket,
+        out: &mut Events,
+    ) -> Done<Result<Stored, RelayError>>;
+
+    /// Reads the topic's cached messages after `after`; answered with [`Event::History`]
+    /// (already in `out` when the topic's state is at hand).
+    fn read(&mut self, topic: &Arc<str>, after: Position, ticket: Ticket, out: &mut Events);
+
+    /// This worker has subscribers on the topic now: send it the topic's live messages.
+    fn watch(&mut self, topic: &Arc<str>, out: &mut Events);
+
+    /// This worker has no subscriber left on the topic.
+    fn unwatch(&mut self, topic: &Arc<str>, out: &mut Events);
+
+    /// Registers a webhook (`POST /subscribe`); registering it again keeps one.
+    fn add_webhook(
+        &mut self,
+        topic: &Arc<str>,
+        url: Arc<str>,
+        ticket: Ticket,
+        out: &mut Events,
+    ) -> Done<Result<(), RelayError>>;
+
+    /// Forgets a webhook (it failed for too long).
+    fn remove_webhook(&mut self, topic: &Arc<str>, url: &Arc<str>);
+
+    /// A message from another worker or a helper thread.
+    fn on_message(&mut self, msg: EngineMsg, out: &mut Events);
+
+    /// Periodic work at `now` (the worker clock's milliseconds): expiry, heartbeats.
+    fn tick(&mut self, now: u64, out: &mut Events);
+
+    /// End of a loop iteration, before any socket is written: hand this iteration's work on
+    /// (records to the kernel, batches to other workers or helper threads). Returns `true`
+    /// when something waits for room and the worker should come back within a millisecond.
+    fn flush(&mut self, out: &mut Events) -> bool;
+}

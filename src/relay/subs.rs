@@ -1,0 +1,228 @@
+//! The subscriptions one worker's connections hold, by topic: for each topic with at least
+//! one of them, its subscriptions (connection, id, feed state) and its [`Feed`]. A topic
+//! leaves the table with its last subscription.
+//!
+//! Nothing here knows where a topic's state lives (that is the engine's) or how a message is
+//! written to a connection (that is the worker's).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use slab::Slab;
+
+use super::engine::Origin;
+use super::feed::{Feed, Follow, Follower};
+
+/// A connection of this worker: its slab key and its uid, which tells a live connection
+/// from a later one that reused the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnRef {
+    /// Slab key.
+    pub key: usize,
+    /// Unique id (per worker).
+    pub uid: u64,
+}
+
+/// A subscription id: 32 bytes from the OS CSPRNG, held in the form every use needs, 64
+/// lowercase hex characters (a push copies it as it is; nothing is encoded per message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubId([u8; 64]);
+
+impl SubId {
+    /// The id of 32 random bytes.
+    pub fn from_bytes(raw: &[u8; 32]) -> SubId {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 64];
+        for (pair, b) in out.chunks_exact_mut(2).zip(raw) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 15)];
+        }
+        SubId(out)
+    }
+
+    /// The 64-character lowercase hex form.
+    pub fn hex(&self) -> &[u8; 64] {
+        &self.0
+    }
+
+    /// Parses the hex form (any case); `None` when it is not 64 hex characters.
+    pub fn from_hex(s: &str) -> Option<SubId> {
+        let s = s.as_bytes();
+        if s.len() != 64 || !s.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        let mut out = [0u8; 64];
+        for (o, c) in out.iter_mut().zip(s) {
+            *o = c.to_ascii_lowercase();
+        }
+        Some(SubId(out))
+    }
+}
+
+/// A subscription held by one of this worker's connections.
+#[derive(Debug, Clone)]
+pub struct LocalSub {
+    /// The connection.
+    pub conn: ConnRef,
+    /// Subscription id.
+    pub id: SubId,
+    /// Where it stands in the topic's feed.
+    pub follow: Follow,
+}
+
+impl Follower for LocalSub {
+    fn follow(&mut self) -> &mut Follow {
+        &mut self.follow
+    }
+}
+
+/// A topic as this worker's subscriptions see it.
+#[derive(Debug)]
+pub struct LocalTopic {
+    /// The topic string.
+    pub name: Arc<str>,
+    /// The subscriptions, in subscription order.
+    pub subs: Vec<LocalSub>,
+    /// History and live messages, merged by position.
+    pub feed: Feed,
+}
+
+/// What [`Subscriptions::remove`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Removed {
+    /// There was no such subscription.
+    NotFound,
+    /// Removed; the topic has others here.
+    Kept,
+    /// Removed the topic's last one here: the topic left the table.
+    Last(Arc<str>),
+}
+
+/// The table of one worker's subscriptions.
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    topics: Slab<LocalTopic>,
+    index: HashMap<Arc<str>, u32, ahash::RandomState>,
+}
+
+impl Subscriptions {
+    /// The topic in `slot`.
+    pub fn get(&self, slot: u32) -> Option<&LocalTopic> {
+        self.topics.get(slot as usize)
+    }
+
+    /// The topic in `slot`, if it still is `name` (a slot is reused once its topic leaves).
+    pub fn get_named(&mut self, slot: u32, name: &Arc<str>) -> Option<&mut LocalTopic> {
+        self.topics
+            .get_mut(slot as usize)
+            .filter(|t| Arc::ptr_eq(&t.name, name))
+    }
+
+    /// The slot of `topic`, if some subscription of this worker is on it.
+    pub fn find(&self, topic: &str) -> Option<u32> {
+        self.index.get(topic).copied()
+    }
+
+    /// The shared name of `topic` if this worker knows it (saves an allocation).
+    pub fn name(&self, topic: &str) -> Option<Arc<str>> {
+        self.index.get_key_value(topic).map(|(k, _)| k.clone())
+    }
+
+    /// Adds a subscription; returns the topic's slot and whether it is the topic's first
+    /// on this worker.
+    pub fn add(&mut self, topic: &str, sub: LocalSub) -> (u32, bool) {
+        let slot = match self.index.get(topic) {
+            Some(&s) => s,
+            None => {
+                let name: Arc<str> = Arc::from(topic);
+                let slot = self.topics.insert(LocalTopic {
+                    name: name.clone(),
+                    subs: Vec::new(),
+                    feed: Feed::default(),
+                }) as u32;
+                self.index.insert(name, slot);
+                slot
+            }
+        };
+        let t = &mut self.topics[slot as usize];
+        t.subs.push(sub);
+        (slot, t.subs.len() == 1)
+    }
+
+    /// Removes `conn`'s subscription on `slot`.
+    pub fn remove(&mut self, slot: u32, conn: ConnRef) -> Removed {
+        let Some(t) = self.topics.get_mut(slot as usize) else {
+            return Removed::NotFound;
+        };
+        let before = t.subs.len();
+        t.subs.retain(|s| s.conn != conn);
+        if t.subs.len() == before {
+            return Removed::NotFound;
+        }
+        if !t.subs.is_empty() {
+            t.feed.release_held(&mut t.subs);
+            return Removed::Kept;
+        }
+        let t = self.topics.remove(slot as usize);
+        self.index.remove(&t.name);
+        Removed::Last(t.name)
+    }
+
+    /// The owner a subscription of connection `uid` of worker `me` on node `node` has.
+    pub fn owner(node: u64, me: u16, uid: u64) -> Origin {
+        Origin {
+            node,
+            conn: Origin::conn_id(me, uid),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relay::engine::Position;
+    use crate::relay::feed::SubState;
+
+    fn sub(key: usize) -> LocalSub {
+        LocalSub {
+            conn: ConnRef { key, uid: 1 },
+            id: SubId::from_bytes(&[key as u8; 32]),
+            follow: Follow {
+                state: SubState::Active(Position::ZERO),
+                owner: Origin::NONE,
+            },
+        }
+    }
+
+    #[test]
+    fn sub_ids_round_trip_hex() {
+        let id = SubId::from_bytes(&[0xAB; 32]);
+        let h = *id.hex();
+        assert_eq!(
+            &h,
+            b"abababababababababababababababababababababababababababababababab"
+        );
+        let upper = String::from_utf8(h.to_ascii_uppercase()).unwrap();
+        assert_eq!(SubId::from_hex(&upper), Some(id));
+        assert_eq!(SubId::from_hex(std::str::from_utf8(&h).unwrap()), Some(id));
+        assert_eq!(SubId::from_hex("xyz"), None);
+    }
+
+    #[test]
+    fn a_topic_leaves_with_its_last_subscription() {
+        let mut t = Subscriptions::default();
+        let (slot, first) = t.add("a", sub(1));
+        assert!(first);
+        let (again, first) = t.add("a", sub(2));
+        assert_eq!((again, first), (slot, false));
+        assert_eq!(
+            t.remove(slot, ConnRef { key: 9, uid: 1 }),
+            Removed::NotFound
+        );
+        assert_eq!(t.remove(slot, ConnRef { key: 1, uid: 1 }), Removed::Kept);
+        let gone = t.remove(slot, ConnRef { key: 2, uid: 1 });
+        assert_eq!(gone, Removed::Last(Arc::from("a")));
+        assert_eq!(t.find("a"), None);
+        assert!(t.get(slot).is_none());
+    }
+}

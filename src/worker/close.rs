@@ -1,0 +1,73 @@
+//! The one way a connection leaves a worker: marked during the round ([`Worker::close_now`]),
+//! removed at its end ([`Worker::reap`]) with its subscriptions, so a reused slab key never
+//! receives a stale event. Also the worker's shutdown: stop accepting, close every
+//! connection (WebSocket close 1001), exit when they are gone or the grace period ends.
+
+use super::Worker;
+use crate::conn::Phase;
+use crate::relay::ConnRef;
+use crate::ws::close;
+
+impl Worker {
+    /// Marks a connection for removal at the end of the iteration.
+    pub(super) fn close_now(&mut self, key: usize) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        if c.marks.closed {
+            return;
+        }
+        c.marks.closed = true;
+        self.closing.push(key);
+    }
+
+    /// Removes the connections marked this round.
+    pub(super) fn reap(&mut self) {
+        while let Some(key) = self.closing.pop() {
+            let c = self.conns.remove(key);
+            let me = ConnRef { key, uid: c.uid };
+            for s in &c.subs {
+                self.relay.unsubscribe(s.slot, me);
+            }
+            // Dropping the socket closes its only descriptor (sockets are never duplicated),
+            // which removes it from the epoll set: no `epoll_ctl(DEL)` per connection.
+            let m = &self.shared.metrics.cores[self.id];
+            m.connections_open.sub(1);
+            if c.was_ws() {
+                m.websockets_open.sub(1);
+            }
+        }
+    }
+
+    /// Stops accepting and starts closing every connection.
+    pub(super) fn begin_shutdown(&mut self) {
+        if self.stop_at.is_some() {
+            return;
+        }
+        if let Some(mut l) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        let now = self.now;
+        self.stop_at = Some(now + self.shared.config.limits.shutdown_grace().as_millis() as u64);
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for key in keys {
+            let c = &mut self.conns[key];
+            match c.phase {
+                Phase::Ws(_) => {
+                    c.ws_close(
+                        close::GOING_AWAY,
+                        "server shutting down",
+                        now,
+                        self.close_ms,
+                    );
+                    self.mark_dirty(key);
+                }
+                Phase::Http(_) if c.out.is_empty() => self.close_now(key),
+                _ => {
+                    c.begin_close(now, self.close_ms);
+                    self.mark_dirty(key);
+                }
+            }
+        }
+    }
+}

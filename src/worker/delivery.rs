@@ -1,0 +1,139 @@
+//! Carrying out the relay's deliveries on this worker's connections: the worker's side of
+//! `relay::Recipients`. The relay decides which connection gets which push or answer; this
+//! module checks that the connection is still the one meant (its uid), queues the bytes
+//! through the connection's outbound policy (`conn::outbound`), and notes which connections
+//! now have output, are over their outbound limit, or may read again.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use slab::Slab;
+
+use super::Worker;
+use crate::conn::{self, http::webhook_answer, Conn, HttpWait, Phase};
+use crate::http::response;
+use crate::metrics::CoreMetrics;
+use crate::outbuf::SHARE_THRESHOLD;
+use crate::relay::{ConnRef, PushKind, Recipients, RelayError, SubId};
+
+/// The worker's connections as the relay's deliveries reach them.
+struct Conns<'a> {
+    conns: &'a mut Slab<Conn>,
+    dirty: &'a mut Vec<usize>,
+    overflow: &'a mut Vec<usize>,
+    ready: &'a mut VecDeque<ConnRef>,
+    enc: &'a mut Vec<u8>,
+    metrics: &'a CoreMetrics,
+    date: &'a [u8],
+    now: u64,
+    close_ms: u64,
+    fill_mark: usize,
+    max_outbound: usize,
+    max_pending: usize,
+}
+
+impl Conns<'_> {
+    fn live(&mut self, r: ConnRef) -> Option<&mut Conn> {
+        conn::live(self.conns, r)
+    }
+
+    fn mark_dirty(&mut self, key: usize) {
+        if let Some(c) = self.conns.get_mut(key) {
+            if !c.marks.dirty {
+                c.marks.dirty = true;
+                self.dirty.push(key);
+            }
+        }
+    }
+
+    /// Input that waited for this connection's answers is driven again.
+    fn resume(&mut self, r: ConnRef) {
+        if let Some(c) = conn::live(self.conns, r) {
+            if !c.marks.ready {
+                c.marks.ready = true;
+                self.ready.push_back(r);
+            }
+        }
+    }
+}
+
+impl Recipients for Conns<'_> {
+    fn push(&mut self, r: ConnRef, id: &SubId, data: &Bytes, kind: PushKind) {
+        let (fill, max_out) = (self.fill_mark, self.max_outbound);
+        let Some(c) = conn::live(self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_))) else {
+            return;
+        };
+        let over = match kind {
+            PushKind::Live { share_min } => {
+                c.deliver(id, data, true, fill, share_min, self.enc);
+                c.outbound_len() > max_out
+            }
+            // A replay is cached data: it waits by reference in the backlog and does not
+            // count as falling behind.
+            PushKind::Replay => {
+                c.deliver(id, data, false, fill, SHARE_THRESHOLD, self.enc);
+                false
+            }
+        };
+        self.metrics.delivered.inc();
+        self.mark_dirty(r.key);
+        if over {
+            self.overflow.push(r.key);
+        }
+    }
+
+    fn answer(&mut self, r: ConnRef, answer: u64, result: Result<(), RelayError>) {
+        let max_pending = self.max_pending;
+        let Some(c) = self.live(r) else { return };
+        if answer == 0 {
+            return;
+        }
+        let was_blocked = c.input_blocked(max_pending);
+        if !c.resolve(answer, result) {
+            return;
+        }
+        let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
+        self.mark_dirty(r.key);
+        if resume {
+            self.resume(r);
+        }
+    }
+
+    fn webhook_answer(&mut self, r: ConnRef, result: Result<(), RelayError>) {
+        let (date, now, close_ms) = (self.date, self.now, self.close_ms);
+        let Some(c) = self.live(r) else { return };
+        let Phase::Http(HttpWait::Webhook { close }) = c.phase else {
+            return;
+        };
+        response::write(&mut c.out, &webhook_answer(result), date, false, close);
+        if close {
+            c.begin_close(now, close_ms);
+        } else {
+            c.phase = Phase::Http(HttpWait::Nothing);
+            self.resume(r);
+        }
+        self.mark_dirty(r.key);
+    }
+}
+
+impl Worker {
+    /// Carries out what the relay decided since the last call.
+    pub(super) fn deliver(&mut self) {
+        let limits = &self.shared.config.limits;
+        let mut conns = Conns {
+            conns: &mut self.conns,
+            dirty: &mut self.dirty,
+            overflow: &mut self.overflow,
+            ready: &mut self.ready,
+            enc: &mut self.enc,
+            metrics: &self.shared.metrics.cores[self.id],
+            date: self.date.as_bytes(),
+            now: self.now,
+            close_ms: self.close_ms,
+            fill_mark: self.fill_mark,
+            max_outbound: limits.max_outbound,
+            max_pending: limits.max_pending_answers,
+        };
+        self.relay.deliver(&mut conns);
+    }
+}

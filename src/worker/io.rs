@@ -1,0 +1,350 @@
+//! A worker's socket I/O: accepting connections, reading a connection's input and handing it
+//! to `conn::process`, and flushing its output.
+
+use std::io::{self, Read};
+
+use mio::event::Event;
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+
+use super::Worker;
+use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase};
+use crate::outbuf::Flush;
+use crate::relay::ConnRef;
+use crate::ws::close;
+
+impl Worker {
+    /// Accepts until the listener has no more waiting connections.
+    pub(super) fn accept(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
+            match listener.accept() {
+                Ok((sock, _)) => self.add_conn(sock),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE/ENFILE and the like: the connection waits in the backlog.
+                    if !self.accept_retry {
+                        log::warn!("worker {}: accept failed: {e}", self.id);
+                    }
+                    self.accept_retry = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add_conn(&mut self, mut sock: TcpStream) {
+        let limits = &self.shared.config.limits;
+        if self.conns.len() >= limits.max_connections_per_worker {
+            self.m().connections_refused.inc();
+            drop(sock);
+            return;
+        }
+        // TCP_NODELAY, SO_SNDBUF, TCP_NOTSENT_LOWAT and SO_BUSY_POLL come from the listener
+        // (server::bind): no setsockopt per connection.
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        if let Err(e) = self.poll.registry().register(
+            &mut sock,
+            Token(key),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            log::warn!("worker {}: register failed: {e}", self.id);
+            return;
+        }
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        let deadline = self.now + limits.head_timeout().as_millis() as u64;
+        entry.insert(Conn::new(sock, uid, deadline));
+        self.arm(key);
+        let m = self.m();
+        m.connections_accepted.inc();
+        m.connections_open.inc();
+    }
+
+    /// A readiness event of connection `key`.
+    pub(super) fn on_event(&mut self, key: usize, ev: &Event) {
+        let Some(r) = self
+            .conns
+            .get(key)
+            .filter(|c| !c.marks.closed)
+            .map(|c| c.at(key))
+        else {
+            return;
+        };
+        if ev.is_writable() {
+            self.flush(key);
+        }
+        let hangup = ev.is_read_closed() || ev.is_error();
+        if ev.is_readable() || hangup {
+            self.drive(r, hangup);
+        }
+    }
+
+    /// Drives the connections whose input was left for later (budget, backpressure).
+    pub(super) fn resume_ready(&mut self) {
+        for _ in 0..self.ready.len() {
+            let Some(r) = self.ready.pop_front() else {
+                break;
+            };
+            if let Some(c) = conn::live(&mut self.conns, r) {
+                c.marks.ready = false;
+                self.drive(r, true);
+            }
+        }
+    }
+
+    /// Processes buffered input, then reads until the socket is drained, EOF or the
+    /// budget. A read shorter than asked means the socket queue was empty, and new data
+    /// raises a new edge, so reading stops there (saving the `EAGAIN` read) unless
+    /// `greedy`: after a hang-up event, or when resuming without an event.
+    fn drive(&mut self, r: ConnRef, greedy: bool) {
+        let key = r.key;
+        let Some(c) = conn::live(&mut self.conns, r) else {
+            return;
+        };
+        if !c.rbuf.is_empty() {
+            self.process_buffered(key);
+        }
+        let max_pending = self.shared.config.limits.max_pending_answers;
+        let budget = self.shared.config.limits.read_budget;
+        let mut total = 0usize;
+        loop {
+            let c = &mut self.conns[key];
+            if c.marks.closed || c.input_blocked(max_pending) {
+                return;
+            }
+            if self.relay.over_fanout_budget() {
+                // Deliver and flush what is queued first; this connection resumes after.
+                self.resume_later(key);
+                return;
+            }
+            let (res, asked) = self.read_some(key);
+            match res {
+                Ok(0) => return self.on_eof(key),
+                Ok(n) => {
+                    total += n;
+                    if self.conns[key].rbuf.is_empty() {
+                        self.process_scratch(key, n);
+                    } else {
+                        self.process_buffered(key);
+                    }
+                    if total >= budget {
+                        self.resume_later(key);
+                        return;
+                    }
+                    if n < asked && !greedy {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return self.close_now(key),
+            }
+        }
+    }
+
+    /// One read: into the shared scratch buffer when the connection holds no partial input,
+    /// else onto the end of its own buffer. Returns the result and how much was asked.
+    fn read_some(&mut self, key: usize) -> (io::Result<usize>, usize) {
+        let cap = self.rbuf_cap(key);
+        let c = &mut self.conns[key];
+        if c.rbuf.is_empty() {
+            return (c.sock.read(&mut self.scratch), self.scratch.len());
+        }
+        let len = c.rbuf.len();
+        if len >= cap {
+            // A head or frame larger than any limit allows cannot be pending here (parsers
+            // refuse those first); treat as a protocol failure.
+            self.fail_oversize(key);
+            return (Err(io::ErrorKind::WouldBlock.into()), 0);
+        }
+        // Grow by doubling from what is held: a connection stuck on a partial head keeps a
+        // few KiB, not a whole scratch buffer.
+        let want = (cap - len).min(self.scratch.len()).min(len.max(2048));
+        c.rbuf.resize(len + want, 0);
+        let r = c.sock.read(&mut c.rbuf[len..]);
+        let got = *r.as_ref().unwrap_or(&0);
+        c.rbuf.truncate(len + got);
+        (r, want)
+    }
+
+    /// Puts a connection on the ready list (once): its input is driven again after this
+    /// round's deliveries, without waiting for an event.
+    pub(super) fn resume_later(&mut self, key: usize) {
+        if let Some(c) = self.conns.get_mut(key) {
+            if !c.marks.ready && !c.marks.closed {
+                c.marks.ready = true;
+                self.ready.push_back(c.at(key));
+            }
+        }
+    }
+
+    fn rbuf_cap(&self, key: usize) -> usize {
+        let l = &self.shared.config.limits;
+        match self.conns[key].phase {
+            Phase::Ws(_) => l.max_message + 14,
+            _ => l.max_head + l.max_body,
+        }
+    }
+
+    fn fail_oversize(&mut self, key: usize) {
+        let now = self.now;
+        let c = &mut self.conns[key];
+        c.rbuf = Vec::new();
+        match c.phase {
+            Phase::Ws(_) => c.ws_close(close::TOO_BIG, "message too big", now, self.close_ms),
+            _ => c.begin_close(now, self.close_ms),
+        }
+        self.mark_dirty(key);
+    }
+
+    fn process_scratch(&mut self, key: usize, n: usize) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        let used = self.process(key, &mut buf[..n]);
+        if used < n {
+            let c = &mut self.conns[key];
+            if !matches!(c.phase, Phase::Closing { .. }) {
+                c.rbuf.extend_from_slice(&buf[used..n]);
+            }
+        }
+        self.scratch = buf;
+        self.after_input(key);
+    }
+
+    fn process_buffered(&mut self, key: usize) {
+        let mut buf = std::mem::take(&mut self.conns[key].rbuf);
+        let used = self.process(key, &mut buf);
+        let c = &mut self.conns[key];
+        if used >= buf.len() || matches!(c.phase, Phase::Closing { .. }) {
+            buf = Vec::new();
+        } else if used > 0 {
+            buf.drain(..used);
+        }
+        c.rbuf = buf;
+        self.after_input(key);
+    }
+
+    /// Runs `conn::process` on connection `key` with this worker's context.
+    fn process(&mut self, key: usize, input: &mut [u8]) -> usize {
+        let c = &mut self.conns[key];
+        let mut ctx = Ctx {
+            me: self.id,
+            key,
+            now: self.now,
+            date: self.date.as_bytes(),
+            shared: &self.shared,
+            relay: &mut self.relay,
+            ids: &mut self.ids,
+            scratch: &mut self.enc,
+            json: &mut self.json,
+            answers: &mut self.answers,
+        };
+        conn::process(c, input, &mut ctx)
+    }
+
+    /// Bookkeeping after a connection consumed input: re-arm its timer (a partial HTTP
+    /// head shortens the deadline), schedule its output.
+    fn after_input(&mut self, key: usize) {
+        let now = self.now;
+        let head_ms = self.shared.config.limits.head_timeout().as_millis() as u64;
+        let c = &mut self.conns[key];
+        if !c.rbuf.is_empty() && !c.marks.closed && self.relay.over_fanout_budget() {
+            // Input left unprocessed for the fan-out budget: no event will come for it,
+            // so resume it once the queued pushes are delivered.
+            self.resume_later(key);
+        }
+        let c = &mut self.conns[key];
+        if matches!(c.phase, Phase::Http(_)) && !c.rbuf.is_empty() && c.deadline > now + head_ms {
+            c.deadline = now + head_ms;
+        }
+        if !c.out.is_empty() {
+            self.mark_dirty(key);
+        }
+        self.arm(key);
+        self.check_outbound(key);
+    }
+
+    fn on_eof(&mut self, key: usize) {
+        let now = self.now;
+        let c = &mut self.conns[key];
+        let owed = !c.out.is_empty() || !c.backlog.is_empty();
+        match c.phase {
+            // Still owing the peer answers it asked for before it half-closed (an event
+            // after its FIN says EOF again): the close deadline bounds the wait.
+            Phase::Closing {
+                stage: CloseStage::Flushing,
+                ..
+            } if owed => {}
+            Phase::Closing { .. } => self.close_now(key),
+            _ if !owed => self.close_now(key),
+            _ => {
+                // Half-closed by the peer: deliver the answers it is owed, then close.
+                c.finish(now, self.close_ms);
+                self.mark_dirty(key);
+                self.arm(key);
+            }
+        }
+    }
+
+    pub(super) fn mark_dirty(&mut self, key: usize) {
+        if let Some(c) = self.conns.get_mut(key) {
+            if !c.marks.dirty {
+                c.marks.dirty = true;
+                self.dirty.push(key);
+            }
+        }
+    }
+
+    pub(super) fn flush_dirty(&mut self) {
+        while let Some(key) = self.dirty.pop() {
+            if let Some(c) = self.conns.get_mut(key) {
+                c.marks.dirty = false;
+            }
+            self.flush(key);
+        }
+    }
+
+    /// Writes what the connection has queued, refilling from its backlog; then moves its
+    /// phase on if it waited for its output (half-close, pipelining backpressure).
+    fn flush(&mut self, key: usize) {
+        let fill = self.fill_mark;
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        if c.marks.closed {
+            return;
+        }
+        loop {
+            let res = c.out.write_to(&mut c.sock);
+            let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.enc);
+            match res {
+                Ok(Flush::Done) if refilled => continue,
+                Ok(Flush::Blocked) => return,
+                Ok(Flush::Done) => break,
+                Err(_) => return self.close_now(key),
+            }
+        }
+        match &mut c.phase {
+            // Shut the write side once everything owed is out (a pending answer may still
+            // come from the store: its arrival flushes the connection again).
+            Phase::Closing {
+                stage: stage @ CloseStage::Flushing,
+                ..
+            } if c.backlog.is_empty() => {
+                *stage = CloseStage::Lingering;
+                let _ = c.sock.shutdown(std::net::Shutdown::Write);
+                c.deadline = self.now + self.shared.config.limits.linger_ms;
+                self.arm(key);
+            }
+            Phase::Http(w @ HttpWait::Output) => {
+                *w = HttpWait::Nothing;
+                self.resume_later(key);
+            }
+            _ => {}
+        }
+    }
+}

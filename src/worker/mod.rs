@@ -1,0 +1,232 @@
+//! One worker: a thread pinned to a core running its own `mio::Poll` loop. It owns its
+//! listener (`SO_REUSEPORT`), its connections (in a `slab`), its share of the relay and a
+//! timer wheel. Nothing it owns is touched by another thread; other workers and helper
+//! threads reach it only through its mailbox (`relay::transport`).
+//!
+//! One loop iteration ([`Worker::run`]): poll; accept ([`io`]); read every readable
+//! connection (each within a read budget, the rest continued next iteration) and process
+//! what it sent (`conn::process`); take the batches other workers sent (`Relay::on_batch`);
+//! carry out the deliveries all this decided ([`delivery`]); fire due timers ([`timers`]);
+//! let the relay's engine hand its work on (`Relay::flush`: records to the kernel, batches
+//! to other workers) *before* any socket is written; flush every connection with output
+//! (one `writev` each); then remove closed connections, all in one place ([`close`]).
+
+mod close;
+mod delivery;
+mod io;
+mod timers;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+
+use crate::conn::{Conn, IdSource, Shared};
+use crate::http::response;
+use crate::metrics::CoreMetrics;
+use crate::registry::answers::AnswerCache;
+use crate::relay::{ConnRef, CoreMsg, Mailboxes, Relay};
+use crate::timer::Wheel;
+
+/// Token of the listener.
+pub const LISTENER: Token = Token(usize::MAX - 1);
+/// Token of the waker.
+pub const WAKER: Token = Token(usize::MAX - 2);
+
+/// Size of the worker's shared read buffer (one read's worth).
+const SCRATCH: usize = 64 << 10;
+
+/// A worker and everything it owns.
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    listener: Option<TcpListener>,
+    conns: Slab<Conn>,
+    next_uid: u64,
+    relay: Relay,
+    inbox: Receiver<Vec<CoreMsg>>,
+    mailboxes: Arc<Mailboxes>,
+    shared: Arc<Shared>,
+    wheel: Wheel,
+    /// Read buffer shared by all connections: a connection keeps its own buffer only while
+    /// it holds a partial head or frame.
+    scratch: Vec<u8>,
+    /// Encoding scratch space.
+    enc: Vec<u8>,
+    /// The JSON parser's buffers, reused for every message.
+    json: simd_json::Buffers,
+    /// Assembled registry answers, for repeated queries.
+    answers: AnswerCache,
+    ids: IdSource,
+    /// Connections with queued output, flushed at the end of the iteration.
+    dirty: Vec<usize>,
+    /// Connections to remove at the end of the iteration.
+    closing: Vec<usize>,
+    /// Connections whose read budget ran out (or that were resumed) with input left.
+    ready: VecDeque<ConnRef>,
+    date: String,
+    date_sec: u64,
+    now: u64,
+    /// Retry `accept` at the next tick (after running out of file descriptors).
+    accept_retry: bool,
+    /// Set once shutdown began: the time by which to exit.
+    stop_at: Option<u64>,
+    /// The engine has work waiting for room (a full queue to another worker).
+    engine_waiting: bool,
+    /// WebSockets whose outbound buffer passed the limit during a delivery round.
+    overflow: Vec<usize>,
+    /// How full a connection's `OutBuf` is kept from its backlog.
+    fill_mark: usize,
+    /// `--close-timeout` in milliseconds.
+    close_ms: u64,
+}
+
+impl Worker {
+    /// A worker with its listener, poll instance (whose waker is in `mailboxes`) and inbox.
+    pub fn new(
+        id: usize,
+        mut listener: TcpListener,
+        poll: Poll,
+        inbox: Receiver<Vec<CoreMsg>>,
+        mailboxes: Arc<Mailboxes>,
+        relay: Relay,
+        shared: Arc<Shared>,
+    ) -> std::io::Result<Worker> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let now = crate::clock::now_ms();
+        // Encoded bytes a connection's queue holds before further pushes wait by reference
+        // (shared with the cache and every other subscriber): enough for a few writes, while
+        // 10,000 subscribers of a burst do not each get their own copy of it.
+        let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 64 << 10);
+        let close_ms = shared.config.limits.close_ms();
+        let answer_cache = shared.config.limits.answer_cache;
+        Ok(Worker {
+            id,
+            poll,
+            listener: Some(listener),
+            conns: Slab::with_capacity(1024),
+            next_uid: 1,
+            relay,
+            inbox,
+            mailboxes,
+            shared,
+            wheel: Wheel::new(now),
+            scratch: vec![0u8; SCRATCH],
+            enc: Vec::with_capacity(4096),
+            json: simd_json::Buffers::new(4096),
+            answers: AnswerCache::new(answer_cache),
+            ids: IdSource::default(),
+            dirty: Vec::new(),
+            closing: Vec::new(),
+            ready: VecDeque::new(),
+            date: String::new(),
+            date_sec: u64::MAX,
+            now,
+            accept_retry: false,
+            stop_at: None,
+            engine_waiting: false,
+            overflow: Vec::new(),
+            fill_mark,
+            close_ms,
+        })
+    }
+
+    fn m(&self) -> &CoreMetrics {
+        &self.shared.metrics.cores[self.id]
+    }
+
+    /// Runs the loop until shutdown completes.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            if !self.wait(&mut events) {
+                break;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(key) => self.on_event(key, ev),
+                }
+            }
+            self.resume_ready();
+            let shutdown = self.take_inbox();
+            self.deliver();
+            if shutdown {
+                self.begin_shutdown();
+            }
+            self.fire_timers();
+            // The engine hands this round's work on before any answer reaches a socket: a
+            // client that sees `true` finds its message where the engine promised it.
+            self.engine_waiting = self.relay.flush();
+            self.deliver();
+            self.flush_dirty();
+            // Slow or not is judged after the socket took what it could.
+            while let Some(k) = self.overflow.pop() {
+                self.check_outbound(k);
+            }
+            self.flush_dirty();
+            self.engine_waiting |= self.relay.flush();
+            self.reap();
+            if let Some(stop) = self.stop_at {
+                if self.conns.is_empty() || self.now >= stop {
+                    break;
+                }
+            }
+        }
+        log::debug!("worker {} stopped", self.id);
+    }
+
+    /// Polls for events (not at all when work is ready); returns `false` if polling failed.
+    fn wait(&mut self, events: &mut Events) -> bool {
+        let mut timeout = if !self.ready.is_empty() {
+            Duration::ZERO
+        } else if self.engine_waiting {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(self.wheel.until_next_tick(self.now))
+        };
+        // Tell senders to wake us, then look once more so no batch slips in between.
+        self.mailboxes.set_sleeping(self.id, true);
+        if !self.inbox.is_empty() {
+            timeout = Duration::ZERO;
+        }
+        if let Err(e) = self.poll.poll(events, Some(timeout)) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                log::error!("worker {}: poll failed: {e}", self.id);
+                return false;
+            }
+        }
+        self.mailboxes.set_sleeping(self.id, false);
+        self.tick_clock();
+        self.relay.set_fanout_budget(self.conns.len());
+        self.m().loop_iterations.inc();
+        true
+    }
+
+    /// Takes this round's batches from the mailbox; `true` when one orders a shutdown.
+    fn take_inbox(&mut self) -> bool {
+        let mut shutdown = false;
+        for _ in 0..self.shared.config.limits.inbox_budget {
+            match self.inbox.try_recv() {
+                Ok(batch) => shutdown |= self.relay.on_batch(batch),
+                Err(_) => break,
+            }
+        }
+        shutdown
+    }
+
+    fn tick_clock(&mut self) {
+        self.now = crate::clock::now_ms();
+        let sec = crate::clock::unix_ms() / 1000;
+        if sec != self.date_sec {
+            self.date_sec = sec;
+            self.date = response::http_date(std::time::SystemTime::now());
+        }
+    }
+}

@@ -40,30 +40,6 @@ pub const THREADS: [&str; 2] = ["1", "4"];
 /// The read timeout of every test socket: generous, so only a hung server trips it.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A WebSocket upgrade request for the relay (the RFC 6455 sample key).
-pub const WS_UPGRADE: &[u8] = b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\
-    Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-    Sec-WebSocket-Version: 13\r\n\r\n";
-
-/// Sends [`WS_UPGRADE`] on `s`, reads the answer up to its blank line, asserts a 101 and
-/// returns the bytes that came after it (the first frames, if any).
-pub fn ws_upgrade(s: &mut TcpStream) -> Vec<u8> {
-    s.write_all(WS_UPGRADE).expect("send the upgrade");
-    let mut buf = Vec::new();
-    loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..p]).to_string();
-            assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
-            buf.drain(..p + 4);
-            return buf;
-        }
-        let mut tmp = [0u8; 1024];
-        let n = s.read(&mut tmp).expect("read the upgrade answer");
-        assert!(n > 0, "EOF during the upgrade");
-        buf.extend_from_slice(&tmp[..n]);
-    }
-}
-
 /// A running server process, killed on drop.
 pub struct Server {
     /// The address it listens on.

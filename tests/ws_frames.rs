@@ -5,7 +5,8 @@
 mod common;
 
 use common::raw_ws::{
-    encode_frame, upgrade_request, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, RFC_KEY,
+    encode_frame, upgrade_request, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT,
+    RELAY_PATH, RFC_KEY,
 };
 use common::{each_server, topic, HttpConn, RawWs, Resp, Server};
 use serde_json::{json, Value};
@@ -69,6 +70,39 @@ fn upgrade_with_the_wallet_query_string_is_accepted() {
     let mut c = RawWs::open_at(&s, "/?protocol=wc&version=2&env=browser");
     c.send_text(&subscribe_req(7, &topic()));
     assert_sub_result(&c.recv_json(), 7);
+}
+
+/// DECISIONS §3 (issue 14 §7): the relay upgrades at `/` only, with or without a query;
+/// an upgrade request on any other path is refused with the JSON 404 before upgrading,
+/// also on a path that answers a plain GET (the registry, the greeting).
+#[test]
+fn only_the_root_path_upgrades_and_every_other_path_is_404_json() {
+    each_server(&[], |s| {
+        for path in ["/", RELAY_PATH] {
+            let mut c = RawWs::open_at(s, path);
+            c.send_text(&subscribe_req(1, &topic()));
+            assert_sub_result(&c.recv_json(), 1);
+        }
+        let mut wrong = Vec::new();
+        for path in ["/api/v1/wallets", "/hello", "/nope"] {
+            let r = refused(s, &upgrade_request(path, RFC_KEY, ""));
+            if r.status != 404 || r.header("Sec-WebSocket-Accept").is_some() {
+                wrong.push(format!(
+                    "{path}: {} {:?} {:?}",
+                    r.status,
+                    r.headers,
+                    String::from_utf8_lossy(&r.body[..r.body.len().min(80)])
+                ));
+                continue;
+            }
+            r.assert_json_error();
+        }
+        assert!(
+            wrong.is_empty(),
+            "an upgrade request on these paths did not get the 404 (DECISIONS §3):\n{}",
+            wrong.join("\n")
+        );
+    });
 }
 
 #[test]

@@ -287,7 +287,20 @@ fn subscribers_that_never_read_are_closed_with_1008_memory_stays_bounded_and_the
     ]);
     let tp = topic();
 
-    let mut lazy: Vec<RawWs> = (0..NON_READERS).map(|_| non_reader(&server, &tp)).collect();
+    // Opened from 4 threads (their order does not matter: nothing is published yet).
+    let mut lazy: Vec<RawWs> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let (server, tp) = (&server, &tp);
+                s.spawn(move || {
+                    (0..NON_READERS / 4)
+                        .map(|_| non_reader(server, tp))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
     let rss_before = server.rss_kib();
     let peak = Mutex::new(rss_before);
     let p = publish_past(&server, &tp, &mut lazy, &peak);

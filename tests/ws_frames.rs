@@ -5,15 +5,14 @@
 mod common;
 
 use common::raw_ws::{
-    encode_frame, upgrade_request, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT,
-    RELAY_PATH, RFC_KEY,
+    encode_frame, rpc_request, upgrade_request, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG,
+    OP_TEXT, RELAY_PATH, RFC_KEY,
 };
 use common::{each_server, topic, HttpConn, RawWs, Resp, Server};
 use serde_json::{json, Value};
 
 fn subscribe_req(id: u64, topic: &str) -> String {
-    json!({"id": id, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": topic}})
-        .to_string()
+    rpc_request(id, "waku_subscribe", json!({ "topic": topic }))
 }
 
 /// A subscription id: 64 lowercase hex characters.

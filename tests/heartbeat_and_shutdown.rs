@@ -4,142 +4,10 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{topic, ws_upgrade, Server};
-
-const OP_CLOSE: u8 = 0x8;
-const OP_PING: u8 = 0x9;
-
-// ------------------------------------------------------------------------------------------
-// A minimal raw WebSocket client: it never answers anything unless told to.
-
-#[derive(Debug)]
-struct Frame {
-    op: u8,
-    fin: bool,
-    payload: Vec<u8>,
-}
-
-/// How reading the next frame ended.
-#[derive(Debug)]
-enum Next {
-    Frame(Frame),
-    /// EOF (or a reset) between frames.
-    Closed,
-    /// Nothing within the read timeout.
-    Timeout,
-}
-
-struct Raw {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Raw {
-    fn open(server: &Server) -> Raw {
-        let mut s = server.tcp();
-        let buf = ws_upgrade(&mut s);
-        Raw { s, buf }
-    }
-
-    /// Fills the buffer to `n` bytes. `Ok(false)`: EOF or reset.
-    fn fill(&mut self, n: usize) -> Result<bool, ()> {
-        while self.buf.len() < n {
-            let mut tmp = [0u8; 65536];
-            match self.s.read(&mut tmp) {
-                Ok(0) => return Ok(false),
-                Ok(k) => self.buf.extend_from_slice(&tmp[..k]),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(false),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    return Err(())
-                }
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-        Ok(true)
-    }
-
-    /// The next server frame (which must not be masked).
-    fn next(&mut self, timeout: Duration) -> Next {
-        self.s.set_read_timeout(Some(timeout)).unwrap();
-        let need = |raw: &mut Raw, n: usize| -> Option<Next> {
-            match raw.fill(n) {
-                Ok(true) => None,
-                Ok(false) => {
-                    assert!(raw.buf.is_empty(), "EOF inside a frame: {:?}", raw.buf);
-                    Some(Next::Closed)
-                }
-                Err(()) => Some(Next::Timeout),
-            }
-        };
-        if let Some(n) = need(self, 2) {
-            return n;
-        }
-        let (b0, b1) = (self.buf[0], self.buf[1]);
-        assert_eq!(b1 & 0x80, 0, "server frame is masked");
-        let (len, off) = match b1 & 0x7F {
-            126 => {
-                if let Some(n) = need(self, 4) {
-                    return n;
-                }
-                (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
-            }
-            127 => {
-                if let Some(n) = need(self, 10) {
-                    return n;
-                }
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&self.buf[2..10]);
-                (u64::from_be_bytes(b) as usize, 10)
-            }
-            l => (l as usize, 2),
-        };
-        if let Some(n) = need(self, off + len) {
-            return n;
-        }
-        let payload = self.buf[off..off + len].to_vec();
-        self.buf.drain(..off + len);
-        Next::Frame(Frame {
-            op: b0 & 0x0F,
-            fin: b0 & 0x80 != 0,
-            payload,
-        })
-    }
-
-    /// Reads (ignoring pings) until the server ends the connection; returns the close code
-    /// if a close frame came first. Panics if the connection is still open at `deadline`.
-    fn until_closed(&mut self, deadline: Instant) -> Option<u16> {
-        let mut code = None;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "connection still open at the deadline");
-            match self.next(left) {
-                Next::Closed => return code,
-                Next::Timeout => panic!("connection still open at the deadline"),
-                Next::Frame(f) if f.op == OP_CLOSE => {
-                    assert!(code.is_none(), "two close frames");
-                    assert!(f.payload.len() >= 2, "close frame without a code");
-                    code = Some(u16::from_be_bytes([f.payload[0], f.payload[1]]));
-                }
-                Next::Frame(f) => {
-                    assert!(code.is_none(), "frame after the close frame: {f:?}");
-                }
-            }
-        }
-    }
-
-    fn send_masked(&mut self, op: u8, payload: &[u8]) {
-        let mask = [0x1f, 0x2e, 0x3d, 0x4c];
-        assert!(payload.len() < 126);
-        let mut f = vec![0x80 | op, 0x80 | payload.len() as u8];
-        f.extend_from_slice(&mask);
-        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        self.s.write_all(&f).unwrap();
-    }
-}
+use common::raw_ws::{OP_PING, OP_TEXT};
+use common::{topic, Next, RawWs, Server};
 
 fn signal(server: &Server, sig: libc::c_int) {
     let pid = server.child.id() as libc::pid_t;
@@ -168,16 +36,16 @@ fn wait_exit(server: &mut Server, deadline: Instant) -> std::process::ExitStatus
 #[test]
 fn server_pings_a_connected_client_within_5s() {
     let s = Server::start(&["--ping-interval", "0.5"]);
-    let mut c = Raw::open(&s);
+    let mut c = RawWs::open(&s);
     // The first frame the server sends unprompted is a ping, within 5 s.
-    match c.next(Duration::from_secs(5)) {
+    match c.next_within(Duration::from_secs(5)) {
         Next::Frame(f) if f.op == OP_PING => {
             assert!(f.fin);
             assert!(f.payload.len() <= 125);
         }
         Next::Frame(f) => panic!("unexpected frame before the ping: {f:?}"),
-        Next::Closed => panic!("closed before any ping"),
         Next::Timeout => panic!("no ping within 5 s"),
+        closed => panic!("closed before any ping: {closed:?}"),
     }
 }
 
@@ -189,11 +57,11 @@ fn server_pings_a_connected_client_within_5s() {
 fn first_pings_of_connections_opened_together_are_spread_over_half_an_interval() {
     const N: usize = 40;
     let s = Server::start(&["--ping-interval", "2", "--threads", "1"]);
-    let conns: Vec<(Raw, Instant)> = (0..N).map(|_| (Raw::open(&s), Instant::now())).collect();
+    let conns: Vec<(RawWs, Instant)> = (0..N).map(|_| (RawWs::open(&s), Instant::now())).collect();
     let waits: Vec<_> = conns
         .into_iter()
         .map(|(mut c, opened)| {
-            std::thread::spawn(move || match c.next(Duration::from_secs(6)) {
+            std::thread::spawn(move || match c.next_within(Duration::from_secs(6)) {
                 Next::Frame(f) if f.op == OP_PING => (opened, Instant::now()),
                 other => panic!("expected a first ping, got {other:?}"),
             })
@@ -227,7 +95,7 @@ fn first_pings_of_connections_opened_together_are_spread_over_half_an_interval()
 fn silent_client_is_closed_while_a_ponging_client_stays_open() {
     let s = Server::start(&["--ping-interval", "0.5"]);
     let start = Instant::now();
-    let mut silent = Raw::open(&s);
+    let mut silent = RawWs::open(&s);
     let mut alive = s.ws();
     let tp = topic();
     alive.subscribe(&tp);
@@ -255,21 +123,16 @@ fn silent_client_is_closed_while_a_ponging_client_stays_open() {
 #[test]
 fn client_that_keeps_sending_requests_but_never_pongs_stays_open() {
     let s = Server::start(&["--ping-interval", "0.5"]);
-    let mut c = Raw::open(&s);
+    let mut c = RawWs::open(&s);
     let start = Instant::now();
-    let mut id = 0;
     while start.elapsed() < Duration::from_secs(3) {
-        id += 1;
-        let req = format!(
-            r#"{{"id":{id},"jsonrpc":"2.0","method":"waku_subscribe","params":{{"topic":"t{id}"}}}}"#
-        );
-        c.send_masked(0x1, req.as_bytes());
+        let id = c.call("waku_subscribe", serde_json::json!({ "topic": topic() }));
         // Read the answer, ignoring (and never answering) pings.
         loop {
-            match c.next(Duration::from_secs(5)) {
+            match c.next_within(Duration::from_secs(5)) {
                 Next::Frame(f) if f.op == OP_PING => continue,
-                Next::Frame(f) if f.op == 0x1 => {
-                    let v: serde_json::Value = serde_json::from_slice(&f.payload).unwrap();
+                Next::Frame(f) if f.op == OP_TEXT => {
+                    let v = f.json();
                     assert_eq!(v["id"], id, "{v}");
                     assert!(v["result"].is_string(), "{v}");
                     break;
@@ -332,8 +195,7 @@ fn sigterm_closes_websockets_with_1001_and_exits_0() {
 fn sigint_exits_0() {
     let mut s = Server::start(&[]);
     // Serving first (so the signal handlers are certainly installed).
-    let r = s.raw_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    assert!(r.starts_with(b"HTTP/1.1 204 "));
+    assert_eq!(s.get("/health").0, Some(204));
     let mut ws = s.ws();
     signal(&s, libc::SIGINT);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -345,7 +207,7 @@ fn sigint_exits_0() {
 #[test]
 fn sigterm_exits_0_within_5s_even_if_a_client_never_answers_the_close() {
     let mut s = Server::start(&["--threads", "2"]);
-    let mut deaf = Raw::open(&s);
+    let mut deaf = RawWs::open(&s);
     // An idle keep-alive HTTP connection too.
     let mut http = s.tcp();
     http.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -6,213 +6,18 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{topic, Server};
+use common::checks::HELLO;
+use common::http::{get, post_subscribe, JSON};
+use common::{topic, HttpConn, Resp, Server};
 use serde_json::Value;
 
-const HELLO: &str = "Hello World, this is WalletRelay v2.0";
 const TEXT: &str = "text/plain; charset=utf-8";
-const JSON: &str = "application/json; charset=utf-8";
 const WEBHOOK_ERR: &str = r#"{"success":false,"error":"Missing or invalid \"webhook\" param"}"#;
 const TOPIC_ERR: &str = r#"{"success":false,"error":"Missing or invalid \"topic\" param"}"#;
-
-// ------------------------------------------------------------------------------------------
-// A strict HTTP/1.1 response reader
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    /// The value of header `name` (case-insensitive); panics if it appears twice.
-    fn header(&self, name: &str) -> Option<&str> {
-        let v: Vec<&str> = self
-            .headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect();
-        assert!(v.len() <= 1, "header {name} repeated: {self:?}");
-        v.first().copied()
-    }
-
-    fn body_str(&self) -> &str {
-        std::str::from_utf8(&self.body).expect("UTF-8 body")
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body_str()))
-    }
-
-    /// A JSON `{"error": "<non-empty string>"}` answer.
-    fn assert_json_error(&self) {
-        assert_eq!(self.header("Content-Type"), Some(JSON), "{self:?}");
-        let v = self.json();
-        let e = v["error"].as_str().unwrap_or_else(|| panic!("{v}"));
-        assert!(!e.is_empty(), "{v}");
-    }
-}
-
-/// One client connection with its own read buffer, so pipelined answers can be taken one
-/// at a time.
-struct Client {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Client {
-    fn new(server: &Server) -> Client {
-        Client {
-            s: server.tcp(),
-            buf: Vec::new(),
-        }
-    }
-
-    fn send(&mut self, raw: &[u8]) {
-        self.s.write_all(raw).expect("write request");
-    }
-
-    /// Reads more bytes; `false` at EOF.
-    fn more(&mut self) -> bool {
-        let mut tmp = [0u8; 65536];
-        loop {
-            match self.s.read(&mut tmp) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    self.buf.extend_from_slice(&tmp[..n]);
-                    return true;
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => panic!(
-                    "read failed ({e}); buffered: {:?}",
-                    String::from_utf8_lossy(&self.buf)
-                ),
-            }
-        }
-    }
-
-    /// Parses exactly one answer off the front of the stream. `head_only`: the answer to a
-    /// HEAD request (no body whatever `Content-Length` says).
-    fn response(&mut self, head_only: bool) -> Resp {
-        let end = loop {
-            if let Some(p) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break p;
-            }
-            assert!(
-                self.more(),
-                "EOF before a full response head; got {:?}",
-                String::from_utf8_lossy(&self.buf)
-            );
-        };
-        let head = String::from_utf8(self.buf[..end].to_vec()).expect("UTF-8 head");
-        self.buf.drain(..end + 4);
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap();
-        let parts: Vec<&str> = status_line.splitn(3, ' ').collect();
-        assert_eq!(parts[0], "HTTP/1.1", "status line {status_line:?}");
-        assert_eq!(parts[1].len(), 3, "status line {status_line:?}");
-        assert!(parts.len() == 3 && !parts[2].is_empty(), "{status_line:?}");
-        let status: u16 = parts[1].parse().expect("status code");
-        let headers: Vec<(String, String)> = lines
-            .map(|l| {
-                let (n, v) = l
-                    .split_once(':')
-                    .unwrap_or_else(|| panic!("bad header line {l:?} in {head:?}"));
-                assert!(!n.is_empty() && !n.contains(' '), "bad header name {l:?}");
-                (n.to_string(), v.trim().to_string())
-            })
-            .collect();
-        let mut r = Resp {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        let no_body = head_only || status == 204 || status == 304 || status < 200;
-        if status == 204 || status == 304 {
-            assert!(
-                r.header("Content-Length").is_none_or(|v| v == "0"),
-                "{status} with a Content-Length: {r:?}"
-            );
-        }
-        if !no_body {
-            let len: usize = r
-                .header("Content-Length")
-                .unwrap_or_else(|| panic!("no Content-Length: {r:?}"))
-                .parse()
-                .expect("Content-Length");
-            while self.buf.len() < len {
-                assert!(self.more(), "EOF inside a body");
-            }
-            r.body = self.buf.drain(..len).collect();
-        }
-        r
-    }
-
-    /// The server must close the connection, with nothing more sent.
-    fn expect_closed(&mut self) {
-        let start = Instant::now();
-        let mut tmp = [0u8; 4096];
-        loop {
-            match self.s.read(&mut tmp) {
-                Ok(0) => break,
-                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
-                Err(e) => panic!("connection not closed ({e})"),
-            }
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "closed too late");
-        assert!(
-            self.buf.is_empty(),
-            "bytes after the last answer: {:?}",
-            String::from_utf8_lossy(&self.buf)
-        );
-    }
-
-    /// The connection must still be open: nothing arrives within `ms`.
-    fn expect_open_and_silent(&mut self, ms: u64) {
-        self.s
-            .set_read_timeout(Some(Duration::from_millis(ms)))
-            .unwrap();
-        let mut tmp = [0u8; 16];
-        match self.s.read(&mut tmp) {
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Ok(0) => panic!("server closed a keep-alive connection"),
-            Ok(n) => panic!("unexpected bytes {:?}", &tmp[..n]),
-            Err(e) => panic!("read: {e}"),
-        }
-        self.s
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-    }
-}
-
-fn get(path: &str) -> String {
-    format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-}
-
-fn post_subscribe(body: &str) -> String {
-    format!(
-        "POST /subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-/// Sends one request on a fresh connection and reads one answer.
-fn one(server: &Server, raw: &str) -> Resp {
-    let mut c = Client::new(server);
-    c.send(raw.as_bytes());
-    c.response(raw.starts_with("HEAD "))
-}
 
 fn assert_hello(r: &Resp, body: &str) {
     assert_eq!(r.status, 200, "{r:?}");
@@ -230,7 +35,7 @@ fn assert_hello(r: &Resp, body: &str) {
 #[test]
 fn hello_answers_exactly_the_greeting() {
     let s = Server::start(&[]);
-    let r = one(&s, &get("/hello"));
+    let r = s.request(&get("/hello"));
     assert_hello(&r, HELLO);
     assert_eq!(r.header("Access-Control-Allow-Origin"), Some("*"));
 }
@@ -238,13 +43,13 @@ fn hello_answers_exactly_the_greeting() {
 #[test]
 fn hello_uses_the_service_name_flag() {
     let s = Server::start(&["--service-name", "Foo"]);
-    assert_hello(&one(&s, &get("/hello")), "Hello World, this is Foo v2.0");
+    assert_hello(&s.request(&get("/hello")), "Hello World, this is Foo v2.0");
 }
 
 #[test]
 fn health_is_204_without_a_body() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(get("/health").as_bytes());
     let r = c.response(false);
     assert_eq!(r.status, 204, "{r:?}");
@@ -256,7 +61,7 @@ fn health_is_204_without_a_body() {
 #[test]
 fn metrics_is_prometheus_text() {
     let s = Server::start(&[]);
-    let r = one(&s, &get("/metrics"));
+    let r = s.request(&get("/metrics"));
     assert_eq!(r.status, 200, "{r:?}");
     let ct = r.header("Content-Type").expect("Content-Type");
     assert!(ct.starts_with("text/plain"), "{ct}");
@@ -292,7 +97,7 @@ fn metrics_is_prometheus_text() {
 fn unknown_path_is_404_json() {
     let s = Server::start(&[]);
     for p in ["/nope", "/hello/", "/api", "/HELLO"] {
-        let r = one(&s, &get(p));
+        let r = s.request(&get(p));
         assert_eq!(r.status, 404, "{p}: {r:?}");
         r.assert_json_error();
     }
@@ -301,23 +106,20 @@ fn unknown_path_is_404_json() {
 #[test]
 fn wrong_method_is_405_json_with_allow() {
     let s = Server::start(&[]);
-    let r = one(
-        &s,
-        "POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
-    );
+    let r = s.request("POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
     assert_eq!(r.status, 405, "{r:?}");
     r.assert_json_error();
     let allow = r.header("Allow").expect("Allow header");
     assert!(allow.contains("GET"), "{allow}");
     assert!(!allow.contains("POST"), "{allow}");
 
-    let r = one(&s, &get("/subscribe"));
+    let r = s.request(&get("/subscribe"));
     assert_eq!(r.status, 405, "{r:?}");
     r.assert_json_error();
     let allow = r.header("Allow").expect("Allow header");
     assert!(allow.contains("POST"), "{allow}");
 
-    let r = one(&s, "DELETE /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    let r = s.request("DELETE /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(r.status, 405, "{r:?}");
     r.assert_json_error();
     assert!(r.header("Allow").is_some_and(|a| a.contains("GET")));
@@ -344,7 +146,7 @@ fn every_answer_carries_access_control_allow_origin_star() {
         "GET\x01 / HTTP/1.1\r\n\r\n".to_string(),
     ];
     for req in &requests {
-        let r = one(&s, req);
+        let r = s.request(req);
         assert_eq!(
             r.header("Access-Control-Allow-Origin"),
             Some("*"),
@@ -358,14 +160,11 @@ fn every_answer_carries_access_control_allow_origin_star() {
 fn options_preflight_is_204_with_allowed_methods_and_headers() {
     let s = Server::start(&[]);
     let pre = |path: &str| {
-        one(
-            &s,
-            &format!(
-                "OPTIONS {path} HTTP/1.1\r\nHost: x\r\nOrigin: https://dapp.example\r\n\
+        s.request(&format!(
+            "OPTIONS {path} HTTP/1.1\r\nHost: x\r\nOrigin: https://dapp.example\r\n\
                  Access-Control-Request-Method: POST\r\n\
                  Access-Control-Request-Headers: content-type\r\n\r\n"
-            ),
-        )
+        ))
     };
     let r = pre("/subscribe");
     assert_eq!(r.status, 204, "{r:?}");
@@ -388,7 +187,7 @@ fn options_preflight_is_204_with_allowed_methods_and_headers() {
 #[test]
 fn head_hello_has_content_length_37_and_no_body() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(b"HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\n");
     let r = c.response(true);
     assert_eq!(r.status, 200, "{r:?}");
@@ -403,7 +202,7 @@ fn head_hello_has_content_length_37_and_no_body() {
 #[test]
 fn head_works_on_health_and_metrics() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     let r = c.response(true);
     assert_eq!(r.status, 200, "{r:?}");
@@ -420,7 +219,7 @@ fn head_works_on_health_and_metrics() {
 #[test]
 fn keep_alive_serves_sequential_requests_on_one_connection() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     for _ in 0..3 {
         c.send(get("/hello").as_bytes());
         let r = c.response(false);
@@ -437,7 +236,7 @@ fn keep_alive_serves_sequential_requests_on_one_connection() {
 #[test]
 fn pipelined_requests_in_one_write_are_answered_in_order() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     let mut raw = get("/hello");
     raw.push_str(&get("/nope"));
     raw.push_str(&get("/health"));
@@ -452,7 +251,7 @@ fn pipelined_requests_in_one_write_are_answered_in_order() {
 #[test]
 fn http_1_0_without_keep_alive_is_closed_after_the_answer() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(b"GET /hello HTTP/1.0\r\nHost: x\r\n\r\n");
     assert_hello(&c.response(false), HELLO);
     c.expect_closed();
@@ -461,7 +260,7 @@ fn http_1_0_without_keep_alive_is_closed_after_the_answer() {
 #[test]
 fn http_1_0_with_keep_alive_stays_open() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     for _ in 0..2 {
         c.send(b"GET /hello HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
         assert_hello(&c.response(false), HELLO);
@@ -471,7 +270,7 @@ fn http_1_0_with_keep_alive_stays_open() {
 #[test]
 fn connection_close_is_closed_after_the_answer() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let r = c.response(false);
     assert_hello(&r, HELLO);
@@ -487,7 +286,7 @@ fn connection_close_is_closed_after_the_answer() {
 #[test]
 fn requests_after_connection_close_are_not_answered() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     let raw =
         "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /health HTTP/1.1\r\n\r\n";
     c.send(raw.as_bytes());
@@ -498,7 +297,7 @@ fn requests_after_connection_close_are_not_answered() {
 #[test]
 fn post_body_arriving_in_pieces_is_answered_once_complete() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     let raw = post_subscribe(r#"{"topic":"split","webhook":"https://example.com/hook"}"#);
     let (a, b) = raw.split_at(raw.len() - 10);
     c.send(a.as_bytes());
@@ -518,7 +317,7 @@ fn head_over_16_kib_is_431() {
     let mut raw = String::from("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: ");
     raw.push_str(&"a".repeat(17 * 1024));
     raw.push_str("\r\n\r\n");
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(raw.as_bytes());
     let r = c.response(false);
     assert_eq!(r.status, 431, "{r:?}");
@@ -531,7 +330,7 @@ fn head_over_16_kib_is_431_even_before_it_ends() {
     let s = Server::start(&[]);
     let mut raw = String::from("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: ");
     raw.push_str(&"a".repeat(17 * 1024));
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(raw.as_bytes());
     let r = c.response(false);
     assert_eq!(r.status, 431, "{r:?}");
@@ -544,13 +343,13 @@ fn head_just_under_16_kib_is_accepted() {
     raw.push_str(&"a".repeat(15 * 1024));
     raw.push_str("\r\n\r\n");
     assert!(raw.len() < 16 * 1024);
-    assert_hello(&one(&s, &raw), HELLO);
+    assert_hello(&s.request(&raw), HELLO);
 }
 
 #[test]
 fn content_length_over_64_kib_is_413() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(
         b"POST /subscribe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
           Content-Length: 70000\r\n\r\n{\"topic\":",
@@ -563,7 +362,7 @@ fn content_length_over_64_kib_is_413() {
 #[test]
 fn chunked_transfer_encoding_is_refused_with_411_or_400() {
     let s = Server::start(&[]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     c.send(
         b"POST /subscribe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
           Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
@@ -582,7 +381,7 @@ fn malformed_request_line_is_400() {
         "GET hello HTTP/1.1\r\nHost: x\r\n\r\n",
         "GET /hello HTTP/1.1\r\nBad Header Name: x\r\n\r\n",
     ] {
-        let mut c = Client::new(&s);
+        let mut c = HttpConn::open(&s);
         c.send(raw.as_bytes());
         let r = c.response(false);
         assert_eq!(r.status, 400, "{raw:?}: {r:?}");
@@ -613,7 +412,7 @@ fn slowloris_gets_408_and_is_closed_while_others_are_served() {
 
     // Meanwhile another client is served (same worker: there is only one).
     std::thread::sleep(Duration::from_millis(400));
-    let other = one(&s, &get("/hello"));
+    let other = s.request(&get("/hello"));
     assert_hello(&other, HELLO);
     // ... while the slow client's connection was still open and unanswered.
     slow.set_nonblocking(true).unwrap();
@@ -688,10 +487,9 @@ fn idle_connection_that_sends_nothing_is_closed_after_the_head_timeout() {
 #[test]
 fn subscribe_with_valid_topic_and_webhook_is_200_success_true() {
     let s = Server::start(&[]);
-    let r = one(
-        &s,
-        &post_subscribe(r#"{"topic":"t","webhook":"https://example.com/hook"}"#),
-    );
+    let r = s.request(&post_subscribe(
+        r#"{"topic":"t","webhook":"https://example.com/hook"}"#,
+    ));
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.header("Content-Type"), Some(JSON));
     assert_eq!(r.body_str(), r#"{"success":true}"#);
@@ -700,7 +498,7 @@ fn subscribe_with_valid_topic_and_webhook_is_200_success_true() {
 #[test]
 fn subscribe_without_webhook_is_400_naming_webhook() {
     let s = Server::start(&[]);
-    let r = one(&s, &post_subscribe(r#"{"topic":"t"}"#));
+    let r = s.request(&post_subscribe(r#"{"topic":"t"}"#));
     assert_eq!(r.status, 400, "{r:?}");
     assert_eq!(r.header("Content-Type"), Some(JSON));
     assert_eq!(r.body_str(), WEBHOOK_ERR);
@@ -714,7 +512,7 @@ fn subscribe_without_topic_is_400_naming_topic() {
         r#"{"topic":"","webhook":"https://example.com/hook"}"#,
         r#"{"topic":7,"webhook":"https://example.com/hook"}"#,
     ] {
-        let r = one(&s, &post_subscribe(body));
+        let r = s.request(&post_subscribe(body));
         assert_eq!(r.status, 400, "{body}: {r:?}");
         assert_eq!(r.body_str(), TOPIC_ERR, "{body}");
     }
@@ -729,7 +527,7 @@ fn subscribe_with_a_non_http_webhook_is_400_naming_webhook() {
         r#"{"topic":"t","webhook":"example.com/hook"}"#,
         r#"{"topic":"t","webhook":42}"#,
     ] {
-        let r = one(&s, &post_subscribe(body));
+        let r = s.request(&post_subscribe(body));
         assert_eq!(r.status, 400, "{body}: {r:?}");
         assert_eq!(r.body_str(), WEBHOOK_ERR, "{body}");
     }
@@ -739,7 +537,7 @@ fn subscribe_with_a_non_http_webhook_is_400_naming_webhook() {
 fn subscribe_with_a_body_that_is_not_json_is_400_success_false() {
     let s = Server::start(&[]);
     for body in ["topic=t&webhook=https://example.com", "{\"topic\":", ""] {
-        let r = one(&s, &post_subscribe(body));
+        let r = s.request(&post_subscribe(body));
         assert_eq!(r.status, 400, "{body:?}: {r:?}");
         assert_eq!(r.header("Content-Type"), Some(JSON));
         let v = r.json();
@@ -756,7 +554,7 @@ fn subscribing_the_same_pair_twice_is_200_both_times() {
         topic()
     );
     for _ in 0..2 {
-        let r = one(&s, &post_subscribe(&body));
+        let r = s.request(&post_subscribe(&body));
         assert_eq!(r.status, 200, "{r:?}");
         assert_eq!(r.body_str(), r#"{"success":true}"#);
     }
@@ -765,7 +563,7 @@ fn subscribing_the_same_pair_twice_is_200_both_times() {
 #[test]
 fn many_topic_registrations_pipelined_across_workers_are_answered_in_order() {
     let s = Server::start(&["--threads", "4"]);
-    let mut c = Client::new(&s);
+    let mut c = HttpConn::open(&s);
     // Valid registrations for 100 distinct topics (about three in four are homed on another
     // worker than this connection's), interleaved with answers computed locally, so that a
     // reordering shows in the sequence of statuses and bodies.

@@ -31,37 +31,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{raise_nofile_limit, Server, Ws};
+use common::{raise_nofile_limit, reset_on_close, Rng, Server, Ws};
 use serde_json::{json, Value};
 use tungstenite::Message;
 
 /// Seconds every message lives in the cache: longer than any run.
 const TTL: u64 = 86_400;
-
-// ------------------------------------------------------------------------------------------
-// A small seeded RNG (splitmix64): no extra crate, reproducible schedules.
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-}
 
 // ------------------------------------------------------------------------------------------
 // The run
@@ -435,8 +410,7 @@ fn subscriber(
                 }
                 3..=4 => {
                     r.endings.reset += 1;
-                    let _ =
-                        socket2::SockRef::from(ws.sock.get_ref()).set_linger(Some(Duration::ZERO));
+                    reset_on_close(ws.sock.get_ref());
                     break;
                 }
                 5..=7 => {

@@ -4,17 +4,7 @@
 
 mod common;
 
-use common::{topic, Server};
-
-/// A field of `/proc/<pid>/<file>` (`status` or `smaps_rollup`), as the number before
-/// any unit.
-fn proc_field(pid: u32, file: &str, name: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
+use common::{proc_field, topic, Server};
 
 /// Fills the server's message cache with about `mib` MiB of distinct 1 KiB messages over
 /// 64 topics, 256 publishes in flight at a time.

@@ -4,14 +4,13 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{HttpConn, Resp, Server, SockOpts};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -21,29 +20,15 @@ const DAPPS: &str = include_str!("../data/registry/dapps.json");
 const BASE: &str = "https://registry.walletconnect.org/logo";
 const RAINBOW: &str = "1ae92b26df02f0abca6304df07debccd18262fdf5fe82daa81593582dac9a369";
 
-/// One HTTP answer as read off the socket.
-#[derive(Debug, Clone, PartialEq)]
-struct Reply {
-    status: u16,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
+/// What the registry tests read from an answer.
+trait Listings {
+    /// The `name` of every listing.
+    fn names(&self) -> Vec<String>;
+    /// Listing keys in document order.
+    fn keys(&self) -> Vec<String>;
 }
 
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
-    }
-
-    fn json(&self) -> Value {
-        assert_eq!(
-            self.header("content-type"),
-            Some("application/json; charset=utf-8")
-        );
-        serde_json::from_slice(&self.body).expect("JSON body")
-    }
-
+impl Listings for Resp {
     fn names(&self) -> Vec<String> {
         self.json()["listings"]
             .as_object()
@@ -53,7 +38,6 @@ impl Reply {
             .collect()
     }
 
-    /// Listing keys in document order.
     fn keys(&self) -> Vec<String> {
         let top: Ordered = serde_json::from_slice(&self.body).unwrap();
         let listings = top.0.into_iter().find(|(k, _)| k == "listings").unwrap().1;
@@ -90,54 +74,13 @@ fn file_keys(src: &str) -> Vec<String> {
     o.0.into_iter().map(|(k, _)| k).collect()
 }
 
-/// Reads one answer to a request with method `method` from `s`.
-fn read_reply(s: &mut TcpStream, method: &str) -> Reply {
-    read_reply_from(s, method)
+fn request(s: &Server, method: &str, target: &str, extra: &str) -> Resp {
+    s.request(&format!(
+        "{method} {target} HTTP/1.1\r\nHost: t\r\n{extra}\r\n"
+    ))
 }
 
-fn read_reply_from<R: Read>(s: &mut R, method: &str) -> Reply {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut byte).expect("read head");
-        head.push(byte[0]);
-    }
-    let text = String::from_utf8(head).unwrap();
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().unwrap();
-    let status: u16 = status_line.split(' ').nth(1).unwrap().parse().unwrap();
-    let mut headers = HashMap::new();
-    for l in lines.filter(|l| !l.is_empty()) {
-        let (k, v) = l.split_once(':').unwrap();
-        let prev = headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        assert!(prev.is_none(), "header {k} sent twice");
-    }
-    let len: usize = headers
-        .get("content-length")
-        .map_or(0, |v: &String| v.parse().unwrap());
-    let mut body = vec![
-        0u8;
-        if method == "HEAD" || status == 304 {
-            0
-        } else {
-            len
-        }
-    ];
-    s.read_exact(&mut body).expect("read body");
-    Reply {
-        status,
-        headers,
-        body,
-    }
-}
-
-fn request(s: &Server, method: &str, target: &str, extra: &str) -> Reply {
-    let mut c = s.tcp();
-    write!(c, "{method} {target} HTTP/1.1\r\nHost: t\r\n{extra}\r\n").unwrap();
-    read_reply(&mut c, method)
-}
-
-fn get(s: &Server, target: &str) -> Reply {
+fn get(s: &Server, target: &str) -> Resp {
     request(s, "GET", target, "")
 }
 
@@ -523,14 +466,15 @@ fn head_has_get_headers_without_body() {
     ] {
         let g = get(&s, target);
         // HEAD then GET on one connection: the HEAD must not leave body bytes behind.
-        let mut c = s.tcp();
-        write!(
-            c,
-            "HEAD {target} HTTP/1.1\r\nHost: t\r\n\r\nGET {target} HTTP/1.1\r\nHost: t\r\n\r\n"
-        )
-        .unwrap();
-        let h = read_reply(&mut c, "HEAD");
-        let g2 = read_reply(&mut c, "GET");
+        let mut c = HttpConn::open(&s);
+        c.send(
+            format!(
+                "HEAD {target} HTTP/1.1\r\nHost: t\r\n\r\nGET {target} HTTP/1.1\r\nHost: t\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        let h = c.response(true);
+        let g2 = c.response(false);
         assert_eq!(h.status, g.status);
         assert_eq!(
             h.header("content-length").unwrap(),
@@ -549,16 +493,15 @@ fn pipelined_queries_on_one_connection_answer_in_order() {
     let a = get(&s, "/api/v1/all?search=rainbow");
     let b = get(&s, "/api/v1/dapps?entries=3&page=2");
     let c_ = get(&s, "/api/v1/all");
-    let mut c = s.tcp();
-    c.write_all(
+    let mut c = HttpConn::open(&s);
+    c.send(
         b"GET /api/v1/all?search=rainbow HTTP/1.1\r\nHost: t\r\n\r\n\
           GET /api/v1/dapps?entries=3&page=2 HTTP/1.1\r\nHost: t\r\n\r\n\
           GET /api/v1/all HTTP/1.1\r\nHost: t\r\n\r\n",
-    )
-    .unwrap();
-    assert_eq!(read_reply(&mut c, "GET").body, a.body);
-    assert_eq!(read_reply(&mut c, "GET").body, b.body);
-    assert_eq!(read_reply(&mut c, "GET").body, c_.body);
+    );
+    assert_eq!(c.response(false).body, a.body);
+    assert_eq!(c.response(false).body, b.body);
+    assert_eq!(c.response(false).body, c_.body);
 }
 
 fn tmp_dir(tag: &str) -> std::path::PathBuf {
@@ -690,14 +633,14 @@ fn pipelined_large_answers_to_a_slow_reader_arrive_whole_and_in_order() {
         ("GET", "/api/v1/all?entries=200&page=1", ""),
         ("GET", "/api/v1/dapps", ""),
     ];
-    let want: Vec<Reply> = targets
+    let want: Vec<Resp> = targets
         .iter()
         .map(|(m, t, x)| request(&s, m, t, x))
         .collect();
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    sock.connect(&s.addr.into()).unwrap();
-    let mut c: TcpStream = sock.into();
+    let mut c = s.tcp_with(SockOpts {
+        rcvbuf: Some(4096),
+        ..SockOpts::default()
+    });
     c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .unwrap();
     let mut all = String::new();
@@ -708,14 +651,14 @@ fn pipelined_large_answers_to_a_slow_reader_arrive_whole_and_in_order() {
     }
     c.write_all(all.as_bytes()).unwrap();
     // A slow reader: a few KiB at a time, with pauses, through a 4 KiB buffer.
-    let mut slow = SlowReader { s: c, reads: 0 };
+    let mut slow = HttpConn::new(SlowReader { s: c, reads: 0 });
     for round in 0..3 {
         for ((m, t, _), w) in targets.iter().zip(&want) {
-            let got = read_reply_from(&mut slow, m);
+            let got = slow.response(*m == "HEAD");
             assert_eq!(got.status, w.status, "{m} {t} (round {round})");
             assert_eq!(
-                got.headers.get("content-length"),
-                w.headers.get("content-length"),
+                got.header("content-length"),
+                w.header("content-length"),
                 "{m} {t}"
             );
             assert!(got.body == w.body, "{m} {t} (round {round}): body differs");
@@ -757,7 +700,7 @@ fn answer_cache_serves_the_same_bytes_as_no_cache() {
         targets.push(format!("/api/v1/all?entries={n}&page=2"));
     }
     let encodings = ["", "Accept-Encoding: gzip\r\n"];
-    let want: Vec<Vec<Reply>> = encodings
+    let want: Vec<Vec<Resp>> = encodings
         .iter()
         .map(|x| {
             targets
@@ -766,19 +709,19 @@ fn answer_cache_serves_the_same_bytes_as_no_cache() {
                 .collect()
         })
         .collect();
-    let mut c = cached.tcp();
+    let mut c = HttpConn::open(&cached);
     for round in 0..3 {
         for (x, want) in encodings.iter().zip(&want) {
             let mut batch = String::new();
             for t in &targets {
                 batch.push_str(&format!("GET {t} HTTP/1.1\r\nHost: t\r\n{x}\r\n"));
             }
-            c.write_all(batch.as_bytes()).unwrap();
+            c.send(batch.as_bytes());
             for (t, w) in targets.iter().zip(want) {
-                let got = read_reply(&mut c, "GET");
+                let got = c.response(false);
                 assert_eq!(got.status, w.status, "{t} {x:?} round {round}");
                 for h in ["etag", "content-encoding", "content-length", "vary"] {
-                    assert_eq!(got.headers.get(h), w.headers.get(h), "{h} of {t} {x:?}");
+                    assert_eq!(got.header(h), w.header(h), "{h} of {t} {x:?}");
                 }
                 assert!(got.body == w.body, "{t} {x:?} round {round}: body differs");
             }

@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{topic, ws_upgrade, Server, THREADS};
+use common::raw_ws::{OP_CLOSE, OP_PING, OP_TEXT};
+use common::{topic, Frame, Next, RawWs, Server, SockOpts, THREADS};
 use serde_json::{json, Value};
 
 const MESSAGES: usize = 3000;
@@ -27,165 +26,31 @@ fn message(i: usize) -> String {
     m
 }
 
-// ------------------------------------------------------------------------------------------
-// A raw WebSocket client that reads only when told to.
-
-#[derive(Debug)]
-enum Next {
-    Frame {
-        op: u8,
-        payload: Vec<u8>,
-    },
-    /// EOF between frames.
-    Eof,
-    /// EOF (or reset) in the middle of a frame: the server dropped queued output.
-    Truncated {
-        buffered: usize,
-        error: Option<String>,
-    },
+/// A server with `threads` workers, a 256 KiB outbound limit, and 120 s for a closed
+/// connection to take what is queued for it.
+fn slow_reader_server(threads: &str) -> Server {
+    Server::start(&[
+        "--threads",
+        threads,
+        "--max-outbound",
+        "262144",
+        "--close-timeout",
+        "120",
+    ])
 }
 
-struct Raw {
-    s: TcpStream,
-    buf: Vec<u8>,
+/// Sends `waku_subscribe` for `tp` (the connection's first request, id 1) without reading
+/// the answer.
+fn send_subscribe(c: &mut RawWs, tp: &str) {
+    assert_eq!(c.call("waku_subscribe", json!({ "topic": tp })), 1);
 }
 
-impl Raw {
-    fn open(server: &Server) -> Raw {
-        Raw::upgrade(server.tcp())
-    }
-
-    /// A client whose kernel receive buffer is `rcvbuf` bytes (set before connecting, so the
-    /// window it advertises stays that small).
-    fn open_with_rcvbuf(server: &Server, rcvbuf: usize) -> Raw {
-        let sock =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        sock.set_recv_buffer_size(rcvbuf).unwrap();
-        sock.connect(&server.addr.into()).unwrap();
-        let s: TcpStream = sock.into();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.set_nodelay(true).unwrap();
-        Raw::upgrade(s)
-    }
-
-    fn upgrade(mut s: TcpStream) -> Raw {
-        let buf = ws_upgrade(&mut s);
-        Raw { s, buf }
-    }
-
-    /// Sends `waku_subscribe` for `tp` (request id 1) without reading the answer.
-    fn send_subscribe(&mut self, tp: &str) {
-        self.send_text(
-            &json!({"id": 1, "jsonrpc": "2.0", "method": "waku_subscribe", "params": {"topic": tp}})
-                .to_string(),
-        );
-    }
-
-    /// Subscribes to `tp` and reads the (text) answer.
-    fn subscribe(&mut self, tp: &str, who: &str) {
-        self.send_subscribe(tp);
-        match self.next() {
-            Next::Frame { op: 1, .. } => {}
-            other => panic!("{who}'s subscribe: {other:?}"),
-        }
-    }
-
-    fn send_text(&mut self, text: &str) {
-        self.send_frame(0x1, text.as_bytes());
-    }
-
-    /// Sends a ping and requires the very next frame to be its pong (so nothing else was
-    /// pending, and the connection is open).
-    fn ping_pong(&mut self) -> Result<(), String> {
-        self.send_frame(0x9, b"still-there");
-        match self.next() {
-            Next::Frame { op: 0xA, payload } if payload == b"still-there" => Ok(()),
-            Next::Frame { op: 1, payload } => Err(format!(
-                "a text frame came where the pong was expected: {:?}",
-                String::from_utf8_lossy(&payload[..payload.len().min(100)])
-            )),
-            Next::Frame { op: 8, payload } => Err(format!(
-                "closed with code {:?} where the pong was expected",
-                payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]))
-            )),
-            other => Err(format!("no pong: {other:?}")),
-        }
-    }
-
-    fn send_frame(&mut self, op: u8, p: &[u8]) {
-        let mask = [0xa1, 0xb2, 0xc3, 0xd4];
-        let mut f = vec![0x80 | op];
-        if p.len() < 126 {
-            f.push(0x80 | p.len() as u8);
-        } else {
-            assert!(p.len() <= 0xFFFF);
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(p.len() as u16).to_be_bytes());
-        }
-        f.extend_from_slice(&mask);
-        f.extend(p.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        self.s.write_all(&f).unwrap();
-    }
-
-    /// `Err(message)` when the stream ends (or fails) before `n` bytes are buffered.
-    fn fill(&mut self, n: usize) -> Result<(), Option<String>> {
-        while self.buf.len() < n {
-            let mut tmp = [0u8; 65536];
-            match self.s.read(&mut tmp) {
-                Ok(0) => return Err(None),
-                Ok(k) => self.buf.extend_from_slice(&tmp[..k]),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == ErrorKind::ConnectionReset => {
-                    return Err(Some(e.to_string()))
-                }
-                Err(e) => panic!("read failed ({e}) with {} bytes buffered", self.buf.len()),
-            }
-        }
-        Ok(())
-    }
-
-    fn next(&mut self) -> Next {
-        let cut = |raw: &Raw, error: Option<String>| {
-            if raw.buf.is_empty() && error.is_none() {
-                Next::Eof
-            } else {
-                Next::Truncated {
-                    buffered: raw.buf.len(),
-                    error,
-                }
-            }
-        };
-        if let Err(e) = self.fill(2) {
-            return cut(self, e);
-        }
-        let (b0, b1) = (self.buf[0], self.buf[1]);
-        assert_eq!(b1 & 0x80, 0, "server frame is masked");
-        let (len, off) = match b1 & 0x7F {
-            126 => {
-                if let Err(e) = self.fill(4) {
-                    return cut(self, e);
-                }
-                (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
-            }
-            127 => {
-                if let Err(e) = self.fill(10) {
-                    return cut(self, e);
-                }
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&self.buf[2..10]);
-                (u64::from_be_bytes(b) as usize, 10)
-            }
-            l => (l as usize, 2),
-        };
-        if let Err(e) = self.fill(off + len) {
-            return cut(self, e);
-        }
-        let payload = self.buf[off..off + len].to_vec();
-        self.buf.drain(..off + len);
-        Next::Frame {
-            op: b0 & 0x0F,
-            payload,
-        }
+/// Subscribes `c` to `tp` and reads the (text) answer.
+fn subscribe(c: &mut RawWs, tp: &str, who: &str) {
+    send_subscribe(c, tp);
+    match c.next() {
+        Next::Frame(Frame { op: OP_TEXT, .. }) => {}
+        other => panic!("{who}'s subscribe: {other:?}"),
     }
 }
 
@@ -202,17 +67,10 @@ fn slow_reader_is_closed_with_1008_others_lose_nothing_and_it_gets_the_cache_bac
 #[test]
 fn slow_reader_that_resumes_soon_after_the_cutoff_reads_up_to_a_1008_close() {
     for t in THREADS {
-        let s = Server::start(&[
-            "--threads",
-            t,
-            "--max-outbound",
-            "262144",
-            "--close-timeout",
-            "120",
-        ]);
+        let s = slow_reader_server(t);
         let tp = topic();
-        let mut slow = Raw::open(&s);
-        slow.subscribe(&tp, "slow client");
+        let mut slow = RawWs::open(&s);
+        subscribe(&mut slow, &tp, "slow client");
         // Publish until the server reports the slow consumer dropped, then read at once.
         let mut publisher = s.ws();
         let mut sent = 0;
@@ -243,8 +101,11 @@ fn bytes_absorbed_before_cutoff(extra: &[&str]) -> usize {
     args.extend_from_slice(extra);
     let s = Server::start(&args);
     let tp = topic();
-    let mut stalled = Raw::open_with_rcvbuf(&s, 4096);
-    stalled.subscribe(&tp, "stalled client");
+    let mut stalled = RawWs::upgrade(s.tcp_with(SockOpts {
+        rcvbuf: Some(4096),
+        ..SockOpts::default()
+    }));
+    subscribe(&mut stalled, &tp, "stalled client");
     let mut publisher = s.ws();
     let mut sent = 0;
     while s.dropped("slow_consumer") < 1.0 {
@@ -276,19 +137,12 @@ fn a_reader_that_stops_reading_is_cut_off_without_filling_a_kernel_send_buffer()
 }
 
 fn slow_reader_scenario(threads: &str) {
-    let s = Server::start(&[
-        "--threads",
-        threads,
-        "--max-outbound",
-        "262144",
-        "--close-timeout",
-        "120",
-    ]);
+    let s = slow_reader_server(threads);
     let tp = topic();
 
     // The slow client subscribes, then stops reading.
-    let mut slow = Raw::open(&s);
-    slow.send_subscribe(&tp);
+    let mut slow = RawWs::open(&s);
+    send_subscribe(&mut slow, &tp);
 
     // The reading subscriber takes every push in a thread of its own, and says how far it
     // has read: it stands for a client that keeps up, so the publisher never runs more than
@@ -317,8 +171,8 @@ fn slow_reader_scenario(threads: &str) {
     // Make sure the slow client's subscription is in place before publishing: its answer
     // is the first frame it has (read it, then read nothing more).
     match slow.next() {
-        Next::Frame { op: 1, payload } => {
-            let v: Value = serde_json::from_slice(&payload).unwrap();
+        Next::Frame(f) if f.op == OP_TEXT => {
+            let v = f.json();
             assert_eq!(v["id"], 1, "{v}");
             assert!(v["result"].is_string(), "{v}");
         }
@@ -378,7 +232,7 @@ fn slow_reader_scenario(threads: &str) {
 
     // It comes back and gets the newest 1,000 messages from the cache, oldest first, and
     // nothing more; its connection stays open.
-    let mut back = Raw::open(&s);
+    let mut back = RawWs::open(&s);
     let start = Instant::now();
     let mut failures: Vec<String> = failure.into_iter().collect();
     match read_replay(&mut back, &tp, MESSAGES - CACHE + 1, CACHE).and_then(|()| back.ping_pong()) {
@@ -403,7 +257,7 @@ struct End {
 
 /// Reads what the server sends until the stream ends: pushes (which must be messages 1, 2,
 /// 3, ... intact and in order), then at most one close frame, then EOF.
-fn read_until_end(c: &mut Raw) -> End {
+fn read_until_end(c: &mut RawWs) -> End {
     let mut end = End {
         pushes: 0,
         close: None,
@@ -411,7 +265,11 @@ fn read_until_end(c: &mut Raw) -> End {
     };
     loop {
         match c.next() {
-            Next::Frame { op: 1, payload } => {
+            Next::Frame(Frame {
+                op: OP_TEXT,
+                payload,
+                ..
+            }) => {
                 if end.close.is_some() {
                     end.problem = Some("a text frame after the close frame".into());
                     return end;
@@ -438,25 +296,36 @@ fn read_until_end(c: &mut Raw) -> End {
                 }
                 end.pushes = k;
             }
-            Next::Frame { op: 9, .. } => {}
-            Next::Frame { op: 8, payload } => {
-                if end.close.is_some() || payload.len() < 2 {
+            Next::Frame(f) if f.op == OP_PING => {}
+            Next::Frame(f) if f.op == OP_CLOSE => {
+                if end.close.is_some() || f.payload.len() < 2 {
                     end.problem = Some("a second close frame, or one without a code".into());
                     return end;
                 }
-                end.close = Some(u16::from_be_bytes([payload[0], payload[1]]));
+                end.close = f.close_code();
             }
-            Next::Frame { op, payload } => {
-                end.problem = Some(format!("unexpected frame {op:#x} ({} B)", payload.len()));
+            Next::Frame(f) => {
+                end.problem = Some(format!(
+                    "unexpected frame {:#x} ({} B)",
+                    f.op,
+                    f.payload.len()
+                ));
                 return end;
             }
             Next::Eof => return end,
-            Next::Truncated { buffered, error } => {
+            Next::Cut { buffered, error } => {
                 end.problem = Some(format!(
                     "the stream was cut inside a frame ({buffered} bytes of a frame, then {}) \
                      with no close frame: the server dropped output it had queued (including \
                      the 1008 close)",
-                    error.unwrap_or_else(|| "EOF".into())
+                    error.map_or_else(|| "EOF".into(), |e| e.to_string())
+                ));
+                return end;
+            }
+            Next::Timeout => {
+                end.problem = Some(format!(
+                    "nothing more within the read timeout after {} pushes",
+                    end.pushes
                 ));
                 return end;
             }
@@ -466,18 +335,22 @@ fn read_until_end(c: &mut Raw) -> End {
 
 /// Subscribes `c` to `tp` and reads the subscribe answer and then `n` pushes, which must be
 /// messages `first`, `first + 1`, ... intact and in order. Returns how it ended if not.
-fn read_replay(c: &mut Raw, tp: &str, first: usize, n: usize) -> Result<(), String> {
-    c.send_subscribe(tp);
+fn read_replay(c: &mut RawWs, tp: &str, first: usize, n: usize) -> Result<(), String> {
+    send_subscribe(c, tp);
     match c.next() {
-        Next::Frame { op: 1, payload } => {
-            let v: Value = serde_json::from_slice(&payload).unwrap();
+        Next::Frame(f) if f.op == OP_TEXT => {
+            let v = f.json();
             assert_eq!(v["id"], 1, "{v}");
         }
         other => return Err(format!("subscribe answer: {other:?}")),
     }
     for k in 0..n {
         match c.next() {
-            Next::Frame { op: 1, payload } => {
+            Next::Frame(Frame {
+                op: OP_TEXT,
+                payload,
+                ..
+            }) => {
                 let v: Value = serde_json::from_slice(&payload).map_err(|e| {
                     format!(
                         "push #{} is not JSON ({e}); {} bytes, starts {:?}, ends {:?}",
@@ -492,11 +365,8 @@ fn read_replay(c: &mut Raw, tp: &str, first: usize, n: usize) -> Result<(), Stri
                     return Err(format!("push #{} is not message #{}", k + 1, first + k));
                 }
             }
-            Next::Frame { op: 8, payload } => {
-                return Err(format!(
-                    "close frame {:?} after {k} pushes",
-                    payload.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]))
-                ))
+            Next::Frame(f) if f.op == OP_CLOSE => {
+                return Err(format!("close frame {:?} after {k} pushes", f.close_code()))
             }
             other => return Err(format!("after {k} pushes: {other:?}")),
         }
@@ -514,7 +384,7 @@ fn replay_of_many_large_cached_messages_arrives_intact_and_in_order() {
         for i in 1..=100 {
             publisher.publish(&tp, &message(i));
         }
-        let mut c = Raw::open(&s);
+        let mut c = RawWs::open(&s);
         if let Err(e) = read_replay(&mut c, &tp, 1, 100).and_then(|()| c.ping_pong()) {
             panic!("[--threads {t}] replay of 100 cached 8 KB messages: {e}");
         }
@@ -532,7 +402,7 @@ fn replay_of_a_full_topic_cache_is_not_treated_as_a_slow_consumer() {
     for i in 1..=CACHE {
         publisher.publish(&tp, &message(i));
     }
-    let mut c = Raw::open(&s);
+    let mut c = RawWs::open(&s);
     if let Err(e) = read_replay(&mut c, &tp, 1, CACHE).and_then(|()| c.ping_pong()) {
         panic!("replay of {CACHE} cached 8 KB messages: {e}");
     }

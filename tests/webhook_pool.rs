@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use walletrelay::webhook::{Delivery, WebhookConfig, WebhookPool};
 
+mod common;
 mod webhook_support;
+use common::metrics;
 use webhook_support::{wait_until, Receiver, Reply};
 
 fn config(threads: usize, queue: usize, allow_private: bool, timeout: Duration) -> WebhookConfig {
@@ -38,14 +40,7 @@ fn delivery(topic: &str, url: &str) -> Delivery {
 fn metric(pool: &WebhookPool, series: &str) -> u64 {
     let mut out = String::new();
     pool.render_metrics(&mut out);
-    out.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .parse::<f64>()
-                .ok()
-        })
-        .map_or(0, |v| v as u64)
+    metrics::series(&out, series).map_or(0, |v| v as u64)
 }
 
 fn failed(pool: &WebhookPool, reason: &str) -> u64 {
@@ -59,10 +54,7 @@ fn failed(pool: &WebhookPool, reason: &str) -> u64 {
 fn failed_total(pool: &WebhookPool) -> u64 {
     let mut out = String::new();
     pool.render_metrics(&mut out);
-    out.lines()
-        .filter_map(|l| l.strip_prefix("walletrelay_webhook_failed_total{"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum()
+    metrics::sum(&out, "walletrelay_webhook_failed_total") as u64
 }
 
 fn dropped(pool: &WebhookPool, reason: &str) -> u64 {

@@ -22,45 +22,14 @@ const LONG: Duration = Duration::from_secs(20);
 /// Time allowed for a call that should not happen to show up anyway.
 const STRAGGLERS: Duration = Duration::from_millis(700);
 
-/// `POST /subscribe` and returns (status, body).
-fn register(s: &Server, topic: &str, webhook: &str) -> (u16, String) {
-    let body = json!({ "topic": topic, "webhook": webhook }).to_string();
-    let req = format!(
-        "POST /subscribe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let raw = s.raw_exchange(req.as_bytes());
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
 fn register_ok(s: &Server, topic: &str, webhook: &str) {
-    let (status, body) = register(s, topic, webhook);
+    let (status, body) = s.register_webhook(topic, webhook);
     assert_eq!(status, 200, "register: {body}");
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&body).ok(),
         Some(json!({"success": true})),
         "{body}"
     );
-}
-
-/// One series (name with labels) from `/metrics`; 0 if absent.
-fn series(s: &Server, name: &str) -> f64 {
-    let raw = s.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    String::from_utf8_lossy(&raw)
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
 }
 
 fn publish_with(ws: &mut common::Ws, topic: &str, message: &str, prompt: Option<bool>) {
@@ -99,7 +68,7 @@ fn one_post_per_publish_with_the_exact_body() {
         std::thread::sleep(STRAGGLERS);
         assert_eq!(r.hits(), 2, "threads {t}");
         assert!(wait_until(LONG, || {
-            series(&s, "walletrelay_webhook_succeeded_total") == 2.0
+            s.series("walletrelay_webhook_succeeded_total") == 2.0
         }));
     }
 }
@@ -170,11 +139,11 @@ fn a_loopback_webhook_is_refused_and_counted_by_default() {
     register_ok(&s, &tp, &r.url("/"));
     s.ws().publish(&tp, "hello");
     assert!(wait_until(LONG, || {
-        series(&s, "walletrelay_webhook_dropped_total{reason=\"ssrf\"}") == 1.0
+        s.series("walletrelay_webhook_dropped_total{reason=\"ssrf\"}") == 1.0
     }));
     std::thread::sleep(STRAGGLERS);
     assert_eq!(r.hits(), 0, "nothing reached the loopback receiver");
-    assert_eq!(series(&s, "walletrelay_webhook_sent_total"), 0.0);
+    assert_eq!(s.series("walletrelay_webhook_sent_total"), 0.0);
 }
 
 #[test]
@@ -235,17 +204,13 @@ fn a_flood_with_a_slow_webhook_drops_calls_and_keeps_relaying() {
         publ.publish(&tp, &format!("m{i}"));
     }
     assert_eq!(reader.join().expect("subscriber"), N);
-    let queued = series(&s, "walletrelay_webhook_queued_total");
-    let full = series(
-        &s,
-        "walletrelay_webhook_dropped_total{reason=\"queue_full\"}",
-    );
+    let queued = s.series("walletrelay_webhook_queued_total");
+    let full = s.series("walletrelay_webhook_dropped_total{reason=\"queue_full\"}");
     assert!(full > 0.0, "a queue of 8 and a slow receiver must drop");
     assert_eq!(
         queued + full,
         N as f64,
         "every stored publish was submitted once"
     );
-    let raw = s.raw_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    assert!(raw.starts_with(b"HTTP/1.1 204"), "the server still answers");
+    assert_eq!(s.get("/health").0, Some(204), "the server still answers");
 }

@@ -1,51 +1,44 @@
 //! Test support: runs the real `walletrelay` binary on a loopback port and talks to it over
-//! real sockets.
+//! real sockets. One home for every client the integration tests use:
+//! - [`Server`]: the process (started, probed, killed on drop) and plain TCP connections;
+//! - [`ws::Ws`]: a normal WebSocket client (tungstenite);
+//! - [`raw_ws::RawWs`]: a raw WebSocket client that controls every byte;
+//! - [`http`]: HTTP/1.1 requests and a strict answer reader;
+//! - [`metrics`]: `/metrics` scraping;
+//! - [`checks`]: "the server still serves" assertions;
+//! - [`rng::Rng`]: a seeded RNG for reproducible "random" input.
+//!
+//! It must not reach into the server's code: everything goes through the binary's sockets,
+//! flags and signals (or `/proc` for its memory).
 #![allow(dead_code)]
+
+pub mod checks;
+pub mod http;
+pub mod metrics;
+pub mod raw_ws;
+pub mod rng;
+pub mod ws;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A WebSocket upgrade request for the relay (the RFC 6455 sample key).
-pub const WS_UPGRADE: &[u8] = b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\
-    Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-    Sec-WebSocket-Version: 13\r\n\r\n";
+// Each test binary uses some of these, none uses all.
+#[allow(unused_imports)]
+pub use http::{HttpConn, Resp};
+#[allow(unused_imports)]
+pub use raw_ws::{Frame, Next, RawWs};
+#[allow(unused_imports)]
+pub use rng::Rng;
+#[allow(unused_imports)]
+pub use ws::Ws;
 
-/// Sends [`WS_UPGRADE`] on `s`, reads the answer up to its blank line, asserts a 101 and
-/// returns the bytes that came after it (the first frames, if any).
-pub fn ws_upgrade(s: &mut TcpStream) -> Vec<u8> {
-    s.write_all(WS_UPGRADE).expect("send the upgrade");
-    let mut buf = Vec::new();
-    loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..p]).to_string();
-            assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
-            buf.drain(..p + 4);
-            return buf;
-        }
-        let mut tmp = [0u8; 1024];
-        let n = s.read(&mut tmp).expect("read the upgrade answer");
-        assert!(n > 0, "EOF during the upgrade");
-        buf.extend_from_slice(&tmp[..n]);
-    }
-}
+/// Worker counts every relay test runs at: one worker, and four (cross-worker routing).
+pub const THREADS: [&str; 2] = ["1", "4"];
 
-/// Lifts this test process's soft open-file limit to the hard one (tests that hold
-/// thousands of sockets).
-pub fn raise_nofile_limit() {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: both calls only read or write the struct on this stack frame.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
-            rl.rlim_cur = rl.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
-        }
-    }
-}
+/// The read timeout of every test socket: generous, so only a hung server trips it.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running server process, killed on drop.
 pub struct Server {
@@ -53,6 +46,16 @@ pub struct Server {
     pub addr: SocketAddr,
     /// The process.
     pub child: Child,
+}
+
+/// Options set on a client socket before it connects (they shape the receive window and the
+/// segment size the server sees).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SockOpts {
+    /// `SO_RCVBUF`, bytes.
+    pub rcvbuf: Option<usize>,
+    /// `TCP_MAXSEG`, bytes.
+    pub mss: Option<u32>,
 }
 
 impl Server {
@@ -84,18 +87,48 @@ impl Server {
     /// A raw TCP connection with generous timeouts.
     pub fn tcp(&self) -> TcpStream {
         let s = TcpStream::connect(self.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
         s.set_nodelay(true).unwrap();
         s
     }
 
-    /// Sends `raw` on a fresh connection and reads until the server closes it.
+    /// Like [`Server::tcp`], with socket options set before connecting.
+    pub fn tcp_with(&self, opts: SockOpts) -> TcpStream {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        if let Some(mss) = opts.mss {
+            sock.set_mss(mss).expect("TCP_MAXSEG");
+        }
+        if let Some(n) = opts.rcvbuf {
+            sock.set_recv_buffer_size(n).expect("SO_RCVBUF");
+        }
+        sock.connect(&self.addr.into()).expect("connect");
+        let s: TcpStream = sock.into();
+        s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    /// Sends `raw` on a fresh connection and reads until the server closes it (or the read
+    /// timeout passes).
     pub fn raw_exchange(&self, raw: &[u8]) -> Vec<u8> {
         let mut s = self.tcp();
         s.write_all(raw).unwrap();
         let mut out = Vec::new();
         let _ = s.read_to_end(&mut out);
         out
+    }
+
+    /// The server process must still be running.
+    pub fn assert_alive(&mut self, when: &str) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("the server process exited ({status}) {when}");
+        }
+    }
+
+    /// Resident memory of the server process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.child.id())
     }
 }
 
@@ -106,188 +139,13 @@ impl Drop for Server {
     }
 }
 
-/// A blocking WebSocket client (tungstenite) connected to the relay.
-pub struct Ws {
-    /// The socket.
-    pub sock: tungstenite::WebSocket<TcpStream>,
-    /// The worker that accepted it (from the `X-Walletrelay-Worker` header).
-    pub worker: usize,
-    next_id: u64,
-}
-
-impl Server {
-    /// Opens a WebSocket to the relay at `/`.
-    pub fn ws(&self) -> Ws {
-        self.ws_path("/?protocol=wc&version=2")
-    }
-
-    /// Opens a WebSocket at `path`.
-    pub fn ws_path(&self, path: &str) -> Ws {
-        let stream = self.tcp();
-        let url = format!("ws://{}{}", self.addr, path);
-        let (sock, resp) = tungstenite::client::client(url.as_str(), stream).expect("handshake");
-        let worker = resp
-            .headers()
-            .get("x-walletrelay-worker")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .expect("worker header");
-        Ws {
-            sock,
-            worker,
-            next_id: 1,
-        }
-    }
-
-    /// Opens WebSockets until one lands on a worker other than `worker` (needs >1 worker).
-    pub fn ws_not_on(&self, worker: usize) -> Ws {
-        for _ in 0..200 {
-            let w = self.ws();
-            if w.worker != worker {
-                return w;
-            }
-        }
-        panic!("every connection landed on worker {worker}");
-    }
-
-    /// Opens WebSockets until one lands on `worker`.
-    pub fn ws_on(&self, worker: usize) -> Ws {
-        for _ in 0..200 {
-            let w = self.ws();
-            if w.worker == worker {
-                return w;
-            }
-        }
-        panic!("no connection landed on worker {worker}");
-    }
-
-    /// `walletrelay_messages_dropped_total{reason="<reason>"}` from `/metrics`.
-    pub fn dropped(&self, reason: &str) -> f64 {
-        let raw =
-            self.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        let text = String::from_utf8_lossy(&raw).to_string();
-        let want = format!("reason=\"{reason}\"");
-        text.lines()
-            .filter(|l| l.starts_with("walletrelay_messages_dropped_total{") && l.contains(&want))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
-    /// GETs `/metrics` and returns the sum of a metric over all its series.
-    pub fn metric(&self, name: &str) -> f64 {
-        let raw =
-            self.raw_exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        let text = String::from_utf8_lossy(&raw).to_string();
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter(|l| {
-                let n = l.split(['{', ' ']).next().unwrap_or("");
-                n == name
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-}
-
-impl Ws {
-    /// Sends a text message.
-    pub fn send_text(&mut self, text: &str) {
-        self.sock
-            .send(tungstenite::Message::text(text))
-            .expect("send");
-    }
-
-    /// Sends a JSON value.
-    pub fn send(&mut self, v: &serde_json::Value) {
-        self.send_text(&v.to_string());
-    }
-
-    /// Receives the next text message as JSON (skipping control frames).
-    pub fn recv(&mut self) -> serde_json::Value {
-        loop {
-            match self.sock.read().expect("read") {
-                tungstenite::Message::Text(t) => {
-                    return serde_json::from_str(t.as_str()).expect("json from server")
-                }
-                tungstenite::Message::Binary(_) => panic!("unexpected binary message"),
-                tungstenite::Message::Close(c) => panic!("closed: {c:?}"),
-                _ => continue,
-            }
-        }
-    }
-
-    /// Receives the next message if one comes within `ms`.
-    pub fn recv_within(&mut self, ms: u64) -> Option<serde_json::Value> {
-        self.sock
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(ms)))
-            .unwrap();
-        let r = loop {
-            match self.sock.read() {
-                Ok(tungstenite::Message::Text(t)) => {
-                    break Some(serde_json::from_str(t.as_str()).unwrap())
-                }
-                Ok(tungstenite::Message::Close(c)) => panic!("closed: {c:?}"),
-                Ok(_) => continue,
-                Err(tungstenite::Error::Io(e))
-                    if e.kind() == std::io::ErrorKind::WouldBlock
-                        || e.kind() == std::io::ErrorKind::TimedOut =>
-                {
-                    break None
-                }
-                Err(e) => panic!("read: {e}"),
-            }
-        };
-        self.sock
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        r
-    }
-
-    /// Sends a request and returns its response (pushes that arrive first are an error).
-    pub fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(
-            &serde_json::json!({"id": id, "jsonrpc": "2.0", "method": method, "params": params}),
-        );
-        let r = self.recv();
-        assert_eq!(r["id"], id, "response to another request: {r}");
-        r
-    }
-
-    /// Subscribes and returns the subscription id.
-    pub fn subscribe(&mut self, topic: &str) -> String {
-        let r = self.call("waku_subscribe", serde_json::json!({ "topic": topic }));
-        r["result"]
-            .as_str()
-            .unwrap_or_else(|| panic!("subscribe failed: {r}"))
-            .to_string()
-    }
-
-    /// Publishes and asserts the `true` result.
-    pub fn publish(&mut self, topic: &str, message: &str) {
-        let r = self.call(
-            "waku_publish",
-            serde_json::json!({ "topic": topic, "message": message, "ttl": 21600 }),
-        );
-        assert_eq!(r["result"], true, "publish failed: {r}");
-    }
-
-    /// Receives the next push and returns `(subscription id, topic, message)`, acking it.
-    pub fn next_push(&mut self) -> (String, String, String) {
-        let m = self.recv();
-        assert_eq!(m["method"], "waku_subscription", "not a push: {m}");
-        assert_eq!(m["jsonrpc"], "2.0");
-        assert!(m["id"].is_u64(), "push id must be a number: {m}");
-        self.send(&serde_json::json!({"id": m["id"], "jsonrpc": "2.0", "result": true}));
-        let p = &m["params"];
-        (
-            p["id"].as_str().unwrap().to_string(),
-            p["data"]["topic"].as_str().unwrap().to_string(),
-            p["data"]["message"].as_str().unwrap().to_string(),
-        )
+/// Runs `f` against a fresh server at each worker count of [`THREADS`], with extra flags.
+pub fn each_server(extra: &[&str], f: impl Fn(&Server)) {
+    for t in THREADS {
+        let mut args = vec!["--threads", t];
+        args.extend_from_slice(extra);
+        let s = Server::start(&args);
+        f(&s);
     }
 }
 
@@ -303,5 +161,40 @@ pub fn topic() -> String {
     format!("{:032x}{:016x}{:016x}", t, n, std::process::id())
 }
 
-/// Worker counts every relay test runs at: one worker, and four (cross-worker routing).
-pub const THREADS: [&str; 2] = ["1", "4"];
+/// Lifts this test process's soft open-file limit to the hard one (tests that hold
+/// thousands of sockets).
+pub fn raise_nofile_limit() {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: both calls only read or write the struct on this stack frame.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
+/// Makes closing `s` send a reset instead of a FIN (`SO_LINGER` 0): a client that vanishes.
+pub fn reset_on_close(s: &TcpStream) {
+    socket2::SockRef::from(s)
+        .set_linger(Some(Duration::ZERO))
+        .expect("SO_LINGER");
+}
+
+/// A field of `/proc/<pid>/<file>` (`status` or `smaps_rollup`), as the number before any
+/// unit; `name` includes its colon (`"VmRSS:"`).
+pub fn proc_field(pid: u32, file: &str, name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Resident memory of a process, in KiB (`VmRSS` in `/proc/<pid>/status`).
+pub fn rss_kib(pid: u32) -> u64 {
+    proc_field(pid, "status", "VmRSS:").expect("VmRSS in /proc/<pid>/status")
+}

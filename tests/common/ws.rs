@@ -1,0 +1,165 @@
+//! A blocking tungstenite WebSocket client for tests that act like a normal relay client:
+//! it answers pings on its own and speaks JSON-RPC (`call`, `subscribe`, `publish`, pushes).
+//! Tests that must control every byte use [`super::raw_ws::RawWs`] instead.
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use super::{Server, READ_TIMEOUT};
+/// A blocking WebSocket client (tungstenite) connected to the relay.
+pub struct Ws {
+    /// The socket.
+    pub sock: tungstenite::WebSocket<TcpStream>,
+    /// The worker that accepted it (from the `X-Walletrelay-Worker` header).
+    pub worker: usize,
+    next_id: u64,
+}
+
+impl Server {
+    /// Opens a WebSocket to the relay at `/` (with the query real clients send).
+    pub fn ws(&self) -> Ws {
+        self.ws_path(super::raw_ws::RELAY_PATH)
+    }
+
+    /// Opens a WebSocket at `path`.
+    pub fn ws_path(&self, path: &str) -> Ws {
+        let stream = self.tcp();
+        let url = format!("ws://{}{}", self.addr, path);
+        let (sock, resp) = tungstenite::client::client(url.as_str(), stream).expect("handshake");
+        let worker = resp
+            .headers()
+            .get("x-walletrelay-worker")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .expect("worker header");
+        Ws {
+            sock,
+            worker,
+            next_id: 1,
+        }
+    }
+
+    /// Opens WebSockets until one lands on a worker other than `worker` (needs >1 worker).
+    pub fn ws_not_on(&self, worker: usize) -> Ws {
+        for _ in 0..200 {
+            let w = self.ws();
+            if w.worker != worker {
+                return w;
+            }
+        }
+        panic!("every connection landed on worker {worker}");
+    }
+
+    /// Opens WebSockets until one lands on `worker`.
+    pub fn ws_on(&self, worker: usize) -> Ws {
+        for _ in 0..200 {
+            let w = self.ws();
+            if w.worker == worker {
+                return w;
+            }
+        }
+        panic!("no connection landed on worker {worker}");
+    }
+}
+
+impl Ws {
+    /// Sends a text message.
+    pub fn send_text(&mut self, text: &str) {
+        self.sock
+            .send(tungstenite::Message::text(text))
+            .expect("send");
+    }
+
+    /// Sends a JSON value.
+    pub fn send(&mut self, v: &serde_json::Value) {
+        self.send_text(&v.to_string());
+    }
+
+    /// Receives the next text message as JSON (skipping control frames).
+    pub fn recv(&mut self) -> serde_json::Value {
+        loop {
+            match self.sock.read().expect("read") {
+                tungstenite::Message::Text(t) => {
+                    return serde_json::from_str(t.as_str()).expect("json from server")
+                }
+                tungstenite::Message::Binary(_) => panic!("unexpected binary message"),
+                tungstenite::Message::Close(c) => panic!("closed: {c:?}"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Receives the next message if one comes within `ms`.
+    pub fn recv_within(&mut self, ms: u64) -> Option<serde_json::Value> {
+        self.sock
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(ms)))
+            .unwrap();
+        let r = loop {
+            match self.sock.read() {
+                Ok(tungstenite::Message::Text(t)) => {
+                    break Some(serde_json::from_str(t.as_str()).unwrap())
+                }
+                Ok(tungstenite::Message::Close(c)) => panic!("closed: {c:?}"),
+                Ok(_) => continue,
+                Err(tungstenite::Error::Io(e))
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    break None
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+        };
+        self.sock
+            .get_ref()
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .unwrap();
+        r
+    }
+
+    /// Sends a request and returns its response (pushes that arrive first are an error).
+    pub fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(
+            &serde_json::json!({"id": id, "jsonrpc": "2.0", "method": method, "params": params}),
+        );
+        let r = self.recv();
+        assert_eq!(r["id"], id, "response to another request: {r}");
+        r
+    }
+
+    /// Subscribes and returns the subscription id.
+    pub fn subscribe(&mut self, topic: &str) -> String {
+        let r = self.call("waku_subscribe", serde_json::json!({ "topic": topic }));
+        r["result"]
+            .as_str()
+            .unwrap_or_else(|| panic!("subscribe failed: {r}"))
+            .to_string()
+    }
+
+    /// Publishes and asserts the `true` result.
+    pub fn publish(&mut self, topic: &str, message: &str) {
+        let r = self.call(
+            "waku_publish",
+            serde_json::json!({ "topic": topic, "message": message, "ttl": 21600 }),
+        );
+        assert_eq!(r["result"], true, "publish failed: {r}");
+    }
+
+    /// Receives the next push and returns `(subscription id, topic, message)`, acking it.
+    pub fn next_push(&mut self) -> (String, String, String) {
+        let m = self.recv();
+        assert_eq!(m["method"], "waku_subscription", "not a push: {m}");
+        assert_eq!(m["jsonrpc"], "2.0");
+        assert!(m["id"].is_u64(), "push id must be a number: {m}");
+        self.send(&serde_json::json!({"id": m["id"], "jsonrpc": "2.0", "result": true}));
+        let p = &m["params"];
+        (
+            p["id"].as_str().unwrap().to_string(),
+            p["data"]["topic"].as_str().unwrap().to_string(),
+            p["data"]["message"].as_str().unwrap().to_string(),
+        )
+    }
+}

@@ -10,7 +10,7 @@ use crate::relay::{Done, RelayError};
 use crate::rpc;
 
 /// Handles at most one request; returns bytes consumed (0 = need more input or stopped).
-pub fn step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
+pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
     let limits = &ctx.shared.config.limits;
     let (n, req) = match http::parse(input, limits) {
         Ok(Some(r)) => r,
@@ -91,7 +91,7 @@ pub fn step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
 }
 
 /// `POST /subscribe`: the answer, or `None` when it comes later from the topic's store.
-fn register_webhook(conn: &Conn, body: &[u8], ctx: &mut Ctx<'_>) -> Option<Response> {
+fn register_webhook<S>(conn: &Conn<S>, body: &[u8], ctx: &mut Ctx<'_>) -> Option<Response> {
     let (topic, url) = match crate::webhook::validate_registration(body) {
         Err(e) => return Some(subscribe_answer(Err((400, &e.to_string())))),
         Ok(v) => v,

@@ -17,6 +17,9 @@ pub mod upgrade;
 pub mod waku;
 pub mod websocket;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 use mio::net::TcpStream;
@@ -106,10 +109,11 @@ pub struct Marks {
     pub closed: bool,
 }
 
-/// One connection in a worker's slab.
-pub struct Conn {
+/// One connection in a worker's slab. `S` is its socket (the protocol state never touches
+/// it: the worker reads and writes; unit tests use `()`).
+pub struct Conn<S = TcpStream> {
     /// The socket.
-    pub sock: TcpStream,
+    pub sock: S,
     /// Unique (per worker) id; guards every cross-reference against slab key reuse.
     pub uid: u64,
     /// Phase.
@@ -132,9 +136,9 @@ pub struct Conn {
     pub deadline: u64,
 }
 
-impl Conn {
+impl<S> Conn<S> {
     /// A fresh HTTP connection.
-    pub fn new(sock: TcpStream, uid: u64, deadline: u64) -> Conn {
+    pub fn new(sock: S, uid: u64, deadline: u64) -> Conn<S> {
         Conn {
             sock,
             uid,
@@ -254,7 +258,7 @@ impl Ctx<'_> {
     }
 
     /// The connection being processed, as the relay names it.
-    fn conn_ref(&self, conn: &Conn) -> ConnRef {
+    fn conn_ref<S>(&self, conn: &Conn<S>) -> ConnRef {
         ConnRef {
             key: self.key,
             uid: conn.uid,
@@ -316,7 +320,7 @@ impl IdSource {
 
 /// Consumes as much of `input` as forms complete requests or messages; returns the number
 /// of bytes consumed. `input` may be modified in place (unmasking, JSON parsing).
-pub fn process(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
+pub fn process<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
     let max_pending = ctx.shared.config.limits.max_pending_answers;
     let mut pos = 0;
     loop {

@@ -94,7 +94,7 @@ pub fn write_publish_answer(out: &mut Vec<u8>, id: &Id<'_>, result: &Result<(), 
     }
 }
 
-impl Conn {
+impl<S> Conn<S> {
     /// Bytes queued for this connection that count against `--max-outbound`.
     pub fn outbound_len(&self) -> usize {
         self.out.len() + self.backlog.live

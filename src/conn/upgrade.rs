@@ -9,7 +9,12 @@ use crate::ws;
 
 /// Answers a WebSocket upgrade request; `false` when it was refused (and the connection is
 /// closing).
-pub fn upgrade(conn: &mut Conn, req: &http::Request<'_>, echo: bool, ctx: &mut Ctx<'_>) -> bool {
+pub fn upgrade<S>(
+    conn: &mut Conn<S>,
+    req: &http::Request<'_>,
+    echo: bool,
+    ctx: &mut Ctx<'_>,
+) -> bool {
     let refusal = if !req.upgrade_websocket {
         Some(
             Response::json_error(426, "WebSocket upgrade required")

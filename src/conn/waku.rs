@@ -53,7 +53,7 @@ fn owned(id: &Id<'_>) -> Id<'static> {
 }
 
 /// Executes a JSON-RPC message and queues its answer (if any).
-pub fn message(conn: &mut Conn, payload: &mut [u8], ctx: &mut Ctx<'_>) {
+pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     let mut buf = std::mem::take(ctx.scratch);
     buf.clear();
     let mut a = Answer {
@@ -108,7 +108,7 @@ pub fn message(conn: &mut Conn, payload: &mut [u8], ctx: &mut Ctx<'_>) {
 }
 
 /// Runs one element; appends its answer and returns whether it has one.
-fn run_item(conn: &mut Conn, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut Ctx<'_>) -> bool {
+fn run_item<S>(conn: &mut Conn<S>, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut Ctx<'_>) -> bool {
     match item {
         Item::Ack => false,
         Item::Invalid(id, e) => {
@@ -145,7 +145,7 @@ fn run_item(conn: &mut Conn, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut Ctx<'
 }
 
 /// The connection's number for its next pending answer.
-fn next_answer(conn: &mut Conn) -> u64 {
+fn next_answer<S>(conn: &mut Conn<S>) -> u64 {
     match conn.ws() {
         Some(w) => {
             w.next_answer += 1;
@@ -166,8 +166,8 @@ enum Outcome {
 }
 
 /// Runs a validated operation.
-fn execute(
-    conn: &mut Conn,
+fn execute<S>(
+    conn: &mut Conn<S>,
     op: Op<'_>,
     answer: u64,
     ctx: &mut Ctx<'_>,
@@ -212,7 +212,7 @@ fn execute(
 
 /// `waku_subscribe`: the existing id for a topic this connection already follows (the
 /// reference relay made duplicates), else a new subscription.
-fn subscribe(conn: &mut Conn, topic: &str, ctx: &mut Ctx<'_>) -> Result<SubId, RpcError> {
+fn subscribe<S>(conn: &mut Conn<S>, topic: &str, ctx: &mut Ctx<'_>) -> Result<SubId, RpcError> {
     let relay = &*ctx.relay;
     let existing = conn
         .subs

@@ -41,7 +41,7 @@ impl WsState {
 }
 
 /// Handles complete frames at the front of `input`; returns bytes consumed.
-pub fn step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
+pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
     let max = ctx.shared.config.limits.max_message;
     let max_pending = ctx.shared.config.limits.max_pending_answers;
     let mut pos = 0;
@@ -79,7 +79,7 @@ pub fn step(conn: &mut Conn, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
 }
 
 /// Closes the connection for a protocol violation, with the error's close code.
-fn fail(conn: &mut Conn, e: &WsError, ctx: &mut Ctx<'_>) {
+fn fail<S>(conn: &mut Conn<S>, e: &WsError, ctx: &mut Ctx<'_>) {
     ctx.metrics().protocol_closes.inc();
     let reason = match e {
         WsError::Protocol(r) => r,
@@ -89,8 +89,8 @@ fn fail(conn: &mut Conn, e: &WsError, ctx: &mut Ctx<'_>) {
     conn.ws_close(e.close_code(), reason, ctx.now, ctx.close_ms());
 }
 
-fn on_frame(
-    conn: &mut Conn,
+fn on_frame<S>(
+    conn: &mut Conn<S>,
     fin: bool,
     op: Opcode,
     payload: &mut [u8],
@@ -135,8 +135,8 @@ fn on_frame(
     Ok(())
 }
 
-fn on_message(
-    conn: &mut Conn,
+fn on_message<S>(
+    conn: &mut Conn<S>,
     op: Opcode,
     payload: &mut [u8],
     ctx: &mut Ctx<'_>,

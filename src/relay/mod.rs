@@ -24,7 +24,7 @@ use crate::config::Limits;
 use crate::metrics::{CoreMetrics, Metrics};
 use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
-pub use engine::{Done, Engine, Event, Message, Origin, Position, PublishReq, Ticket};
+pub use engine::{Done, Engine, Event, Message, Origin, Position, PublishReq, Stored, Ticket};
 pub use error::RelayError;
 pub use subs::{ConnRef, SubId};
 pub use transport::{CoreMsg, Mailboxes, Placement};

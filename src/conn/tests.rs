@@ -1,0 +1,366 @@
+//! The connection state machine without a socket: bytes in through `conn::process`, bytes
+//! out of its `OutBuf`, against a relay whose engine answers when the test says so.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use clap::Parser;
+
+use super::{process, Conn, Ctx, HttpWait, IdSource, Phase, Shared};
+use crate::config::Config;
+use crate::http::response::{Response, TEXT};
+use crate::metrics::Metrics;
+use crate::registry::answers::AnswerCache;
+use crate::registry::Registry;
+use crate::relay::engine::local::HomeMsg;
+use crate::relay::engine::{EngineMsg, Events, History};
+use crate::relay::{
+    ConnRef, CoreMsg, Done, Engine, Event, Position, PublishReq, PushKind, Recipients, Relay,
+    RelayError, Stored, SubId, Ticket,
+};
+use crate::webhook::WebhookPool;
+
+/// An engine that answers nothing by itself: every publish and read is answered later, by
+/// the test, through the mailbox path (`HomeMsg::Answer`).
+#[derive(Default)]
+struct Later {
+    publishes: Arc<std::sync::Mutex<Vec<Ticket>>>,
+    reads: Arc<std::sync::Mutex<Vec<Ticket>>>,
+}
+
+impl Engine for Later {
+    fn publish(
+        &mut self,
+        _: PublishReq,
+        t: Ticket,
+        _: &mut Events,
+    ) -> Done<Result<Stored, RelayError>> {
+        if let Ok(mut p) = self.publishes.lock() {
+            p.push(t);
+        }
+        Done::Later
+    }
+    fn read(&mut self, _: &Arc<str>, _: Position, t: Ticket, _: &mut Events) {
+        if let Ok(mut r) = self.reads.lock() {
+            r.push(t);
+        }
+    }
+    fn watch(&mut self, _: &Arc<str>, _: &mut Events) {}
+    fn unwatch(&mut self, _: &Arc<str>, _: &mut Events) {}
+    fn add_webhook(
+        &mut self,
+        _: &Arc<str>,
+        _: Arc<str>,
+        _: Ticket,
+        _: &mut Events,
+    ) -> Done<Result<(), RelayError>> {
+        Done::Later
+    }
+    fn remove_webhook(&mut self, _: &Arc<str>, _: &Arc<str>) {}
+    fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
+        let EngineMsg::Local(HomeMsg::Answer(ev)) = msg else {
+            return;
+        };
+        out.push(ev);
+    }
+    fn tick(&mut self, _: u64, _: &mut Events) {}
+    fn flush(&mut self, _: &mut Events) -> bool {
+        false
+    }
+}
+
+/// One connection and everything `process` needs.
+struct Bench {
+    conn: Conn<()>,
+    shared: Shared,
+    relay: Relay,
+    publishes: Arc<std::sync::Mutex<Vec<Ticket>>>,
+    reads: Arc<std::sync::Mutex<Vec<Ticket>>>,
+    ids: IdSource,
+    scratch: Vec<u8>,
+    json: simd_json::Buffers,
+    answers: AnswerCache,
+}
+
+impl Recipients for Conn<()> {
+    fn push(&mut self, _: ConnRef, id: &SubId, data: &Bytes, _: PushKind) {
+        let mut enc = Vec::new();
+        self.deliver(id, data, true, 1 << 16, 1 << 16, &mut enc);
+    }
+    fn answer(&mut self, _: ConnRef, answer: u64, result: Result<(), RelayError>) {
+        self.resolve(answer, result);
+    }
+    fn webhook_answer(&mut self, _: ConnRef, _: Result<(), RelayError>) {}
+}
+
+impl Bench {
+    fn new(args: &[&str]) -> Bench {
+        let config = Config::parse_from(["walletrelay"].iter().chain(args));
+        let metrics = Metrics::new(1);
+        let engine = Later::default();
+        let (publishes, reads) = (engine.publishes.clone(), engine.reads.clone());
+        let relay = Relay::new(
+            0,
+            1,
+            Box::new(engine),
+            config.limits.clone(),
+            metrics.clone(),
+        );
+        let registry = Registry::load(None, &config.image_base).unwrap();
+        Bench {
+            conn: Conn::new((), 1, u64::MAX),
+            shared: Shared {
+                registry: Arc::new(registry),
+                metrics,
+                webhooks: WebhookPool::default(),
+                hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
+                config,
+            },
+            relay,
+            publishes,
+            reads,
+            ids: IdSource::default(),
+            scratch: Vec::new(),
+            json: simd_json::Buffers::new(1024),
+            answers: AnswerCache::new(0),
+        }
+    }
+
+    /// Feeds bytes; returns how many were consumed.
+    fn feed(&mut self, bytes: &[u8]) -> usize {
+        let mut input = bytes.to_vec();
+        let mut ctx = Ctx {
+            me: 0,
+            key: 0,
+            now: 1,
+            date: b"Thu, 01 Jan 1970 00:00:00 GMT",
+            shared: &self.shared,
+            relay: &mut self.relay,
+            ids: &mut self.ids,
+            scratch: &mut self.scratch,
+            json: &mut self.json,
+            answers: &mut self.answers,
+        };
+        process(&mut self.conn, &mut input, &mut ctx)
+    }
+
+    /// Everything the connection would write now.
+    fn written(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let _ = self.conn.out.write_to(&mut out);
+            if !self.conn.refill(1 << 16, &mut self.scratch) {
+                return out;
+            }
+        }
+    }
+
+    /// The text messages the connection would write now (after a 101, on a WebSocket).
+    fn texts(&mut self) -> Vec<String> {
+        let bytes = self.written();
+        let mut texts = Vec::new();
+        let mut pos = 0;
+        while pos + 2 <= bytes.len() {
+            let (len, off) = match bytes[pos + 1] {
+                126 => (
+                    usize::from(u16::from_be_bytes([bytes[pos + 2], bytes[pos + 3]])),
+                    4,
+                ),
+                n => (usize::from(n), 2),
+            };
+            assert_eq!(bytes[pos], 0x81, "a final text frame");
+            let body = &bytes[pos + off..pos + off + len];
+            texts.push(String::from_utf8(body.to_vec()).unwrap());
+            pos += off + len;
+        }
+        texts
+    }
+
+    /// The engine says `ev` (through the mailbox, as a store's helper would).
+    fn inject(&mut self, ev: Event) {
+        let msg = CoreMsg::Engine(EngineMsg::Local(HomeMsg::Answer(ev)));
+        self.relay.on_batch(vec![msg]);
+        self.relay.deliver(&mut self.conn);
+    }
+
+    /// The store answers publish number `i` (in publish order).
+    fn store_answers(&mut self, i: usize, result: Result<Stored, RelayError>) {
+        let ticket = self.publishes.lock().unwrap()[i];
+        self.inject(Event::Published { ticket, result });
+    }
+
+    fn upgrade(&mut self) {
+        let req = b"GET /?protocol=wc&version=2 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+            Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+            Sec-WebSocket-Version: 13\r\n\r\n";
+        assert_eq!(self.feed(req), req.len());
+        let head = String::from_utf8(self.written()).unwrap();
+        assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+        assert!(matches!(self.conn.phase, Phase::Ws(_)));
+    }
+}
+
+/// A masked client text frame.
+fn text(payload: &str) -> Vec<u8> {
+    let p = payload.as_bytes();
+    let mask = [1u8, 2, 3, 4];
+    let mut f = vec![0x81];
+    if p.len() < 126 {
+        f.push(0x80 | p.len() as u8);
+    } else {
+        f.push(0x80 | 126);
+        f.extend_from_slice(&(p.len() as u16).to_be_bytes());
+    }
+    f.extend_from_slice(&mask);
+    f.extend(p.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+fn publish(id: u64, topic: &str) -> String {
+    format!(
+        r#"{{"id":{id},"jsonrpc":"2.0","method":"waku_publish","params":{{"topic":"{topic}","message":"m","ttl":60}}}}"#
+    )
+}
+
+#[test]
+fn pipelined_http_requests_are_answered_in_order_and_an_upgrade_elsewhere_is_404() {
+    let mut b = Bench::new(&[]);
+    let reqs = b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n\
+        GET /api/v1/wallets HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    assert_eq!(b.feed(reqs), reqs.len());
+    let out = String::from_utf8(b.written()).unwrap();
+    let first = out.find("Hello World, this is WalletRelay v2.0").unwrap();
+    let second = out.find("HTTP/1.1 404 Not Found").unwrap();
+    assert!(first < second, "{out}");
+    assert!(out.ends_with("{\"error\":\"not found\"}"), "{out}");
+    assert!(matches!(b.conn.phase, Phase::Http(HttpWait::Nothing)));
+}
+
+#[test]
+fn answers_leave_in_request_order_while_a_publish_waits_for_its_store() {
+    let mut b = Bench::new(&[]);
+    b.upgrade();
+    let sub = r#"{"id":2,"jsonrpc":"2.0","method":"waku_subscribe","params":{"topic":"t"}}"#;
+    let mut input = text(&publish(1, "t"));
+    input.extend(text(sub));
+    input.extend(text(&publish(3, "u")));
+    assert_eq!(b.feed(&input), input.len());
+    assert!(
+        b.texts().is_empty(),
+        "everything waits behind the first publish"
+    );
+    assert_eq!(b.conn.backlog.pending_answers(), 2);
+    // The second publish's store answers first: still nothing may leave.
+    b.store_answers(1, Err(RelayError::StorageUnavailable));
+    assert!(b.texts().is_empty());
+    b.store_answers(0, Ok(Stored::Duplicate));
+    let texts = b.texts();
+    assert_eq!(texts.len(), 3, "{texts:?}");
+    assert_eq!(texts[0], r#"{"id":1,"jsonrpc":"2.0","result":true}"#);
+    assert!(texts[1].starts_with(r#"{"id":2,"jsonrpc":"2.0","result":""#));
+    assert_eq!(
+        texts[2],
+        r#"{"id":3,"jsonrpc":"2.0","error":{"code":-32000,"message":"storage unavailable"}}"#
+    );
+}
+
+#[test]
+fn a_batch_with_a_waiting_publish_is_one_array_in_order() {
+    let mut b = Bench::new(&[]);
+    b.upgrade();
+    let batch = format!(
+        r#"[{},{{"id":"x","jsonrpc":"2.0","method":"nope","params":{{}}}},{{"id":9,"result":true}}]"#,
+        publish(7, "t")
+    );
+    let input = text(&batch);
+    assert_eq!(b.feed(&input), input.len());
+    assert!(b.texts().is_empty());
+    b.store_answers(0, Ok(Stored::New(Position { epoch: 1, seq: 1 })));
+    let texts = b.texts();
+    assert_eq!(texts.len(), 1);
+    let v: serde_json::Value = serde_json::from_str(&texts[0]).unwrap();
+    assert_eq!(v[0]["id"], 7);
+    assert_eq!(v[0]["result"], true);
+    assert_eq!(v[1]["id"], "x");
+    assert_eq!(v[1]["error"]["code"], -32601);
+    assert_eq!(
+        v.as_array().unwrap().len(),
+        2,
+        "the acknowledgement has no answer"
+    );
+}
+
+#[test]
+fn input_waits_past_the_pending_answers_limit_and_a_half_close_keeps_the_answers() {
+    let mut b = Bench::new(&[]);
+    b.shared.config.limits.max_pending_answers = 2;
+    b.upgrade();
+    let input: Vec<u8> = (1..=3).flat_map(|i| text(&publish(i, "t"))).collect();
+    let used = b.feed(&input);
+    assert!(used < input.len(), "the third publish waits in the buffer");
+    assert_eq!(b.conn.backlog.pending_answers(), 2);
+    assert!(b.conn.input_blocked(2));
+    b.store_answers(0, Ok(Stored::Duplicate));
+    assert!(!b.conn.input_blocked(2));
+    // The peer half-closes: the answers it is owed still go out, pushes do not.
+    b.conn.deliver(
+        &SubId::from_bytes(&[1; 32]),
+        &Bytes::from_static(b"{}"),
+        true,
+        0,
+        0,
+        &mut Vec::new(),
+    );
+    b.conn.finish(1, 1000);
+    b.store_answers(1, Ok(Stored::Duplicate));
+    let out = b.written();
+    let s = String::from_utf8_lossy(&out);
+    assert!(
+        s.contains(r#"{"id":1,"jsonrpc":"2.0","result":true}"#),
+        "{s}"
+    );
+    assert!(
+        s.contains(r#"{"id":2,"jsonrpc":"2.0","result":true}"#),
+        "{s}"
+    );
+    assert!(!s.contains("waku_subscription"), "{s}");
+}
+
+#[test]
+fn a_live_message_that_comes_before_the_history_is_pushed_after_it() {
+    let mut b = Bench::new(&[]);
+    b.upgrade();
+    let sub = r#"{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{"topic":"t"}}"#;
+    b.feed(&text(sub));
+    assert_eq!(
+        b.texts().len(),
+        1,
+        "the subscription id is answered at once"
+    );
+    let pos = |seq| Position { epoch: 4, seq };
+    let msg = |seq: u64| crate::relay::Message {
+        pos: pos(seq),
+        data: Bytes::from(format!("{{\"n\":{seq}}}")),
+        origin: crate::relay::Origin::NONE,
+    };
+    let topic: Arc<str> = Arc::from("t");
+    b.inject(Event::Live {
+        topic: topic.clone(),
+        msg: msg(2),
+    });
+    assert!(b.texts().is_empty(), "held while the history is awaited");
+    let ticket = b.reads.lock().unwrap()[0];
+    let history = History {
+        last: pos(1),
+        messages: vec![msg(1)],
+    };
+    b.inject(Event::History {
+        ticket,
+        result: Ok(history),
+    });
+    let texts = b.texts();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts[0].ends_with(r#""data":{"n":1}}}"#), "{}", texts[0]);
+    assert!(texts[1].ends_with(r#""data":{"n":2}}}"#), "{}", texts[1]);
+}

@@ -31,11 +31,8 @@ pub const FANOUT_SHARE_BYTES: usize = 1 << 20;
 /// The `min` for [`OutBuf::push_shared`] when one body goes to `subscribers` connections of
 /// a worker. A copy into each connection's buffer is cheaper while all the copies stay in
 /// cache (no reference count touched per connection, one contiguous buffer per write);
-/// beyond that, copying writes (and the kernel then reads back) megabytes of cold memory
-/// per publish, and the shared body wins. Measured on the 2-core VM, one worker, 512-byte
-/// bodies, by reference vs copied: 1 -> 1,000 subscribers 0.98x, 1 -> 3,000 1.09x, and
-/// 1 -> 10,000 1.27x (by reference, a round's queued pushes also take about 190 bytes each
-/// instead of 700, which is what lets a round be 64 pushes per connection).
+/// beyond that, copying writes (and the kernel then reads back) megabytes of cold memory per
+/// publish, and the shared body wins (docs/PERFORMANCE.md, "Big fan-outs").
 pub fn fanout_share_min(subscribers: usize, len: usize) -> usize {
     if subscribers.saturating_mul(len) >= FANOUT_SHARE_BYTES {
         PUSH_SHARE_MIN

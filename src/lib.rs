@@ -25,6 +25,7 @@ pub mod relay;
 pub mod rpc;
 pub mod server;
 pub mod timer;
+pub mod tls;
 pub mod webhook;
 pub mod worker;
 pub mod ws;

@@ -20,7 +20,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use config::{TlsFiles, TlsLoader};
-pub use session::{TlsScratch, TlsSession, MAX_CARRY, PLAIN_MAX};
+pub use session::{TlsScratch, TlsSession, MAX_CARRY, MAX_PENDING, PLAIN_MAX};
 pub use sink::TlsSink;
 
 /// What can go wrong with TLS: loading the certificate and key (at start-up or reload), or
@@ -71,6 +71,13 @@ pub enum TlsError {
     /// handshake message.
     #[error("TLS: {0} bytes of input without a complete record")]
     TooMuchInput(usize),
+    /// The peer made the session queue more than [`session::MAX_PENDING`] bytes for the
+    /// socket without reading them (for instance by requesting key updates).
+    #[error("TLS: {0} bytes of answers waiting while the peer keeps sending")]
+    TooMuchOutput(usize),
+    /// The session failed earlier: only its alert may still be sent.
+    #[error("TLS: the session already failed")]
+    Failed,
     /// Application data could not be encrypted (the connection's keys are used up) or came
     /// before the handshake finished.
     #[error("TLS: cannot encrypt: {0}")]

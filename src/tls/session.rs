@@ -30,6 +30,11 @@ const RECORD_MAX: usize = 5 + 16384 + 2048;
 /// attack (or garbage), and costs the connection.
 pub const MAX_CARRY: usize = 0x1_0000 + 2 * RECORD_MAX;
 
+/// Most ciphertext a session holds for the socket: a write's worth and room for handshake
+/// messages. A peer that makes the session answer (key updates) without reading its
+/// answers reaches it, and its session fails on the next read.
+pub const MAX_PENDING: usize = 2 * PLAIN_MAX;
+
 /// Most plaintext encrypted per write (four full records): a socket that takes less keeps
 /// the rest of their ciphertext in the session's `pending`, so this bounds it.
 pub const PLAIN_MAX: usize = 4 * 16384;
@@ -129,7 +134,7 @@ impl TlsSession {
         plain: &mut Vec<u8>,
     ) -> Result<usize, TlsError> {
         if self.failed {
-            return Err(TlsError::Encrypt("session failed earlier".into()));
+            return Err(TlsError::Failed);
         }
         let before = plain.len();
         if self.peer_closed || ciphertext.is_empty() {
@@ -162,6 +167,10 @@ impl TlsSession {
                 carry.drain(..used);
             }
             self.carry = carry;
+        }
+        if self.pending_len() > MAX_PENDING {
+            self.failed = true;
+            return Err(TlsError::TooMuchOutput(self.pending_len()));
         }
         Ok(plain.len() - before)
     }

@@ -220,6 +220,33 @@ fn an_oversized_record_fails_the_session() {
     assert!(matches!(err, TlsError::Protocol(_)), "{err}");
 }
 
+/// A client requesting key update after key update and never reading the answers fails
+/// its session (`rustls` counts the requests; `MAX_PENDING` would stop it otherwise)
+/// instead of growing it without bound.
+#[test]
+fn unread_key_update_answers_are_bounded() {
+    let (mut c, mut s) = fresh_pair();
+    exchange(&mut c, &mut s).unwrap();
+    let mut plain = Vec::new();
+    let mut failed = None;
+    for _ in 0..20_000 {
+        c.refresh_traffic_keys().unwrap();
+        let mut ct = client_out(&mut c);
+        if let Err(e) = s.read_tls(&mut ct, &mut plain) {
+            failed = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(
+            failed,
+            Some(TlsError::TooMuchOutput(_) | TlsError::Protocol(_))
+        ),
+        "{failed:?}"
+    );
+    assert!(s.pending_len() <= MAX_PENDING + 1024);
+}
+
 #[test]
 fn a_handshake_arriving_a_byte_at_a_time_completes() {
     let (mut c, mut s) = fresh_pair();

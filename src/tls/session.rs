@@ -25,7 +25,7 @@ use crate::outbuf::Flush;
 /// data, up to 2 KiB of expansion).
 const RECORD_MAX: usize = 5 + 16384 + 2048;
 
-/// Most ciphertext a session carries between reads: a handshake message up to the 64 KiB
+/// Most ciphertext a session carries from one read to the next: a handshake message up to the 64 KiB
 /// `rustls` accepts, spread over records, plus one more record. More than that is an
 /// attack (or garbage), and costs the connection.
 pub const MAX_CARRY: usize = 0x1_0000 + 2 * RECORD_MAX;
@@ -150,19 +150,15 @@ impl TlsSession {
                 self.carry.extend_from_slice(rest);
             }
         } else {
-            let total = self.carry.len() + ciphertext.len();
-            if total > MAX_CARRY {
-                return Err(self.fail_input(total));
-            }
+            // The carry grows by one read at most (the caller's buffer) before it is
+            // worked down again.
             let mut carry = std::mem::take(&mut self.carry);
             carry.extend_from_slice(ciphertext);
-            let res = self.pump_checked(&mut carry, Want::Read(plain));
-            let used = match res {
-                Ok((used, _)) => used,
-                Err(e) => return Err(e),
-            };
+            let used = self.pump_checked(&mut carry, Want::Read(plain))?.0;
             if used >= carry.len() || self.peer_closed {
                 carry = Vec::new();
+            } else if carry.len() - used > MAX_CARRY {
+                return Err(self.fail_input(carry.len() - used));
             } else {
                 carry.drain(..used);
             }

@@ -266,6 +266,25 @@ fn a_handshake_arriving_a_byte_at_a_time_completes() {
     assert!(s.handshake_done() && !c.is_handshaking());
 }
 
+/// 300 KB of requests fed in reads that cut records anywhere arrive whole and in order,
+/// and the session carries at most one record between reads.
+#[test]
+fn records_cut_across_reads_arrive_whole() {
+    let (mut c, mut s) = fresh_pair();
+    exchange(&mut c, &mut s).unwrap();
+    let want: Vec<u8> = (0..300_000u32).map(|i| (i % 239) as u8).collect();
+    c.set_buffer_limit(None);
+    c.writer().write_all(&want).unwrap();
+    let mut ct = client_out(&mut c);
+    let mut plain = Vec::new();
+    for piece in ct.chunks_mut(7_777) {
+        s.read_tls(piece, &mut plain).unwrap();
+        assert!(s.buffered_capacity() <= 2 * (16 << 10) + 7_777 + 1024);
+    }
+    assert!(plain == want, "plaintext differs");
+    assert_eq!(s.buffered_capacity(), 0);
+}
+
 #[test]
 fn a_truncated_handshake_leaves_the_session_waiting_not_done() {
     let (mut c, mut s) = fresh_pair();

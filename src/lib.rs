@@ -26,6 +26,7 @@ pub mod rng;
 pub mod rpc;
 pub mod server;
 pub mod timer;
+pub mod tls;
 pub mod webhook;
 pub mod worker;
 pub mod ws;

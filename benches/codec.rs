@@ -1,5 +1,6 @@
-//! Micro-benchmarks of the per-message work: WebSocket frame decode (with unmasking) and
-//! encode, HTTP head parsing, JSON-RPC request decoding (simd-json, as used, against
+//! Micro-benchmarks of the per-message work: WebSocket frame decode (with unmasking),
+//! message decode (`ws::Decoder` against the frame functions driven by hand, as `conn` did),
+//! and encode, HTTP head parsing, JSON-RPC request decoding (simd-json, as used, against
 //! serde_json), and `waku_subscription` push encoding.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -7,8 +8,13 @@ use walletrelay::config::Limits;
 use walletrelay::{http, rpc, ws};
 
 fn masked_frame(payload: &[u8]) -> Vec<u8> {
+    masked(0x81, payload)
+}
+
+/// A masked client frame with first byte `b0` (FIN and opcode).
+fn masked(b0: u8, payload: &[u8]) -> Vec<u8> {
     let mask = [0x37, 0xfa, 0x21, 0x3d];
-    let mut v = vec![0x81];
+    let mut v = vec![b0];
     let n = payload.len();
     if n < 126 {
         v.push(0x80 | n as u8);
@@ -24,6 +30,14 @@ fn masked_frame(payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// Parses the whole frame at the front of `buf` and unmasks its payload in place.
+fn unmask_frame(buf: &mut [u8]) -> &[u8] {
+    let h = ws::parse_head(buf, 1 << 20).unwrap().unwrap();
+    let (s, e) = (h.header_len, h.frame_len());
+    ws::unmask(&mut buf[s..e], h.mask, 0);
+    &buf[s..e]
+}
+
 fn frames(c: &mut Criterion) {
     let mut g = c.benchmark_group("ws_frame_decode");
     for size in [64usize, 512, 4096, 65536] {
@@ -33,10 +47,7 @@ fn frames(c: &mut Criterion) {
             let mut buf = f.clone();
             b.iter(|| {
                 buf.copy_from_slice(f);
-                let h = ws::parse_head(&buf, 1 << 20).unwrap().unwrap();
-                let (s, e) = (h.header_len, h.frame_len());
-                ws::unmask(&mut buf[s..e], h.mask, 0);
-                black_box(&buf[s..e]);
+                black_box(unmask_frame(&mut buf));
             })
         });
     }
@@ -59,6 +70,91 @@ fn frames(c: &mut Criterion) {
             })
         });
     }
+    g.finish();
+}
+
+/// A text message of `size` bytes, whole or in four fragments, decoded to its payload: by
+/// `ws::Decoder`, and by `parse_head` + `unmask` + UTF-8 check (+ `Reassembly`) by hand,
+/// the path `conn` took before the decoder.
+fn messages(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ws_message_decode");
+    for size in [64usize, 512, 4096, 65536] {
+        let frame = masked_frame(&vec![b'a'; size]);
+        g.throughput(Throughput::Bytes(size as u64));
+        g.bench_with_input(BenchmarkId::new("by_hand", size), &frame, |b, f| {
+            let mut buf = f.clone();
+            b.iter(|| {
+                buf.copy_from_slice(f);
+                let payload = unmask_frame(&mut buf);
+                assert!(simdutf8::basic::from_utf8(payload).is_ok());
+                black_box(payload);
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("decoder", size), &frame, |b, f| {
+            let mut buf = f.clone();
+            let mut dec = ws::Decoder::new(1 << 20);
+            b.iter(|| {
+                buf.copy_from_slice(f);
+                match dec.decode(&mut buf).unwrap() {
+                    Some((_, ws::Event::Message { payload, .. })) => black_box(payload),
+                    _ => unreachable!(),
+                };
+            })
+        });
+    }
+    let size = 4096;
+    let quarter = vec![b'a'; size / 4];
+    let stream = [
+        masked(0x01, &quarter),
+        masked(0x00, &quarter),
+        masked(0x00, &quarter),
+        masked(0x80, &quarter),
+    ]
+    .concat();
+    g.throughput(Throughput::Bytes(size as u64));
+    g.bench_with_input(
+        BenchmarkId::new("by_hand_4_fragments", size),
+        &stream,
+        |b, f| {
+            let mut buf = f.clone();
+            let mut frag = ws::Reassembly::default();
+            b.iter(|| {
+                buf.copy_from_slice(f);
+                let mut pos = 0;
+                while pos < buf.len() {
+                    let h = ws::parse_head(&buf[pos..], 1 << 20).unwrap().unwrap();
+                    let (s, e) = (pos + h.header_len, pos + h.frame_len());
+                    ws::unmask(&mut buf[s..e], h.mask, 0);
+                    match h.opcode {
+                        ws::Opcode::Text => frag.start(h.opcode, &buf[s..e]).unwrap(),
+                        _ => frag.push(&buf[s..e], 1 << 20).unwrap(),
+                    }
+                    if h.fin {
+                        let (_, m) = frag.finish();
+                        assert!(simdutf8::basic::from_utf8(&m).is_ok());
+                        black_box(m);
+                    }
+                    pos = e;
+                }
+            })
+        },
+    );
+    g.bench_with_input(
+        BenchmarkId::new("decoder_4_fragments", size),
+        &stream,
+        |b, f| {
+            let mut buf = f.clone();
+            let mut dec = ws::Decoder::new(1 << 20);
+            b.iter(|| {
+                buf.copy_from_slice(f);
+                let mut pos = 0;
+                while let Some((n, ev)) = dec.decode(&mut buf[pos..]).unwrap() {
+                    pos += n;
+                    black_box(ev);
+                }
+            })
+        },
+    );
     g.finish();
 }
 
@@ -131,5 +227,5 @@ fn jsonrpc(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, frames, http_head, jsonrpc);
+criterion_group!(benches, frames, messages, http_head, jsonrpc);
 criterion_main!(benches);

@@ -1,163 +1,135 @@
-//! The WebSocket codec driven the way `conn::ws_step`/`on_frame` drive it: `parse_head`,
-//! `unmask`, `Reassembly` and `check_close_payload` over an arbitrary client byte stream,
-//! with a small message limit.
+//! The real WebSocket message decoder, `ws::Decoder`, over an arbitrary client byte stream
+//! with a small message limit, driven as a connection drives it: decode from the front of
+//! the pending bytes until `Ok(None)`, stop at a close or an error.
 //!
-//! Checks, besides "no panic": header fields are within the rules (control frames final
-//! and short, payload within the limit); unmasking in two pieces with a phase offset equals
-//! XOR with the key; reassembled messages stay within the limit; errors carry a close code
-//! of 1002, 1007 or 1009; the bytes left pending never reach the worker's read-buffer cap
-//! (`max_message + 14`, which `worker::fail_oversize` assumes unreachable); and feeding the
-//! stream in chunks (as reads deliver it) gives exactly the events of feeding it whole.
+//! Checks, besides "no panic": messages stay within the limit and text messages are UTF-8
+//! (by `std`, independently of the decoder's `simdutf8`); pings carry at most 125 bytes;
+//! close codes are ones that may be echoed; errors carry a close code of 1002, 1007 or 1009
+//! and leave the decoder idle; the bytes left pending never reach the worker's read-buffer
+//! cap (`max_message + 14`, which `worker::fail_oversize` assumes unreachable); feeding the
+//! stream in chunks (as reads deliver it) gives exactly the events of feeding it whole; and
+//! unmasking in two pieces with a phase offset equals XOR with the key.
 //!
 //! Input layout: byte 0 chooses the chunk sizes, the rest is the stream.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use walletrelay::ws::{self, Opcode, Reassembly, WsError};
+use walletrelay::ws::{self, Decoder, Event};
 
 /// Message limit for the run (small, so that limits are hit often).
 const MAX: usize = 4096;
 
+/// An event with its payload copied out, to compare runs.
 #[derive(Debug, PartialEq, Eq)]
-enum Event {
-    Message(Opcode, Vec<u8>),
-    Pong(Vec<u8>),
+enum Ev {
+    Message(bool, Vec<u8>),
+    Fragment,
+    Ping(Vec<u8>),
+    Pong,
     Close(u16),
     Fail(u16),
 }
 
-#[derive(Default)]
+/// One connection's decoder and what it produced.
 struct Conn {
-    frag: Reassembly,
+    dec: Decoder,
     closed: bool,
-    events: Vec<Event>,
+    events: Vec<Ev>,
 }
 
 impl Conn {
-    /// `conn::ws_step`: complete frames at the front of `input`; returns bytes consumed.
+    fn new() -> Conn {
+        Conn {
+            dec: Decoder::new(MAX),
+            closed: false,
+            events: Vec::new(),
+        }
+    }
+
+    /// Decodes complete frames at the front of `input`; returns bytes consumed.
     fn step(&mut self, input: &mut [u8]) -> usize {
         let mut pos = 0;
         while !self.closed {
-            let head = match ws::parse_head(&input[pos..], MAX) {
-                Ok(Some(h)) => h,
+            let left = input.len() - pos;
+            match self.dec.decode(&mut input[pos..]) {
                 Ok(None) => break,
+                Ok(Some((n, ev))) => {
+                    assert!(n >= 6 && n <= left, "consumed {n} of {left}");
+                    pos += n;
+                    let ev = check(ev);
+                    self.closed = matches!(ev, Ev::Close(_));
+                    self.events.push(ev);
+                }
                 Err(e) => {
-                    self.fail(&e);
+                    let code = e.close_code();
+                    assert!(matches!(code, 1002 | 1007 | 1009), "close code {code}");
+                    assert!(ws::close_frame(code, &e.to_string()).len() <= 127);
+                    assert!(self.dec.is_idle(), "an error resets the decoder");
+                    self.events.push(Ev::Fail(code));
+                    self.closed = true;
                     return input.len();
                 }
-            };
-            assert!(matches!(head.header_len, 6 | 8 | 14));
-            assert!(head.payload_len <= MAX);
-            if head.opcode.is_control() {
-                assert!(head.fin && head.payload_len <= 125);
-            }
-            if input.len() - pos < head.frame_len() {
-                break;
-            }
-            let start = pos + head.header_len;
-            let end = pos + head.frame_len();
-            pos = end;
-            let payload = &mut input[start..end];
-            let expect: Vec<u8> = payload
-                .iter()
-                .enumerate()
-                .map(|(i, b)| b ^ head.mask[i % 4])
-                .collect();
-            let split = payload
-                .first()
-                .map_or(0, |&b| usize::from(b) % (payload.len() + 1));
-            let (a, b) = payload.split_at_mut(split);
-            ws::unmask(a, head.mask, 0);
-            ws::unmask(b, head.mask, split);
-            assert_eq!(&payload[..], &expect[..], "unmask");
-            if let Err(e) = self.on_frame(head.fin, head.opcode, payload) {
-                self.fail(&e);
-                return input.len();
             }
         }
         pos
     }
+}
 
-    fn fail(&mut self, e: &WsError) {
-        let code = e.close_code();
-        assert!(matches!(code, 1002 | 1007 | 1009), "close code {code}");
-        let f = ws::close_frame(code, &e.to_string());
-        assert!(f.len() <= 127);
-        self.events.push(Event::Fail(code));
-        self.closed = true;
-    }
-
-    /// `conn::on_frame`.
-    fn on_frame(&mut self, fin: bool, op: Opcode, payload: &mut [u8]) -> Result<(), WsError> {
-        match op {
-            Opcode::Text | Opcode::Binary => {
-                if self.frag.opcode.is_some() {
-                    return Err(WsError::Protocol("new message inside a fragmented one"));
-                }
-                if fin {
-                    self.on_message(op, payload)?;
-                } else {
-                    self.frag.start(op, payload)?;
-                }
-            }
-            Opcode::Continuation => {
-                if self.frag.opcode.is_none() {
-                    return Err(WsError::Protocol("continuation without a message"));
-                }
-                self.frag.push(payload, MAX)?;
-                assert!(self.frag.buf.len() <= MAX);
-                if fin {
-                    let (op, mut buf) = self.frag.finish();
-                    assert!(self.frag.opcode.is_none() && self.frag.buf.capacity() == 0);
-                    self.on_message(op, &mut buf)?;
-                }
-            }
-            Opcode::Ping => {
-                let f = ws::frame(Opcode::Pong, payload);
-                assert_eq!(f.len(), 2 + payload.len());
-                self.events.push(Event::Pong(payload.to_vec()));
-            }
-            Opcode::Pong => {}
-            Opcode::Close => {
-                let code = ws::check_close_payload(payload)?;
-                assert!(matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999));
-                let f = ws::close_frame(code, "");
-                assert_eq!(f.len(), 4);
-                self.events.push(Event::Close(code));
-                self.closed = true;
-            }
+/// Checks an event against the rules and copies it out.
+fn check(ev: Event<'_>) -> Ev {
+    match ev {
+        Event::Message { binary, payload } => {
+            assert!(payload.len() <= MAX);
+            assert!(
+                binary || std::str::from_utf8(payload).is_ok(),
+                "text not UTF-8"
+            );
+            Ev::Message(binary, payload.to_vec())
         }
-        Ok(())
-    }
-
-    /// `conn::on_message` (the `/echo` route).
-    fn on_message(&mut self, op: Opcode, payload: &mut [u8]) -> Result<(), WsError> {
-        assert!(matches!(op, Opcode::Text | Opcode::Binary));
-        assert!(payload.len() <= MAX);
-        if op == Opcode::Text && std::str::from_utf8(payload).is_err() {
-            return Err(WsError::InvalidUtf8);
+        Event::Fragment => Ev::Fragment,
+        Event::Ping(p) => {
+            assert!(p.len() <= 125);
+            Ev::Ping(p.to_vec())
         }
-        let mut h = [0u8; 10];
-        let n = ws::write_head(&mut h, true, op, payload.len());
-        assert_eq!(n, if payload.len() < 126 { 2 } else { 4 });
-        self.events.push(Event::Message(op, payload.to_vec()));
-        Ok(())
+        Event::Pong => Ev::Pong,
+        Event::Close { code } => {
+            assert!(matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999));
+            assert_eq!(ws::close_frame(code, "").len(), 4);
+            Ev::Close(code)
+        }
     }
+}
+
+/// `ws::unmask` in two pieces, the second with a phase offset, equals XOR with the key.
+fn check_unmask(seed: u8, data: &[u8]) {
+    let mask = [seed, seed ^ 0x5a, seed.wrapping_add(7), !seed];
+    let expect: Vec<u8> = data
+        .iter()
+        .enumerate()
+        .map(|(i, b)| b ^ mask[i % 4])
+        .collect();
+    let mut got = data.to_vec();
+    let split = usize::from(seed) % (got.len() + 1);
+    let (a, b) = got.split_at_mut(split);
+    ws::unmask(a, mask, 0);
+    ws::unmask(b, mask, split);
+    assert_eq!(got, expect, "unmask");
 }
 
 fuzz_target!(|data: &[u8]| {
     let Some((&seed, stream)) = data.split_first() else {
         return;
     };
+    check_unmask(seed, stream);
 
     // Whole stream at once.
-    let mut whole = Conn::default();
+    let mut whole = Conn::new();
     let mut buf = stream.to_vec();
     let used = whole.step(&mut buf);
     assert!(used <= stream.len());
 
     // The same stream in chunks, with a pending buffer as `worker` keeps one.
-    let mut chunked = Conn::default();
+    let mut chunked = Conn::new();
     let mut rbuf: Vec<u8> = Vec::new();
     let mut rest = stream;
     let mut i = 0usize;

@@ -1,9 +1,14 @@
 //! WebSocket (RFC 6455) framing, sans-IO: the handshake's accept key, an incremental frame
-//! header parser, in-place unmasking, message reassembly rules, close-frame validation, and
-//! server frame headers.
+//! header parser, in-place unmasking, close-frame validation, and server frame headers.
+//! The message rules (fragmentation, control frames between fragments, UTF-8 of text,
+//! the message limit) live in [`decoder`], built on these pieces.
 //!
 //! Nothing here reads or writes a socket; `conn` hands bytes in and queues the bytes this
 //! module produces. Every error carries the close code that answers it.
+
+mod decoder;
+
+pub use decoder::{Decoder, Event, Reassembly};
 
 use thiserror::Error;
 
@@ -255,68 +260,13 @@ pub fn accept_key(key: &[u8]) -> String {
     tungstenite::handshake::derive_accept_key(key)
 }
 
-/// Reassembly state of a fragmented message. Lives in the connection; empty (no heap) when
-/// no fragmented message is in flight.
-#[derive(Debug, Default)]
-pub struct Reassembly {
-    /// Opcode of the message being reassembled, when one is.
-    pub opcode: Option<Opcode>,
-    /// The payload so far.
-    pub buf: Vec<u8>,
-    /// Of a text message: how much of `buf` is known to be valid UTF-8 (an incomplete
-    /// sequence at the end waits for the next fragment).
-    checked: usize,
-}
-
-impl Reassembly {
-    /// Starts a fragmented message; a text message whose first fragment already holds
-    /// invalid UTF-8 is refused at once (RFC 6455 §8.1: fail fast).
-    pub fn start(&mut self, opcode: Opcode, first: &[u8]) -> Result<(), WsError> {
-        self.opcode = Some(opcode);
-        self.buf.clear();
-        self.checked = 0;
-        self.buf.extend_from_slice(first);
-        self.check_utf8()
-    }
-
-    /// Appends a continuation, refusing a message that grows past `max` or, for text, one
-    /// that is no longer valid UTF-8 whatever follows.
-    pub fn push(&mut self, more: &[u8], max: usize) -> Result<(), WsError> {
-        if self.buf.len() + more.len() > max {
-            return Err(WsError::TooBig);
-        }
-        self.buf.extend_from_slice(more);
-        self.check_utf8()
-    }
-
-    /// Validates the text received since the last check.
-    fn check_utf8(&mut self) -> Result<(), WsError> {
-        if self.opcode != Some(Opcode::Text) {
-            return Ok(());
-        }
-        let new = self.buf.get(self.checked..).unwrap_or_default();
-        match std::str::from_utf8(new) {
-            Ok(_) => self.checked = self.buf.len(),
-            // Only an incomplete sequence at the very end: the next fragment may finish it.
-            Err(e) if e.error_len().is_none() => self.checked += e.valid_up_to(),
-            Err(_) => return Err(WsError::InvalidUtf8),
-        }
-        Ok(())
-    }
-
-    /// Ends the message, returning its opcode and payload and freeing the buffer.
-    pub fn finish(&mut self) -> (Opcode, Vec<u8>) {
-        self.checked = 0;
-        let op = self.opcode.take().unwrap_or(Opcode::Binary);
-        (op, std::mem::take(&mut self.buf))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn client_frame(fin: bool, op: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    /// A masked client frame: FIN bit, opcode bits (reserved bits may be set through
+    /// `op`), payload in the shortest length form.
+    pub(super) fn client_frame(fin: bool, op: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
         let mut v = vec![(if fin { 0x80 } else { 0 }) | op];
         let n = payload.len();
         if n < 126 {
@@ -428,41 +378,5 @@ mod tests {
             accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
             "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
-    }
-
-    #[test]
-    fn reassembly_enforces_the_limit() {
-        let mut r = Reassembly::default();
-        r.start(Opcode::Text, b"abc").unwrap();
-        assert!(r.push(b"de", 5).is_ok());
-        assert_eq!(r.push(b"f", 5), Err(WsError::TooBig));
-        let (op, buf) = r.finish();
-        assert_eq!((op, &buf[..]), (Opcode::Text, &b"abcde"[..]));
-        assert!(r.opcode.is_none());
-    }
-
-    #[test]
-    fn fragmented_text_fails_as_soon_as_its_utf8_is_invalid() {
-        let euro = "€".as_bytes(); // e2 82 ac
-                                   // A sequence split across fragments is fine.
-        let mut r = Reassembly::default();
-        r.start(Opcode::Text, &euro[..1]).unwrap();
-        r.push(&euro[1..2], 100).unwrap();
-        r.push(&euro[2..], 100).unwrap();
-        assert_eq!(r.finish().1, euro);
-        // An impossible byte fails in the fragment that carries it, before the end.
-        r.start(Opcode::Text, b"ok").unwrap();
-        assert_eq!(r.push(&[0xff], 100), Err(WsError::InvalidUtf8));
-        let _ = r.finish();
-        // So does a sequence that cannot be completed by anything that follows.
-        assert_eq!(
-            r.start(Opcode::Text, &[0xe2, 0x28]),
-            Err(WsError::InvalidUtf8)
-        );
-        let _ = r.finish();
-        // Binary messages are not checked.
-        r.start(Opcode::Binary, &[0xff]).unwrap();
-        r.push(&[0xfe], 100).unwrap();
-        assert_eq!(r.finish().1, vec![0xff, 0xfe]);
     }
 }

@@ -1,0 +1,200 @@
+//! Wire parsing and classification: one WebSocket message (simd-json in place, or
+//! serde_json for the benchmark) into [`Incoming`], each element an [`Item`]: a call, a
+//! client's acknowledgement, or an invalid request with its error. Nesting depth and batch
+//! length are bounded here; validation of a call's params is `op`'s.
+
+use super::wire::{Envelope, Loose, Top};
+use super::{code, Call, Id, Incoming, Item, ParseError, RpcError, MAX_BATCH, MAX_DEPTH};
+
+/// Decodes one WebSocket message. `buf` is parsed in place (simd-json), so it is clobbered;
+/// `scratch` holds the parser's buffers between calls (one per worker).
+pub fn decode<'a>(
+    buf: &'a mut [u8],
+    scratch: &mut simd_json::Buffers,
+) -> Result<Incoming<'a>, ParseError> {
+    if nesting_too_deep(buf) {
+        return Err(ParseError);
+    }
+    let top: Top<'_> =
+        simd_json::serde::from_slice_with_buffers(buf, scratch).map_err(|_| ParseError)?;
+    Ok(classify_top(top))
+}
+
+/// [`decode`] with `serde_json` instead of `simd-json` (for the benchmark that decides
+/// which one the server uses).
+pub fn decode_serde_json(buf: &[u8]) -> Result<Incoming<'_>, ParseError> {
+    if nesting_too_deep(buf) {
+        return Err(ParseError);
+    }
+    let top: Top<'_> = serde_json::from_slice(buf).map_err(|_| ParseError)?;
+    Ok(classify_top(top))
+}
+
+/// Classifies a parsed message: one element, or a batch within [`MAX_BATCH`].
+fn classify_top(top: Top<'_>) -> Incoming<'_> {
+    match top {
+        Top::One(e) => Incoming::Single(classify(e)),
+        Top::Many(v) if v.is_empty() => Incoming::Single(Item::Invalid(
+            Id::Null,
+            RpcError::new(code::INVALID_REQUEST, "Invalid request: empty batch"),
+        )),
+        Top::Many(v) if v.len() > MAX_BATCH => Incoming::Single(Item::Invalid(
+            Id::Null,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "Invalid request: batch of more than 100 requests",
+            ),
+        )),
+        Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
+    }
+}
+
+/// Scans for nesting deeper than [`MAX_DEPTH`] outside strings, so no parser recursion can
+/// run away on `[[[[...`.
+fn nesting_too_deep(buf: &[u8]) -> bool {
+    // Fast path: with few brackets in all, nesting cannot be deep.
+    if memchr::memchr2_iter(b'[', b'{', buf)
+        .nth(MAX_DEPTH)
+        .is_none()
+    {
+        return false;
+    }
+    let mut depth = 0usize;
+    let mut in_str = false;
+    let mut escaped = false;
+    for &b in buf {
+        if in_str {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+fn invalid_request(msg: &'static str) -> RpcError {
+    RpcError::new(code::INVALID_REQUEST, msg)
+}
+
+fn classify(e: Envelope<'_>) -> Item<'_> {
+    if !e.is_object {
+        return Item::Invalid(Id::Null, invalid_request("Invalid request: not an object"));
+    }
+    let id = match e.id {
+        None => None,
+        Some(Loose::U64(n)) => Some(Id::U64(n)),
+        Some(Loose::I64(n)) => Some(Id::I64(n)),
+        Some(Loose::F64(n)) => Some(Id::F64(n)),
+        Some(Loose::Str(s)) => Some(Id::Str(s)),
+        Some(Loose::Null) => Some(Id::Null),
+        Some(_) => {
+            return Item::Invalid(Id::Null, invalid_request("Invalid request: invalid \"id\""))
+        }
+    };
+    let method = match e.method {
+        None => return Item::Ack,
+        Some(Loose::Str(m)) => m,
+        Some(_) => {
+            let id = id.unwrap_or(Id::Null);
+            return Item::Invalid(id, invalid_request("Invalid request: invalid \"method\""));
+        }
+    };
+    if !matches!(&e.jsonrpc, Some(Loose::Str(v)) if v == "2.0") {
+        let id = id.unwrap_or(Id::Null);
+        return Item::Invalid(
+            id,
+            invalid_request("Invalid request: \"jsonrpc\" must be \"2.0\""),
+        );
+    }
+    Item::Call(Call {
+        id,
+        method,
+        params: e.params,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::one;
+    use super::*;
+
+    #[test]
+    fn classifies_acks_and_invalid_requests() {
+        assert!(matches!(
+            one(r#"{"id":5,"jsonrpc":"2.0","result":true}"#),
+            Item::Ack
+        ));
+        assert!(matches!(
+            one(r#"{"id":5,"jsonrpc":"1.0","method":"waku_subscribe"}"#),
+            Item::Invalid(Id::U64(5), RpcError { code: -32600, .. })
+        ));
+        assert!(matches!(
+            one(r#"{"id":5,"jsonrpc":"2.0","method":3}"#),
+            Item::Invalid(_, RpcError { code: -32600, .. })
+        ));
+        assert!(matches!(
+            one(r#"{"id":true,"jsonrpc":"2.0","method":"x"}"#),
+            Item::Invalid(Id::Null, _)
+        ));
+        assert!(matches!(
+            one("42"),
+            Item::Invalid(Id::Null, RpcError { code: -32600, .. })
+        ));
+        assert!(matches!(
+            one("[]"),
+            Item::Invalid(Id::Null, RpcError { code: -32600, .. })
+        ));
+    }
+
+    #[test]
+    fn parse_errors_and_depth() {
+        let mut b = b"{\"id\":1,".to_vec();
+        assert_eq!(
+            decode(&mut b, &mut simd_json::Buffers::default()).unwrap_err(),
+            ParseError
+        );
+        let mut deep = vec![b'['; 100_000];
+        deep.extend(vec![b']'; 100_000]);
+        assert_eq!(
+            decode(&mut deep, &mut simd_json::Buffers::default()).unwrap_err(),
+            ParseError
+        );
+        // Brackets inside strings do not count.
+        let s = format!(
+            r#"{{"id":1,"jsonrpc":"2.0","method":"m","params":{{"topic":"{}"}}}}"#,
+            "[".repeat(200)
+        );
+        let mut b = s.into_bytes();
+        assert!(decode(&mut b, &mut simd_json::Buffers::default()).is_ok());
+    }
+
+    #[test]
+    fn batches_are_classified_element_by_element() {
+        let mut b = br#"[{"id":1,"jsonrpc":"2.0","method":"waku_subscribe","params":{"topic":"a"}},5,{"id":"x","jsonrpc":"2.0","result":true}]"#.to_vec();
+        match decode(&mut b, &mut simd_json::Buffers::default()).unwrap() {
+            Incoming::Batch(v) => {
+                assert_eq!(v.len(), 3);
+                assert!(matches!(v[0], Item::Call(_)));
+                assert!(matches!(v[1], Item::Invalid(Id::Null, _)));
+                assert!(matches!(v[2], Item::Ack));
+            }
+            Incoming::Single(_) => panic!("single"),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! JSON-RPC 2.0 for the waku relay: decoding a WebSocket message (one request, a batch, or a
+//! client's acknowledgement) with `simd-json` + `serde`, validating it into a typed [`Op`],
+//! and encoding results, errors and the `waku_subscription` push.
+//!
+//! Three separate steps, as in mini-redis: wire parsing ([`decode`], in `decode.rs` over the
+//! wire model of `wire.rs`), command parsing ([`Call::op`], in `op.rs`), and execution, which
+//! is not here (`worker` runs ops against `relay`). Encoding is `encode.rs`. This file holds
+//! the types, limits, error codes and errors they share.
+
+use std::borrow::Cow;
+
+use thiserror::Error;
+
+mod decode;
+mod encode;
+mod op;
+mod wire;
+
+pub use decode::{decode, decode_serde_json};
+pub use encode::{
+    encode_data, write_error, write_id, write_push_prefix, write_result, write_str, PUSH_SUFFIX,
+};
+
+use wire::ParamsField;
+
+/// Largest nesting of arrays and objects accepted in a message (deeper is a parse error).
+pub const MAX_DEPTH: usize = 64;
+
+/// Most elements in one batch; a longer batch is answered with one -32600 error (it could
+/// otherwise turn one message into an answer many times its size).
+pub const MAX_BATCH: usize = 100;
+
+/// Longest ttl, seconds (30 days).
+pub const MAX_TTL: u64 = 2_592_000;
+
+/// Error codes of DECISIONS §3.
+pub mod code {
+    /// Invalid JSON.
+    pub const PARSE_ERROR: i32 = -32700;
+    /// Not a valid request object.
+    pub const INVALID_REQUEST: i32 = -32600;
+    /// Unknown method.
+    pub const METHOD_NOT_FOUND: i32 = -32601;
+    /// Missing or invalid parameter.
+    pub const INVALID_PARAMS: i32 = -32602;
+    /// A server-side refusal (a quota).
+    pub const SERVER_ERROR: i32 = -32000;
+}
+
+/// A JSON-RPC error to send back.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{message}")]
+pub struct RpcError {
+    /// The code.
+    pub code: i32,
+    /// The message.
+    pub message: Cow<'static, str>,
+}
+
+impl RpcError {
+    fn new(code: i32, message: impl Into<Cow<'static, str>>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+        }
+    }
+    /// -32602 naming a parameter.
+    pub fn param(name: &str) -> RpcError {
+        RpcError::new(
+            code::INVALID_PARAMS,
+            format!("Missing or invalid \"{name}\" param"),
+        )
+    }
+    /// -32000 with a message.
+    pub fn server(message: impl Into<Cow<'static, str>>) -> RpcError {
+        RpcError::new(code::SERVER_ERROR, message)
+    }
+}
+
+/// A request id, echoed back exactly.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Id<'a> {
+    /// Non-negative integer.
+    U64(u64),
+    /// Negative integer.
+    I64(i64),
+    /// Number with a fraction or exponent.
+    F64(f64),
+    /// String.
+    Str(Cow<'a, str>),
+    /// `null` (also used when the id could not be read).
+    Null,
+}
+
+/// A decoded WebSocket message.
+#[derive(Debug)]
+pub enum Incoming<'a> {
+    /// One element.
+    Single(Item<'a>),
+    /// A batch (JSON array), answered with an array.
+    Batch(Vec<Item<'a>>),
+}
+
+/// One element of a message, classified.
+#[derive(Debug)]
+pub enum Item<'a> {
+    /// A request: execute and answer (unless it is a notification, without `id`).
+    Call(Call<'a>),
+    /// A response from the client (an acknowledgement of a push): consumed silently.
+    Ack,
+    /// Not a valid request: answer with this error and id.
+    Invalid(Id<'a>, RpcError),
+}
+
+/// A request with a method.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// The id; `None` for a notification (executed, never answered).
+    pub id: Option<Id<'a>>,
+    method: Cow<'a, str>,
+    params: Option<ParamsField<'a>>,
+}
+
+/// A validated relay operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op<'a> {
+    /// `waku_subscribe`.
+    Subscribe {
+        /// Topic.
+        topic: Cow<'a, str>,
+    },
+    /// `waku_publish`.
+    Publish {
+        /// Topic.
+        topic: Cow<'a, str>,
+        /// Message payload.
+        message: Cow<'a, str>,
+        /// Seconds to keep it cached.
+        ttl: u32,
+        /// `false` suppresses push notifications.
+        prompt: bool,
+    },
+    /// `waku_unsubscribe`.
+    Unsubscribe {
+        /// Topic, when given (older clients send only the id).
+        topic: Option<Cow<'a, str>>,
+        /// Subscription id.
+        id: Cow<'a, str>,
+    },
+}
+
+/// A message that is not JSON at all (answered -32700 with `id: null`).
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("Parse error")]
+pub struct ParseError;
+
+/// Decodes `s` as a single element (tests).
+#[cfg(test)]
+fn one(s: &str) -> Item<'static> {
+    let buf: &'static mut [u8] = Box::leak(s.as_bytes().to_vec().into_boxed_slice());
+    match decode(buf, &mut simd_json::Buffers::default()).expect("json") {
+        Incoming::Single(i) => i,
+        Incoming::Batch(_) => panic!("batch"),
+    }
+}

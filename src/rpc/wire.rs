@@ -1,0 +1,310 @@
+//! The JSON-RPC wire model: any JSON message reduced to what classification and validation
+//! need ([`Top`], [`Envelope`], [`Loose`] values), with hand-written `serde` visitors that
+//! accept every JSON shape, so that a wrong type becomes -32600/-32602 with a precise message
+//! instead of a parse error, and that borrow strings from the input when they have no escapes.
+//!
+//! It owns only these private types; classification is `decode`'s, validation `op`'s.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+/// Any JSON value, reduced to what validation needs.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Loose<'a> {
+    Str(Cow<'a, str>),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Bool(bool),
+    Null,
+    Array,
+    Object,
+}
+
+/// The `params` member.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct Params<'a> {
+    pub(super) topic: Option<Loose<'a>>,
+    pub(super) message: Option<Loose<'a>>,
+    pub(super) ttl: Option<Loose<'a>>,
+    pub(super) prompt: Option<Loose<'a>>,
+    pub(super) id: Option<Loose<'a>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum ParamsField<'a> {
+    Object(Params<'a>),
+    Other,
+}
+
+/// One element of a message: a request object, or something that is not one.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Envelope<'a> {
+    pub(super) jsonrpc: Option<Loose<'a>>,
+    pub(super) id: Option<Loose<'a>>,
+    pub(super) method: Option<Loose<'a>>,
+    pub(super) params: Option<ParamsField<'a>>,
+    /// False when the element is not a JSON object at all.
+    pub(super) is_object: bool,
+}
+
+/// A whole message: one element or a batch.
+pub(super) enum Top<'a> {
+    /// One element.
+    One(Envelope<'a>),
+    /// A batch.
+    Many(Vec<Envelope<'a>>),
+}
+
+impl<'de> Deserialize<'de> for Top<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Top<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON-RPC message")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                Ok(Top::One(envelope_from_map(map)?))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = seq.next_element::<Envelope<'de>>()? {
+                    v.push(e);
+                }
+                Ok(Top::Many(v))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Top::One(Envelope::not_object()))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Top::One(Envelope::not_object()))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Top::One(Envelope::not_object()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Top::One(Envelope::not_object()))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Top::One(Envelope::not_object()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Top::One(Envelope::not_object()))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Top::One(Envelope::not_object()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Envelope<'_> {
+    fn not_object() -> Self {
+        Envelope {
+            jsonrpc: None,
+            id: None,
+            method: None,
+            params: None,
+            is_object: false,
+        }
+    }
+}
+
+/// An object member's name, borrowed from the input when it has no escapes (serde's own
+/// `Cow<str>` always allocates: that was ten allocations per publish).
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn envelope_from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Envelope<'de>, A::Error> {
+    let mut e = Envelope {
+        jsonrpc: None,
+        id: None,
+        method: None,
+        params: None,
+        is_object: true,
+    };
+    while let Some(k) = map.next_key::<Key<'de>>()? {
+        match &*k.0 {
+            "jsonrpc" => e.jsonrpc = Some(map.next_value()?),
+            "id" => e.id = Some(map.next_value()?),
+            "method" => e.method = Some(map.next_value()?),
+            "params" => e.params = Some(map.next_value()?),
+            _ => {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+    }
+    Ok(e)
+}
+
+impl<'de> Deserialize<'de> for Envelope<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Envelope<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON-RPC object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                envelope_from_map(map)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Envelope::not_object())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Envelope::not_object())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Envelope::not_object())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Envelope::not_object())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Envelope::not_object())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Envelope::not_object())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Envelope::not_object())
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Envelope::not_object())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for ParamsField<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ParamsField<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("params")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut p = Params::default();
+                while let Some(k) = map.next_key::<Key<'de>>()? {
+                    match &*k.0 {
+                        "topic" => p.topic = Some(map.next_value()?),
+                        "message" => p.message = Some(map.next_value()?),
+                        "ttl" => p.ttl = Some(map.next_value()?),
+                        "prompt" => p.prompt = Some(map.next_value()?),
+                        "id" => p.id = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(ParamsField::Object(p))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ParamsField::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(ParamsField::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(ParamsField::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(ParamsField::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(ParamsField::Other)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(ParamsField::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(ParamsField::Other)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(ParamsField::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Loose<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Loose<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Loose::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Loose::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Loose::Str(Cow::Owned(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Loose::U64(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(if v >= 0 {
+                    Loose::U64(v as u64)
+                } else {
+                    Loose::I64(v)
+                })
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(Loose::F64(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(Loose::Bool(v))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Loose::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Loose::Null)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Loose::Object)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Loose::Array)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

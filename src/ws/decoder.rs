@@ -1,0 +1,284 @@
+//! The WebSocket *message* decoder, sans-IO: turns a client byte stream into messages,
+//! fragments absorbed, pings, pongs and closes, and owns every RFC 6455 rule above a single
+//! frame header: a continuation needs a message in progress, a new data message cannot
+//! start inside a fragmented one, control frames may come between fragments, a close
+//! payload must be valid, text (whole or fragmented) must be UTF-8 and fails as soon as it
+//! cannot become UTF-8, and a message may not exceed `max_message` bytes across fragments.
+//!
+//! It owns the reassembly buffer of a fragmented message and nothing else: it never reads
+//! or writes a socket, never queues an answer, and keeps no connection state besides the
+//! message in progress. The frame header rules themselves (masking, reserved bits, opcodes,
+//! control-frame length) are [`super::parse_head`]'s.
+
+use super::{check_close_payload, parse_head, unmask, FrameHead, Opcode, WsError};
+
+/// Reassembly state of a fragmented message: empty (no heap) when no fragmented message is
+/// in flight. [`Decoder`] holds one; `conn` still drives one directly until it moves to the
+/// decoder.
+#[derive(Debug, Default)]
+pub struct Reassembly {
+    /// Opcode of the message being reassembled, when one is.
+    pub opcode: Option<Opcode>,
+    /// The payload so far.
+    pub buf: Vec<u8>,
+    /// Of a text message: how much of `buf` is known to be valid UTF-8 (an incomplete
+    /// sequence at the end waits for the next fragment).
+    checked: usize,
+}
+
+impl Reassembly {
+    /// Starts a fragmented message; a text message whose first fragment already holds
+    /// invalid UTF-8 is refused at once (RFC 6455 §8.1: fail fast).
+    pub fn start(&mut self, opcode: Opcode, first: &[u8]) -> Result<(), WsError> {
+        self.opcode = Some(opcode);
+        self.buf.clear();
+        self.checked = 0;
+        self.buf.extend_from_slice(first);
+        self.check_utf8()
+    }
+
+    /// Appends a continuation, refusing a message that grows past `max` or, for text, one
+    /// that is no longer valid UTF-8 whatever follows.
+    pub fn push(&mut self, more: &[u8], max: usize) -> Result<(), WsError> {
+        if self.buf.len() + more.len() > max {
+            return Err(WsError::TooBig);
+        }
+        self.buf.extend_from_slice(more);
+        self.check_utf8()
+    }
+
+    /// Validates the text received since the last check.
+    fn check_utf8(&mut self) -> Result<(), WsError> {
+        if self.opcode != Some(Opcode::Text) {
+            return Ok(());
+        }
+        let new = self.buf.get(self.checked..).unwrap_or_default();
+        match simdutf8::compat::from_utf8(new) {
+            Ok(_) => self.checked = self.buf.len(),
+            // Only an incomplete sequence at the very end: the next fragment may finish it.
+            Err(e) if e.error_len().is_none() => self.checked += e.valid_up_to(),
+            Err(_) => return Err(WsError::InvalidUtf8),
+        }
+        Ok(())
+    }
+
+    /// Ends the message, returning its opcode and payload and freeing the buffer.
+    pub fn finish(&mut self) -> (Opcode, Vec<u8>) {
+        self.checked = 0;
+        let op = self.opcode.take().unwrap_or(Opcode::Binary);
+        (op, std::mem::take(&mut self.buf))
+    }
+
+    /// [`Reassembly::finish`], refusing a text message that ends inside a UTF-8 sequence
+    /// (the only invalid text the fragment checks let through).
+    pub fn finish_valid(&mut self) -> Result<(Opcode, Vec<u8>), WsError> {
+        let cut = self.opcode == Some(Opcode::Text) && self.checked != self.buf.len();
+        let done = self.finish();
+        if cut {
+            return Err(WsError::InvalidUtf8);
+        }
+        Ok(done)
+    }
+}
+
+/// What a decoded frame made.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A whole data message: an unfragmented frame's payload unmasked in place in the
+    /// caller's buffer, or the reassembled message. Text is already checked to be UTF-8.
+    Message {
+        /// Binary (opcode 2) rather than text (opcode 1).
+        binary: bool,
+        /// The payload; the caller may parse it in place (it is not looked at again).
+        payload: &'a mut [u8],
+    },
+    /// A non-final fragment was absorbed: nothing to do.
+    Fragment,
+    /// A ping: answer with a pong carrying this payload (at most 125 bytes).
+    Ping(&'a [u8]),
+    /// A pong: nothing to do besides noting the peer is alive.
+    Pong,
+    /// A valid close: echo `code` (1000 for an empty close payload) and close. Frames after
+    /// it are not the decoder's concern: the caller stops reading.
+    Close {
+        /// The code to echo back.
+        code: u16,
+    },
+}
+
+/// What [`Decoder::step`] found, without borrowing anything, so that `decode` can reset the
+/// decoder on an error and still lend buffers on success.
+enum Step {
+    /// A whole unfragmented message at `start..end` of the caller's buffer.
+    Whole {
+        binary: bool,
+        start: usize,
+        end: usize,
+    },
+    /// The reassembled message, in `Decoder::done`.
+    Reassembled {
+        binary: bool,
+    },
+    Fragment,
+    Ping {
+        start: usize,
+        end: usize,
+    },
+    Pong,
+    Close {
+        code: u16,
+    },
+}
+
+/// A client message decoder for one connection: the message limit and the fragmented
+/// message in progress. Empty (no heap) when idle, about 80 bytes in all.
+///
+/// ```
+/// use walletrelay::ws::{Decoder, Event};
+/// let mut dec = Decoder::new(1 << 20);
+/// // A masked text frame "hi" (mask 0), then half of the next frame's header.
+/// let mut input = vec![0x81, 0x82, 0, 0, 0, 0, b'h', b'i', 0x81];
+/// let mut pos = 0;
+/// while let Some((n, ev)) = dec.decode(&mut input[pos..]).unwrap() {
+///     pos += n;
+///     assert_eq!(ev, Event::Message { binary: false, payload: &mut b"hi".to_vec()[..] });
+/// }
+/// assert_eq!(pos, 8); // the last byte stays pending for the next read
+/// ```
+#[derive(Debug)]
+pub struct Decoder {
+    /// Largest message in bytes, whole or reassembled (`Limits::max_message`); also bounds
+    /// one frame, so what a caller keeps pending stays under `max_message + 14`.
+    max_message: usize,
+    /// The fragmented message in progress, if any.
+    frag: Reassembly,
+    /// The last reassembled message, lent out by its `Event::Message`; freed by the next
+    /// `decode` call (which a caller's loop always makes, the one that answers `Ok(None)`).
+    done: Vec<u8>,
+}
+
+impl Decoder {
+    /// A decoder refusing messages over `max_message` bytes.
+    pub fn new(max_message: usize) -> Decoder {
+        Decoder {
+            max_message,
+            frag: Reassembly::default(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Decodes the first frame of `buf`, unmasking it in place.
+    ///
+    /// `Ok(None)`: `buf` holds no whole frame yet; nothing is consumed or changed (keep the
+    /// bytes, call again with more). `Ok(Some((n, ev)))`: the first `n` bytes are consumed
+    /// and made `ev`. `Err(e)`: the connection must be closed with `e.close_code()` (1002,
+    /// 1007 or 1009); the decoder is reset. A frame that breaks a rule from its header
+    /// alone (too big, out of sequence) is refused before its payload arrives.
+    pub fn decode<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+    ) -> Result<Option<(usize, Event<'a>)>, WsError> {
+        if self.done.capacity() != 0 {
+            self.done = Vec::new();
+        }
+        let (n, step) = match self.step(buf) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                *self = Decoder::new(self.max_message);
+                return Err(e);
+            }
+        };
+        let ev = match step {
+            Step::Whole { binary, start, end } => Event::Message {
+                binary,
+                payload: buf.get_mut(start..end).unwrap_or_default(),
+            },
+            Step::Reassembled { binary } => Event::Message {
+                binary,
+                payload: &mut self.done,
+            },
+            Step::Fragment => Event::Fragment,
+            Step::Ping { start, end } => Event::Ping(buf.get(start..end).unwrap_or_default()),
+            Step::Pong => Event::Pong,
+            Step::Close { code } => Event::Close { code },
+        };
+        Ok(Some((n, ev)))
+    }
+
+    /// No fragmented message is in progress.
+    pub fn is_idle(&self) -> bool {
+        self.frag.opcode.is_none()
+    }
+
+    /// The message limit this decoder enforces.
+    pub fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    /// Parses, checks and unmasks the first frame of `buf` and applies it to the state.
+    #[inline]
+    fn step(&mut self, buf: &mut [u8]) -> Result<Option<(usize, Step)>, WsError> {
+        let Some(head) = parse_head(buf, self.max_message)? else {
+            return Ok(None);
+        };
+        self.check_sequence(&head)?;
+        let (start, end) = (head.header_len, head.frame_len());
+        let Some(payload) = buf.get_mut(start..end) else {
+            return Ok(None);
+        };
+        unmask(payload, head.mask, 0);
+        let step = match head.opcode {
+            Opcode::Text | Opcode::Binary if head.fin => {
+                let binary = head.opcode == Opcode::Binary;
+                if !binary && simdutf8::basic::from_utf8(payload).is_err() {
+                    return Err(WsError::InvalidUtf8);
+                }
+                Step::Whole { binary, start, end }
+            }
+            Opcode::Text | Opcode::Binary => {
+                self.frag.start(head.opcode, payload)?;
+                Step::Fragment
+            }
+            Opcode::Continuation => {
+                self.frag.push(payload, self.max_message)?;
+                if !head.fin {
+                    return Ok(Some((end, Step::Fragment)));
+                }
+                let (op, message) = self.frag.finish_valid()?;
+                self.done = message;
+                Step::Reassembled {
+                    binary: op == Opcode::Binary,
+                }
+            }
+            Opcode::Ping => Step::Ping { start, end },
+            Opcode::Pong => Step::Pong,
+            Opcode::Close => Step::Close {
+                code: check_close_payload(payload)?,
+            },
+        };
+        Ok(Some((end, step)))
+    }
+
+    /// The rules a frame's header alone decides against the message in progress.
+    fn check_sequence(&self, head: &FrameHead) -> Result<(), WsError> {
+        match (head.opcode, self.frag.opcode) {
+            (Opcode::Text | Opcode::Binary, Some(_)) => {
+                Err(WsError::Protocol("new message inside a fragmented one"))
+            }
+            (Opcode::Continuation, None) => {
+                Err(WsError::Protocol("continuation without a message"))
+            }
+            (Opcode::Continuation, Some(_))
+                if head.payload_len > self.max_message.saturating_sub(self.frag.buf.len()) =>
+            {
+                Err(WsError::TooBig)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "decoder_tests.rs"]
+mod tests;

@@ -4,17 +4,15 @@
 //! violation closes the connection with the codec's close code.
 
 use super::{waku, Conn, Ctx};
-use crate::ws::{self, close, Opcode, Reassembly, WsError};
+use crate::ws::{self, Decoder, Event, Opcode, WsError};
 
 /// WebSocket phase state.
 #[derive(Debug)]
 pub struct WsState {
     /// Test-only echo connection (`/echo`, `--ws-echo`) instead of the relay.
     pub echo: bool,
-    /// A fragmented message in progress.
-    frag: Reassembly,
-    /// Largest message (`--max-message`).
-    max_message: usize,
+    /// The message decoder (holds a fragmented message in progress, nothing when idle).
+    dec: Decoder,
     /// JSON-RPC id of the next `waku_subscription` push (unique on the connection).
     pub next_push_id: u64,
     /// The connection's number for its next pending answer (see `outbound::Part`).
@@ -30,8 +28,7 @@ impl WsState {
     pub fn new(echo: bool, max_message: usize, push_base: u64, now: u64, first_ping: u64) -> Self {
         WsState {
             echo,
-            frag: Reassembly::default(),
-            max_message,
+            dec: Decoder::new(max_message),
             next_push_id: push_base,
             next_answer: 1,
             last_rx: now,
@@ -40,39 +37,46 @@ impl WsState {
     }
 }
 
-/// Handles complete frames at the front of `input`; returns bytes consumed.
+/// Handles the whole messages at the front of `input`; returns bytes consumed.
 pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
-    let max = ctx.shared.config.limits.max_message;
+    // The decoder lends reassembled messages out of itself while the connection handles
+    // them: it is taken out of the connection for the call (it owns no heap when idle).
+    let Some(w) = conn.ws() else { return 0 };
+    let mut dec = std::mem::replace(&mut w.dec, Decoder::new(0));
+    let used = decode(conn, &mut dec, input, ctx);
+    if let Some(w) = conn.ws() {
+        w.dec = dec;
+    }
+    used
+}
+
+fn decode<S>(conn: &mut Conn<S>, dec: &mut Decoder, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
     let max_pending = ctx.shared.config.limits.max_pending_answers;
     let mut pos = 0;
     // Past the fan-out budget, or with too many answers pending, the rest waits in the
     // connection's buffer: the worker delivers and flushes first, then resumes it.
     while !ctx.relay.over_fanout_budget() && !conn.input_blocked(max_pending) {
-        if conn.ws().is_none() {
-            break;
-        }
-        let head = match ws::parse_head(&input[pos..], max) {
-            Ok(Some(h)) => h,
+        let Some(w) = conn.ws() else { break };
+        w.last_rx = ctx.now;
+        let (n, ev) = match dec.decode(&mut input[pos..]) {
+            Ok(Some(x)) => x,
             Ok(None) => break,
             Err(e) => {
                 fail(conn, &e, ctx);
                 return input.len();
             }
         };
-        if input.len() - pos < head.frame_len() {
-            break;
-        }
-        let start = pos + head.header_len;
-        let end = pos + head.frame_len();
-        pos = end;
-        let payload = &mut input[start..end];
-        ws::unmask(payload, head.mask, 0);
-        if let Some(w) = conn.ws() {
-            w.last_rx = ctx.now;
-        }
-        if let Err(e) = on_frame(conn, head.fin, head.opcode, payload, ctx) {
-            fail(conn, &e, ctx);
-            return input.len();
+        pos += n;
+        match ev {
+            Event::Message { binary, payload } => on_message(conn, binary, payload, ctx),
+            Event::Fragment | Event::Pong => {}
+            Event::Ping(p) => {
+                let mut h = [0u8; 10];
+                let n = ws::write_head(&mut h, true, Opcode::Pong, p.len());
+                conn.out.extend(&h[..n]);
+                conn.out.extend(p);
+            }
+            Event::Close { code } => conn.ws_close(code, "", ctx.now, ctx.close_ms()),
         }
     }
     pos
@@ -89,68 +93,15 @@ fn fail<S>(conn: &mut Conn<S>, e: &WsError, ctx: &mut Ctx<'_>) {
     conn.ws_close(e.close_code(), reason, ctx.now, ctx.close_ms());
 }
 
-fn on_frame<S>(
-    conn: &mut Conn<S>,
-    fin: bool,
-    op: Opcode,
-    payload: &mut [u8],
-    ctx: &mut Ctx<'_>,
-) -> Result<(), WsError> {
-    let Some(w) = conn.ws() else { return Ok(()) };
-    match op {
-        Opcode::Text | Opcode::Binary => {
-            if w.frag.opcode.is_some() {
-                return Err(WsError::Protocol("new message inside a fragmented one"));
-            }
-            if fin {
-                on_message(conn, op, payload, ctx)?;
-            } else {
-                w.frag.start(op, payload)?;
-            }
-        }
-        Opcode::Continuation => {
-            if w.frag.opcode.is_none() {
-                return Err(WsError::Protocol("continuation without a message"));
-            }
-            let max = w.max_message;
-            w.frag.push(payload, max)?;
-            if fin {
-                let (op, mut buf) = w.frag.finish();
-                on_message(conn, op, &mut buf, ctx)?;
-            }
-        }
-        Opcode::Ping => {
-            let mut h = [0u8; 10];
-            let n = ws::write_head(&mut h, true, Opcode::Pong, payload.len());
-            conn.out.extend(&h[..n]);
-            conn.out.extend(payload);
-        }
-        Opcode::Pong => {}
-        Opcode::Close => {
-            let code = ws::check_close_payload(payload)?;
-            let reply = if code == 1005 { close::NORMAL } else { code };
-            conn.ws_close(reply, "", ctx.now, ctx.close_ms());
-        }
-    }
-    Ok(())
-}
-
-fn on_message<S>(
-    conn: &mut Conn<S>,
-    op: Opcode,
-    payload: &mut [u8],
-    ctx: &mut Ctx<'_>,
-) -> Result<(), WsError> {
-    if op == Opcode::Text && simdutf8::basic::from_utf8(payload).is_err() {
-        return Err(WsError::InvalidUtf8);
-    }
+/// A whole data message (text already checked for UTF-8 by the decoder).
+fn on_message<S>(conn: &mut Conn<S>, binary: bool, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     if conn.ws().is_some_and(|w| w.echo) {
+        let op = if binary { Opcode::Binary } else { Opcode::Text };
         let mut h = [0u8; 10];
         let n = ws::write_head(&mut h, true, op, payload.len());
         conn.out.extend(&h[..n]);
         conn.out.extend(payload);
-        return Ok(());
+        return;
     }
     waku::message(conn, payload, ctx);
-    Ok(())
 }

@@ -92,6 +92,21 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_WS_ECHO")]
     pub ws_echo: bool,
 
+    /// Directory where the relay keeps its state (cached messages, webhook registrations)
+    /// across restarts; created at start, one process per directory. `none`: memory only.
+    #[arg(
+        long,
+        env = "WALLETRELAY_DATA_DIR",
+        default_value = "./walletrelay-data"
+    )]
+    pub data_dir: String,
+
+    /// When a publish is answered relative to the disk: `always` (after `fdatasync`, group
+    /// commit), `everysec` (synced at least once a second), `off` (the kernel decides). In
+    /// every mode the record reaches the kernel before the answer (it survives `kill -9`).
+    #[arg(long, env = "WALLETRELAY_FSYNC", value_enum, default_value_t = Fsync::Everysec)]
+    pub fsync: Fsync,
+
     /// Resource limits.
     #[command(flatten)]
     pub limits: Limits,
@@ -275,7 +290,23 @@ fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.clamp(0.001, 1e9))
 }
 
+/// `--fsync` (DECISIONS §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fsync {
+    /// Answer after the record is on stable storage.
+    Always,
+    /// Sync at least once a second.
+    Everysec,
+    /// Leave syncing to the kernel.
+    Off,
+}
+
 impl Config {
+    /// The data directory, or `None` for `--data-dir none` (memory only).
+    pub fn data_dir(&self) -> Option<PathBuf> {
+        (self.data_dir != "none").then(|| PathBuf::from(&self.data_dir))
+    }
+
     /// Number of workers to run: `--threads`, else one per `--cpus` entry, else one per
     /// available core.
     pub fn worker_count(&self) -> usize {

@@ -17,6 +17,7 @@
 pub mod clock;
 pub mod config;
 pub mod conn;
+pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod outbuf;

@@ -274,6 +274,7 @@ impl Server {
             registry,
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
+            health: Arc::default(),
             config: config.clone(),
         });
         let local = LocalShared {

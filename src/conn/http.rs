@@ -37,7 +37,10 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
     let resp = match route {
         _ if req.upgrade_websocket && !ws_path => Response::json_error(404, "not found"),
         Route::Hello => ctx.shared.hello.clone(),
-        Route::Health => Response::empty(204),
+        Route::Health => match ctx.shared.health.problem() {
+            None => Response::empty(204),
+            Some(why) => Response::json_error(503, &why),
+        },
         Route::Metrics => {
             let pool = &ctx.shared.webhooks;
             let body = ctx.shared.metrics.render(&|s| pool.render_metrics(s));

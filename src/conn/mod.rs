@@ -46,6 +46,8 @@ pub struct Shared {
     pub webhooks: WebhookPool,
     /// The `/hello` answer.
     pub hello: Response,
+    /// What `/health` reports.
+    pub health: Arc<crate::health::Health>,
 }
 
 /// A subscription as its connection knows it.

@@ -114,6 +114,7 @@ impl Bench {
                 metrics,
                 webhooks: WebhookPool::default(),
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
+                health: Arc::default(),
                 config,
             },
             relay,

@@ -61,8 +61,15 @@ pub struct SockOpts {
 impl Server {
     /// Starts the binary on `127.0.0.1:0` with extra `args` and waits until it listens.
     pub fn start(args: &[&str]) -> Server {
+        // Runs never share state: memory only, unless the test gives its own directory.
+        let memory_only: &[&str] = if args.contains(&"--data-dir") {
+            &[]
+        } else {
+            &["--data-dir", "none"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_walletrelay"))
             .args(["--listen", "127.0.0.1:0"])
+            .args(memory_only)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -5,6 +5,8 @@
 //! Nothing here reads or writes a socket; `conn` hands bytes in and queues the bytes this
 //! module produces. Every error carries the close code that answers it.
 
+pub mod deflate;
+
 use thiserror::Error;
 
 /// Frame opcodes.

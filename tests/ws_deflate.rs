@@ -2,9 +2,12 @@
 //! `zlib`, in a real `python3` process: skipped with a message when there is none), and the
 //! inflater's bound against a DEFLATE bomb built bit by bit here.
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use common::hex;
 use walletrelay::rpc;
 use walletrelay::ws::deflate::{self, DeflateError, Deflater, Inflater};
 
@@ -69,18 +72,6 @@ sys.stdout.buffer.write(b"".join(out))
 
 fn py_mode(mode: &str) -> String {
     format!("import sys; sys.argv[1:] = ['{mode}']\n{PY}")
-}
-
-fn hex(n: usize, mut seed: u64) -> String {
-    let mut s = String::new();
-    while s.len() < n {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        s.push_str(&format!("{seed:016x}"));
-    }
-    s.truncate(n);
-    s
 }
 
 /// A real push's parts: per-subscriber prefix, shared data, suffix.

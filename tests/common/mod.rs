@@ -303,5 +303,19 @@ pub fn topic() -> String {
     format!("{:032x}{:016x}{:016x}", t, n, std::process::id())
 }
 
+/// `n` lowercase hex characters of pseudo-random bytes from `seed` (xorshift): what the
+/// encrypted payloads of real clients look like, reproducibly.
+pub fn hex(n: usize, mut seed: u64) -> String {
+    let mut s = String::with_capacity(n + 16);
+    while s.len() < n {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        s.push_str(&format!("{seed:016x}"));
+    }
+    s.truncate(n);
+    s
+}
+
 /// Worker counts every relay test runs at: one worker, and four (cross-worker routing).
 pub const THREADS: [&str; 2] = ["1", "4"];

@@ -125,8 +125,9 @@ impl Deflater {
         true
     }
 
-    fn compressor(&mut self, window_bits: u8) -> &mut Compress {
-        let bits = window_bits.clamp(9, MAX_WINDOW_BITS);
+    /// The compressor for `bits` (9 to 15), made on first need.
+    fn compressor(&mut self, bits: u8) -> &mut Compress {
+        let bits = bits.clamp(9, MAX_WINDOW_BITS);
         self.by_window[usize::from(bits - 9)].get_or_insert_with(|| {
             Compress::new_with_window_bits(Compression::new(LEVEL), false, bits)
         })
@@ -138,10 +139,11 @@ impl Deflater {
 /// window compressed it, so such messages all share the 15-bit compressor (and one shared
 /// form per push).
 fn effective_window(window_bits: u8, len: usize) -> u8 {
-    if len <= 1usize << window_bits {
+    let bits = window_bits.clamp(9, MAX_WINDOW_BITS);
+    if len <= 1usize << bits {
         MAX_WINDOW_BITS
     } else {
-        window_bits
+        bits
     }
 }
 
@@ -169,7 +171,7 @@ impl<'a> Shared<'a> {
     /// smaller). Follow with [`push_head`] for each subscriber.
     pub fn get(&mut self, deflater: &mut Deflater, window_bits: u8) -> Option<&Bytes> {
         let raw_len = self.data.len() + self.suffix.len();
-        let bits = effective_window(window_bits, raw_len).clamp(9, MAX_WINDOW_BITS);
+        let bits = effective_window(window_bits, raw_len);
         let (data, suffix) = (self.data, self.suffix);
         self.forms[usize::from(bits - 9)]
             .get_or_insert_with(|| {
@@ -373,6 +375,19 @@ mod tests {
         let b = s.get(&mut d, 15).unwrap().clone();
         assert_ne!(a.as_ptr(), b.as_ptr());
         assert_eq!(format!("{d:?}"), "Deflater { windows: [9, 15] }");
+    }
+
+    #[test]
+    fn window_bits_out_of_range_are_clamped_not_a_panic() {
+        let mut d = Deflater::new();
+        let mut z = Vec::new();
+        let msg = text(3000);
+        for bits in [0u8, 8, 16, 64, 255] {
+            assert!(d.compress(&msg, bits, &mut z), "bits {bits}");
+            assert_eq!(ours(&z), msg);
+            let data = text(3000);
+            assert!(Shared::new(&data, b"").get(&mut d, bits).is_some());
+        }
     }
 
     #[test]

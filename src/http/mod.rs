@@ -44,6 +44,10 @@ pub struct Request<'a> {
     pub ws_key: Option<&'a [u8]>,
     /// `Sec-WebSocket-Version`.
     pub ws_version: Option<&'a [u8]>,
+    /// The first acceptable permessage-deflate offer of the `Sec-WebSocket-Extensions`
+    /// header lines, whether or not `--permessage-deflate` is on (the connection applies
+    /// the flag).
+    pub ws_deflate: Option<crate::ws::deflate::Agreement>,
     /// `If-None-Match`.
     pub if_none_match: Option<&'a [u8]>,
     /// `Accept-Encoding` lists gzip.
@@ -141,6 +145,7 @@ pub fn parse<'a>(
         upgrade_websocket: false,
         ws_key: None,
         ws_version: None,
+        ws_deflate: None,
         if_none_match: None,
         accept_gzip: false,
         content_type: None,
@@ -179,6 +184,10 @@ pub fn parse<'a>(
             out.ws_key = Some(trim(v));
         } else if name.eq_ignore_ascii_case("sec-websocket-version") {
             out.ws_version = Some(trim(v));
+        } else if name.eq_ignore_ascii_case("sec-websocket-extensions") {
+            out.ws_deflate = out
+                .ws_deflate
+                .or_else(|| crate::ws::deflate::accept_offer(v));
         } else if name.eq_ignore_ascii_case("if-none-match") {
             out.if_none_match = Some(trim(v));
         } else if name.eq_ignore_ascii_case("accept-encoding") {
@@ -316,6 +325,19 @@ mod tests {
         assert!(r.accept_gzip);
         assert!(!r.close);
         assert_eq!(r.if_none_match, Some(&b"\"abc\""[..]));
+    }
+
+    #[test]
+    fn records_the_first_acceptable_deflate_offer() {
+        let raw = b"GET / HTTP/1.1\r\nSec-WebSocket-Extensions: x-foo, permessage-deflate; bad\r\n\
+                    sec-websocket-extensions: permessage-deflate; server_max_window_bits=10\r\n\
+                    Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
+        let (_, r) = parse(raw, &limits()).unwrap().unwrap();
+        assert_eq!(r.ws_deflate.map(|a| a.window_bits()), Some(10));
+        let (_, r) = parse(b"GET / HTTP/1.1\r\n\r\n", &limits())
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.ws_deflate, None);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! module produces. Every error carries the close code that answers it.
 
 mod decoder;
+pub mod deflate;
 
 pub use decoder::{Decoder, Event, Reassembly};
 

@@ -205,3 +205,17 @@ pub fn proc_field(pid: u32, file: &str, name: &str) -> Option<u64> {
 pub fn rss_kib(pid: u32) -> u64 {
     proc_field(pid, "status", "VmRSS:").expect("VmRSS in /proc/<pid>/status")
 }
+
+/// `n` lowercase hex characters of pseudo-random bytes from `seed` (xorshift): what the
+/// encrypted payloads of real clients look like, reproducibly.
+pub fn hex(n: usize, mut seed: u64) -> String {
+    let mut s = String::with_capacity(n + 16);
+    while s.len() < n {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        s.push_str(&format!("{seed:016x}"));
+    }
+    s.truncate(n);
+    s
+}

@@ -1,0 +1,505 @@
+//! One shard's command thread: takes commands from the shard's bounded queue, writes them to
+//! Redis pipelined, reads the replies with a timeout and answers each through the event sink.
+//!
+//! Owns: the shard's command connection, its scripts' digests, reconnects with backoff, PING
+//! heartbeats while idle, the `command` half of the shard's health. Must not touch the
+//! subscriber connection (`pubsub`) or any worker state: it only calls the event sink.
+//!
+//! Failure rule: on any I/O error or timeout, every command in flight and every command
+//! queued is answered `Unavailable`, the shard is marked down, and the thread reconnects
+//! with exponential backoff (answering `Unavailable` at once to whatever arrives meanwhile).
+//! A publish answered `Unavailable` may still have been stored (Redis ran it, the reply was
+//! lost); it is never the other way round.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver};
+use redis::{Connection, RedisError, Value};
+
+use super::ring::ShardAddr;
+use super::script::{self, PublishArgs, Shas};
+use super::stats::ShardStats;
+use super::{ClusterConfig, ClusterEvent, EventSink, PublishReq, Unavailable};
+
+/// A request to a shard, with who asked (`worker`) and the caller's `ticket`.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Store and publish one message.
+    Publish {
+        worker: usize,
+        ticket: u64,
+        req: PublishReq,
+    },
+    /// Read a topic's history.
+    Read {
+        worker: usize,
+        ticket: u64,
+        ns: u8,
+        topic: Arc<str>,
+        epoch: u64,
+        after: u64,
+    },
+    /// Register a webhook.
+    WebhookAdd {
+        worker: usize,
+        ticket: u64,
+        topic: Arc<str>,
+        url: Arc<str>,
+    },
+    /// Drop a webhook (no answer).
+    WebhookRemove { topic: Arc<str>, url: Arc<str> },
+}
+
+/// Why a shard could not be (re)connected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Redis did not answer, or answered an error.
+    #[error("{0}")]
+    Redis(#[from] RedisError),
+    /// The shard holds another node's shard list.
+    #[error("this shard was joined with another --redis list: it holds {theirs:?}, this node has {ours:?}; every node must list the same Redis servers in the same order")]
+    Mismatch {
+        /// This node's fingerprint.
+        ours: String,
+        /// The one found in the shard.
+        theirs: String,
+    },
+    /// A reply of an unexpected shape during setup.
+    #[error("unexpected reply during setup: {0}")]
+    Setup(&'static str),
+}
+
+/// Up or down, with the reason, for `/health`.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    /// Why the command connection is down (`None`: up).
+    pub command: Mutex<Option<String>>,
+    /// Why the subscriber connection is down (`None`: up).
+    pub pubsub: Mutex<Option<String>>,
+}
+
+/// Sets a health slot (a poisoned lock still holds a usable value).
+pub(crate) fn set_health(slot: &Mutex<Option<String>>, v: Option<String>) {
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = v;
+}
+
+/// What a shard's threads need besides their connections.
+#[derive(Clone)]
+pub(crate) struct ShardCtx {
+    /// Index in the `--redis` list.
+    pub idx: usize,
+    /// Where the shard is.
+    pub addr: ShardAddr,
+    /// This node's shard-list fingerprint.
+    pub fingerprint: String,
+    /// Limits and timeouts.
+    pub cfg: Arc<ClusterConfig>,
+    /// Webhook registrations allowed on this shard (the global cap split over the shards).
+    pub webhooks_per_shard: u64,
+    /// Counters.
+    pub stats: Arc<ShardStats>,
+    /// Up or down.
+    pub health: Arc<Health>,
+    /// Where answers go.
+    pub events: EventSink,
+}
+
+/// Connects, sets timeouts, loads the scripts and checks (or writes) the fingerprint.
+pub(crate) fn connect(ctx: &ShardCtx) -> Result<(Connection, Shas), ConnectError> {
+    let client = redis::Client::open(ctx.addr.info.clone())?;
+    let mut con = client.get_connection_with_timeout(ctx.cfg.connect_timeout)?;
+    con.set_read_timeout(Some(ctx.cfg.read_timeout))?;
+    con.set_write_timeout(Some(ctx.cfg.read_timeout))?;
+    let mut buf = Vec::new();
+    for s in script::ALL {
+        script::Packer::new(&mut buf)
+            .cmd(3)
+            .arg(b"SCRIPT")
+            .arg(b"LOAD")
+            .arg(s.as_bytes());
+    }
+    script::Packer::new(&mut buf)
+        .cmd(4)
+        .arg(b"SET")
+        .arg(script::RING_KEY)
+        .arg(ctx.fingerprint.as_bytes())
+        .arg(b"NX");
+    script::Packer::new(&mut buf)
+        .cmd(2)
+        .arg(b"GET")
+        .arg(script::RING_KEY);
+    con.send_packed_command(&buf)?;
+    let mut shas = Shas::default();
+    for sha in shas.0.iter_mut() {
+        match con.recv_response()? {
+            Value::BulkString(b) => {
+                *sha = String::from_utf8(b).map_err(|_| ConnectError::Setup("sha"))?
+            }
+            Value::ServerError(e) => return Err(RedisError::from(e).into()),
+            _ => return Err(ConnectError::Setup("SCRIPT LOAD")),
+        }
+    }
+    let _ = con.recv_response()?;
+    let theirs = match con.recv_response()? {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::ServerError(e) => return Err(RedisError::from(e).into()),
+        _ => return Err(ConnectError::Setup("GET ring")),
+    };
+    if theirs != ctx.fingerprint {
+        return Err(ConnectError::Mismatch {
+            ours: ctx.fingerprint.clone(),
+            theirs,
+        });
+    }
+    Ok((con, shas))
+}
+
+/// Starts the command thread on an established connection. It ends when `stop` is closed.
+pub(crate) fn spawn(
+    ctx: ShardCtx,
+    conn: Connection,
+    shas: Shas,
+    rx: Receiver<Command>,
+    stop: Receiver<()>,
+) -> std::io::Result<JoinHandle<()>> {
+    ctx.stats.command_up.set(1);
+    let name = format!("redis-cmd-{}", ctx.idx);
+    let runner = Runner {
+        ctx,
+        conn: Some(conn),
+        shas,
+        rx,
+        stop,
+        buf: Vec::new(),
+        batch: Vec::new(),
+        retry: Vec::new(),
+    };
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || runner.run())
+}
+
+struct Runner {
+    ctx: ShardCtx,
+    /// `None` while down.
+    conn: Option<Connection>,
+    shas: Shas,
+    rx: Receiver<Command>,
+    /// Closed at shutdown.
+    stop: Receiver<()>,
+    /// The packed pipeline of the current round (reused).
+    buf: Vec<u8>,
+    /// The commands of the current round, in the order written.
+    batch: Vec<Command>,
+    /// Commands that met NOSCRIPT, run again after the scripts are reloaded.
+    retry: Vec<Command>,
+}
+
+/// Whether a thread should go on.
+enum Flow {
+    Go,
+    Stop,
+}
+
+impl Runner {
+    fn run(mut self) {
+        loop {
+            if self.conn.is_none() {
+                if let Flow::Stop = self.reconnect() {
+                    return;
+                }
+            }
+            select! {
+                recv(self.rx) -> c => match c {
+                    Ok(c) => self.batch.push(c),
+                    Err(_) => return,
+                },
+                recv(self.stop) -> _ => return,
+                default(self.ctx.cfg.heartbeat) => {
+                    if let Err(e) = self.ping() {
+                        self.fail(&e);
+                    }
+                    continue;
+                }
+            }
+            while self.batch.len() < self.ctx.cfg.batch.max(1) {
+                match self.rx.try_recv() {
+                    Ok(c) => self.batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = self.round() {
+                self.fail(&e);
+            }
+        }
+    }
+
+    fn ping(&mut self) -> Result<(), RedisError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        conn.send_packed_command(b"*1\r\n$4\r\nPING\r\n")?;
+        match conn.recv_response()? {
+            Value::ServerError(e) => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    fn pack(&mut self, c: &Command) {
+        let cfg = &self.ctx.cfg;
+        let buf = &mut self.buf;
+        match c {
+            Command::Publish { req, .. } => script::pack_publish(
+                buf,
+                &self.shas,
+                &PublishArgs {
+                    ns: req.ns,
+                    topic: req.topic.as_bytes(),
+                    data: &req.data,
+                    ttl_ms: u64::try_from(req.ttl.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                    origin: req.origin,
+                    prompt: req.prompt,
+                    cap: cfg.max_cached_per_topic.max(1) as u64,
+                    db: self.ctx.addr.db,
+                },
+            ),
+            Command::Read {
+                ns,
+                topic,
+                epoch,
+                after,
+                ..
+            } => script::pack_read(
+                buf,
+                &self.shas,
+                *ns,
+                topic.as_bytes(),
+                *epoch,
+                *after,
+                cfg.read_max_bytes as u64,
+                cfg.read_max_count.max(1) as u64,
+            ),
+            Command::WebhookAdd { topic, url, .. } => script::pack_webhook_add(
+                buf,
+                &self.shas,
+                topic.as_bytes(),
+                url.as_bytes(),
+                cfg.max_webhooks_per_topic as u64,
+                self.ctx.webhooks_per_shard,
+            ),
+            Command::WebhookRemove { topic, url } => {
+                script::pack_webhook_remove(buf, &self.shas, topic.as_bytes(), url.as_bytes())
+            }
+        }
+    }
+
+    /// Writes the batch, reads every reply and answers it; NOSCRIPT replies are run once more
+    /// after the scripts are reloaded. On error the caller answers what is left.
+    fn round(&mut self) -> Result<(), RedisError> {
+        for attempt in 0..2 {
+            self.buf.clear();
+            let batch = std::mem::take(&mut self.batch);
+            for c in &batch {
+                self.pack(c);
+            }
+            self.batch = batch;
+            let n = self.batch.len();
+            self.ctx.stats.in_flight.set(n as u64);
+            let t0 = Instant::now();
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(RedisError::from(std::io::Error::from(
+                    std::io::ErrorKind::NotConnected,
+                )));
+            };
+            conn.send_packed_command(&self.buf)?;
+            let mut batch = std::mem::take(&mut self.batch).into_iter();
+            while let Some(c) = batch.next() {
+                match conn.recv_response() {
+                    Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT" && attempt == 0 => {
+                        self.retry.push(c)
+                    }
+                    Ok(v) => answer(&self.ctx, c, v),
+                    Err(e) => {
+                        // Put the unanswered back so `fail` answers them.
+                        self.batch.push(c);
+                        self.batch.extend(batch);
+                        return Err(e);
+                    }
+                }
+                self.ctx.stats.in_flight.sub(1);
+            }
+            self.ctx.stats.observe_rtt(t0.elapsed());
+            if self.retry.is_empty() {
+                return Ok(());
+            }
+            log::warn!(
+                "redis shard {}: scripts missing (NOSCRIPT), reloading",
+                self.ctx.addr
+            );
+            self.batch = std::mem::take(&mut self.retry);
+            self.reload_scripts()?;
+        }
+        // Still NOSCRIPT after a reload: answer what is left as unavailable.
+        for c in self.batch.drain(..) {
+            unavailable(&self.ctx, c);
+        }
+        Ok(())
+    }
+
+    fn reload_scripts(&mut self) -> Result<(), RedisError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        for (i, s) in script::ALL.iter().enumerate() {
+            let v = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(*s)
+                .query::<String>(conn)?;
+            self.shas.0[i] = v;
+        }
+        Ok(())
+    }
+
+    /// Marks the shard down and answers everything in flight and queued.
+    fn fail(&mut self, e: &RedisError) {
+        log::warn!(
+            "redis shard {} ({}): {e}; reconnecting",
+            self.ctx.idx,
+            self.ctx.addr
+        );
+        self.conn = None;
+        self.ctx.stats.command_up.set(0);
+        self.ctx.stats.in_flight.set(0);
+        set_health(&self.ctx.health.command, Some(e.to_string()));
+        for c in self.batch.drain(..).chain(self.retry.drain(..)) {
+            unavailable(&self.ctx, c);
+        }
+        while let Ok(c) = self.rx.try_recv() {
+            unavailable(&self.ctx, c);
+        }
+    }
+
+    /// Reconnects with exponential backoff, answering whatever arrives meanwhile.
+    fn reconnect(&mut self) -> Flow {
+        let cfg = Arc::clone(&self.ctx.cfg);
+        let mut delay = cfg.backoff_min;
+        loop {
+            if let Flow::Stop = self.drain_for(delay) {
+                return Flow::Stop;
+            }
+            match connect(&self.ctx) {
+                Ok((conn, shas)) => {
+                    log::info!(
+                        "redis shard {} ({}): reconnected",
+                        self.ctx.idx,
+                        self.ctx.addr
+                    );
+                    self.conn = Some(conn);
+                    self.shas = shas;
+                    self.ctx.stats.reconnects_command.inc();
+                    self.ctx.stats.command_up.set(1);
+                    set_health(&self.ctx.health.command, None);
+                    return Flow::Go;
+                }
+                Err(e) => {
+                    log::debug!("redis shard {}: reconnect failed: {e}", self.ctx.addr);
+                    set_health(&self.ctx.health.command, Some(e.to_string()));
+                }
+            }
+            delay = (delay * 2).min(cfg.backoff_max);
+        }
+    }
+
+    /// Waits `d`, answering `Unavailable` to every command that arrives.
+    fn drain_for(&mut self, d: Duration) -> Flow {
+        let deadline = Instant::now() + d;
+        loop {
+            select! {
+                recv(self.rx) -> c => match c {
+                    Ok(c) => unavailable(&self.ctx, c),
+                    Err(_) => return Flow::Stop,
+                },
+                recv(self.stop) -> _ => return Flow::Stop,
+                default(deadline.saturating_duration_since(Instant::now())) => return Flow::Go,
+            }
+        }
+    }
+}
+
+/// Answers a command with its reply (a server error or a reply of the wrong shape answers
+/// `Unavailable`).
+fn answer(ctx: &ShardCtx, c: Command, v: Value) {
+    ctx.stats.commands.inc();
+    if let Value::ServerError(e) = &v {
+        log::warn!(
+            "redis shard {}: {} {}",
+            ctx.addr,
+            e.code(),
+            e.details().unwrap_or("")
+        );
+        return unavailable(ctx, c);
+    }
+    let ev = match c {
+        Command::Publish { worker, ticket, .. } => {
+            let result = script::decode_publish(v).map_err(|e| bad(ctx, e));
+            (worker, ClusterEvent::Published { ticket, result })
+        }
+        Command::Read { worker, ticket, .. } => {
+            let result = script::decode_read(v).map_err(|e| bad(ctx, e));
+            (worker, ClusterEvent::History { ticket, result })
+        }
+        Command::WebhookAdd { worker, ticket, .. } => {
+            let result = script::decode_webhook_add(&v).map_err(|e| bad(ctx, e));
+            (worker, ClusterEvent::WebhookAdded { ticket, result })
+        }
+        Command::WebhookRemove { .. } => return,
+    };
+    if matches!(
+        ev.1,
+        ClusterEvent::Published { result: Err(_), .. }
+            | ClusterEvent::History { result: Err(_), .. }
+            | ClusterEvent::WebhookAdded { result: Err(_), .. }
+    ) {
+        ctx.stats.unavailable.inc();
+    }
+    (ctx.events)(ev.0, ev.1);
+}
+
+fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {
+    log::error!("redis shard {}: {e}", ctx.addr);
+    Unavailable
+}
+
+/// Answers a command `Unavailable`.
+pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
+    ctx.stats.unavailable.inc();
+    let (worker, ev) = match c {
+        Command::Publish { worker, ticket, .. } => (
+            worker,
+            ClusterEvent::Published {
+                ticket,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::Read { worker, ticket, .. } => (
+            worker,
+            ClusterEvent::History {
+                ticket,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::WebhookAdd { worker, ticket, .. } => (
+            worker,
+            ClusterEvent::WebhookAdded {
+                ticket,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::WebhookRemove { .. } => return,
+    };
+    (ctx.events)(worker, ev);
+}

@@ -95,8 +95,8 @@ impl Merge {
         self.want_read()
     }
 
-    /// A read failed (`Unavailable`): the next `Resync` (after the reconnect) or a caller's
-    /// retry reads again.
+    /// A read failed (`Unavailable`): the next `Resync` (sent when the store is back) or
+    /// the next live message reads again.
     pub fn on_read_failed(&mut self) -> Option<ReadAt> {
         self.reading = false;
         self.synced = false;
@@ -127,7 +127,8 @@ impl Merge {
         }
         if !self.synced || self.reading {
             self.buffer(epoch, seq, data, origin);
-            return None;
+            // Not synced and no read in flight (the last one failed): read again now.
+            return if self.reading { None } else { self.want_read() };
         }
         if epoch == self.epoch {
             if seq <= self.last {

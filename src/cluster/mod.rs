@@ -343,6 +343,7 @@ impl Cluster {
                 stats: Arc::new(stats::ShardStats::default()),
                 health: Arc::new(shard::Health::default()),
                 events: Arc::clone(&events),
+                commands_back: crossbeam_channel::bounded(1),
             };
             let (conn, shas) = shard::connect(&ctx).map_err(|source| ClusterError::Shard {
                 shard: i,

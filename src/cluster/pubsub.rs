@@ -345,7 +345,7 @@ fn confirm(sh: &Shared, chan: &[u8], targets: &mut Vec<usize>) {
         (t.ns, Arc::clone(&t.topic), resync)
     };
     if resync {
-        sh.ctx.stats.resyncs.inc();
+        sh.ctx.stats.resyncs.fetch_add(1, Ordering::Relaxed);
     }
     for &w in targets.iter() {
         (sh.ctx.events)(
@@ -411,6 +411,7 @@ impl Writer {
                     }
                 }
                 recv(bell) -> _ => self.resubscribe_all(),
+                recv(self.sh.ctx.commands_back.1) -> _ => self.resync_live(),
                 recv(stop) -> _ => return,
                 default(hb) => {}
             }
@@ -479,6 +480,19 @@ impl Writer {
                 } else if t.pending == 0 {
                     st.topics.remove(&chan[..]);
                 }
+            }
+        }
+    }
+
+    /// The command connection is back: every live topic's watchers read again (a read
+    /// refused during the outage would otherwise wait for the next reconnect).
+    fn resync_live(&mut self) {
+        let sh = Arc::clone(&self.sh);
+        let st = sh.lock();
+        for t in st.topics.values().filter(|t| t.live) {
+            sh.ctx.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+            for &w in &t.watchers {
+                self.now_live.push((w, t.ns, Arc::clone(&t.topic)));
             }
         }
     }

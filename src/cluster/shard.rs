@@ -104,6 +104,10 @@ pub(crate) struct ShardCtx {
     pub health: Arc<Health>,
     /// Where answers go.
     pub events: EventSink,
+    /// Rung (`try_send`) when the command connection is back after an outage: the
+    /// subscriber then sends `Resync` for every live topic, so reads that failed meanwhile
+    /// are made again. Capacity 1; the subscriber's writer holds the receiver.
+    pub commands_back: (crossbeam_channel::Sender<()>, Receiver<()>),
 }
 
 /// Connects, sets timeouts, loads the scripts and checks (or writes) the fingerprint.
@@ -401,6 +405,7 @@ impl Runner {
                     self.conn = Some(conn);
                     self.shas = shas;
                     self.ctx.stats.reconnects_command.inc();
+                    let _ = self.ctx.commands_back.0.try_send(());
                     self.ctx.stats.command_up.set(1);
                     set_health(&self.ctx.health.command, None);
                     return Flow::Go;

@@ -30,8 +30,9 @@ pub struct ShardStats {
     pub reconnects_command: Cell,
     /// Reconnects of the subscriber connection (subscriber reader).
     pub reconnects_pubsub: Cell,
-    /// `Resync` events after a subscriber reconnect, one per topic re-subscribed (reader).
-    pub resyncs: Cell,
+    /// Topics resynced after an outage (re-subscribed after a subscriber reconnect, or
+    /// re-read after a command reconnect); two writers, hence atomic.
+    pub resyncs: std::sync::atomic::AtomicU64,
     /// Publishes answered `Unavailable` by the command thread (connection down, timeout,
     /// server error); refusals at a full queue are counted by the handle in `refused`.
     pub unavailable: Cell,
@@ -121,7 +122,7 @@ fn values(s: &ShardStats) -> [u64; 10] {
         s.commands.get(),
         s.reconnects_command.get(),
         s.reconnects_pubsub.get(),
-        s.resyncs.get(),
+        s.resyncs.load(std::sync::atomic::Ordering::Relaxed),
         s.unavailable.get(),
         s.refused.load(std::sync::atomic::Ordering::Relaxed),
         s.live_received.get(),

@@ -84,6 +84,7 @@ impl RedisServer {
         let mut cmd = Command::new(binary());
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", ""])
+            .args(["--enable-debug-command", "yes"])
             .args(["--dir", self.dir.to_str().expect("utf-8 temp dir")])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -163,6 +164,26 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!("redis-server did not restart on port {}", self.port);
+    }
+
+    /// Puts the server to sleep (`DEBUG SLEEP secs`, on a thread of its own) and returns
+    /// once it no longer answers PING; join the handle to wait for it to wake.
+    pub fn debug_sleep(&self, secs: u32) -> std::thread::JoinHandle<()> {
+        let url = self.url();
+        let sleeper = std::thread::spawn(move || {
+            let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let _: () = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(secs)
+                .query(&mut c)
+                .unwrap();
+        });
+        let deadline = Instant::now() + WAIT;
+        while self.ping() {
+            assert!(Instant::now() < deadline, "DEBUG SLEEP never took effect");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        sleeper
     }
 
     /// Whether something accepts connections on the port.

@@ -89,9 +89,10 @@ fn expired_messages_are_not_read_nor_deduplicated_and_keys_expire_with_the_last(
     // Keys live until the topic's last message would expire.
     let mut c = r.conn();
     let ttl: i64 = redis::cmd("PTTL").arg("wr:2:s:t").query(&mut c).unwrap();
-    assert!(ttl > 50_000 && ttl <= 60_000, "stream ttl {ttl}");
+    // (extended in steps of min(ttl, 10 s): at most that long after the last message)
+    assert!(ttl > 50_000 && ttl <= 70_000, "stream ttl {ttl}");
     stored(n.publish("gone", "x", short));
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(900));
     let keys: Vec<String> = redis::cmd("KEYS").arg("wr:2:*:gone").query(&mut c).unwrap();
     assert!(keys.is_empty(), "{keys:?}");
     // History lost: the topic starts a new epoch.
@@ -112,8 +113,9 @@ fn the_cap_evicts_the_oldest_and_keeps_dedup_state_bounded() {
     let h = n.read("t", 0, 0).unwrap();
     assert_eq!(seqs(&h), [4, 5, 6, 7, 8]);
     let mut c = r.conn();
-    let dedup: usize = redis::cmd("HLEN").arg("wr:2:d:t").query(&mut c).unwrap();
-    assert_eq!(dedup, 5);
+    // The meta hash holds e, s, f, x and one dedup field per cached message.
+    let dedup: usize = redis::cmd("HLEN").arg("wr:2:m:t").query(&mut c).unwrap();
+    assert_eq!(dedup, 4 + 5);
     // An evicted message is new again; a cached one is still a duplicate.
     assert_eq!(stored(n.publish("t", "m1", MIN)).1, 9);
     assert!(matches!(
@@ -243,7 +245,8 @@ fn webhooks_register_once_are_capped_and_come_back_once_per_stored_publish() {
     assert_eq!(add(&a, "u", "http://h/1"), Ok(WebhookAdd::Added));
     assert_eq!(add(&a, "v", "http://h/1"), Ok(WebhookAdd::Added));
     assert_eq!(add(&a, "w", "http://h/1"), Ok(WebhookAdd::GlobalFull));
-    b.h(0).remove_webhook(&"v".into(), "http://h/1").unwrap();
+    // (commands of one node to one shard run in order; across nodes they do not)
+    a.h(0).remove_webhook(&"v".into(), "http://h/1").unwrap();
     assert_eq!(add(&a, "w", "http://h/1"), Ok(WebhookAdd::Added));
 
     // The publisher's answer carries the registrations (made on either node); a duplicate

@@ -68,6 +68,9 @@ pub struct ClusterConfig {
     pub queue: usize,
     /// Most commands written in one round trip.
     pub batch: usize,
+    /// Most publishes in one script call (a run of publishes in a round goes as groups:
+    /// Redis's per-call cost is paid once per group).
+    pub publish_group: usize,
     /// Time to open a TCP connection to Redis.
     pub connect_timeout: Duration,
     /// Time to wait for a reply (or to write) before the connection counts as dead.
@@ -96,6 +99,7 @@ impl Default for ClusterConfig {
             max_webhooks: 100_000,
             queue: 65_536,
             batch: 512,
+            publish_group: 64,
             connect_timeout: Duration::from_secs(2),
             read_timeout: Duration::from_secs(2),
             heartbeat: Duration::from_secs(1),

@@ -5,9 +5,10 @@
 //! (the shard thread sends what this module packs, and hands back what it read).
 //!
 //! Key layout (ns = namespace digit, T = topic bytes as they are):
-//! `wr:{ns}:m:T` meta hash (`e` epoch, `s` last seq, `x` max expiry ms), `wr:{ns}:s:T` stream
-//! (id `<seq>-0`, fields `d` data, `x` expiry ms, `o` origin, `h` sha1 of data),
-//! `wr:{ns}:d:T` dedup hash (sha1 -> seq), `wr:w:T` webhook set (per topic name, both
+//! `wr:{ns}:m:T` meta hash (`e` epoch, `s` last seq, `f` first seq, `x` the keys' expiry ms,
+//! and the dedup state: one field per cached message, sha1 of its data -> its seq),
+//! `wr:{ns}:s:T` stream (id `<seq>-0`, fields `d` data, `x` expiry ms, `o` origin, `h` sha1
+//! of data), `wr:w:T` webhook set (per topic name, both
 //! namespaces: a `POST /subscribe` registration has none), `wr:webhooks` the shard's
 //! registration counter, `wr:ring` the shard-list fingerprint.
 //! Channel: `wr:{db}:{ns}:T` (pub/sub is not per database, so the database is in the name).
@@ -97,7 +98,7 @@ pub fn channel(db: i64, ns: u8, topic: &[u8]) -> Vec<u8> {
     c
 }
 
-/// What a publish carries to the script.
+/// What one message of a publish group carries to the script.
 pub struct PublishArgs<'a> {
     /// Namespace.
     pub ns: u8,
@@ -111,29 +112,57 @@ pub struct PublishArgs<'a> {
     pub origin: Origin,
     /// Whether webhooks are wanted.
     pub prompt: bool,
-    /// Cache cap per topic.
-    pub cap: u64,
-    /// The database number (for the channel name).
-    pub db: i64,
 }
 
-/// Packs `EVALSHA publish` for one message.
-pub fn pack_publish(buf: &mut Vec<u8>, shas: &Shas, a: &PublishArgs<'_>) {
-    let p = ns_prefix(a.ns);
-    let mut chan = [0u8; 32];
-    let chan_head = channel_head(&mut chan, a.db, a.ns);
+/// The dedup digest of a message: xxh3-128 of its bytes, 32 lowercase hex digits. Computed
+/// here rather than in Lua (where SHA1 costs microseconds of the server's single thread); a
+/// fixed function, so every node computes the same. Only a hint: the script confirms a hit
+/// by comparing the bytes, so a collision can at worst store a duplicate, never drop a
+/// message.
+pub fn digest(data: &[u8]) -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let h = xxhash_rust::xxh3::xxh3_128(data).to_be_bytes();
+    let mut out = [0u8; 32];
+    for (i, b) in h.iter().enumerate() {
+        out[2 * i] = HEX[usize::from(b >> 4)];
+        out[2 * i + 1] = HEX[usize::from(b & 15)];
+    }
+    out
+}
+
+/// Packs one `EVALSHA publish` for a group of messages (one reply: an array with one reply
+/// per message, in order). `cap` is the cache cap per topic, `db` the database number (for
+/// the channel names).
+pub fn pack_publish_group(
+    buf: &mut Vec<u8>,
+    shas: &Shas,
+    cap: u64,
+    db: i64,
+    msgs: &[PublishArgs<'_>],
+) {
+    let k = msgs.len();
     let mut pk = Packer::new(buf);
-    pk.cmd(13).arg(b"EVALSHA").arg(shas.0[0].as_bytes()).num(4);
-    pk.arg_parts(&[&p, b"m:", a.topic])
-        .arg_parts(&[&p, b"s:", a.topic])
-        .arg_parts(&[&p, b"d:", a.topic])
-        .arg_parts(&[b"wr:w:", a.topic]);
-    pk.arg(a.data)
-        .num(a.ttl_ms)
-        .arg(&a.origin.to_bytes())
-        .arg(if a.prompt { b"1" } else { b"0" })
-        .num(a.cap)
-        .arg_parts(&[chan_head, a.topic]);
+    pk.cmd(3 + 3 * k + 1 + 6 * k)
+        .arg(b"EVALSHA")
+        .arg(shas.0[0].as_bytes())
+        .num(3 * k as u64);
+    for a in msgs {
+        let p = ns_prefix(a.ns);
+        pk.arg_parts(&[&p, b"m:", a.topic])
+            .arg_parts(&[&p, b"s:", a.topic])
+            .arg_parts(&[b"wr:w:", a.topic]);
+    }
+    pk.num(cap);
+    for a in msgs {
+        let mut chan = [0u8; 32];
+        let chan_head = channel_head(&mut chan, db, a.ns);
+        pk.arg(a.data)
+            .num(a.ttl_ms)
+            .arg(&a.origin.to_bytes())
+            .arg(if a.prompt { b"1" } else { b"0" })
+            .arg_parts(&[chan_head, a.topic])
+            .arg(&digest(a.data));
+    }
 }
 
 /// Writes `wr:{db}:{ns}:` into `out` and returns it.
@@ -347,16 +376,20 @@ mod tests {
             ttl_ms: 5000,
             origin: Origin { node: 1, conn: 2 },
             prompt: true,
-            cap: 1000,
-            db: 3,
         }
     }
 
     #[test]
-    fn publish_packs_as_resp_and_parses_back() {
+    fn a_publish_group_packs_as_resp_and_parses_back() {
         let mut buf = Vec::new();
         let shas = Shas(["a".into(), "b".into(), "c".into(), "d".into()]);
-        pack_publish(&mut buf, &shas, &args(b"t\r\n", b"{}"));
+        pack_publish_group(
+            &mut buf,
+            &shas,
+            1000,
+            3,
+            &[args(b"t\r\n", b"{}"), args(b"u", b"x")],
+        );
         let v = redis::parse_redis_value(&buf).unwrap();
         let Value::Array(a) = v else { panic!() };
         let s: Vec<Vec<u8>> = a
@@ -366,16 +399,27 @@ mod tests {
                 _ => panic!(),
             })
             .collect();
-        assert_eq!(s.len(), 13);
+        assert_eq!(s.len(), 3 + 6 + 1 + 12);
         assert_eq!(s[0], b"EVALSHA");
-        assert_eq!(s[2], b"4");
+        assert_eq!(s[2], b"6");
         assert_eq!(s[3], b"wr:2:m:t\r\n");
-        assert_eq!(s[6], b"wr:w:t\r\n");
-        assert_eq!(s[7], b"{}");
-        assert_eq!(s[8], b"5000");
-        assert_eq!(s[9], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
-        assert_eq!(s[12], b"wr:3:2:t\r\n");
-        assert_eq!(channel(3, 2, b"t\r\n"), s[12]);
+        assert_eq!(s[5], b"wr:w:t\r\n");
+        assert_eq!(s[7], b"wr:2:s:u");
+        assert_eq!(s[9], b"1000");
+        assert_eq!(s[10], b"{}");
+        assert_eq!(s[11], b"5000");
+        assert_eq!(s[12], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
+        assert_eq!(s[14], b"wr:3:2:t\r\n");
+        assert_eq!(channel(3, 2, b"t\r\n"), s[14]);
+        assert_eq!(s[15], digest(b"{}"));
+        assert_eq!(s[16], b"x");
+    }
+
+    #[test]
+    fn the_digest_is_fixed_hex() {
+        // xxh3-128 of "" (the reference value), so every node and build agrees.
+        assert_eq!(&digest(b""), b"99aa06d3014798d86001c324468d497f");
+        assert_ne!(digest(b"a"), digest(b"b"));
     }
 
     #[test]

@@ -178,6 +178,7 @@ pub(crate) fn spawn(
         stop,
         buf: Vec::new(),
         batch: Vec::new(),
+        slots: Vec::new(),
         retry: Vec::new(),
     };
     std::thread::Builder::new()
@@ -197,8 +198,18 @@ struct Runner {
     buf: Vec<u8>,
     /// The commands of the current round, in the order written.
     batch: Vec<Command>,
+    /// One entry per script call written in the current round (one reply each).
+    slots: Vec<Slot>,
     /// Commands that met NOSCRIPT, run again after the scripts are reloaded.
     retry: Vec<Command>,
+}
+
+/// One script call of a round: how many commands it answers, and whether it is a publish
+/// group (its reply then holds one reply per message).
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    n: usize,
+    group: bool,
 }
 
 /// Whether a thread should go on.
@@ -251,14 +262,17 @@ impl Runner {
         }
     }
 
-    fn pack(&mut self, c: &Command) {
-        let cfg = &self.ctx.cfg;
-        let buf = &mut self.buf;
-        match c {
-            Command::Publish { req, .. } => script::pack_publish(
-                buf,
-                &self.shas,
-                &PublishArgs {
+    /// Packs the batch into `buf`: runs of publishes go as groups (one script call for up
+    /// to `cfg.publish_group` messages), everything else one call each. Fills `slots`.
+    fn pack_all(&mut self) {
+        self.buf.clear();
+        self.slots.clear();
+        let cfg = Arc::clone(&self.ctx.cfg);
+        let group_max = cfg.publish_group.max(1);
+        let mut group: Vec<PublishArgs<'_>> = Vec::with_capacity(group_max);
+        for c in &self.batch {
+            if let Command::Publish { req, .. } = c {
+                group.push(PublishArgs {
                     ns: req.ns,
                     topic: req.topic.as_bytes(),
                     data: &req.data,
@@ -267,37 +281,66 @@ impl Runner {
                         .max(1),
                     origin: req.origin,
                     prompt: req.prompt,
-                    cap: cfg.max_cached_per_topic.max(1) as u64,
-                    db: self.ctx.addr.db,
-                },
-            ),
-            Command::Read {
-                ns,
-                topic,
-                epoch,
-                after,
-                ..
-            } => script::pack_read(
-                buf,
-                &self.shas,
-                *ns,
-                topic.as_bytes(),
-                *epoch,
-                *after,
-                cfg.read_max_bytes as u64,
-                cfg.read_max_count.max(1) as u64,
-            ),
-            Command::WebhookAdd { topic, url, .. } => script::pack_webhook_add(
-                buf,
-                &self.shas,
-                topic.as_bytes(),
-                url.as_bytes(),
-                cfg.max_webhooks_per_topic as u64,
-                self.ctx.webhooks_per_shard,
-            ),
-            Command::WebhookRemove { topic, url } => {
-                script::pack_webhook_remove(buf, &self.shas, topic.as_bytes(), url.as_bytes())
+                });
+                if group.len() < group_max {
+                    continue;
+                }
             }
+            if !group.is_empty() {
+                let cap = cfg.max_cached_per_topic.max(1) as u64;
+                script::pack_publish_group(
+                    &mut self.buf,
+                    &self.shas,
+                    cap,
+                    self.ctx.addr.db,
+                    &group,
+                );
+                self.slots.push(Slot {
+                    n: group.len(),
+                    group: true,
+                });
+                group.clear();
+            }
+            let buf = &mut self.buf;
+            match c {
+                Command::Publish { .. } => continue,
+                Command::Read {
+                    ns,
+                    topic,
+                    epoch,
+                    after,
+                    ..
+                } => script::pack_read(
+                    buf,
+                    &self.shas,
+                    *ns,
+                    topic.as_bytes(),
+                    *epoch,
+                    *after,
+                    cfg.read_max_bytes as u64,
+                    cfg.read_max_count.max(1) as u64,
+                ),
+                Command::WebhookAdd { topic, url, .. } => script::pack_webhook_add(
+                    buf,
+                    &self.shas,
+                    topic.as_bytes(),
+                    url.as_bytes(),
+                    cfg.max_webhooks_per_topic as u64,
+                    self.ctx.webhooks_per_shard,
+                ),
+                Command::WebhookRemove { topic, url } => {
+                    script::pack_webhook_remove(buf, &self.shas, topic.as_bytes(), url.as_bytes())
+                }
+            }
+            self.slots.push(Slot { n: 1, group: false });
+        }
+        if !group.is_empty() {
+            let cap = cfg.max_cached_per_topic.max(1) as u64;
+            script::pack_publish_group(&mut self.buf, &self.shas, cap, self.ctx.addr.db, &group);
+            self.slots.push(Slot {
+                n: group.len(),
+                group: true,
+            });
         }
     }
 
@@ -305,14 +348,8 @@ impl Runner {
     /// after the scripts are reloaded. On error the caller answers what is left.
     fn round(&mut self) -> Result<(), RedisError> {
         for attempt in 0..2 {
-            self.buf.clear();
-            let batch = std::mem::take(&mut self.batch);
-            for c in &batch {
-                self.pack(c);
-            }
-            self.batch = batch;
-            let n = self.batch.len();
-            self.ctx.stats.in_flight.set(n as u64);
+            self.pack_all();
+            self.ctx.stats.in_flight.set(self.batch.len() as u64);
             let t0 = Instant::now();
             let Some(conn) = self.conn.as_mut() else {
                 return Err(RedisError::from(std::io::Error::from(
@@ -320,21 +357,20 @@ impl Runner {
                 )));
             };
             conn.send_packed_command(&self.buf)?;
-            let mut batch = std::mem::take(&mut self.batch).into_iter();
-            while let Some(c) = batch.next() {
+            let mut cmds = std::mem::take(&mut self.batch).into_iter();
+            for slot in std::mem::take(&mut self.slots) {
                 match conn.recv_response() {
                     Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT" && attempt == 0 => {
-                        self.retry.push(c)
+                        self.retry.extend(cmds.by_ref().take(slot.n))
                     }
-                    Ok(v) => answer(&self.ctx, c, v),
+                    Ok(v) => answer_slot(&self.ctx, cmds.by_ref().take(slot.n), slot, v),
                     Err(e) => {
                         // Put the unanswered back so `fail` answers them.
-                        self.batch.push(c);
-                        self.batch.extend(batch);
+                        self.batch.extend(cmds);
                         return Err(e);
                     }
                 }
-                self.ctx.stats.in_flight.sub(1);
+                self.ctx.stats.in_flight.sub(slot.n as u64);
             }
             self.ctx.stats.observe_rtt(t0.elapsed());
             if self.retry.is_empty() {
@@ -431,6 +467,35 @@ impl Runner {
                 recv(self.stop) -> _ => return Flow::Stop,
                 default(deadline.saturating_duration_since(Instant::now())) => return Flow::Go,
             }
+        }
+    }
+}
+
+/// Answers the commands of one script call with its reply.
+fn answer_slot(ctx: &ShardCtx, cmds: impl Iterator<Item = Command>, slot: Slot, v: Value) {
+    if !slot.group {
+        cmds.for_each(|c| answer(ctx, c, v.clone()));
+        return;
+    }
+    match v {
+        Value::Array(items) if items.len() == slot.n => {
+            cmds.zip(items).for_each(|(c, item)| answer(ctx, c, item));
+        }
+        Value::ServerError(e) => {
+            log::warn!(
+                "redis shard {}: {} {}",
+                ctx.addr,
+                e.code(),
+                e.details().unwrap_or("")
+            );
+            cmds.for_each(|c| unavailable(ctx, c));
+        }
+        _ => {
+            log::error!(
+                "redis shard {}: a publish group reply of the wrong shape",
+                ctx.addr
+            );
+            cmds.for_each(|c| unavailable(ctx, c));
         }
     }
 }

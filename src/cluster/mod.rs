@@ -28,6 +28,7 @@
 
 pub mod merge;
 mod pubsub;
+mod reply;
 pub mod ring;
 pub mod script;
 mod shard;

@@ -11,6 +11,7 @@
 //! A publish answered `Unavailable` may still have been stored (Redis ran it, the reply was
 //! lost); it is never the other way round.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,10 +19,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver};
 use redis::{Connection, RedisError, Value};
 
+use super::reply::{answer_slot, unavailable, Slot};
 use super::ring::ShardAddr;
 use super::script::{self, PublishArgs, Shas};
 use super::stats::ShardStats;
-use super::{ClusterConfig, ClusterEvent, EventSink, PublishReq, Unavailable};
+use super::{ClusterConfig, EventSink, PublishReq};
 
 /// A request to a shard, with who asked (`worker`) and the caller's `ticket`.
 #[derive(Debug)]
@@ -179,6 +181,7 @@ pub(crate) fn spawn(
         buf: Vec::new(),
         batch: Vec::new(),
         slots: Vec::new(),
+        inflight: VecDeque::new(),
         retry: Vec::new(),
     };
     std::thread::Builder::new()
@@ -196,20 +199,31 @@ struct Runner {
     stop: Receiver<()>,
     /// The packed pipeline of the current round (reused).
     buf: Vec<u8>,
-    /// The commands of the current round, in the order written.
+    /// Commands taken from the queue for the next round, in order.
     batch: Vec<Command>,
-    /// One entry per script call written in the current round (one reply each).
+    /// The script calls of the round being packed (one reply each).
     slots: Vec<Slot>,
+    /// Rounds written and not yet read, oldest first (at most [`DEPTH`]).
+    inflight: VecDeque<Round>,
     /// Commands that met NOSCRIPT, run again after the scripts are reloaded.
     retry: Vec<Command>,
 }
 
-/// One script call of a round: how many commands it answers, and whether it is a publish
-/// group (its reply then holds one reply per message).
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    n: usize,
-    group: bool,
+/// Rounds written ahead of the replies: while Redis works through one, the next is already
+/// in its socket buffer, so it never waits for this thread between rounds.
+const DEPTH: usize = 2;
+
+/// A written batch whose replies are not read yet.
+struct Round {
+    cmds: Vec<Command>,
+    slots: Vec<Slot>,
+    t0: Instant,
+    /// Already a retry after NOSCRIPT (a second NOSCRIPT answers unavailable).
+    retried: bool,
+}
+
+fn not_connected() -> RedisError {
+    RedisError::from(std::io::Error::from(std::io::ErrorKind::NotConnected))
 }
 
 /// Whether a thread should go on.
@@ -226,29 +240,43 @@ impl Runner {
                     return;
                 }
             }
-            select! {
-                recv(self.rx) -> c => match c {
-                    Ok(c) => self.batch.push(c),
-                    Err(_) => return,
-                },
-                recv(self.stop) -> _ => return,
-                default(self.ctx.cfg.heartbeat) => {
-                    if let Err(e) = self.ping() {
-                        self.fail(&e);
+            if self.inflight.is_empty() {
+                select! {
+                    recv(self.rx) -> c => match c {
+                        Ok(c) => self.batch.push(c),
+                        Err(_) => return,
+                    },
+                    recv(self.stop) -> _ => return,
+                    default(self.ctx.cfg.heartbeat) => {
+                        if let Err(e) = self.ping() {
+                            self.fail(&e);
+                        }
+                        continue;
                     }
-                    continue;
                 }
             }
+            if let Err(e) = self.step() {
+                self.fail(&e);
+            }
+        }
+    }
+
+    /// Tops the pipeline up to [`DEPTH`] rounds with what is queued (not while commands
+    /// wait for a NOSCRIPT retry), then reads the oldest round's replies.
+    fn step(&mut self) -> Result<(), RedisError> {
+        while self.inflight.len() < DEPTH && self.retry.is_empty() {
             while self.batch.len() < self.ctx.cfg.batch.max(1) {
                 match self.rx.try_recv() {
                     Ok(c) => self.batch.push(c),
                     Err(_) => break,
                 }
             }
-            if let Err(e) = self.round() {
-                self.fail(&e);
+            if self.batch.is_empty() {
+                break;
             }
+            self.send(false)?;
         }
+        self.recv_oldest()
     }
 
     fn ping(&mut self) -> Result<(), RedisError> {
@@ -344,48 +372,60 @@ impl Runner {
         }
     }
 
-    /// Writes the batch, reads every reply and answers it; NOSCRIPT replies are run once more
-    /// after the scripts are reloaded. On error the caller answers what is left.
-    fn round(&mut self) -> Result<(), RedisError> {
-        for attempt in 0..2 {
-            self.pack_all();
-            self.ctx.stats.in_flight.set(self.batch.len() as u64);
-            let t0 = Instant::now();
-            let Some(conn) = self.conn.as_mut() else {
-                return Err(RedisError::from(std::io::Error::from(
-                    std::io::ErrorKind::NotConnected,
-                )));
-            };
-            conn.send_packed_command(&self.buf)?;
-            let mut cmds = std::mem::take(&mut self.batch).into_iter();
-            for slot in std::mem::take(&mut self.slots) {
-                match conn.recv_response() {
-                    Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT" && attempt == 0 => {
-                        self.retry.extend(cmds.by_ref().take(slot.n))
-                    }
-                    Ok(v) => answer_slot(&self.ctx, cmds.by_ref().take(slot.n), slot, v),
-                    Err(e) => {
-                        // Put the unanswered back so `fail` answers them.
-                        self.batch.extend(cmds);
-                        return Err(e);
-                    }
+    /// Packs and writes `batch` as a new round.
+    fn send(&mut self, retried: bool) -> Result<(), RedisError> {
+        self.pack_all();
+        let cmds = std::mem::take(&mut self.batch);
+        self.ctx.stats.in_flight.add(cmds.len() as u64);
+        // Queued before writing, so a failed write answers them too.
+        self.inflight.push_back(Round {
+            cmds,
+            slots: std::mem::take(&mut self.slots),
+            t0: Instant::now(),
+            retried,
+        });
+        let conn = self.conn.as_mut().ok_or_else(not_connected)?;
+        conn.send_packed_command(&self.buf)
+    }
+
+    /// Reads the oldest round's replies and answers them. NOSCRIPT replies are run once
+    /// more after the scripts are reloaded (once nothing else is in flight). On error the
+    /// caller answers what is left.
+    fn recv_oldest(&mut self) -> Result<(), RedisError> {
+        let Some(Round {
+            cmds,
+            slots,
+            t0,
+            retried,
+        }) = self.inflight.pop_front()
+        else {
+            return Ok(());
+        };
+        let conn = self.conn.as_mut().ok_or_else(not_connected)?;
+        let mut cmds = cmds.into_iter();
+        for slot in slots {
+            match conn.recv_response() {
+                Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT" && !retried => {
+                    self.retry.extend(cmds.by_ref().take(slot.n))
                 }
-                self.ctx.stats.in_flight.sub(slot.n as u64);
+                Ok(v) => answer_slot(&self.ctx, cmds.by_ref().take(slot.n), slot, v),
+                Err(e) => {
+                    // Put the unanswered back so `fail` answers them.
+                    self.batch.extend(cmds);
+                    return Err(e);
+                }
             }
-            self.ctx.stats.observe_rtt(t0.elapsed());
-            if self.retry.is_empty() {
-                return Ok(());
-            }
+            self.ctx.stats.in_flight.sub(slot.n as u64);
+        }
+        self.ctx.stats.observe_rtt(t0.elapsed());
+        if !self.retry.is_empty() && self.inflight.is_empty() {
             log::warn!(
                 "redis shard {}: scripts missing (NOSCRIPT), reloading",
                 self.ctx.addr
             );
-            self.batch = std::mem::take(&mut self.retry);
             self.reload_scripts()?;
-        }
-        // Still NOSCRIPT after a reload: answer what is left as unavailable.
-        for c in self.batch.drain(..) {
-            unavailable(&self.ctx, c);
+            self.batch = std::mem::take(&mut self.retry);
+            self.send(true)?;
         }
         Ok(())
     }
@@ -415,7 +455,11 @@ impl Runner {
         self.ctx.stats.command_up.set(0);
         self.ctx.stats.in_flight.set(0);
         set_health(&self.ctx.health.command, Some(e.to_string()));
-        for c in self.batch.drain(..).chain(self.retry.drain(..)) {
+        let inflight = self.inflight.drain(..).flat_map(|r| r.cmds);
+        for c in inflight
+            .chain(self.batch.drain(..))
+            .chain(self.retry.drain(..))
+        {
             unavailable(&self.ctx, c);
         }
         while let Ok(c) = self.rx.try_recv() {
@@ -469,107 +513,4 @@ impl Runner {
             }
         }
     }
-}
-
-/// Answers the commands of one script call with its reply.
-fn answer_slot(ctx: &ShardCtx, cmds: impl Iterator<Item = Command>, slot: Slot, v: Value) {
-    if !slot.group {
-        cmds.for_each(|c| answer(ctx, c, v.clone()));
-        return;
-    }
-    match v {
-        Value::Array(items) if items.len() == slot.n => {
-            cmds.zip(items).for_each(|(c, item)| answer(ctx, c, item));
-        }
-        Value::ServerError(e) => {
-            log::warn!(
-                "redis shard {}: {} {}",
-                ctx.addr,
-                e.code(),
-                e.details().unwrap_or("")
-            );
-            cmds.for_each(|c| unavailable(ctx, c));
-        }
-        _ => {
-            log::error!(
-                "redis shard {}: a publish group reply of the wrong shape",
-                ctx.addr
-            );
-            cmds.for_each(|c| unavailable(ctx, c));
-        }
-    }
-}
-
-/// Answers a command with its reply (a server error or a reply of the wrong shape answers
-/// `Unavailable`).
-fn answer(ctx: &ShardCtx, c: Command, v: Value) {
-    ctx.stats.commands.inc();
-    if let Value::ServerError(e) = &v {
-        log::warn!(
-            "redis shard {}: {} {}",
-            ctx.addr,
-            e.code(),
-            e.details().unwrap_or("")
-        );
-        return unavailable(ctx, c);
-    }
-    let ev = match c {
-        Command::Publish { worker, ticket, .. } => {
-            let result = script::decode_publish(v).map_err(|e| bad(ctx, e));
-            (worker, ClusterEvent::Published { ticket, result })
-        }
-        Command::Read { worker, ticket, .. } => {
-            let result = script::decode_read(v).map_err(|e| bad(ctx, e));
-            (worker, ClusterEvent::History { ticket, result })
-        }
-        Command::WebhookAdd { worker, ticket, .. } => {
-            let result = script::decode_webhook_add(&v).map_err(|e| bad(ctx, e));
-            (worker, ClusterEvent::WebhookAdded { ticket, result })
-        }
-        Command::WebhookRemove { .. } => return,
-    };
-    if matches!(
-        ev.1,
-        ClusterEvent::Published { result: Err(_), .. }
-            | ClusterEvent::History { result: Err(_), .. }
-            | ClusterEvent::WebhookAdded { result: Err(_), .. }
-    ) {
-        ctx.stats.unavailable.inc();
-    }
-    (ctx.events)(ev.0, ev.1);
-}
-
-fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {
-    log::error!("redis shard {}: {e}", ctx.addr);
-    Unavailable
-}
-
-/// Answers a command `Unavailable`.
-pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
-    ctx.stats.unavailable.inc();
-    let (worker, ev) = match c {
-        Command::Publish { worker, ticket, .. } => (
-            worker,
-            ClusterEvent::Published {
-                ticket,
-                result: Err(Unavailable),
-            },
-        ),
-        Command::Read { worker, ticket, .. } => (
-            worker,
-            ClusterEvent::History {
-                ticket,
-                result: Err(Unavailable),
-            },
-        ),
-        Command::WebhookAdd { worker, ticket, .. } => (
-            worker,
-            ClusterEvent::WebhookAdded {
-                ticket,
-                result: Err(Unavailable),
-            },
-        ),
-        Command::WebhookRemove { .. } => return,
-    };
-    (ctx.events)(worker, ev);
 }

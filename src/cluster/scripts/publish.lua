@@ -35,7 +35,7 @@ end
 local function publish(meta, stream, hooks, data, ttl, origin, prompt, channel, digest)
   local m = redis.call('HMGET', meta, 'e', 's', 'f', 'x', digest)
   local epoch, seq, first, keyx, hit = m[1], tonumber(m[2]), tonumber(m[3]) or 1, tonumber(m[4]) or 0, m[5]
-  local set = {}
+  local extra = nil -- meta fields other than s and the digest, rarely written
   if epoch then
     if hit then
       local e = redis.call('XRANGE', stream, hit .. '-0', hit .. '-0')
@@ -48,36 +48,35 @@ local function publish(meta, stream, hooks, data, ttl, origin, prompt, channel, 
     -- No history (never, expired, or lost): a new epoch; clear any remains.
     epoch, seq, first, keyx = new_epoch, 0, 1, 0
     redis.call('DEL', stream, meta)
-    set = {'e', epoch, 'f', '1'}
+    extra = {'e', epoch, 'f', '1'}
   end
   seq = seq + 1
   local sseq = string.format('%d', seq)
   local exp = now + ttl
   redis.call('XADD', stream, sseq .. '-0', 'd', data, 'x', string.format('%d', exp), 'o', origin, 'h', digest)
-  set[#set + 1] = 's'
-  set[#set + 1] = sseq
-  set[#set + 1] = digest
-  set[#set + 1] = sseq
+  redis.call('HSET', meta, 's', sseq, digest, sseq)
   -- Past the cap, and on every 32nd message (expired ones at the head), trim.
   local over = seq - first + 1 - cap
   if over > 0 or seq % 32 == 0 then
     local f = trim(meta, stream, over)
     if f then
-      set[#set + 1] = 'f'
-      set[#set + 1] = f
+      extra = extra or {}
+      extra[#extra + 1] = 'f'
+      extra[#extra + 1] = f
     end
   end
   -- The keys (not the webhook set) live until the last message would expire, extended in
   -- steps of min(ttl, 10 s) so a busy topic does not pay two PEXPIREATs per message.
   if exp > keyx then
     local sx = string.format('%d', exp + math.min(ttl, 10000))
-    set[#set + 1] = 'x'
-    set[#set + 1] = sx
-    redis.call('HSET', meta, unpack(set))
+    extra = extra or {}
+    extra[#extra + 1] = 'x'
+    extra[#extra + 1] = sx
+    redis.call('HSET', meta, unpack(extra))
     redis.call('PEXPIREAT', meta, sx)
     redis.call('PEXPIREAT', stream, sx)
-  else
-    redis.call('HSET', meta, unpack(set))
+  elseif extra then
+    redis.call('HSET', meta, unpack(extra))
   end
   redis.call('PUBLISH', channel, epoch .. ':' .. sseq .. ':' .. origin .. data)
   local out = {1, epoch, seq}

@@ -34,6 +34,11 @@ fn seqs(h: &walletrelay::cluster::History) -> Vec<u64> {
 fn publishes_are_numbered_deduplicated_and_read_in_order_after_a_position() {
     let r = RedisServer::start();
     let n = Node::start(&[r.url()]);
+    assert_eq!(
+        n.cluster.healthy(),
+        Ok(()),
+        "a started node is healthy at once"
+    );
     let (e1, s1, _) = stored(n.publish("t", "a", MIN));
     let (e2, s2, _) = stored(n.publish("t", "b", MIN));
     assert_eq!((s1, s2), (1, 2));
@@ -320,4 +325,53 @@ fn topics_spread_over_two_shards_and_each_lives_on_its_own() {
         "{m}"
     );
     assert!(m.contains("walletrelay_redis_roundtrip_seconds_count{shard=\"0\"}"));
+}
+
+#[test]
+fn big_messages_travel_whole_in_bounded_rounds() {
+    let r = RedisServer::start();
+    let mut cfg = redis_server::test_config(&[r.url()]);
+    cfg.batch_bytes = 1 << 20;
+    cfg.read_max_bytes = 3 << 20;
+    let n = Node::try_start(cfg.clone()).unwrap();
+    let w = Node::try_start(cfg).unwrap();
+    let topic: Arc<str> = "big".into();
+    w.h(0).watch(NS_V2, &topic).unwrap();
+    w.wait("resync", |_, e| {
+        matches!(e, ClusterEvent::Resync { .. }).then_some(())
+    });
+    // Sent without waiting, so several are queued at once and rounds are cut by bytes.
+    let msgs: Vec<String> = (0..8).map(|i| format!("{i}").repeat(1 << 20)).collect();
+    for (i, m) in msgs.iter().enumerate() {
+        let req = walletrelay::cluster::PublishReq {
+            ns: NS_V2,
+            topic: Arc::clone(&topic),
+            data: data("big", m),
+            ttl: MIN,
+            origin: Origin::default(),
+            prompt: false,
+        };
+        n.h(0).publish(i as u64 + 100, req).unwrap();
+    }
+    for i in 0..8u64 {
+        let r = n.wait("big publish", |_, e| match e {
+            ClusterEvent::Published { ticket, result } if *ticket == i + 100 => {
+                Some(result.clone())
+            }
+            _ => None,
+        });
+        assert_eq!(stored(r).1, i + 1);
+        let d = w.wait("big live", |_, e| match e {
+            ClusterEvent::Live { seq, data, .. } if *seq == i + 1 => Some(data.clone()),
+            _ => None,
+        });
+        assert_eq!(d, data("big", &msgs[i as usize]));
+    }
+    // A read stops at its byte budget and says there is more.
+    let h = n.read("big", 0, 0).unwrap();
+    assert_eq!((seqs(&h), h.more()), (vec![1, 2, 3], true));
+    assert_eq!(
+        seqs(&n.read("big", h.epoch, h.scanned_to).unwrap()),
+        [4, 5, 6]
+    );
 }

@@ -69,6 +69,9 @@ pub struct ClusterConfig {
     pub queue: usize,
     /// Most commands written in one round trip.
     pub batch: usize,
+    /// A round stops taking commands once they add up to about this many bytes (a round
+    /// may exceed it by one command: a single message can be bigger).
+    pub batch_bytes: usize,
     /// Most publishes in one script call (a run of publishes in a round goes as groups:
     /// Redis's per-call cost is paid once per group).
     pub publish_group: usize,
@@ -100,6 +103,7 @@ impl Default for ClusterConfig {
             max_webhooks: 100_000,
             queue: 65_536,
             batch: 512,
+            batch_bytes: 4 << 20,
             publish_group: 64,
             connect_timeout: Duration::from_secs(2),
             read_timeout: Duration::from_secs(2),
@@ -379,6 +383,14 @@ impl Cluster {
                 health,
                 subscriber,
             });
+        }
+        // Give the subscriber connections the connect timeout to come up, so a node that
+        // started is healthy at once when Redis is (they keep trying in the background).
+        let deadline = std::time::Instant::now() + cfg.connect_timeout;
+        while ports.iter().any(|p| p.stats.pubsub_up.get() == 0)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(2));
         }
         Ok(Cluster {
             shards,

@@ -208,8 +208,8 @@ fn reader(sh: &Shared, bell: &Sender<()>, stop: &Receiver<()>) {
                     );
                 }
                 connected_once = true;
-                sh.ctx.stats.pubsub_up.set(1);
                 set_health(&sh.ctx.health.pubsub, None);
+                sh.ctx.stats.pubsub_up.set(1);
                 let why = read_loop(sh, &mut r, &mut parser);
                 sh.ctx.stats.pubsub_up.set(0);
                 uninstall(sh);

@@ -54,6 +54,19 @@ pub(crate) enum Command {
     WebhookRemove { topic: Arc<str>, url: Arc<str> },
 }
 
+impl Command {
+    /// Roughly the bytes it takes on the wire (bounds a round's buffer).
+    fn size(&self) -> usize {
+        match self {
+            Command::Publish { req, .. } => req.data.len() + 2 * req.topic.len() + 128,
+            Command::Read { topic, .. } => topic.len() + 96,
+            Command::WebhookAdd { topic, url, .. } | Command::WebhookRemove { topic, url } => {
+                topic.len() + url.len() + 96
+            }
+        }
+    }
+}
+
 /// Why a shard could not be (re)connected.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -265,9 +278,13 @@ impl Runner {
     /// wait for a NOSCRIPT retry), then reads the oldest round's replies.
     fn step(&mut self) -> Result<(), RedisError> {
         while self.inflight.len() < DEPTH && self.retry.is_empty() {
-            while self.batch.len() < self.ctx.cfg.batch.max(1) {
+            let mut bytes: usize = self.batch.iter().map(Command::size).sum();
+            while self.batch.len() < self.ctx.cfg.batch.max(1) && bytes < self.ctx.cfg.batch_bytes {
                 match self.rx.try_recv() {
-                    Ok(c) => self.batch.push(c),
+                    Ok(c) => {
+                        bytes += c.size();
+                        self.batch.push(c);
+                    }
                     Err(_) => break,
                 }
             }
@@ -385,7 +402,11 @@ impl Runner {
             retried,
         });
         let conn = self.conn.as_mut().ok_or_else(not_connected)?;
-        conn.send_packed_command(&self.buf)
+        conn.send_packed_command(&self.buf)?;
+        if self.buf.capacity() > 2 * self.ctx.cfg.batch_bytes {
+            self.buf = Vec::new(); // one huge round must not pin its buffer for good
+        }
+        Ok(())
     }
 
     /// Reads the oldest round's replies and answers them. NOSCRIPT replies are run once

@@ -7,8 +7,9 @@
 //! back the answer. Must not touch subscribers or sockets.
 //!
 //! Use: `on_resync` on [`super::ClusterEvent::Resync`], `on_live` on `Live`, `on_history`
-//! on `History` (with `Ok`), `on_read_failed` on `History(Err)`. Each may return a
-//! [`ReadAt`]: issue that read. Messages to deliver are appended to `out`, in order.
+//! on `History` (with `Ok`), `on_read_failed` on `History(Err)` or a refused read, `retry`
+//! now and then (a timer) for topics whose read failed. Each may return a [`ReadAt`]: issue
+//! that read. Messages to deliver are appended to `out`, in order.
 
 use std::collections::BTreeMap;
 
@@ -95,12 +96,21 @@ impl Merge {
         self.want_read()
     }
 
-    /// A read failed (`Unavailable`): the next `Resync` (sent when the store is back) or
-    /// the next live message reads again.
+    /// A read failed (`Unavailable`): the next `Resync` (sent when the store is back), the
+    /// next live message, or [`Merge::retry`] on the caller's timer reads again.
     pub fn on_read_failed(&mut self) -> Option<ReadAt> {
         self.reading = false;
         self.synced = false;
         None
+    }
+
+    /// For the caller's timer: a read when the last one failed and none is in flight (so a
+    /// topic that gets no live message still catches up), else `None`.
+    pub fn retry(&mut self) -> Option<ReadAt> {
+        if self.synced || self.reading {
+            return None;
+        }
+        self.want_read()
     }
 
     fn buffer(&mut self, epoch: u64, seq: u64, data: Bytes, origin: Origin) {
@@ -289,6 +299,8 @@ mod tests {
             Some(ReadAt { epoch: 7, after: 3 })
         );
         assert_eq!(m.on_read_failed(), None);
+        assert_eq!(m.retry(), Some(ReadAt { epoch: 7, after: 3 }));
+        assert_eq!(m.retry(), None, "one read in flight at most");
     }
 
     #[test]

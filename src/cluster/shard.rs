@@ -321,9 +321,10 @@ impl Runner {
                     ns: req.ns,
                     topic: req.topic.as_bytes(),
                     data: &req.data,
+                    // 1 ms to 2^40 ms (35 years): exact in Lua's doubles.
                     ttl_ms: u64::try_from(req.ttl.as_millis())
                         .unwrap_or(u64::MAX)
-                        .max(1),
+                        .clamp(1, 1 << 40),
                     origin: req.origin,
                     prompt: req.prompt,
                 });

@@ -14,7 +14,8 @@
 //! this (see [`merge`] for a ready-made helper):
 //! 1. first local subscriber of a topic: [`ClusterHandle::watch`]; buffer `Live` messages;
 //! 2. on [`ClusterEvent::Resync`] (the node's subscription is live, first time or after a
-//!    reconnect): [`ClusterHandle::read`] after the last position delivered;
+//!    reconnect; also when the shard's command connection is back after an outage):
+//!    [`ClusterHandle::read`] after the last position delivered;
 //! 3. on `History`: deliver its messages, then the buffered and later `Live` ones with
 //!    greater seq, skipping seqs already delivered; a `Live` whose seq leaves a gap means a
 //!    message went missing: read again;
@@ -24,7 +25,9 @@
 //! found it a duplicate); a stored message also arrives as `Live` on every node watching the
 //! topic, the publisher's node included (skip the publishing connection by `origin`). The
 //! webhook URLs come back to the publishing node only, so each stored publish makes exactly
-//! one set of POSTs in the cluster.
+//! one set of POSTs in the cluster. `Published` and the node's own `Live` copy come from
+//! different threads, in no set order. Deliver to local subscribers from `Live`/`History`
+//! only (never straight from the publish), so every node delivers in the store's order.
 
 pub mod merge;
 mod pubsub;

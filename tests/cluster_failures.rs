@@ -297,3 +297,38 @@ fn a_full_shard_queue_refuses_at_once() {
         "{m}"
     );
 }
+
+#[test]
+fn an_idle_node_notices_redis_gone_by_its_heartbeat_and_comes_back() {
+    let mut r = RedisServer::start_persistent();
+    let n = Node::start(&[r.url()]);
+    stored_ok(&n, "before");
+    r.kill();
+    // Nothing is sent: only the heartbeats can find out.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match n.cluster.healthy() {
+            Err(e) if e.contains("commands") && e.contains("pub/sub") => break,
+            _ => assert!(Instant::now() < deadline, "the outage went unnoticed"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    r.restart();
+    n.wait_healthy();
+    stored_ok(&n, "after");
+    let mut m = String::new();
+    n.cluster.render_metrics(&mut m);
+    assert!(
+        m.contains("walletrelay_redis_reconnects_total{conn=\"command\",shard=\"0\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("walletrelay_redis_up{conn=\"command\",shard=\"0\"} 1"),
+        "{m}"
+    );
+}
+
+fn stored_ok(n: &Node, msg: &str) {
+    let r = n.publish("idle", msg, MIN);
+    assert!(matches!(r, Ok(PublishOutcome::Stored { .. })), "{r:?}");
+}

@@ -15,6 +15,7 @@
 )]
 
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod health;

@@ -1,0 +1,128 @@
+//! Turning Redis replies into the events a worker gets, one per command.
+//!
+//! Owns: the mapping from a command and its reply (or its failure) to a [`ClusterEvent`] and
+//! the unavailable counter. Must not touch connections: the shard thread reads, this answers.
+
+use redis::Value;
+
+use super::script;
+use super::shard::{Command, ShardCtx};
+use super::{ClusterEvent, Unavailable};
+
+/// One script call of a round: how many commands it answers, and whether it is a publish
+/// group (its reply then holds one reply per message).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    /// Commands answered by this call's reply.
+    pub n: usize,
+    /// A publish group.
+    pub group: bool,
+}
+
+/// Answers the commands of one script call with its reply.
+pub(crate) fn answer_slot(
+    ctx: &ShardCtx,
+    cmds: impl Iterator<Item = Command>,
+    slot: Slot,
+    v: Value,
+) {
+    if !slot.group {
+        cmds.for_each(|c| answer(ctx, c, v.clone()));
+        return;
+    }
+    match v {
+        Value::Array(items) if items.len() == slot.n => {
+            cmds.zip(items).for_each(|(c, item)| answer(ctx, c, item));
+        }
+        Value::ServerError(e) => {
+            log::warn!(
+                "redis shard {}: {} {}",
+                ctx.addr,
+                e.code(),
+                e.details().unwrap_or("")
+            );
+            cmds.for_each(|c| unavailable(ctx, c));
+        }
+        _ => {
+            log::error!(
+                "redis shard {}: a publish group reply of the wrong shape",
+                ctx.addr
+            );
+            cmds.for_each(|c| unavailable(ctx, c));
+        }
+    }
+}
+
+/// Answers a command with its reply (a server error or a reply of the wrong shape answers
+/// `Unavailable`).
+fn answer(ctx: &ShardCtx, c: Command, v: Value) {
+    ctx.stats.commands.inc();
+    if let Value::ServerError(e) = &v {
+        log::warn!(
+            "redis shard {}: {} {}",
+            ctx.addr,
+            e.code(),
+            e.details().unwrap_or("")
+        );
+        return unavailable(ctx, c);
+    }
+    let ev = match c {
+        Command::Publish { worker, ticket, .. } => {
+            let result = script::decode_publish(v).map_err(|e| bad(ctx, e));
+            (worker, ClusterEvent::Published { ticket, result })
+        }
+        Command::Read { worker, ticket, .. } => {
+            let result = script::decode_read(v).map_err(|e| bad(ctx, e));
+            (worker, ClusterEvent::History { ticket, result })
+        }
+        Command::WebhookAdd { worker, ticket, .. } => {
+            let result = script::decode_webhook_add(&v).map_err(|e| bad(ctx, e));
+            (worker, ClusterEvent::WebhookAdded { ticket, result })
+        }
+        Command::WebhookRemove { .. } => return,
+    };
+    if matches!(
+        ev.1,
+        ClusterEvent::Published { result: Err(_), .. }
+            | ClusterEvent::History { result: Err(_), .. }
+            | ClusterEvent::WebhookAdded { result: Err(_), .. }
+    ) {
+        ctx.stats.unavailable.inc();
+    }
+    (ctx.events)(ev.0, ev.1);
+}
+
+fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {
+    log::error!("redis shard {}: {e}", ctx.addr);
+    Unavailable
+}
+
+/// Answers a command `Unavailable`.
+pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
+    ctx.stats.unavailable.inc();
+    let (worker, ev) = match c {
+        Command::Publish { worker, ticket, .. } => (
+            worker,
+            ClusterEvent::Published {
+                ticket,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::Read { worker, ticket, .. } => (
+            worker,
+            ClusterEvent::History {
+                ticket,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::WebhookAdd { worker, ticket, .. } => (
+            worker,
+            ClusterEvent::WebhookAdded {
+                ticket,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::WebhookRemove { .. } => return,
+    };
+    (ctx.events)(worker, ev);
+}

@@ -1,0 +1,251 @@
+//! Which Redis shard holds a topic, and the check that every node lists the same shards.
+//!
+//! Owns: the stable topic hash, jump consistent hashing over the shard list, parsing and
+//! normalising the `--redis` URLs into [`ShardAddr`]s and the fingerprint every node writes
+//! into every shard. Must not touch sockets: the shard thread does the `SET NX` / `GET`.
+//!
+//! The hash and the fingerprint are part of the cluster's wire contract: two builds that
+//! place a topic differently must never share a cluster, so both carry a version
+//! ([`RING_VERSION`]) that is part of the fingerprint.
+
+use std::fmt;
+
+use redis::{ConnectionAddr, IntoConnectionInfo};
+
+/// Version of the placement rule (hash + jump). Changing either bumps it, so nodes of old and
+/// new builds refuse to share shards instead of disagreeing about where topics live.
+pub const RING_VERSION: u32 = 1;
+
+/// FNV-1a over the bytes, finished with the splitmix64 mixer: a fixed function (same on
+/// every node, build and run; never the process-random `std` hasher).
+pub fn topic_hash(topic: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in topic {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// Jump consistent hash (Lamping and Veach, 2014): a bucket in `0..buckets` for `key`; going
+/// from `n` to `n + 1` buckets moves only the keys that land in the new bucket. `buckets` 0
+/// is treated as 1.
+pub fn jump(mut key: u64, buckets: u32) -> u32 {
+    let n = i64::from(buckets.max(1));
+    let mut b: i64 = -1;
+    let mut j: i64 = 0;
+    while j < n {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        let r = ((key >> 33) + 1) as f64;
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / r)) as i64;
+    }
+    // b is in 0..n, n <= u32::MAX.
+    b as u32
+}
+
+/// The shard of `topic` among `shards` shards. The namespace is deliberately not hashed: a
+/// v1 and a v2 topic with the same name share a shard, so one script sees the topic's
+/// webhook registrations (which are per topic name, not per namespace).
+pub fn shard_of(topic: &[u8], shards: usize) -> usize {
+    let n = u32::try_from(shards).unwrap_or(u32::MAX);
+    jump(topic_hash(topic), n) as usize
+}
+
+/// Why a `--redis` URL was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AddrError {
+    /// The URL does not parse as a Redis URL.
+    #[error("invalid Redis URL {url:?}: {reason}")]
+    Invalid {
+        /// The URL with its password removed.
+        url: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// `rediss://` (TLS) or a unix socket: not supported by this build.
+    #[error("unsupported Redis URL {url:?}: only redis://host:port/db (plain TCP) is supported")]
+    Unsupported {
+        /// The URL with its password removed.
+        url: String,
+    },
+    /// No URL given.
+    #[error("no Redis URL given")]
+    Empty,
+}
+
+/// One shard: a Redis server and database, with its credentials.
+#[derive(Clone)]
+pub struct ShardAddr {
+    /// Host name or address, lower-cased.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Database number (`/db` in the URL, default 0).
+    pub db: i64,
+    /// ACL user name, if any.
+    pub username: Option<String>,
+    /// Password, if any (never printed: `Debug` and `Display` leave it out).
+    pub password: Option<String>,
+    /// The parsed connection settings the `redis` crate connects with.
+    pub(crate) info: redis::ConnectionInfo,
+}
+
+impl fmt::Debug for ShardAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for ShardAddr {
+    /// `host:port/db`: the normalised form used in the fingerprint, logs and errors.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}/{}", self.host, self.port, self.db)
+        } else {
+            write!(f, "{}:{}/{}", self.host, self.port, self.db)
+        }
+    }
+}
+
+/// `url` with any password replaced by `***` (for error messages).
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
+                None => format!("{}***{}", &url[..s + 3], &url[at..]),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl ShardAddr {
+    /// Parses one `redis://[user[:password]@]host[:port][/db]` URL.
+    pub fn parse(url: &str) -> Result<ShardAddr, AddrError> {
+        let url = url.trim();
+        if url.starts_with("rediss://")
+            || url.starts_with("unix:")
+            || url.starts_with("redis+unix:")
+        {
+            return Err(AddrError::Unsupported { url: redact(url) });
+        }
+        let info = url.into_connection_info().map_err(|e| AddrError::Invalid {
+            url: redact(url),
+            reason: e.to_string(),
+        })?;
+        let ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
+            return Err(AddrError::Unsupported { url: redact(url) });
+        };
+        let settings = info.redis_settings();
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        Ok(ShardAddr {
+            host,
+            port,
+            db: settings.db(),
+            username: settings.username().map(str::to_string),
+            password: settings.password().map(str::to_string),
+            info: info
+                .clone()
+                .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)),
+        })
+    }
+
+    /// Parses a list of URLs; each entry may itself be a comma-separated list (`--redis a,b`
+    /// given once or the flag repeated).
+    pub fn parse_list<S: AsRef<str>>(urls: &[S]) -> Result<Vec<ShardAddr>, AddrError> {
+        let mut out = Vec::new();
+        for u in urls {
+            for part in u.as_ref().split(',') {
+                if !part.trim().is_empty() {
+                    out.push(ShardAddr::parse(part)?);
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err(AddrError::Empty);
+        }
+        Ok(out)
+    }
+}
+
+/// The fingerprint of a shard list: the placement version and each shard's `host:port/db`
+/// in order (no password). Readable on purpose: a refusal quotes both lists.
+pub fn fingerprint(shards: &[ShardAddr]) -> String {
+    let mut s = format!("walletrelay-ring v{RING_VERSION}:");
+    for (i, a) in shards.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&a.to_string());
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_and_placement_are_pinned() {
+        // These values are the cluster's contract: a change here splits a mixed-version
+        // cluster's topics, so it must come with a RING_VERSION bump.
+        assert_eq!(topic_hash(b""), 0xf52a_15e9_a9b5_e89b);
+        assert_eq!(topic_hash(b"topic-1"), 0x375c_f55a_740a_46f9);
+        let pinned: Vec<usize> = ["a", "b", "topic-1", "topic-2", "0123456789abcdef"]
+            .iter()
+            .map(|t| shard_of(t.as_bytes(), 7))
+            .collect();
+        assert_eq!(pinned, [1, 3, 3, 4, 3]);
+        assert_eq!(jump(0, 1), 0);
+        assert_eq!(jump(u64::MAX, 0), 0);
+    }
+
+    #[test]
+    fn jump_is_balanced_and_moves_only_to_the_new_shard() {
+        let n = 20_000u64;
+        let mut counts = [0u32; 5];
+        for k in 0..n {
+            let t = format!("topic-{k}");
+            let a = shard_of(t.as_bytes(), 5);
+            counts[a] += 1;
+            let b = shard_of(t.as_bytes(), 6);
+            assert!(b == a || b == 5, "key moved between old shards");
+        }
+        for c in counts {
+            assert!((3_600..4_400).contains(&c), "unbalanced: {counts:?}");
+        }
+    }
+
+    #[test]
+    fn urls_normalise_and_fingerprint_without_password() {
+        let l = ShardAddr::parse_list(&["redis://:secret@LocalHost:7000/3, redis://h2"]).unwrap();
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0].to_string(), "localhost:7000/3");
+        assert_eq!(l[0].password.as_deref(), Some("secret"));
+        assert_eq!(l[1].to_string(), "h2:6379/0");
+        let f = fingerprint(&l);
+        assert_eq!(f, "walletrelay-ring v1:localhost:7000/3,h2:6379/0");
+        assert!(!format!("{:?}", l[0]).contains("secret"));
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_the_password_redacted() {
+        let e = ShardAddr::parse("rediss://u:pw@host:1/0").unwrap_err();
+        assert!(matches!(e, AddrError::Unsupported { .. }));
+        assert!(!e.to_string().contains("pw@"), "{e}");
+        assert!(ShardAddr::parse("http://x").is_err());
+        assert_eq!(
+            ShardAddr::parse_list::<&str>(&[]).unwrap_err(),
+            AddrError::Empty
+        );
+        assert_eq!(redact("redis://u:pw@h:1"), "redis://u:***@h:1");
+    }
+}

@@ -1,0 +1,215 @@
+//! Per-shard counters of the Redis side and their Prometheus text.
+//!
+//! Owns: the numbers only. Each counter has one writer thread (the shard's command thread or
+//! its subscriber reader), so updates are plain relaxed stores ([`Cell`]); `/metrics` reads
+//! them from any thread. Must not touch connections.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::metrics::Cell;
+
+/// Upper bounds of the round-trip histogram buckets, seconds (`+Inf` is implied).
+pub const BUCKETS: [f64; 14] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// The numbers of one shard.
+#[derive(Debug, Default)]
+pub struct ShardStats {
+    /// Round trips (one pipelined batch written, all its replies read) by bucket; the last
+    /// slot is `+Inf`. Written by the command thread.
+    rtt_buckets: [Cell; 15],
+    /// Sum of round-trip times, microseconds.
+    rtt_sum_us: Cell,
+    /// Commands written and not yet answered (command thread).
+    pub in_flight: Cell,
+    /// Commands answered (command thread).
+    pub commands: Cell,
+    /// Reconnects of the command connection (after the first connect).
+    pub reconnects_command: Cell,
+    /// Reconnects of the subscriber connection (subscriber reader).
+    pub reconnects_pubsub: Cell,
+    /// Topics resynced after an outage (re-subscribed after a subscriber reconnect, or
+    /// re-read after a command reconnect); two writers, hence atomic.
+    pub resyncs: std::sync::atomic::AtomicU64,
+    /// Publishes answered `Unavailable` by the command thread (connection down, timeout,
+    /// server error); refusals at a full queue are counted by the handle in `refused`.
+    pub unavailable: Cell,
+    /// Commands refused at once because the shard's queue was full (any worker writes it,
+    /// hence an atomic add; it only moves when the queue is full, never on the hot path).
+    pub refused: std::sync::atomic::AtomicU64,
+    /// Messages received on the subscriber connection (reader).
+    pub live_received: Cell,
+    /// 1 while the command connection is up (command thread).
+    pub command_up: Cell,
+    /// 1 while the subscriber connection is up (reader).
+    pub pubsub_up: Cell,
+}
+
+impl ShardStats {
+    /// Records one round trip.
+    pub fn observe_rtt(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(BUCKETS.len());
+        self.rtt_buckets[i].inc();
+        self.rtt_sum_us
+            .add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    }
+}
+
+/// The plain series: (name with its extra label, type, help). Values come from [`values`],
+/// in the same order.
+const SERIES: [(&str, &str, &str); 10] = [
+    (
+        "redis_in_flight",
+        "gauge",
+        "Commands written to Redis and not yet answered",
+    ),
+    (
+        "redis_commands_total",
+        "counter",
+        "Commands answered by the shard thread",
+    ),
+    (
+        "redis_reconnects_total{conn=\"command\"",
+        "counter",
+        "Reconnects to Redis",
+    ),
+    (
+        "redis_reconnects_total{conn=\"pubsub\"",
+        "counter",
+        "Reconnects to Redis",
+    ),
+    (
+        "redis_resyncs_total",
+        "counter",
+        "Topics re-subscribed after a reconnect",
+    ),
+    (
+        "redis_unavailable_total",
+        "counter",
+        "Commands answered storage unavailable",
+    ),
+    (
+        "redis_refused_total",
+        "counter",
+        "Commands refused at a full shard queue",
+    ),
+    (
+        "redis_live_received_total",
+        "counter",
+        "Messages received by the subscriber",
+    ),
+    (
+        "redis_up{conn=\"command\"",
+        "gauge",
+        "1 while the connection to Redis is up",
+    ),
+    (
+        "redis_up{conn=\"pubsub\"",
+        "gauge",
+        "1 while the connection to Redis is up",
+    ),
+];
+
+fn values(s: &ShardStats) -> [u64; 10] {
+    [
+        s.in_flight.get(),
+        s.commands.get(),
+        s.reconnects_command.get(),
+        s.reconnects_pubsub.get(),
+        s.resyncs.load(std::sync::atomic::Ordering::Relaxed),
+        s.unavailable.get(),
+        s.refused.load(std::sync::atomic::Ordering::Relaxed),
+        s.live_received.get(),
+        s.command_up.get(),
+        s.pubsub_up.get(),
+    ]
+}
+
+/// Appends the Prometheus text of all shards (`shard` label = index in the `--redis` list).
+pub fn render(shards: &[&ShardStats], queued: &[usize], out: &mut String) {
+    let vals: Vec<[u64; 10]> = shards.iter().map(|s| values(s)).collect();
+    let mut last_name = "";
+    for (k, (name, kind, help)) in SERIES.into_iter().enumerate() {
+        let (base, label) = match name.split_once('{') {
+            Some((b, l)) => (b, format!("{l},")),
+            None => (name, String::new()),
+        };
+        if base != last_name {
+            let _ = writeln!(out, "# HELP walletrelay_{base} {help}, per shard.");
+            let _ = writeln!(out, "# TYPE walletrelay_{base} {kind}");
+            last_name = base;
+        }
+        for (i, v) in vals.iter().enumerate() {
+            let _ = writeln!(out, "walletrelay_{base}{{{label}shard=\"{i}\"}} {}", v[k]);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP walletrelay_redis_queued Commands waiting in the shard queue, per shard."
+    );
+    let _ = writeln!(out, "# TYPE walletrelay_redis_queued gauge");
+    for (i, q) in queued.iter().enumerate() {
+        let _ = writeln!(out, "walletrelay_redis_queued{{shard=\"{i}\"}} {q}");
+    }
+    render_histogram(shards, out);
+}
+
+fn render_histogram(shards: &[&ShardStats], out: &mut String) {
+    let n = "walletrelay_redis_roundtrip_seconds";
+    let _ = writeln!(out, "# HELP {n} Time to write one pipelined batch to Redis and read all its replies, per shard.");
+    let _ = writeln!(out, "# TYPE {n} histogram");
+    for (i, s) in shards.iter().enumerate() {
+        let mut cum = 0;
+        for (b, le) in BUCKETS.iter().enumerate() {
+            cum += s.rtt_buckets[b].get();
+            let _ = writeln!(out, "{n}_bucket{{shard=\"{i}\",le=\"{le}\"}} {cum}");
+        }
+        cum += s.rtt_buckets[BUCKETS.len()].get();
+        let _ = writeln!(out, "{n}_bucket{{shard=\"{i}\",le=\"+Inf\"}} {cum}");
+        let sum = s.rtt_sum_us.get() as f64 / 1e6;
+        let _ = writeln!(out, "{n}_sum{{shard=\"{i}\"}} {sum}");
+        let _ = writeln!(out, "{n}_count{{shard=\"{i}\"}} {cum}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_is_cumulative_and_labelled_per_shard() {
+        let a = ShardStats::default();
+        let b = ShardStats::default();
+        a.observe_rtt(Duration::from_micros(50));
+        a.observe_rtt(Duration::from_millis(3));
+        a.observe_rtt(Duration::from_secs(10));
+        b.refused.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+        let mut s = String::new();
+        render(&[&a, &b], &[5, 0], &mut s);
+        assert!(
+            s.contains("walletrelay_redis_roundtrip_seconds_bucket{shard=\"0\",le=\"0.0001\"} 1\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("walletrelay_redis_roundtrip_seconds_bucket{shard=\"0\",le=\"0.005\"} 2\n")
+        );
+        assert!(
+            s.contains("walletrelay_redis_roundtrip_seconds_bucket{shard=\"0\",le=\"+Inf\"} 3\n")
+        );
+        assert!(s.contains("walletrelay_redis_roundtrip_seconds_count{shard=\"1\"} 0\n"));
+        assert!(s.contains("walletrelay_redis_refused_total{shard=\"1\"} 2\n"));
+        assert!(s.contains("walletrelay_redis_reconnects_total{conn=\"pubsub\",shard=\"0\"} 0\n"));
+        assert!(s.contains("walletrelay_redis_queued{shard=\"0\"} 5\n"));
+        assert_eq!(
+            s.matches("# TYPE walletrelay_redis_reconnects_total")
+                .count(),
+            1
+        );
+    }
+}

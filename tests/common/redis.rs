@@ -1,0 +1,362 @@
+//! Test support: a real `redis-server` on a free loopback port, killed on drop.
+//!
+//! Needs `redis-server` (7.0 or later) on `PATH` or at `/usr/bin/redis-server`; without it
+//! the tests fail with a message saying so (CI installs it).
+#![allow(dead_code)]
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server`.
+pub struct RedisServer {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Option<Child>,
+    /// Working directory (append-only file when persistent).
+    dir: PathBuf,
+    persistent: bool,
+}
+
+fn binary() -> String {
+    for p in ["/usr/bin/redis-server", "/usr/local/bin/redis-server"] {
+        if std::path::Path::new(p).exists() {
+            return p.to_string();
+        }
+    }
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        found,
+        "redis-server not found: the cluster tests need a real Redis 7 \
+         (apt-get install redis-server); CI installs it"
+    );
+    "redis-server".to_string()
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("addr").port()
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl RedisServer {
+    /// A server without persistence (`--save "" --appendonly no`).
+    pub fn start() -> RedisServer {
+        Self::launch(false)
+    }
+
+    /// A server with `appendonly yes` and `appendfsync always`: a write it acknowledged
+    /// survives `kill -9` and a restart.
+    pub fn start_persistent() -> RedisServer {
+        Self::launch(true)
+    }
+
+    fn launch(persistent: bool) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "walletrelay-redis-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for _ in 0..5 {
+            let mut s = RedisServer {
+                port: free_port(),
+                child: None,
+                dir: dir.clone(),
+                persistent,
+            };
+            if s.spawn() {
+                return s;
+            }
+        }
+        panic!("redis-server did not start on a free port (5 tries)");
+    }
+
+    /// Starts the process on `self.port`; true once it answers PING.
+    fn spawn(&mut self) -> bool {
+        let mut cmd = Command::new(binary());
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--enable-debug-command", "yes"])
+            .args(["--dir", self.dir.to_str().expect("utf-8 temp dir")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.persistent {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let child = cmd.spawn().expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(_)) = c.try_wait() {
+                    self.child = None;
+                    return false; // exited: port taken?
+                }
+            }
+            if self.ping() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Whether the server answers PING now.
+    pub fn ping(&self) -> bool {
+        let Ok(c) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut con) = c.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        let _ = con.set_read_timeout(Some(Duration::from_millis(200)));
+        redis::cmd("PING").query::<String>(&mut con).is_ok()
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        self.url_db(0)
+    }
+
+    /// `redis://127.0.0.1:PORT/DB`.
+    pub fn url_db(&self, db: u8) -> String {
+        format!("redis://127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// A plain connection for inspecting keys (database 0).
+    pub fn conn(&self) -> redis::Connection {
+        let c = redis::Client::open(self.url()).expect("client");
+        c.get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect to the test redis")
+    }
+
+    /// The server's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// `kill -9` and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts again on the same port and directory (a persistent server reloads its file).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart on port {}", self.port);
+    }
+
+    /// Puts the server to sleep (`DEBUG SLEEP secs`, on a thread of its own) and returns
+    /// once it no longer answers PING; join the handle to wait for it to wake.
+    pub fn debug_sleep(&self, secs: u32) -> std::thread::JoinHandle<()> {
+        let url = self.url();
+        let sleeper = std::thread::spawn(move || {
+            let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let _: () = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(secs)
+                .query(&mut c)
+                .unwrap();
+        });
+        let deadline = Instant::now() + WAIT;
+        while self.ping() {
+            assert!(Instant::now() < deadline, "DEBUG SLEEP never took effect");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        sleeper
+    }
+
+    /// Whether something accepts connections on the port.
+    pub fn listening(&self) -> bool {
+        TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A node's Redis side with its events collected, for tests.
+pub struct Node {
+    /// The cluster side under test.
+    pub cluster: walletrelay::cluster::Cluster,
+    rx: crossbeam_channel::Receiver<(usize, walletrelay::cluster::ClusterEvent)>,
+    /// Events received but not yet taken by a `wait`.
+    backlog:
+        std::cell::RefCell<std::collections::VecDeque<(usize, walletrelay::cluster::ClusterEvent)>>,
+    ticket: std::cell::Cell<u64>,
+}
+
+use walletrelay::cluster::{
+    Cluster, ClusterConfig, ClusterError, ClusterEvent, ClusterHandle, History, Origin,
+    PublishOutcome, PublishReq, Unavailable,
+};
+
+/// Short timeouts so failure tests finish quickly.
+pub fn test_config(urls: &[String]) -> ClusterConfig {
+    ClusterConfig {
+        urls: urls.to_vec(),
+        connect_timeout: Duration::from_secs(1),
+        read_timeout: Duration::from_millis(800),
+        heartbeat: Duration::from_millis(200),
+        backoff_min: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
+        ..ClusterConfig::default()
+    }
+}
+
+/// How long a test waits for an expected event before it fails.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// The bytes the relay stores for a message.
+pub fn data(topic: &str, msg: &str) -> bytes::Bytes {
+    bytes::Bytes::from(format!("{{\"topic\":\"{topic}\",\"message\":\"{msg}\"}}"))
+}
+
+impl Node {
+    /// Starts a node on `cfg`.
+    pub fn try_start(cfg: ClusterConfig) -> Result<Node, ClusterError> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let sink: walletrelay::cluster::EventSink = std::sync::Arc::new(move |w, ev| {
+            let _ = tx.send((w, ev));
+        });
+        Ok(Node {
+            cluster: Cluster::start(cfg, sink)?,
+            rx,
+            backlog: Default::default(),
+            ticket: std::cell::Cell::new(0),
+        })
+    }
+
+    /// Starts a node on these shards with the test timeouts.
+    pub fn start(urls: &[String]) -> Node {
+        Self::try_start(test_config(urls)).expect("cluster starts")
+    }
+
+    /// Worker `w`'s handle.
+    pub fn h(&self, w: usize) -> ClusterHandle {
+        self.cluster.handle(w)
+    }
+
+    /// A fresh ticket.
+    pub fn ticket(&self) -> u64 {
+        let t = self.ticket.get() + 1;
+        self.ticket.set(t);
+        t
+    }
+
+    /// Waits for the first event (backlog first) for which `f` returns `Some`; other events
+    /// stay in the backlog. Panics after [`WAIT`].
+    pub fn wait<T>(&self, what: &str, mut f: impl FnMut(usize, &ClusterEvent) -> Option<T>) -> T {
+        {
+            let mut b = self.backlog.borrow_mut();
+            if let Some(i) = b.iter().position(|(w, e)| f(*w, e).is_some()) {
+                let (w, e) = b.remove(i).expect("index");
+                return f(w, &e).expect("matched");
+            }
+        }
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (w, e) = self
+                .rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+            if let Some(t) = f(w, &e) {
+                return t;
+            }
+            self.backlog.borrow_mut().push_back((w, e));
+        }
+    }
+
+    /// Everything received so far (backlog and channel), emptied.
+    pub fn drain(&self) -> Vec<(usize, ClusterEvent)> {
+        let mut v: Vec<_> = self.backlog.borrow_mut().drain(..).collect();
+        v.extend(self.rx.try_iter());
+        v
+    }
+
+    /// Publishes from worker 0 and waits for the outcome.
+    pub fn publish(
+        &self,
+        topic: &str,
+        msg: &str,
+        ttl: Duration,
+    ) -> Result<PublishOutcome, Unavailable> {
+        self.publish_as(
+            topic,
+            data(topic, msg),
+            ttl,
+            Origin { node: 1, conn: 1 },
+            true,
+        )
+    }
+
+    /// Publishes with every field given and waits for the outcome.
+    pub fn publish_as(
+        &self,
+        topic: &str,
+        data: bytes::Bytes,
+        ttl: Duration,
+        origin: Origin,
+        prompt: bool,
+    ) -> Result<PublishOutcome, Unavailable> {
+        let t = self.ticket();
+        let req = PublishReq {
+            ns: walletrelay::cluster::NS_V2,
+            topic: topic.into(),
+            data,
+            ttl,
+            origin,
+            prompt,
+        };
+        self.h(0).publish(t, req)?;
+        self.wait("publish outcome", |_, e| match e {
+            ClusterEvent::Published { ticket, result } if *ticket == t => Some(result.clone()),
+            _ => None,
+        })
+    }
+
+    /// Reads a v2 topic's history from worker 0 and waits for it.
+    pub fn read(&self, topic: &str, epoch: u64, after: u64) -> Result<History, Unavailable> {
+        let t = self.ticket();
+        self.h(0)
+            .read(t, walletrelay::cluster::NS_V2, &topic.into(), epoch, after)?;
+        self.wait("history", |_, e| match e {
+            ClusterEvent::History { ticket, result } if *ticket == t => Some(result.clone()),
+            _ => None,
+        })
+    }
+
+    /// Waits until `healthy()` is `Ok`.
+    pub fn wait_healthy(&self) {
+        let deadline = Instant::now() + WAIT;
+        while let Err(e) = self.cluster.healthy() {
+            assert!(Instant::now() < deadline, "never healthy: {e}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

@@ -120,34 +120,9 @@ impl Default for ClusterConfig {
     }
 }
 
-/// Who published a message: the node (random per process) and its connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Origin {
-    /// Node id.
-    pub node: u64,
-    /// Connection id on that node.
-    pub conn: u64,
-}
-
-impl Origin {
-    /// 16 bytes, big-endian node then connection (as stored and published).
-    pub fn to_bytes(self) -> [u8; 16] {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&self.node.to_be_bytes());
-        b[8..].copy_from_slice(&self.conn.to_be_bytes());
-        b
-    }
-
-    /// The inverse of [`Origin::to_bytes`]; `None` unless exactly 16 bytes.
-    pub fn from_bytes(b: &[u8]) -> Option<Origin> {
-        let b: &[u8; 16] = b.try_into().ok()?;
-        let (n, c) = b.split_at(8);
-        Some(Origin {
-            node: u64::from_be_bytes(n.try_into().ok()?),
-            conn: u64::from_be_bytes(c.try_into().ok()?),
-        })
-    }
-}
+/// Who published a message: the node (random per process) and its connection (the relay's
+/// own [`crate::relay::Origin`]; stored and published as 16 bytes).
+pub use crate::relay::engine::Origin;
 
 /// A message to store and publish.
 #[derive(Debug, Clone)]

@@ -445,8 +445,8 @@ impl Engine for LocalEngine {
     }
 
     fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
-        match msg {
-            EngineMsg::Local(m) => self.on_home_msg(m, out),
+        if let EngineMsg::Local(m) = msg {
+            self.on_home_msg(m, out);
         }
     }
 

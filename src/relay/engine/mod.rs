@@ -26,6 +26,7 @@
 pub mod cache;
 pub mod home;
 pub mod local;
+pub mod redis;
 
 use std::sync::Arc;
 
@@ -87,6 +88,25 @@ pub struct Origin {
 impl Origin {
     /// Nobody: a message whose publisher is unknown.
     pub const NONE: Origin = Origin { node: 0, conn: 0 };
+
+    /// 16 bytes, big-endian node then connection (as the Redis engine stores and publishes
+    /// it).
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.node.to_be_bytes());
+        b[8..].copy_from_slice(&self.conn.to_be_bytes());
+        b
+    }
+
+    /// The inverse of [`Origin::to_bytes`]; `None` unless exactly 16 bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<Origin> {
+        let b: &[u8; 16] = b.try_into().ok()?;
+        let (n, c) = b.split_at(8);
+        Some(Origin {
+            node: u64::from_be_bytes(n.try_into().ok()?),
+            conn: u64::from_be_bytes(c.try_into().ok()?),
+        })
+    }
 
     /// The id of connection `uid` of worker `worker`, unique within the process.
     pub fn conn_id(worker: u16, uid: u64) -> u64 {
@@ -196,6 +216,8 @@ pub enum Event {
 pub enum EngineMsg {
     /// For the in-memory engine (and engines built on its home workers).
     Local(local::HomeMsg),
+    /// For the Redis engine: an answer or a live message from the node's cluster threads.
+    Cluster(crate::cluster::ClusterEvent),
 }
 
 /// Where the events of engine calls go: the relay drains it after each call.

@@ -1,0 +1,300 @@
+//! The Redis engine (DECISIONS §7): a topic's state lives in Redis, on the shard its stable
+//! hash picks (`cluster::ring`), shared by every node of the cluster. Each worker runs one
+//! [`RedisEngine`] over a [`ClusterHandle`]: every request is a `try_send` to the node's
+//! per-shard command thread (`cluster::shard`), every answer and live message comes back as
+//! a [`ClusterEvent`] through the worker's mailbox ([`EngineMsg::Cluster`]).
+//!
+//! What this engine adds to the cluster side:
+//! - **reads wait for the subscription**: a worker's first read of a topic is held until
+//!   Redis confirmed the node's channel subscription (the cluster's first `Resync` of the
+//!   topic), so every message is in the history read, on the channel, or both;
+//! - **paged reads are joined**: a history of more than one page is read page after page and
+//!   answered once whole;
+//! - **webhooks**: the publish script returns the topic's webhooks to the publishing node
+//!   only, which calls them: one POST per stored publish in the whole cluster;
+//! - a later `Resync` (a reconnect, an outage over) is passed on: subscriptions read again
+//!   after their positions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    Done, Engine, EngineMsg, Event, Events, History, Message, Position, PublishReq, Stored,
+    Ticket,
+};
+use crate::cluster::{self, ClusterEvent, ClusterHandle, PublishOutcome, WebhookAdd, NS_V2};
+use crate::relay::error::RelayError;
+use crate::webhook::{Delivery as WebhookCall, WebhookPool};
+
+/// A topic this worker watches.
+#[derive(Debug, Default)]
+struct Watch {
+    /// Redis confirmed the node's subscription: reads go out at once.
+    live: bool,
+    /// Reads held until then.
+    held: Vec<(Ticket, Position)>,
+}
+
+/// A history read in progress: the pages so far.
+#[derive(Debug)]
+struct Reading {
+    topic: Arc<str>,
+    messages: Vec<Message>,
+}
+
+/// One worker's Redis engine.
+pub struct RedisEngine {
+    handle: ClusterHandle,
+    webhooks: WebhookPool,
+    watched: HashMap<Arc<str>, Watch, ahash::RandomState>,
+    /// Publishes waiting for their answer: the topic (for the webhook calls).
+    publishing: HashMap<Ticket, Arc<str>, ahash::RandomState>,
+    reading: HashMap<Ticket, Reading, ahash::RandomState>,
+    /// Watch requests refused (a full queue): asked again at the next tick.
+    unasked: Vec<Arc<str>>,
+}
+
+impl RedisEngine {
+    /// The engine of one worker, over its handle to the node's cluster threads.
+    pub fn new(handle: ClusterHandle, webhooks: WebhookPool) -> RedisEngine {
+        RedisEngine {
+            handle,
+            webhooks,
+            watched: HashMap::default(),
+            publishing: HashMap::default(),
+            reading: HashMap::default(),
+            unasked: Vec::new(),
+        }
+    }
+
+    /// Sends a read, or answers it `StorageUnavailable` when the shard refuses it.
+    fn send_read(&mut self, topic: &Arc<str>, after: Position, ticket: Ticket, out: &mut Events) {
+        self.reading.entry(ticket).or_insert_with(|| Reading {
+            topic: topic.clone(),
+            messages: Vec::new(),
+        });
+        if self
+            .handle
+            .read(ticket, NS_V2, topic, after.epoch, after.seq)
+            .is_err()
+        {
+            self.reading.remove(&ticket);
+            out.push(Event::History {
+                ticket,
+                result: Err(RelayError::StorageUnavailable),
+            });
+        }
+    }
+
+    fn on_published(
+        &mut self,
+        ticket: Ticket,
+        result: Result<PublishOutcome, cluster::Unavailable>,
+        out: &mut Events,
+    ) {
+        let topic = self.publishing.remove(&ticket);
+        let result = match result {
+            Ok(PublishOutcome::Stored {
+                epoch,
+                seq,
+                webhooks,
+            }) => {
+                if let Some(topic) = topic {
+                    for url in webhooks {
+                        self.webhooks.submit(WebhookCall {
+                            topic: topic.clone(),
+                            url: Arc::from(url),
+                        });
+                    }
+                }
+                Ok(Stored::New(Position { epoch, seq }))
+            }
+            Ok(PublishOutcome::Duplicate { .. }) => Ok(Stored::Duplicate),
+            Err(cluster::Unavailable) => Err(RelayError::StorageUnavailable),
+        };
+        out.push(Event::Published { ticket, result });
+    }
+
+    fn on_history(
+        &mut self,
+        ticket: Ticket,
+        result: Result<cluster::History, cluster::Unavailable>,
+        out: &mut Events,
+    ) {
+        let Some(mut reading) = self.reading.remove(&ticket) else {
+            return;
+        };
+        let h = match result {
+            Ok(h) => h,
+            Err(cluster::Unavailable) => {
+                let result = Err(RelayError::StorageUnavailable);
+                return out.push(Event::History { ticket, result });
+            }
+        };
+        reading
+            .messages
+            .extend(h.messages.iter().map(|m| Message {
+                pos: Position {
+                    epoch: h.epoch,
+                    seq: m.seq,
+                },
+                data: m.data.clone(),
+                origin: m.origin,
+            }));
+        if h.more() {
+            // The next page, after what this one examined.
+            let (topic, after) = (
+                reading.topic.clone(),
+                Position {
+                    epoch: h.epoch,
+                    seq: h.scanned_to,
+                },
+            );
+            self.reading.insert(ticket, reading);
+            return self.send_read(&topic, after, ticket, out);
+        }
+        let history = History {
+            last: Position {
+                epoch: h.epoch,
+                seq: h.last_seq,
+            },
+            messages: reading.messages,
+        };
+        out.push(Event::History {
+            ticket,
+            result: Ok(history),
+        });
+    }
+
+    fn on_resync(&mut self, topic: Arc<str>, out: &mut Events) {
+        let Some(w) = self.watched.get_mut(&topic) else {
+            return;
+        };
+        if w.live {
+            // A reconnect or an outage over: live messages may have been missed.
+            return out.push(Event::Resync { topic });
+        }
+        w.live = true;
+        for (ticket, after) in std::mem::take(&mut w.held) {
+            self.send_read(&topic, after, ticket, out);
+        }
+    }
+
+    fn on_cluster(&mut self, ev: ClusterEvent, out: &mut Events) {
+        match ev {
+            ClusterEvent::Published { ticket, result } => self.on_published(ticket, result, out),
+            ClusterEvent::History { ticket, result } => self.on_history(ticket, result, out),
+            ClusterEvent::Live {
+                ns: NS_V2,
+                topic,
+                epoch,
+                seq,
+                data,
+                origin,
+            } => out.push(Event::Live {
+                topic,
+                msg: Message {
+                    pos: Position { epoch, seq },
+                    data,
+                    origin,
+                },
+            }),
+            ClusterEvent::Resync { ns: NS_V2, topic } => self.on_resync(topic, out),
+            ClusterEvent::Live { .. } | ClusterEvent::Resync { .. } => {}
+            ClusterEvent::WebhookAdded { ticket, result } => {
+                let result = match result {
+                    Ok(WebhookAdd::Added | WebhookAdd::Exists) => Ok(()),
+                    Ok(WebhookAdd::TopicFull) => Err(RelayError::TooManyWebhooksForTopic),
+                    Ok(WebhookAdd::GlobalFull) => Err(RelayError::TooManyWebhooks),
+                    Err(cluster::Unavailable) => Err(RelayError::StorageUnavailable),
+                };
+                out.push(Event::WebhookAdded { ticket, result });
+            }
+        }
+    }
+}
+
+impl Engine for RedisEngine {
+    fn publish(
+        &mut self,
+        req: PublishReq,
+        ticket: Ticket,
+        _out: &mut Events,
+    ) -> Done<Result<Stored, RelayError>> {
+        let topic = req.topic.clone();
+        let req = cluster::PublishReq {
+            ns: NS_V2,
+            topic: req.topic,
+            data: req.data,
+            ttl: Duration::from_secs(u64::from(req.ttl)),
+            origin: req.origin,
+            prompt: req.prompt,
+        };
+        match self.handle.publish(ticket, req) {
+            Ok(()) => {
+                self.publishing.insert(ticket, topic);
+                Done::Later
+            }
+            Err(cluster::Unavailable) => Done::Now(Err(RelayError::StorageUnavailable)),
+        }
+    }
+
+    fn read(&mut self, topic: &Arc<str>, after: Position, ticket: Ticket, out: &mut Events) {
+        match self.watched.get_mut(topic) {
+            Some(w) if !w.live => w.held.push((ticket, after)),
+            _ => self.send_read(topic, after, ticket, out),
+        }
+    }
+
+    fn watch(&mut self, topic: &Arc<str>, _out: &mut Events) {
+        self.watched.entry(topic.clone()).or_default();
+        if self.handle.watch(NS_V2, topic).is_err() {
+            self.unasked.push(topic.clone());
+        }
+    }
+
+    fn unwatch(&mut self, topic: &Arc<str>, _out: &mut Events) {
+        self.watched.remove(topic);
+        // A refused unwatch leaves the node subscribed: its live messages are dropped here.
+        let _ = self.handle.unwatch(NS_V2, topic);
+    }
+
+    fn add_webhook(
+        &mut self,
+        topic: &Arc<str>,
+        url: Arc<str>,
+        ticket: Ticket,
+        _out: &mut Events,
+    ) -> Done<Result<(), RelayError>> {
+        match self.handle.add_webhook(ticket, topic, &url) {
+            Ok(()) => Done::Later,
+            Err(cluster::Unavailable) => Done::Now(Err(RelayError::StorageUnavailable)),
+        }
+    }
+
+    fn remove_webhook(&mut self, topic: &Arc<str>, url: &Arc<str>) {
+        let _ = self.handle.remove_webhook(topic, url);
+    }
+
+    fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
+        if let EngineMsg::Cluster(ev) = msg {
+            self.on_cluster(ev, out);
+        }
+    }
+
+    fn tick(&mut self, _now: u64, _out: &mut Events) {
+        if self.unasked.is_empty() {
+            return;
+        }
+        for topic in std::mem::take(&mut self.unasked) {
+            if self.watched.contains_key(&topic) && self.handle.watch(NS_V2, &topic).is_err() {
+                self.unasked.push(topic);
+            }
+        }
+    }
+
+    fn flush(&mut self, _out: &mut Events) -> bool {
+        false
+    }
+}

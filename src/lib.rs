@@ -24,6 +24,7 @@ pub mod registry;
 pub mod relay;
 pub mod rpc;
 pub mod server;
+pub mod store;
 pub mod timer;
 pub mod webhook;
 pub mod worker;

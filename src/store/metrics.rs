@@ -52,6 +52,10 @@ impl Histogram {
         self.count.add(1);
         self.sum_us.add(us);
     }
+    /// Sum of the observations, microseconds.
+    pub fn sum_us(&self) -> u64 {
+        self.sum_us.get()
+    }
     /// Observations so far.
     pub fn count(&self) -> u64 {
         self.count.get()

@@ -2,8 +2,8 @@
 //! records in batches of 1, 16 and 64 per flush with `--fsync off|everysec|always`, sync
 //! latency, one sync thread for two logs against one each, and reading 1 GiB back.
 //!
-//! `cargo bench --bench store -- [appends|syncers|recovery] [--dir DIR] [--secs S]
-//! [--gib G]`: each case runs for S seconds (default 2) or 1M records, in DIR (default a
+//! `cargo bench --bench store -- [appends|syncers|recovery] [--mode M] [--dir DIR]
+//! [--secs S] [--gib G]`: each case runs for S seconds (default 2) or 1M records, in DIR (default a
 //! fresh directory under the system temp dir, deleted after each case). `recovery` writes G
 //! GiB (default 1), drops the page cache when it can (root), and reads it back twice (cold,
 //! then warm). Without `--bench` (`cargo test --all-targets`) every case runs once, tiny.
@@ -22,6 +22,8 @@ const TOPIC: &str = "7f6e5d4c3b2a19087f6e5d4c3b2a19087f6e5d4c3b2a19087f6e5d4c3b2
 
 struct Opts {
     bench: bool,
+    /// Only this mode (`--mode memory|off|everysec|always`).
+    mode: Option<String>,
     secs: f64,
     max_records: u64,
     dir: PathBuf,
@@ -93,8 +95,11 @@ fn writer(log: &mut Log, acks: &Acks, batch: u64, window: Option<u64>, o: &Opts)
     n as f64 / t0.elapsed().as_secs_f64()
 }
 
+/// An empty `dir`, after the previous case's files are gone and written back (`sync`), so
+/// that one case's write-back does not slow the next one's syncs.
 fn fresh(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
+    let _ = std::process::Command::new("sync").status();
     std::fs::create_dir_all(dir).unwrap();
 }
 
@@ -134,6 +139,9 @@ fn appends(o: &Opts) {
         (Some(FsyncMode::Always), Some(1024)),
     ];
     for (mode, window) in modes {
+        if o.mode.as_deref().is_some_and(|m| m != mode_name(mode)) {
+            continue;
+        }
         for batch in [1u64, 16, 64] {
             let (rate, m) = match mode {
                 None => (in_memory(batch, o), None),
@@ -280,6 +288,11 @@ fn main() {
         });
     let mut o = Opts {
         bench,
+        mode: args
+            .iter()
+            .position(|a| a == "--mode")
+            .and_then(|i| args.get(i + 1))
+            .cloned(),
         secs: get("--secs").unwrap_or(2.0),
         max_records: 1_000_000,
         dir,

@@ -77,19 +77,23 @@ where
     let mut stats = RecoveryStats::default();
     warn_foreign(dir, &mut stats)?;
     let mut buf = Vec::new();
-    for (owner, id, path) in list_segments(dir)? {
-        if stats.owners.last() != Some(&owner) {
-            stats.owners.push(owner.clone());
-        }
-        stats.max_segment = stats.max_segment.max(id);
+    let segments = list_segments(dir)?;
+    for (owner, id, path) in &segments {
+        let (owner, id) = (owner.as_str(), *id);
         buf.clear();
-        File::open(&path)
-            .and_then(|mut f| f.read_to_end(&mut buf))
-            .map_err(|e| StoreError::io("read", &path, e))?;
-        stats.segments += 1;
-        stats.bytes += buf.len() as u64;
+        let mut f = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+        let size = f
+            .metadata()
+            .map_err(|e| StoreError::io("stat", path, e))?
+            .len();
+        // Larger than any segment we write (Loc offsets are u32): not ours.
+        if size <= u64::from(u32::MAX) {
+            buf.reserve(size as usize);
+            f.read_to_end(&mut buf)
+                .map_err(|e| StoreError::io("read", path, e))?;
+        }
         let head = buf.len().min(FILE_MAGIC.len());
-        if buf[..head] != FILE_MAGIC[..head] {
+        if (buf.is_empty() && size > 0) || buf[..head] != FILE_MAGIC[..head] {
             log::warn!(
                 "store: {} is not a walletrelay log; ignored",
                 path.display()
@@ -97,17 +101,23 @@ where
             stats.foreign_files += 1;
             continue;
         }
+        if stats.owners.last().map(String::as_str) != Some(owner) {
+            stats.owners.push(owner.to_string());
+        }
+        stats.max_segment = stats.max_segment.max(id);
+        stats.segments += 1;
+        stats.bytes += buf.len() as u64;
         let mut per_record = |offset: usize, payload: &[u8]| {
             let loc = Loc {
                 segment: id,
                 offset: offset as u32,
                 len: (record::HEADER_LEN + payload.len()) as u32,
             };
-            each(&owner, loc, payload)
+            each(owner, loc, payload)
         };
-        let end = scan(&buf, &path, &mut stats, &mut per_record)?;
+        let end = scan(&buf, path, &mut stats, &mut per_record)?;
         if end < buf.len() {
-            cut(&path, end, buf.len() - end)?;
+            cut(path, end, buf.len() - end)?;
             stats.torn_tails += 1;
             stats.truncated_bytes += (buf.len() - end) as u64;
         }

@@ -47,8 +47,8 @@ impl FromStr for FsyncMode {
 /// What the sync thread tells a log's owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncEvent {
-    /// Every record up to this LSN is on stable storage (except those already reported in
-    /// a `Failed`).
+    /// Every record up to this LSN is on stable storage, except those reported in a
+    /// `Failed` and those a failed `Log::flush` said were lost (never written).
     Synced(u64),
     /// A sync failed: records up to this LSN may not be on stable storage (with `always`,
     /// answer their publishes `storage unavailable`). `Log::health` says why.

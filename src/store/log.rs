@@ -172,6 +172,10 @@ impl Log {
     }
 
     /// Appends one record (its payload framed and checksummed) to the batch.
+    ///
+    /// Writes the batch first when it is full or the segment fills (and then starts the
+    /// next segment); if that write fails, the error is the one [`Log::flush`] would give
+    /// (naming the earlier records lost) and this record is not appended.
     pub fn append(&mut self, payload: &[u8]) -> Result<Appended, StoreError> {
         self.append_with(payload.len(), |out| {
             out.extend_from_slice(payload);

@@ -12,7 +12,10 @@
 //! finds the next valid record after damage. It must not know what a payload means (that is
 //! [`super::entry`]) nor where records live (that is [`super::log`]).
 
-/// The four bytes that start every record.
+/// The four bytes that start every record. 0xF5 never occurs in UTF-8, so user text
+/// (topics, messages, URLs) can never contain a marker: after damage, the resync scan
+/// cannot be steered into a record forged inside a published message, as long as stored
+/// data stays UTF-8.
 pub const MAGIC: [u8; 4] = [0xF5, b'W', b'R', 0x8A];
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 12;

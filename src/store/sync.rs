@@ -99,12 +99,18 @@ struct Inner {
 struct Wake {
     pending: bool,
     shutdown: bool,
+    /// The thread is waiting on the condvar (otherwise it sees `pending` before it waits,
+    /// and a notify would be a wasted `futex` call on the worker's loop).
+    sleeping: bool,
 }
 
 impl Inner {
     fn wake(&self) {
-        lock(&self.wake).pending = true;
-        self.cv.notify_one();
+        let mut w = lock(&self.wake);
+        w.pending = true;
+        if w.sleeping {
+            self.cv.notify_one();
+        }
     }
 }
 
@@ -172,7 +178,7 @@ impl Syncer {
 
     fn stop(&mut self) {
         lock(&self.inner.wake).shutdown = true;
-        self.inner.cv.notify_one();
+        self.inner.cv.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -235,12 +241,15 @@ fn run(inner: &Inner) {
         let shutdown = {
             let mut w = lock(&inner.wake);
             while !w.pending && !w.shutdown {
+                w.sleeping = true;
                 if inner.mode != FsyncMode::Everysec {
                     w = inner.cv.wait(w).unwrap_or_else(PoisonError::into_inner);
+                    w.sleeping = false;
                     continue;
                 }
                 let now = Instant::now();
                 if now >= next_tick {
+                    w.sleeping = false;
                     break;
                 }
                 w = inner
@@ -248,6 +257,7 @@ fn run(inner: &Inner) {
                     .wait_timeout(w, next_tick - now)
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
+                w.sleeping = false;
             }
             w.pending = false;
             w.shutdown

@@ -8,7 +8,7 @@
 //! GiB (default 1), drops the page cache when it can (root), and reads it back twice (cold,
 //! then warm). Without `--bench` (`cargo test --all-targets`) every case runs once, tiny.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -109,12 +109,14 @@ fn thread_cpu_us() -> u64 {
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
-/// An empty `dir`, after the previous case's files are gone and written back (`sync`), so
-/// that one case's write-back does not slow the next one's syncs.
-fn fresh(dir: &Path) {
-    let _ = std::fs::remove_dir_all(dir);
-    let _ = std::process::Command::new("sync").status();
-    std::fs::create_dir_all(dir).unwrap();
+/// An empty `dir`, after the previous case's files are gone and (when measuring) written
+/// back with `sync`, so that one case's write-back does not slow the next one's syncs.
+fn fresh(o: &Opts) {
+    let _ = std::fs::remove_dir_all(&o.dir);
+    if o.bench {
+        let _ = std::process::Command::new("sync").status();
+    }
+    std::fs::create_dir_all(&o.dir).unwrap();
 }
 
 fn mode_name(m: Option<FsyncMode>) -> &'static str {
@@ -164,7 +166,7 @@ fn appends(o: &Opts) {
             let ((rate, cpu), m) = match mode {
                 None => (in_memory(batch, o), None),
                 Some(mode) => {
-                    fresh(&o.dir);
+                    fresh(o);
                     let s = Syncer::start(mode).unwrap();
                     let acks = Arc::new(Acks::default());
                     let mut log =
@@ -195,7 +197,7 @@ fn syncers(o: &Opts) {
     println!("sync threads  batch  records/s (2 writers)  syncs");
     for shared in [true, false] {
         for batch in [1u64, 16] {
-            fresh(&o.dir);
+            fresh(o);
             let a = Syncer::start(FsyncMode::Always).unwrap();
             let b = if shared {
                 None
@@ -236,7 +238,7 @@ fn drop_caches() -> bool {
 }
 
 fn recovery(o: &Opts) {
-    fresh(&o.dir);
+    fresh(o);
     let target = (o.gib * (1u64 << 30) as f64) as u64;
     let s = Syncer::start(FsyncMode::Off).unwrap();
     let acks = Arc::new(Acks::default());

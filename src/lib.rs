@@ -27,6 +27,7 @@ pub mod relay;
 pub mod rng;
 pub mod rpc;
 pub mod server;
+pub mod store;
 pub mod timer;
 pub mod tls;
 pub mod webhook;

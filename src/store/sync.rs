@@ -1,0 +1,381 @@
+//! The sync thread: makes what logs wrote durable (`fdatasync`) according to `--fsync`,
+//! reports the highest synced log sequence number, and deletes retired segments once the
+//! copies made before retiring them are synced.
+//!
+//! Group commit: a sync round takes the highest LSN written so far, syncs every file the log
+//! wrote since its last round, then reports that LSN; whatever is written meanwhile is
+//! covered by the next round, so one `fdatasync` serves every record that arrived while the
+//! previous one ran. One [`Syncer`] (one thread) may serve any number of logs.
+//!
+//! Owns the thread and the per-log shared slot; must not write records or decide what is
+//! live. The callbacks run on this thread: they must only hand the news on.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::metrics::StoreMetrics;
+use super::{SegmentId, StoreError};
+
+/// When records reach stable storage (DECISIONS §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsyncMode {
+    /// After every write round (group commit); publishes wait for it.
+    Always,
+    /// At least once a second.
+    #[default]
+    Everysec,
+    /// When the kernel decides (syncs only to make deletes after compaction safe).
+    Off,
+}
+
+impl FromStr for FsyncMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "always" => Ok(FsyncMode::Always),
+            "everysec" => Ok(FsyncMode::Everysec),
+            "off" => Ok(FsyncMode::Off),
+            _ => Err(format!("--fsync {s}: expected always, everysec or off")),
+        }
+    }
+}
+
+/// What the sync thread tells a log's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncEvent {
+    /// Every record up to this LSN is on stable storage, except those reported in a
+    /// `Failed` and those a failed `Log::flush` said were lost (never written).
+    Synced(u64),
+    /// A sync failed: records up to this LSN may not be on stable storage (with `always`,
+    /// answer their publishes `storage unavailable`). `Log::health` says why.
+    Failed(u64),
+    /// This segment's file was deleted (its retirement is final).
+    Retired(SegmentId),
+}
+
+/// The callback a log's owner gives: called on the sync thread, for that log only.
+pub type OnSync = Box<dyn Fn(SyncEvent) + Send>;
+
+/// What a log and the sync thread share.
+pub(crate) struct Slot {
+    dir: PathBuf,
+    pub(crate) metrics: Arc<StoreMetrics>,
+    state: Mutex<SlotState>,
+    on_sync: Mutex<OnSync>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// Highest LSN handed to the kernel.
+    written: u64,
+    /// Highest LSN covered by a sync round (synced or reported failed).
+    synced: u64,
+    /// Files written since their last sync.
+    files: Vec<(SegmentId, Arc<File>)>,
+    /// A segment was created since the last directory sync.
+    dir_dirty: bool,
+    /// Segments to delete once `synced` reaches the LSN: (lsn, id, path).
+    retire: Vec<(u64, SegmentId, PathBuf)>,
+    /// The last sync failure, until a sync succeeds.
+    error: Option<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Inner {
+    mode: FsyncMode,
+    wake: Mutex<Wake>,
+    cv: Condvar,
+    slots: Mutex<Vec<Arc<Slot>>>,
+}
+
+#[derive(Default)]
+struct Wake {
+    pending: bool,
+    shutdown: bool,
+    /// The thread is waiting on the condvar (otherwise it sees `pending` before it waits,
+    /// and a notify would be a wasted `futex` call on the worker's loop).
+    sleeping: bool,
+}
+
+impl Inner {
+    fn wake(&self) {
+        let mut w = lock(&self.wake);
+        w.pending = true;
+        if w.sleeping {
+            self.cv.notify_one();
+        }
+    }
+}
+
+/// A sync thread serving one or more logs. Dropping it (or [`Syncer::shutdown`]) runs a
+/// last full sync of every log, whatever the mode, then joins the thread.
+pub struct Syncer {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A log's link to its sync thread.
+pub(crate) struct SyncHandle {
+    inner: Arc<Inner>,
+    pub(crate) slot: Arc<Slot>,
+}
+
+impl Syncer {
+    /// Starts the thread.
+    pub fn start(mode: FsyncMode) -> Result<Syncer, StoreError> {
+        let inner = Arc::new(Inner {
+            mode,
+            wake: Mutex::new(Wake::default()),
+            cv: Condvar::new(),
+            slots: Mutex::new(Vec::new()),
+        });
+        let i = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name("store-sync".into())
+            .spawn(move || run(&i))
+            .map_err(|e| StoreError::io("spawn the sync thread for", "", e))?;
+        Ok(Syncer {
+            inner,
+            thread: Some(thread),
+        })
+    }
+
+    /// The mode it was started with.
+    pub fn mode(&self) -> FsyncMode {
+        self.inner.mode
+    }
+
+    pub(crate) fn register(
+        &self,
+        dir: &Path,
+        metrics: Arc<StoreMetrics>,
+        on_sync: OnSync,
+    ) -> SyncHandle {
+        let slot = Arc::new(Slot {
+            dir: dir.to_path_buf(),
+            metrics,
+            state: Mutex::new(SlotState::default()),
+            on_sync: Mutex::new(on_sync),
+        });
+        lock(&self.inner.slots).push(slot.clone());
+        SyncHandle {
+            inner: self.inner.clone(),
+            slot,
+        }
+    }
+
+    /// Runs a last full sync of every log and stops the thread (SIGTERM).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        lock(&self.inner.wake).shutdown = true;
+        self.inner.cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl SyncHandle {
+    /// The log handed records up to `lsn` to the kernel, the last of them in `file`
+    /// (`created`: that file is new, so the directory needs a sync too).
+    pub(crate) fn written(&self, lsn: u64, seg: SegmentId, file: &Arc<File>, created: bool) {
+        let wake = {
+            let mut st = lock(&self.slot.state);
+            st.written = lsn;
+            if !st.files.iter().any(|(id, _)| *id == seg) {
+                st.files.push((seg, file.clone()));
+            }
+            st.dir_dirty |= created;
+            self.inner.mode == FsyncMode::Always || !st.retire.is_empty()
+        };
+        if wake {
+            self.inner.wake();
+        }
+    }
+
+    /// Delete `path` (segment `seg`) once records up to `lsn` are synced.
+    pub(crate) fn retire(&self, lsn: u64, seg: SegmentId, path: PathBuf) {
+        lock(&self.slot.state).retire.push((lsn, seg, path));
+        self.inner.wake();
+    }
+
+    /// The last sync failure, until a later sync succeeds.
+    pub(crate) fn error(&self) -> Option<String> {
+        lock(&self.slot.state).error.clone()
+    }
+
+    /// A full sync round on the caller's thread (start-up, tests); callbacks run here.
+    pub(crate) fn sync_now(&self) -> Result<(), StoreError> {
+        sync_slot(&self.slot, true);
+        match self.error() {
+            None => Ok(()),
+            Some(e) => Err(StoreError::io(
+                "sync",
+                &self.slot.dir,
+                std::io::Error::other(e),
+            )),
+        }
+    }
+}
+
+fn run(inner: &Inner) {
+    let tick = Duration::from_secs(1);
+    let mut next_tick = Instant::now() + tick;
+    loop {
+        let shutdown = {
+            let mut w = lock(&inner.wake);
+            while !w.pending && !w.shutdown {
+                w.sleeping = true;
+                if inner.mode != FsyncMode::Everysec {
+                    w = inner.cv.wait(w).unwrap_or_else(PoisonError::into_inner);
+                    w.sleeping = false;
+                    continue;
+                }
+                let now = Instant::now();
+                if now >= next_tick {
+                    w.sleeping = false;
+                    break;
+                }
+                w = inner
+                    .cv
+                    .wait_timeout(w, next_tick - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                w.sleeping = false;
+            }
+            w.pending = false;
+            w.shutdown
+        };
+        let now = Instant::now();
+        let periodic = inner.mode == FsyncMode::Everysec && now >= next_tick;
+        if periodic {
+            next_tick = now + tick;
+        }
+        let full = inner.mode == FsyncMode::Always || periodic || shutdown;
+        let slots = lock(&inner.slots).clone();
+        for slot in &slots {
+            sync_slot(slot, full);
+        }
+        if shutdown {
+            return;
+        }
+    }
+}
+
+/// One sync round of one log. `full`: sync whatever was written; otherwise only what a
+/// pending delete waits for.
+fn sync_slot(slot: &Slot, full: bool) {
+    let (target, files, dir_dirty) = {
+        let mut st = lock(&slot.state);
+        let unsynced = st.written > st.synced || st.dir_dirty;
+        let retire_waits = st.retire.iter().any(|r| r.0 > st.synced);
+        if !(unsynced && (full || retire_waits)) {
+            drop(st);
+            delete_retired(slot);
+            return;
+        }
+        (
+            st.written,
+            std::mem::take(&mut st.files),
+            std::mem::take(&mut st.dir_dirty),
+        )
+    };
+    let t0 = Instant::now();
+    let mut result = files
+        .iter()
+        .try_for_each(|(_, f)| f.sync_data())
+        .map_err(|e| format!("fdatasync in {}: {e}", slot.dir.display()));
+    if result.is_ok() && dir_dirty {
+        result = sync_dir(&slot.dir);
+    }
+    slot.metrics
+        .sync_latency
+        .observe(t0.elapsed().as_micros() as u64);
+    slot.metrics.syncs.add(1);
+    let advanced = {
+        let mut st = lock(&slot.state);
+        let advanced = target > st.synced;
+        st.synced = st.synced.max(target);
+        if let Err(e) = &result {
+            log::error!("store: {e}; records up to {target} may not be durable");
+            st.error = Some(e.clone());
+        } else {
+            st.error = None;
+        }
+        advanced
+    };
+    let cb = lock(&slot.on_sync);
+    match result {
+        Ok(()) if advanced => cb(SyncEvent::Synced(target)),
+        Ok(()) => {}
+        Err(_) => {
+            slot.metrics.sync_errors.add(1);
+            cb(SyncEvent::Failed(target));
+            return;
+        }
+    }
+    drop(cb);
+    delete_retired(slot);
+}
+
+/// Deletes the retired segments whose copies are synced, then syncs the directory.
+fn delete_retired(slot: &Slot) {
+    let ready: Vec<(u64, SegmentId, PathBuf)> = {
+        let mut st = lock(&slot.state);
+        if st.error.is_some() {
+            return;
+        }
+        let synced = st.synced;
+        let (ready, wait) = std::mem::take(&mut st.retire)
+            .into_iter()
+            .partition(|r| r.0 <= synced);
+        st.retire = wait;
+        ready
+    };
+    if ready.is_empty() {
+        return;
+    }
+    let mut done = Vec::with_capacity(ready.len());
+    for (_, id, path) in ready {
+        match std::fs::remove_file(&path) {
+            Ok(()) => done.push(id),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => done.push(id),
+            Err(e) => {
+                log::error!("store: delete {}: {e}", path.display());
+                slot.metrics.sync_errors.add(1);
+            }
+        }
+    }
+    if let Err(e) = sync_dir(&slot.dir) {
+        log::error!("store: {e}");
+        slot.metrics.sync_errors.add(1);
+    }
+    slot.metrics.segments_retired.add(done.len() as u64);
+    let cb = lock(&slot.on_sync);
+    for id in done {
+        cb(SyncEvent::Retired(id));
+    }
+}
+
+/// `fsync` of a directory (new or deleted entries become durable).
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), String> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("sync directory {}: {e}", dir.display()))
+}

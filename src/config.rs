@@ -101,6 +101,12 @@ pub struct Config {
     )]
     pub data_dir: String,
 
+    /// Redis servers that hold the cluster's shared state (`redis://[user:password@]host:port/db`),
+    /// comma-separated or repeated; every node must list the same servers in the same order.
+    /// Without it the node is standalone.
+    #[arg(long, env = "WALLETRELAY_REDIS", value_delimiter = ',')]
+    pub redis: Vec<String>,
+
     /// When a publish is answered relative to the disk: `always` (after `fdatasync`, group
     /// commit), `everysec` (synced at least once a second), `off` (the kernel decides). In
     /// every mode the record reaches the kernel before the answer (it survives `kill -9`).

@@ -9,13 +9,27 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+/// A part asked at each `/health` request: `Err(why)` while it fails.
+pub type Check = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 /// Shared by every worker and helper thread.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Health {
     /// How many parts fail now.
     failing: AtomicUsize,
     /// Each failing part and why.
     problems: Mutex<Vec<(String, String)>>,
+    /// Parts asked rather than reporting (set at start).
+    checks: Vec<Check>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("failing", &self.failing)
+            .field("checks", &self.checks.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Health {
@@ -36,16 +50,19 @@ impl Health {
         self.failing.store(p.len(), Ordering::Release);
     }
 
+    /// Adds a part that is asked at each request (before the `Health` is shared).
+    pub fn add_check(&mut self, check: Check) {
+        self.checks.push(check);
+    }
+
     /// Why the server is unhealthy, `None` when it is healthy.
     pub fn problem(&self) -> Option<String> {
-        if self.failing.load(Ordering::Acquire) == 0 {
-            return None;
+        let mut text: Vec<String> = self.checks.iter().filter_map(|c| c().err()).collect();
+        if self.failing.load(Ordering::Acquire) > 0 {
+            if let Ok(p) = self.problems.lock() {
+                text.extend(p.iter().map(|(part, why)| format!("{part}: {why}")));
+            }
         }
-        let p = self.problems.lock().ok()?;
-        let text: Vec<String> = p
-            .iter()
-            .map(|(part, why)| format!("{part}: {why}"))
-            .collect();
         (!text.is_empty()).then(|| text.join("; "))
     }
 }
@@ -69,5 +86,8 @@ mod tests {
         h.report("redis 1", None);
         h.report("never failed", None);
         assert_eq!(h.problem(), None);
+        let mut asked = Health::default();
+        asked.add_check(Box::new(|| Err("redis 0: down".into())));
+        assert_eq!(asked.problem().as_deref(), Some("redis 0: down"));
     }
 }

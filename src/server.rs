@@ -7,7 +7,6 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -20,11 +19,11 @@ use crate::conn::Shared;
 use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
-use crate::relay::engine::local::{HomeMsg, LocalEngine, LocalShared};
-use crate::relay::engine::EngineMsg;
-use crate::relay::{CoreMsg, Mailboxes, Placement, Relay};
-use crate::webhook::{WebhookConfig, WebhookPool};
+use crate::relay::{CoreMsg, Mailboxes, Relay};
+use crate::webhook::WebhookPool;
 use crate::worker::{Worker, WAKER};
+
+mod engines;
 
 /// Why the server could not start.
 #[derive(Debug, Error)]
@@ -32,6 +31,9 @@ pub enum StartError {
     /// The registry data is bad.
     #[error("registry: {0}")]
     Registry(#[from] RegistryError),
+    /// The Redis servers of `--redis` could not be used.
+    #[error("{0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
     /// A socket, poll or thread could not be created.
     #[error("{what}: {source}")]
     Io {
@@ -53,6 +55,8 @@ pub struct Server {
     mailboxes: Arc<Mailboxes>,
     threads: Vec<JoinHandle<()>>,
     webhooks: WebhookPool,
+    /// The Redis side, when the node is part of a cluster.
+    cluster: Option<Arc<crate::cluster::Cluster>>,
     limits: crate::config::Limits,
 }
 
@@ -247,24 +251,8 @@ impl Server {
             listeners.push(bind(addr, &config).map_err(io_err("binding a worker listener"))?);
         }
 
-        let placement = Placement::new(n, random_seeds());
-        let webhooks = {
-            // A webhook given up by the pool is removed on its topic's home worker.
-            let (mailboxes, placement) = (mailboxes.clone(), placement.clone());
-            WebhookPool::start(
-                WebhookConfig {
-                    threads: config.limits.webhook_threads,
-                    queue: config.limits.webhook_queue,
-                    allow_private: config.webhook_allow_private,
-                    ..WebhookConfig::default()
-                },
-                Arc::new(move |topic: Arc<str>, url: Arc<str>| {
-                    let home = placement.of(&topic);
-                    let msg = HomeMsg::RemoveWebhook { topic, url };
-                    mailboxes.send_external(home, CoreMsg::Engine(EngineMsg::Local(msg)))
-                }),
-            )
-        };
+        let built = engines::build(&config, &mailboxes, &metrics, random_seeds())?;
+        let webhooks = built.webhooks;
         let shared = Arc::new(Shared {
             hello: Response::new(
                 200,
@@ -274,17 +262,10 @@ impl Server {
             registry,
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
-            health: Arc::default(),
+            health: Arc::new(built.health),
+            exporters: built.exporters,
             config: config.clone(),
         });
-        let local = LocalShared {
-            placement,
-            mailboxes: mailboxes.clone(),
-            limits: config.limits.clone(),
-            metrics: metrics.clone(),
-            webhooks: webhooks.clone(),
-            webhook_count: Arc::new(AtomicUsize::new(0)),
-        };
         // This process among the relay's nodes: random, never 0 (`Origin::NONE`).
         let node = random_seeds()[0] | 1;
         let cores = if config.no_pin {
@@ -311,17 +292,9 @@ impl Server {
             }
         }
         let mut threads = Vec::with_capacity(n);
-        for (i, ((poll, listener), inbox)) in
-            polls.into_iter().zip(listeners).zip(inboxes).enumerate()
-        {
-            let engine = LocalEngine::new(i, local.clone());
-            let relay = Relay::new(
-                i,
-                node,
-                Box::new(engine),
-                config.limits.clone(),
-                metrics.clone(),
-            );
+        let parts = polls.into_iter().zip(listeners).zip(inboxes);
+        for (i, (((poll, listener), inbox), engine)) in parts.zip(built.engines).enumerate() {
+            let relay = Relay::new(i, node, engine, config.limits.clone(), metrics.clone());
             let listener = mio::net::TcpListener::from_std(listener);
             let worker = Worker::new(
                 i,
@@ -360,6 +333,7 @@ impl Server {
             mailboxes,
             threads,
             webhooks,
+            cluster: built.cluster,
             limits: config.limits.clone(),
         })
     }
@@ -376,6 +350,9 @@ impl Server {
         }
         for t in self.threads {
             let _ = t.join();
+        }
+        if let Some(c) = &self.cluster {
+            c.shutdown();
         }
         let _ = webhooks.join();
     }

@@ -42,8 +42,11 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
             Some(why) => Response::json_error(503, &why),
         },
         Route::Metrics => {
-            let pool = &ctx.shared.webhooks;
-            let body = ctx.shared.metrics.render(&|s| pool.render_metrics(s));
+            let (pool, more) = (&ctx.shared.webhooks, &ctx.shared.exporters);
+            let body = ctx.shared.metrics.render(&|s| {
+                pool.render_metrics(s);
+                more.iter().for_each(|e| e(s));
+            });
             Response::new(200, "text/plain; version=0.0.4; charset=utf-8", body)
         }
         Route::Registry => ctx.answers.respond(&ctx.shared.registry, &req),

@@ -48,7 +48,12 @@ pub struct Shared {
     pub hello: Response,
     /// What `/health` reports.
     pub health: Arc<crate::health::Health>,
+    /// More `/metrics` text (the engines' figures), each appending its own lines.
+    pub exporters: Vec<Exporter>,
 }
+
+/// Appends metrics in the Prometheus text format.
+pub type Exporter = Box<dyn Fn(&mut String) + Send + Sync>;
 
 /// A subscription as its connection knows it.
 #[derive(Debug, Clone, Copy)]

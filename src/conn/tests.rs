@@ -115,6 +115,7 @@ impl Bench {
                 webhooks: WebhookPool::default(),
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
                 health: Arc::default(),
+                exporters: Vec::new(),
                 config,
             },
             relay,

@@ -99,6 +99,30 @@ impl Mailboxes {
         log::warn!("worker {to} inbox full; a control message was dropped");
     }
 
+    /// Sends one message from a helper thread that may wait (a store's answers must not be
+    /// dropped): retries while the queue is full, gives up only when the worker is gone.
+    pub fn send_blocking(&self, to: usize, msg: CoreMsg) {
+        let Some(mb) = self.boxes.get(to) else {
+            return;
+        };
+        let mut batch = vec![msg];
+        let mut pause = std::time::Duration::from_micros(50);
+        loop {
+            match mb.tx.try_send(batch) {
+                Ok(()) => {
+                    if mb.sleeping.swap(false, Ordering::SeqCst) {
+                        let _ = mb.waker.wake();
+                    }
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => return,
+                Err(TrySendError::Full(b)) => batch = b,
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Sets or clears worker `who`'s sleeping flag (only `who` itself calls this).
     pub fn set_sleeping(&self, who: usize, v: bool) {
         if let Some(mb) = self.boxes.get(who) {

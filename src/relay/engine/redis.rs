@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Done, Engine, EngineMsg, Event, Events, History, Message, Position, PublishReq, Stored,
-    Ticket,
+    Done, Engine, EngineMsg, Event, Events, History, Message, Position, PublishReq, Stored, Ticket,
 };
 use crate::cluster::{self, ClusterEvent, ClusterHandle, PublishOutcome, WebhookAdd, NS_V2};
 use crate::relay::error::RelayError;
@@ -132,16 +131,14 @@ impl RedisEngine {
                 return out.push(Event::History { ticket, result });
             }
         };
-        reading
-            .messages
-            .extend(h.messages.iter().map(|m| Message {
-                pos: Position {
-                    epoch: h.epoch,
-                    seq: m.seq,
-                },
-                data: m.data.clone(),
-                origin: m.origin,
-            }));
+        reading.messages.extend(h.messages.iter().map(|m| Message {
+            pos: Position {
+                epoch: h.epoch,
+                seq: m.seq,
+            },
+            data: m.data.clone(),
+            origin: m.origin,
+        }));
         if h.more() {
             // The next page, after what this one examined.
             let (topic, after) = (

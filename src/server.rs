@@ -23,6 +23,7 @@ use crate::relay::{CoreMsg, Mailboxes, Relay};
 use crate::webhook::WebhookPool;
 use crate::worker::{Worker, WAKER};
 
+mod durable;
 mod engines;
 
 /// Why the server could not start.
@@ -31,6 +32,9 @@ pub enum StartError {
     /// The registry data is bad.
     #[error("registry: {0}")]
     Registry(#[from] RegistryError),
+    /// The data directory could not be used (locked by another process, unreadable...).
+    #[error("data directory: {0}")]
+    Store(#[from] crate::store::StoreError),
     /// The Redis servers of `--redis` could not be used.
     #[error("{0}")]
     Cluster(#[from] crate::cluster::ClusterError),
@@ -57,6 +61,8 @@ pub struct Server {
     webhooks: WebhookPool,
     /// The Redis side, when the node is part of a cluster.
     cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The data directory's lock, released when the process ends.
+    _lock: Option<crate::store::DirLock>,
     limits: crate::config::Limits,
 }
 
@@ -262,7 +268,7 @@ impl Server {
             registry,
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
-            health: Arc::new(built.health),
+            health: built.health,
             exporters: built.exporters,
             config: config.clone(),
         });
@@ -334,6 +340,7 @@ impl Server {
             threads,
             webhooks,
             cluster: built.cluster,
+            _lock: built.lock,
             limits: config.limits.clone(),
         })
     }

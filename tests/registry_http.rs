@@ -539,7 +539,13 @@ fn registry_dir_serves_a_generated_registry() {
 /// Runs the server expecting it to refuse to start; returns its stderr.
 fn refuses_to_start(dir: &std::path::Path) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_walletrelay"))
-        .args(["--listen", "127.0.0.1:0", "--registry-dir"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            "none",
+            "--registry-dir",
+        ])
         .arg(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

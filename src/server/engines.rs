@@ -1,5 +1,6 @@
 //! Which engine keeps the topics' state, built once at start from the flags: Redis when
-//! `--redis` is given (DECISIONS §7), else the in-memory engine of the home workers. Also
+//! `--redis` is given (DECISIONS §7), else the home workers' engine, durable in
+//! `--data-dir` (DECISIONS §6) unless that is `none` (memory only). Also
 //! what depends on that choice: where the webhook pool sends a webhook it gave up on, what
 //! `/health` asks, what `/metrics` adds, and what must stop at shutdown.
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use super::StartError;
 use crate::cluster::{Cluster, ClusterConfig};
-use crate::config::Config;
+use crate::config::{Config, Fsync};
 use crate::conn::Exporter;
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -16,6 +17,7 @@ use crate::relay::engine::local::{HomeMsg, LocalEngine, LocalShared};
 use crate::relay::engine::redis::RedisEngine;
 use crate::relay::engine::EngineMsg;
 use crate::relay::{CoreMsg, Engine, Mailboxes, Placement};
+use crate::store::FsyncMode;
 use crate::webhook::{OnGone, WebhookConfig, WebhookPool};
 
 /// The engines, one per worker, and what goes with them.
@@ -25,11 +27,13 @@ pub struct Built {
     /// The webhook delivery pool the engines submit to.
     pub webhooks: WebhookPool,
     /// What `/health` asks.
-    pub health: Health,
+    pub health: Arc<Health>,
     /// What `/metrics` adds.
     pub exporters: Vec<Exporter>,
     /// Stopped at shutdown.
     pub cluster: Option<Arc<Cluster>>,
+    /// The data directory's lock, held for the process lifetime.
+    pub lock: Option<crate::store::DirLock>,
 }
 
 fn pool(config: &Config, on_gone: OnGone) -> WebhookPool {
@@ -44,27 +48,85 @@ fn pool(config: &Config, on_gone: OnGone) -> WebhookPool {
     )
 }
 
-/// Builds the engines for `n` workers.
+/// Builds the engines for `n` workers: Redis with `--redis`, else the in-memory engine,
+/// durable unless `--data-dir none`.
 pub fn build(
     config: &Config,
     mailboxes: &Arc<Mailboxes>,
     metrics: &Arc<Metrics>,
     seeds: [u64; 4],
 ) -> Result<Built, StartError> {
-    if config.redis.is_empty() {
-        Ok(memory(config, mailboxes, metrics, seeds))
-    } else {
-        redis(config, mailboxes)
+    if !config.redis.is_empty() {
+        return redis(config, mailboxes);
     }
+    let Some(dir) = config.data_dir() else {
+        let (engines, webhooks) = local(config, mailboxes, metrics, seeds);
+        log::info!("no data directory: the relay's state lives in memory only");
+        return Ok(Built {
+            engines: engines.into_iter().map(boxed).collect(),
+            webhooks,
+            health: Arc::default(),
+            exporters: Vec::new(),
+            cluster: None,
+            lock: None,
+        });
+    };
+    durable(config, mailboxes, metrics, seeds, &dir)
 }
 
-/// The in-memory engine: each topic on its home worker.
-fn memory(
+fn boxed(e: LocalEngine) -> Box<dyn Engine> {
+    Box::new(e)
+}
+
+/// The durable local engine: the in-memory engine with a log per worker in `dir`.
+fn durable(
     config: &Config,
     mailboxes: &Arc<Mailboxes>,
     metrics: &Arc<Metrics>,
     seeds: [u64; 4],
-) -> Built {
+    dir: &std::path::Path,
+) -> Result<Built, StartError> {
+    let (lock, seeds) = super::durable::open(dir, seeds)?;
+    let (mut engines, webhooks) = local(config, mailboxes, metrics, seeds);
+    let placement = Placement::new(mailboxes.len(), seeds);
+    let health = Arc::new(Health::default());
+    let mode = match config.fsync {
+        Fsync::Always => FsyncMode::Always,
+        Fsync::Everysec => FsyncMode::Everysec,
+        Fsync::Off => FsyncMode::Off,
+    };
+    let d = super::durable::recover(
+        dir,
+        lock,
+        &mut engines,
+        &placement,
+        mode,
+        mailboxes,
+        &health,
+    )?;
+    let (logs, stats) = (d.logs, d.stats);
+    let exporters: Vec<Exporter> = vec![Box::new(move |s: &mut String| {
+        let refs: Vec<(&str, &crate::store::StoreMetrics)> =
+            logs.iter().map(|(o, m)| (o.as_str(), &**m)).collect();
+        crate::store::metrics::render(s, &refs, &stats);
+    })];
+    Ok(Built {
+        engines: engines.into_iter().map(boxed).collect(),
+        webhooks,
+        health,
+        exporters,
+        cluster: None,
+        lock: Some(d.lock),
+    })
+}
+
+/// The in-memory engines: each topic on its home worker.
+fn local(
+    config: &Config,
+    mailboxes: &Arc<Mailboxes>,
+    metrics: &Arc<Metrics>,
+    seeds: [u64; 4],
+) -> (Vec<LocalEngine>, WebhookPool) {
     let placement = Placement::new(mailboxes.len(), seeds);
     // A webhook given up by the pool is removed on its topic's home worker.
     let on_gone: OnGone = {
@@ -85,15 +147,9 @@ fn memory(
         webhook_count: Arc::new(AtomicUsize::new(0)),
     };
     let engines = (0..mailboxes.len())
-        .map(|i| Box::new(LocalEngine::new(i, local.clone())) as Box<dyn Engine>)
+        .map(|i| LocalEngine::new(i, local.clone()))
         .collect();
-    Built {
-        engines,
-        webhooks,
-        health: Health::default(),
-        exporters: Vec::new(),
-        cluster: None,
-    }
+    (engines, webhooks)
 }
 
 /// The Redis engine: each topic on its Redis shard, shared by every node.
@@ -128,6 +184,7 @@ fn redis(config: &Config, mailboxes: &Arc<Mailboxes>) -> Result<Built, StartErro
     let mut health = Health::default();
     let c = cluster.clone();
     health.add_check(Box::new(move || c.healthy()));
+    let health = Arc::new(health);
     let c = cluster.clone();
     let exporters: Vec<Exporter> = vec![Box::new(move |s: &mut String| c.render_metrics(s))];
     log::info!(
@@ -140,5 +197,6 @@ fn redis(config: &Config, mailboxes: &Arc<Mailboxes>) -> Result<Built, StartErro
         health,
         exporters,
         cluster: Some(cluster),
+        lock: None,
     })
 }

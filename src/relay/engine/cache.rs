@@ -53,6 +53,8 @@ pub struct Cached {
     pub expires: u64,
     /// Who published it.
     pub origin: Origin,
+    /// Its record in the durable log, when there is one.
+    pub record: Option<crate::store::Loc>,
     prev: usize,
     next: usize,
 }
@@ -130,6 +132,18 @@ impl Cache {
         self.msgs.get(key)
     }
 
+    /// Records where the message at `key` lives in the durable log.
+    pub fn set_record(&mut self, key: usize, loc: crate::store::Loc) {
+        if let Some(m) = self.msgs.get_mut(key) {
+            m.record = Some(loc);
+        }
+    }
+
+    /// One past the highest key ever used: keys `0..key_bound()` cover every message.
+    pub fn key_bound(&self) -> usize {
+        self.high
+    }
+
     /// Stores message number `topic_seq` of the topic in slot `topic`; returns its key.
     #[allow(
         clippy::too_many_arguments,
@@ -155,6 +169,7 @@ impl Cache {
             data,
             expires,
             origin,
+            record: None,
             prev: self.newest.unwrap_or(NIL),
             next: NIL,
         });

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use slab::Slab;
 
 use super::cache::{Cache, Cached};
-use super::{new_epoch, History, Message, Position, PublishReq, Stored};
+use super::{new_epoch, History, Message, Origin, Position, PublishReq, Stored};
 use crate::config::Limits;
 use crate::metrics::{CoreMetrics, DropReason, Metrics};
 use crate::relay::error::RelayError;
+use crate::store::{Loc, SegmentId};
 
 /// One home topic.
 #[derive(Debug)]
@@ -34,8 +35,29 @@ pub struct HomeTopic {
     /// Content hash -> how many of `cached` have it: a publish whose hash is absent is new
     /// without reading any cached message; a present one is compared byte for byte.
     hashes: HashMap<u64, u32, foldhash::fast::RandomState>,
-    /// Webhook addresses.
-    pub webhooks: Vec<Arc<str>>,
+    /// Webhook registrations.
+    pub webhooks: Vec<Webhook>,
+}
+
+/// A webhook registration of a home topic.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    /// Its address.
+    pub url: Arc<str>,
+    /// Its record in the durable log, when there is one.
+    pub record: Option<Loc>,
+}
+
+/// What [`HomeTopics::store`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOutcome {
+    /// Stored (with its position) or a duplicate.
+    pub stored: Stored,
+    /// The topic's slot, if the topic is still here (the byte budget may have evicted all
+    /// of it, the topic too).
+    pub slot: Option<u32>,
+    /// The new message's cache key, if it is still cached.
+    pub key: Option<usize>,
 }
 
 impl HomeTopic {
@@ -95,6 +117,8 @@ pub struct HomeTopics {
     metrics: Arc<Metrics>,
     /// Webhook registrations of the whole process (`--max-webhooks`).
     webhook_count: Arc<AtomicUsize>,
+    /// Records of what was removed since the engine last took them (to release in the log).
+    released: Vec<Loc>,
 }
 
 impl HomeTopics {
@@ -117,6 +141,7 @@ impl HomeTopics {
             limits,
             metrics,
             webhook_count,
+            released: Vec::new(),
         }
     }
 
@@ -158,28 +183,52 @@ impl HomeTopics {
     }
 
     /// Stores a publish whose content hash is `hash` at `now` (worker clock, ms): dedup,
-    /// next position, per-topic cap, byte budget. Returns the outcome and, when stored, the topic's slot if the topic is
-    /// still here (the budget may have evicted everything of it, the topic too).
-    pub fn store(&mut self, req: &PublishReq, hash: u64, now: u64) -> (Stored, Option<u32>) {
+    /// next position, per-topic cap, byte budget.
+    pub fn store(&mut self, req: &PublishReq, hash: u64, now: u64) -> StoreOutcome {
         let slot = self.slot_of(&req.topic);
         if self.is_duplicate(slot, req, hash) {
             self.m().drop(DropReason::Duplicate, 1);
             self.gc(slot);
-            return (Stored::Duplicate, None);
+            return StoreOutcome {
+                stored: Stored::Duplicate,
+                slot: None,
+                key: None,
+            };
         }
         let expires = now + u64::from(req.ttl) * 1000;
         let t = &mut self.topics[slot as usize];
         t.last_seq += 1;
         let pos = t.last();
-        let key = self
-            .cache
-            .insert(slot, pos.seq, hash, req.data.clone(), expires, req.origin);
+        let key = self.insert(slot, pos.seq, hash, req.data.clone(), expires, req.origin);
+        self.m().stored.inc();
+        let still = self.topics.contains(slot as usize).then_some(slot);
+        StoreOutcome {
+            stored: Stored::New(pos),
+            slot: still,
+            key: self
+                .cache
+                .get(key)
+                .is_some_and(|m| m.topic == slot && m.topic_seq == pos.seq)
+                .then_some(key),
+        }
+    }
+
+    /// Caches a message of the topic in `slot`, then enforces the per-topic cap and the
+    /// byte budget; returns its key (which the budget may already have evicted).
+    fn insert(
+        &mut self,
+        slot: u32,
+        seq: u64,
+        hash: u64,
+        data: bytes::Bytes,
+        expires: u64,
+        origin: Origin,
+    ) -> usize {
+        let key = self.cache.insert(slot, seq, hash, data, expires, origin);
         let t = &mut self.topics[slot as usize];
         t.cached.push_back(key);
         t.note(hash);
-        self.m().stored.inc();
         self.m().cached_messages.inc();
-        // Per-topic cap: evict this topic's oldest.
         while self.topics[slot as usize].cached.len() > self.limits.max_cached_per_topic {
             let Some(old) = self.topics[slot as usize].cached.front().copied() else {
                 break;
@@ -191,8 +240,7 @@ impl HomeTopics {
             self.evict(k, DropReason::CacheBytes);
         }
         self.m().cached_bytes.set(self.cache.bytes() as u64);
-        let still = self.topics.contains(slot as usize).then_some(slot);
-        (Stored::New(pos), still)
+        key
     }
 
     /// A message identical to `req` is cached on the topic.
@@ -213,6 +261,9 @@ impl HomeTopics {
         };
         self.m().cached_messages.sub(1);
         self.m().drop(why, 1);
+        if let Some(loc) = m.record {
+            self.released.push(loc);
+        }
         if let Some(t) = self.topics.get_mut(m.topic as usize) {
             if t.cached.front() == Some(&key) {
                 t.cached.pop_front();
@@ -294,39 +345,150 @@ impl HomeTopics {
         }
     }
 
-    /// Registers a webhook (the same address twice keeps one).
-    pub fn add_webhook(&mut self, topic: &Arc<str>, url: Arc<str>) -> Result<(), RelayError> {
+    /// Registers a webhook (the same address twice keeps one). `Ok(true)`: a new one.
+    pub fn add_webhook(&mut self, topic: &Arc<str>, url: Arc<str>) -> Result<bool, RelayError> {
         let slot = self.slot_of(topic);
         let per_topic = self.limits.max_webhooks_per_topic;
         let global = self.limits.max_webhooks;
         let t = &mut self.topics[slot as usize];
-        let res = if t.webhooks.iter().any(|u| **u == *url) {
-            Ok(())
+        let res = if t.webhooks.iter().any(|w| *w.url == *url) {
+            Ok(false)
         } else if t.webhooks.len() >= per_topic {
             Err(RelayError::TooManyWebhooksForTopic)
         } else if self.webhook_count.fetch_add(1, Ordering::Relaxed) >= global {
             self.webhook_count.fetch_sub(1, Ordering::Relaxed);
             Err(RelayError::TooManyWebhooks)
         } else {
-            t.webhooks.push(url);
-            Ok(())
+            t.webhooks.push(Webhook { url, record: None });
+            Ok(true)
         };
         self.gc(slot);
         res
     }
 
-    /// Forgets a webhook.
-    pub fn remove_webhook(&mut self, topic: &str, url: &str) {
-        let Some(slot) = self.find(topic) else {
-            return;
-        };
-        let t = &mut self.topics[slot as usize];
-        let before = t.webhooks.len();
-        t.webhooks.retain(|u| &**u != url);
-        if t.webhooks.len() < before {
-            self.webhook_count.fetch_sub(1, Ordering::Relaxed);
+    /// Records where a webhook registration lives in the durable log.
+    pub fn set_webhook_record(&mut self, topic: &str, url: &str, loc: Loc) {
+        let Some(slot) = self.find(topic) else { return };
+        if let Some(w) = self.topics[slot as usize]
+            .webhooks
+            .iter_mut()
+            .find(|w| &*w.url == url)
+        {
+            w.record = Some(loc);
         }
+    }
+
+    /// Forgets a webhook; `Some(its record)` if it was registered.
+    pub fn remove_webhook(&mut self, topic: &str, url: &str) -> Option<Option<Loc>> {
+        let slot = self.find(topic)?;
+        let t = &mut self.topics[slot as usize];
+        let i = t.webhooks.iter().position(|w| &*w.url == url)?;
+        let w = t.webhooks.swap_remove(i);
+        self.webhook_count.fetch_sub(1, Ordering::Relaxed);
         self.gc(slot);
+        Some(w.record)
+    }
+
+    /// Takes the records of what was removed since the last call.
+    pub fn take_released(&mut self, into: &mut Vec<Loc>) {
+        into.append(&mut self.released);
+    }
+
+    // -------------------------------------------------------------------------------------
+    // The durable engine's side: restoring at start, finding records to copy forward.
+
+    /// Restores a message at start; returns whether it is cached. `expires` is on the
+    /// worker clock. Messages of a topic must come in position order: a newer epoch
+    /// replaces what an older one left (its messages were gone before the topic was
+    /// forgotten; only their records were still on disk).
+    pub fn restore(
+        &mut self,
+        topic: &Arc<str>,
+        msg: Message,
+        hash: u64,
+        expires: u64,
+        record: Loc,
+    ) -> bool {
+        let mut slot = self.slot_of(topic);
+        let t = &self.topics[slot as usize];
+        if msg.pos.epoch > t.epoch && !t.cached.is_empty() {
+            let stale: Vec<usize> = t.cached.iter().copied().collect();
+            for k in stale {
+                self.evict(k, DropReason::Expired);
+            }
+            slot = self.slot_of(topic);
+        }
+        let t = &mut self.topics[slot as usize];
+        if (t.cached.is_empty() && t.last_seq == 0) || msg.pos.epoch > t.epoch {
+            // A topic new here takes the epoch of the history it is restored from.
+            t.epoch = msg.pos.epoch;
+            t.last_seq = 0;
+        }
+        if msg.pos.epoch < t.epoch || msg.pos.seq <= t.last_seq {
+            self.released.push(record);
+            self.gc(slot);
+            return false;
+        }
+        t.last_seq = msg.pos.seq;
+        let key = self.insert(slot, msg.pos.seq, hash, msg.data, expires, msg.origin);
+        let cached = self
+            .cache
+            .get(key)
+            .is_some_and(|m| m.topic == slot && m.topic_seq == msg.pos.seq);
+        if cached {
+            self.cache.set_record(key, record);
+        } else {
+            self.released.push(record);
+        }
+        cached
+    }
+
+    /// Keys of cached messages in `keys` whose record lies in one of `segments`.
+    pub fn records_in(&self, keys: std::ops::Range<usize>, segments: &[SegmentId]) -> Vec<usize> {
+        keys.filter(|&k| {
+            self.cache
+                .get(k)
+                .and_then(|m| m.record)
+                .is_some_and(|r| segments.contains(&r.segment))
+        })
+        .collect()
+    }
+
+    /// One past the highest cache key in use (see `Cache::key_bound`).
+    pub fn key_bound(&self) -> usize {
+        self.cache.key_bound()
+    }
+
+    /// The cached message at `key` with its topic.
+    pub fn message(&self, key: usize) -> Option<(&HomeTopic, &Cached)> {
+        let m = self.cache.get(key)?;
+        Some((self.topics.get(m.topic as usize)?, m))
+    }
+
+    /// Records where the cached message at `key` now lives in the log.
+    pub fn set_record(&mut self, key: usize, loc: Loc) {
+        self.cache.set_record(key, loc);
+    }
+
+    /// Every webhook registration: (topic, url).
+    pub fn all_webhooks(&self) -> Vec<(Arc<str>, Arc<str>)> {
+        self.topics
+            .iter()
+            .flat_map(|(_, t)| t.webhooks.iter().map(|w| (t.name.clone(), w.url.clone())))
+            .collect()
+    }
+
+    /// Webhook registrations whose record lies in one of `segments`: (topic, url).
+    pub fn webhooks_in(&self, segments: &[SegmentId]) -> Vec<(Arc<str>, Arc<str>)> {
+        self.topics
+            .iter()
+            .flat_map(|(_, t)| {
+                t.webhooks
+                    .iter()
+                    .filter(|w| w.record.is_some_and(|r| segments.contains(&r.segment)))
+                    .map(|w| (t.name.clone(), w.url.clone()))
+            })
+            .collect()
     }
 }
 
@@ -361,9 +523,9 @@ mod tests {
     fn positions_count_stored_messages_and_skip_duplicates() {
         let mut h = topics(Limits::default());
         let t: Arc<str> = Arc::from("t");
-        let (a, _) = h.store(&req(&t, "one"), 3, 1);
-        let (dup, _) = h.store(&req(&t, "one"), 3, 2);
-        let (b, _) = h.store(&req(&t, "two"), 3, 3);
+        let a = h.store(&req(&t, "one"), 3, 1).stored;
+        let dup = h.store(&req(&t, "one"), 3, 2).stored;
+        let b = h.store(&req(&t, "two"), 3, 3).stored;
         let (Stored::New(a), Stored::New(b)) = (a, b) else {
             panic!("{a:?} {b:?}");
         };
@@ -388,12 +550,12 @@ mod tests {
     fn a_forgotten_topic_comes_back_in_a_new_epoch() {
         let mut h = topics(Limits::default());
         let t: Arc<str> = Arc::from("t");
-        let (Stored::New(first), _) = h.store(&req(&t, "x"), 1, 1) else {
+        let Stored::New(first) = h.store(&req(&t, "x"), 1, 1).stored else {
             panic!()
         };
         h.sweep(1 + 60_000);
         assert_eq!(h.find("t"), None, "expired and unwatched: forgotten");
-        let (Stored::New(again), _) = h.store(&req(&t, "x"), 1, 70_000) else {
+        let Stored::New(again) = h.store(&req(&t, "x"), 1, 70_000).stored else {
             panic!()
         };
         assert_eq!(again.seq, 1);
@@ -415,7 +577,7 @@ mod tests {
         assert_eq!(seqs, [2, 3]);
         assert_eq!(hist.last.seq, 3);
         // An evicted message is new again.
-        let (again, _) = h.store(&req(&t, "a"), 1, 2);
+        let again = h.store(&req(&t, "a"), 1, 2).stored;
         assert!(matches!(again, Stored::New(p) if p.seq == 4));
     }
 
@@ -445,13 +607,14 @@ mod tests {
             ..Limits::default()
         });
         let t: Arc<str> = Arc::from("t");
-        assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(()));
-        assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(()));
+        assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(true));
+        assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(false));
         assert_eq!(
             h.add_webhook(&t, Arc::from("http://b/")),
             Err(RelayError::TooManyWebhooksForTopic)
         );
-        h.remove_webhook("t", "http://a/");
+        assert_eq!(h.remove_webhook("t", "http://a/"), Some(None));
+        assert_eq!(h.remove_webhook("t", "http://a/"), None);
         assert_eq!(h.find("t"), None, "nothing left: forgotten");
     }
 }

@@ -20,13 +20,15 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use super::home::HomeTopics;
+use super::journal::{Held, Journal, Settled};
+use super::outbox::Outboxes;
 use super::{
     Done, Engine, EngineMsg, Event, Events, Message, Position, PublishReq, Stored, Ticket,
 };
 use crate::config::Limits;
-use crate::metrics::{DropReason, Metrics};
+use crate::metrics::Metrics;
 use crate::relay::error::RelayError;
-use crate::relay::transport::{CoreMsg, Mailboxes, Placement};
+use crate::relay::transport::{Mailboxes, Placement};
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
 
 /// Where an answer goes: the asking worker and its ticket.
@@ -104,12 +106,8 @@ pub enum HomeMsg {
     },
     /// From the home to an asking worker: the answer to one of its tickets.
     Answer(Event),
-}
-
-impl HomeMsg {
-    fn wrap(self) -> CoreMsg {
-        CoreMsg::Engine(EngineMsg::Local(self))
-    }
+    /// From the home's log sync thread to the home: what became of its records.
+    Sync(crate::store::SyncEvent),
 }
 
 /// Messages a worker's cache makes room for at start, for a budget of `bytes`: as many as
@@ -157,10 +155,12 @@ pub struct LocalEngine {
     me: u16,
     shared: LocalShared,
     home: HomeTopics,
-    /// Messages for each worker, sent at the end of the iteration.
-    outbox: Vec<Vec<CoreMsg>>,
-    /// Per destination: topics whose live messages were dropped, owed a `Resync`.
-    resync_owed: Vec<Vec<Arc<str>>>,
+    /// Messages for the other workers, sent at the end of the round.
+    outbox: Outboxes,
+    /// The durable log of the home topics (`--data-dir`), if any.
+    journal: Option<Journal>,
+    /// Answers the journal settled, to send.
+    settled: Vec<Settled>,
 }
 
 impl LocalEngine {
@@ -187,10 +187,26 @@ impl LocalEngine {
         LocalEngine {
             me: me as u16,
             home,
-            outbox: (0..n).map(|_| Vec::new()).collect(),
-            resync_owed: (0..n).map(|_| Vec::new()).collect(),
+            outbox: Outboxes::new(n, shared.limits.core_queue),
+            journal: None,
+            settled: Vec::new(),
             shared,
         }
+    }
+
+    /// Keeps the home topics in `journal` from now on (the durable engine).
+    pub fn set_journal(&mut self, journal: Journal) {
+        self.journal = Some(journal);
+    }
+
+    /// The home state and the journal, while the recovered state is restored.
+    pub fn parts_mut(&mut self) -> (&mut HomeTopics, Option<&mut Journal>) {
+        (&mut self.home, self.journal.as_mut())
+    }
+
+    /// The content hash of `data` (as the dedup check computes it).
+    pub fn content_hash(&self, data: &[u8]) -> u64 {
+        self.shared.placement.content_hash(data)
     }
 
     fn home_of(&self, topic: &str) -> usize {
@@ -202,9 +218,7 @@ impl LocalEngine {
     }
 
     fn send(&mut self, to: usize, msg: HomeMsg) {
-        if let Some(o) = self.outbox.get_mut(to) {
-            o.push(msg.wrap());
-        }
+        self.outbox.push(to, msg);
     }
 
     /// Sends `ev` to the worker that asked (or to this one's relay).
@@ -216,58 +230,140 @@ impl LocalEngine {
         }
     }
 
-    /// Home side of a publish: store, fan out to the watching workers, call the webhooks.
-    fn store_here(&mut self, req: PublishReq, hash: u64, out: &mut Events) -> Stored {
+    /// Home side of a publish: store, record, fan out to the watching workers, call the
+    /// webhooks. Returns the outcome and, when the answer must wait for the disk, the log
+    /// sequence number of its record.
+    fn store_here(
+        &mut self,
+        req: PublishReq,
+        hash: u64,
+        out: &mut Events,
+    ) -> (Result<Stored, RelayError>, Option<u64>) {
+        if self.journal.as_ref().is_some_and(Journal::refuses) {
+            return (Err(RelayError::StorageUnavailable), None);
+        }
         let now = crate::clock::now_ms();
-        let (stored, slot) = self.home.store(&req, hash, now);
-        let (Stored::New(pos), Some(slot)) = (stored, slot) else {
-            return stored;
+        let o = self.home.store(&req, hash, now);
+        let Stored::New(pos) = o.stored else {
+            return (Ok(o.stored), None);
         };
-        let Some(t) = self.home.get(slot) else {
-            return stored;
-        };
-        let msg = Message {
-            pos,
-            data: req.data,
-            origin: req.origin,
-        };
-        for &w in &t.watchers {
-            let ev = (t.name.clone(), msg.clone());
-            if w == self.me {
-                out.push(Event::Live {
-                    topic: ev.0,
-                    msg: ev.1,
-                });
-            } else if let Some(o) = self.outbox.get_mut(usize::from(w)) {
-                o.push(
-                    HomeMsg::Live {
-                        topic: ev.0,
-                        msg: ev.1,
-                    }
-                    .wrap(),
-                );
+        let mut wait = None;
+        if let (Some(j), Some(key)) = (self.journal.as_mut(), o.key) {
+            let expires = now + u64::from(req.ttl) * 1000;
+            if let Some(a) = j.message(&req.topic, pos, expires, req.prompt, &req.data) {
+                self.home.set_record(key, a.loc);
+                wait = j.answers_after_sync().then_some(a.lsn);
+            } else if j.answers_after_sync() {
+                return (Err(RelayError::StorageUnavailable), None);
             }
         }
-        if req.prompt {
-            for url in &t.webhooks {
-                self.shared.webhooks.submit(WebhookCall {
-                    topic: t.name.clone(),
-                    url: url.clone(),
-                });
+        if let Some(t) = o.slot.and_then(|slot| self.home.get(slot)) {
+            let msg = Message {
+                pos,
+                data: req.data,
+                origin: req.origin,
+            };
+            for &w in &t.watchers {
+                let (topic, msg) = (t.name.clone(), msg.clone());
+                if w == self.me {
+                    out.push(Event::Live { topic, msg });
+                } else {
+                    self.outbox
+                        .push(usize::from(w), HomeMsg::Live { topic, msg });
+                }
+            }
+            if req.prompt {
+                for w in &t.webhooks {
+                    self.shared.webhooks.submit(WebhookCall {
+                        topic: t.name.clone(),
+                        url: w.url.clone(),
+                    });
+                }
             }
         }
-        stored
+        (Ok(o.stored), wait)
+    }
+
+    /// Answers a publish of worker `core` (this one included), now or once its record is
+    /// synced.
+    fn answer_publish(
+        &mut self,
+        core: u16,
+        ticket: Ticket,
+        done: (Result<Stored, RelayError>, Option<u64>),
+        out: &mut Events,
+    ) {
+        match (done, self.journal.as_mut()) {
+            ((Ok(stored), Some(lsn)), Some(j)) => {
+                j.hold(lsn, core, ticket, Held::Published(stored))
+            }
+            ((result, _), _) => self.answer(core, Event::Published { ticket, result }, out),
+        }
+    }
+
+    /// Home side of a webhook registration: answered now, or once its record is synced.
+    fn register_here(
+        &mut self,
+        topic: &Arc<str>,
+        url: Arc<str>,
+        core: u16,
+        ticket: Ticket,
+        out: &mut Events,
+    ) {
+        if self.journal.as_ref().is_some_and(Journal::refuses) {
+            let result = Err(RelayError::StorageUnavailable);
+            return self.answer(core, Event::WebhookAdded { ticket, result }, out);
+        }
+        let added = self.home.add_webhook(topic, url.clone());
+        if let (Ok(true), Some(j)) = (&added, self.journal.as_mut()) {
+            if let Some(a) = j.webhook_add(topic, &url) {
+                self.home.set_webhook_record(topic, &url, a.loc);
+                if j.answers_after_sync() {
+                    return j.hold(a.lsn, core, ticket, Held::WebhookAdded);
+                }
+            }
+        }
+        let result = added.map(|_| ());
+        self.answer(core, Event::WebhookAdded { ticket, result }, out);
+    }
+
+    /// Home side of forgetting a webhook (and its record).
+    fn unregister_here(&mut self, topic: &Arc<str>, url: &Arc<str>) {
+        if let (Some(Some(record)), Some(j)) =
+            (self.home.remove_webhook(topic, url), self.journal.as_mut())
+        {
+            j.webhook_remove(topic, url, record);
+        }
+    }
+
+    /// Sends the answers the journal settled.
+    fn send_settled(&mut self, out: &mut Events) {
+        for st in std::mem::take(&mut self.settled) {
+            let ticket = st.ticket;
+            let failed = RelayError::StorageUnavailable;
+            let ev = match (st.what, st.ok) {
+                (Held::Published(stored), true) => Event::Published {
+                    ticket,
+                    result: Ok(stored),
+                },
+                (Held::Published(_), false) => Event::Published {
+                    ticket,
+                    result: Err(failed),
+                },
+                (Held::WebhookAdded, ok) => Event::WebhookAdded {
+                    ticket,
+                    result: if ok { Ok(()) } else { Err(failed) },
+                },
+            };
+            self.answer(st.core, ev, out);
+        }
     }
 
     fn on_home_msg(&mut self, msg: HomeMsg, out: &mut Events) {
         match msg {
             HomeMsg::Publish { req, hash, reply } => {
-                let result = Ok(self.store_here(req, hash, out));
-                let ev = Event::Published {
-                    ticket: reply.ticket,
-                    result,
-                };
-                self.answer(reply.core, ev, out);
+                let done = self.store_here(req, hash, out);
+                self.answer_publish(reply.core, reply.ticket, done, out);
             }
             HomeMsg::Read {
                 topic,
@@ -284,60 +380,18 @@ impl LocalEngine {
             HomeMsg::Watch { topic, core } => self.home.watch(&topic, core),
             HomeMsg::Unwatch { topic, core } => self.home.unwatch(&topic, core),
             HomeMsg::AddWebhook { topic, url, reply } => {
-                let result = self.home.add_webhook(&topic, url);
-                let ev = Event::WebhookAdded {
-                    ticket: reply.ticket,
-                    result,
-                };
-                self.answer(reply.core, ev, out);
+                self.register_here(&topic, url, reply.core, reply.ticket, out)
             }
-            HomeMsg::RemoveWebhook { topic, url } => self.home.remove_webhook(&topic, &url),
+            HomeMsg::RemoveWebhook { topic, url } => self.unregister_here(&topic, &url),
             HomeMsg::Live { topic, msg } => out.push(Event::Live { topic, msg }),
             HomeMsg::Resync { topic } => out.push(Event::Resync { topic }),
             HomeMsg::Answer(ev) => out.push(ev),
-        }
-    }
-
-    /// Makes a batch that found its queue full fit the bound: past `--core-queue` messages,
-    /// publishes are refused (answered `Overloaded` here) and live messages dropped (their
-    /// topics owed a resync); answers and control messages all stay.
-    fn shed(&mut self, to: usize, batch: &mut Vec<CoreMsg>, out: &mut Events) {
-        let cap = self.shared.limits.core_queue;
-        if batch.len() <= cap {
-            return;
-        }
-        let mut kept = 0usize;
-        let mut dropped = 0u64;
-        let mut refused = Vec::new();
-        let mut owed = std::mem::take(&mut self.resync_owed[to]);
-        batch.retain_mut(|m| {
-            kept += 1;
-            if kept <= cap {
-                return true;
-            }
-            match m {
-                CoreMsg::Engine(EngineMsg::Local(HomeMsg::Publish { reply, .. })) => {
-                    refused.push(reply.ticket);
-                    false
+            HomeMsg::Sync(ev) => {
+                if let Some(j) = self.journal.as_mut() {
+                    j.on_sync(ev, &mut self.settled);
                 }
-                CoreMsg::Engine(EngineMsg::Local(HomeMsg::Live { topic, .. })) => {
-                    if !owed.iter().any(|t| t == topic) {
-                        owed.push(topic.clone());
-                    }
-                    dropped += 1;
-                    false
-                }
-                _ => true,
+                self.send_settled(out);
             }
-        });
-        self.resync_owed[to] = owed;
-        let m = &self.shared.metrics.cores[usize::from(self.me)];
-        m.drop(DropReason::CoreQueueFull, dropped + refused.len() as u64);
-        for ticket in refused {
-            out.push(Event::Published {
-                ticket,
-                result: Err(RelayError::Overloaded),
-            });
         }
     }
 }
@@ -352,7 +406,13 @@ impl Engine for LocalEngine {
         let hash = self.shared.placement.content_hash(&req.data);
         let home = self.home_of(&req.topic);
         if home == usize::from(self.me) {
-            return Done::Now(Ok(self.store_here(req, hash, out)));
+            return match self.store_here(req, hash, out) {
+                (result, None) => Done::Now(result),
+                done => {
+                    self.answer_publish(self.me, ticket, done, out);
+                    Done::Later
+                }
+            };
         }
         let reply = Reply {
             core: self.me,
@@ -422,7 +482,8 @@ impl Engine for LocalEngine {
         _out: &mut Events,
     ) -> Done<Result<(), RelayError>> {
         if self.is_mine(topic) {
-            return Done::Now(self.home.add_webhook(topic, url));
+            self.register_here(topic, url, self.me, ticket, _out);
+            return Done::Later;
         }
         let reply = Reply {
             core: self.me,
@@ -436,7 +497,7 @@ impl Engine for LocalEngine {
 
     fn remove_webhook(&mut self, topic: &Arc<str>, url: &Arc<str>) {
         if self.is_mine(topic) {
-            self.home.remove_webhook(topic, url);
+            self.unregister_here(topic, url);
         } else {
             let home = self.home_of(topic);
             let (topic, url) = (topic.clone(), url.clone());
@@ -452,27 +513,20 @@ impl Engine for LocalEngine {
 
     fn tick(&mut self, now: u64, _out: &mut Events) {
         self.home.sweep(now);
+        if let Some(j) = self.journal.as_mut() {
+            j.compact_step(&mut self.home);
+        }
     }
 
     fn flush(&mut self, out: &mut Events) -> bool {
-        let mut waiting = false;
-        for to in 0..self.outbox.len() {
-            if !self.resync_owed[to].is_empty() {
-                for topic in std::mem::take(&mut self.resync_owed[to]) {
-                    self.outbox[to].push(HomeMsg::Resync { topic }.wrap());
-                }
-            }
-            if self.outbox[to].is_empty() {
-                continue;
-            }
-            let batch = std::mem::take(&mut self.outbox[to]);
-            if let Err(mut back) = self.shared.mailboxes.try_send(to, batch) {
-                self.shed(to, &mut back, out);
-                self.outbox[to] = back;
-                waiting = true;
-            }
+        // Records reach the kernel before any answer leaves: to a socket of this worker
+        // (the worker writes sockets after this), or to another worker (sent below).
+        if let Some(j) = self.journal.as_mut() {
+            j.flush(&mut self.home, &mut self.settled);
+            self.send_settled(out);
         }
-        waiting
+        let m = &self.shared.metrics.cores[usize::from(self.me)];
+        self.outbox.flush(&self.shared.mailboxes, m, out)
     }
 }
 

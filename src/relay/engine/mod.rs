@@ -25,7 +25,9 @@
 
 pub mod cache;
 pub mod home;
+pub mod journal;
 pub mod local;
+pub mod outbox;
 pub mod redis;
 
 use std::sync::Arc;

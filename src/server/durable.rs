@@ -1,0 +1,321 @@
+//! Start-up of the durable local engine (`--data-dir`, DECISIONS §6): lock the directory,
+//! read every record every worker wrote, rebuild each worker's home state from them (their
+//! topics' homes may have moved: the records go where their topics live now), and give each
+//! worker its own log to write from here on.
+//!
+//! When every record is already in its topic's home's log (same `--threads`, same
+//! placement), the workers adopt their old segments. Otherwise each worker writes its whole
+//! state to a fresh log, syncs it, and every older segment is deleted: a full rewrite,
+//! needed only when the layout changed.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::StartError;
+use crate::health::Health;
+use crate::relay::engine::home::HomeTopics;
+use crate::relay::engine::journal::Journal;
+use crate::relay::engine::local::{HomeMsg, LocalEngine};
+use crate::relay::engine::{EngineMsg, Message, Origin, Position};
+use crate::relay::{CoreMsg, Mailboxes, Placement};
+use crate::store::entry::{Entry, Ns};
+use crate::store::{
+    self, DirLock, FsyncMode, Loc, Log, LogConfig, RecoveryStats, StoreMetrics, Syncer,
+};
+
+/// A message read back.
+struct Found {
+    topic: Arc<str>,
+    pos: Position,
+    expires_unix: u64,
+    data: Bytes,
+    loc: Loc,
+}
+
+/// A webhook change read back, in log order.
+enum WebhookOp {
+    Add(Arc<str>, Arc<str>, Loc),
+    Remove(Arc<str>, Arc<str>, Loc),
+}
+
+/// What one worker gets back.
+#[derive(Default)]
+struct Share {
+    messages: Vec<Found>,
+    webhooks: Vec<WebhookOp>,
+}
+
+/// Everything read back, by the worker that is home of each topic now.
+struct Recovered {
+    shares: Vec<Share>,
+    /// Records found in another log than their topic's home's (the layout changed).
+    misplaced: u64,
+    /// Messages already expired (left to compaction).
+    expired: u64,
+    /// Records whose entry did not decode (their checksum was right: a bug or a newer
+    /// format); skipped and counted.
+    undecodable: u64,
+}
+
+/// The owner name of worker `i`'s log.
+pub fn owner(i: usize) -> String {
+    format!("w{i}")
+}
+
+impl Recovered {
+    fn take(&mut self, placement: &Placement, owner: &str, loc: Loc, payload: &[u8], now: u64) {
+        let entry = match Entry::decode(payload) {
+            Ok(e) => e,
+            Err(e) => {
+                self.undecodable += 1;
+                log::warn!("data directory: record of {owner} at {loc:?} not understood: {e}");
+                return;
+            }
+        };
+        let home = placement.of(entry.topic());
+        if self::owner(home) != owner {
+            self.misplaced += 1;
+        }
+        let Some(share) = self.shares.get_mut(home) else {
+            return;
+        };
+        match entry {
+            Entry::Message {
+                ns: Ns::V2,
+                topic,
+                epoch,
+                seq,
+                expires_unix_ms,
+                data,
+                ..
+            } => {
+                if expires_unix_ms <= now {
+                    self.expired += 1;
+                    return;
+                }
+                share.messages.push(Found {
+                    topic: Arc::from(topic),
+                    pos: Position { epoch, seq },
+                    expires_unix: expires_unix_ms,
+                    data: Bytes::copy_from_slice(data),
+                    loc,
+                });
+            }
+            Entry::WebhookAdd { topic, url } => {
+                share
+                    .webhooks
+                    .push(WebhookOp::Add(Arc::from(topic), Arc::from(url), loc));
+            }
+            Entry::WebhookRemove { topic, url } => {
+                share
+                    .webhooks
+                    .push(WebhookOp::Remove(Arc::from(topic), Arc::from(url), loc));
+            }
+            // v1 pending messages are not kept yet: their records are left to compaction.
+            Entry::Message { .. } | Entry::Forget { .. } => {}
+        }
+    }
+}
+
+/// The placement seeds kept in the directory, so that topics keep their homes across
+/// restarts (written on first use).
+fn placement_seeds(dir: &Path, fresh: [u64; 4]) -> Result<[u64; 4], StartError> {
+    let path = dir.join("placement");
+    let io = |what: &'static str| move |source| StartError::Io { what, source };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let seeds: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|w| u64::from_str_radix(w, 16).ok())
+            .collect();
+        if let [a, b, c, d] = seeds[..] {
+            return Ok([a, b, c, d]);
+        }
+        log::warn!(
+            "{}: not understood; a new placement is written",
+            path.display()
+        );
+    }
+    let text: Vec<String> = fresh.iter().map(|s| format!("{s:016x}")).collect();
+    let tmp = dir.join("placement.tmp");
+    std::fs::write(&tmp, text.join(" ") + "\n").map_err(io("writing the placement seeds"))?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io("syncing the placement seeds"))?;
+    std::fs::rename(&tmp, &path).map_err(io("writing the placement seeds"))?;
+    Ok(fresh)
+}
+
+/// What the durable start-up leaves for the rest of the server.
+pub struct Durable {
+    /// The directory lock, held for the process lifetime.
+    pub lock: DirLock,
+    /// Each log's figures, for `/metrics`.
+    pub logs: Vec<(String, Arc<StoreMetrics>)>,
+    /// What recovery found, for `/metrics`.
+    pub stats: RecoveryStats,
+}
+
+/// Locks `dir` (created if missing) and returns the lock with the placement seeds kept
+/// there (`fresh` on first use).
+pub fn open(dir: &Path, fresh: [u64; 4]) -> Result<(DirLock, [u64; 4]), StartError> {
+    let lock = DirLock::acquire(dir)?;
+    let seeds = placement_seeds(dir, fresh)?;
+    Ok((lock, seeds))
+}
+
+/// Reads `dir` back into `engines` (fresh in-memory engines, one per worker, placed by
+/// `placement`) and gives each its journal.
+pub fn recover(
+    dir: &Path,
+    lock: DirLock,
+    engines: &mut [LocalEngine],
+    placement: &Placement,
+    mode: FsyncMode,
+    mailboxes: &Arc<Mailboxes>,
+    health: &Arc<Health>,
+) -> Result<Durable, StartError> {
+    let started = Instant::now();
+    let now = crate::clock::unix_ms();
+    let mut found = Recovered {
+        shares: (0..engines.len()).map(|_| Share::default()).collect(),
+        misplaced: 0,
+        expired: 0,
+        undecodable: 0,
+    };
+    let stats = store::recover(dir, |owner, loc, payload| {
+        found.take(placement, owner, loc, payload, now);
+        Ok(())
+    })?;
+    let rewrite = found.misplaced > 0;
+    let mut logs = Vec::new();
+    let (mut messages, mut webhooks) = (0usize, 0usize);
+    for (i, (engine, share)) in engines.iter_mut().zip(found.shares).enumerate() {
+        let journal = open_journal(dir, i, mode, mailboxes, health)?;
+        logs.push((owner(i), journal.metrics()));
+        engine.set_journal(journal);
+        let (m, w) = restore(engine, share, !rewrite);
+        messages += m;
+        webhooks += w;
+        if rewrite {
+            if let (home, Some(j)) = engine.parts_mut() {
+                j.rewrite(home)?;
+            }
+        }
+    }
+    if rewrite {
+        let owners: Vec<String> = (0..engines.len()).map(owner).collect();
+        let keep: Vec<&str> = owners.iter().map(String::as_str).collect();
+        store::remove_owners_except(dir, &keep)?;
+    }
+    log::info!(
+        "data directory {}: recovered {messages} messages and {webhooks} webhook registrations \
+         in {} ms ({} records, {} bytes read from {} segments; {} expired, {} damaged \
+         regions skipped, {} torn tails cut, {} undecodable){}",
+        dir.display(),
+        started.elapsed().as_millis(),
+        stats.records,
+        stats.bytes,
+        stats.segments,
+        found.expired,
+        stats.skipped_regions,
+        stats.torn_tails,
+        found.undecodable,
+        if rewrite {
+            "; the worker layout changed: state rewritten to the new layout"
+        } else {
+            ""
+        }
+    );
+    Ok(Durable { lock, logs, stats })
+}
+
+/// Opens worker `i`'s log, with its own sync thread reporting to the worker's mailbox.
+fn open_journal(
+    dir: &Path,
+    i: usize,
+    mode: FsyncMode,
+    mailboxes: &Arc<Mailboxes>,
+    health: &Arc<Health>,
+) -> Result<Journal, StartError> {
+    let syncer = Syncer::start(mode)?;
+    let mb = mailboxes.clone();
+    let on_sync = Box::new(move |ev| {
+        mb.send_blocking(i, CoreMsg::Engine(EngineMsg::Local(HomeMsg::Sync(ev))));
+    });
+    let log = Log::open(dir, &owner(i), LogConfig::default(), &syncer, on_sync)?;
+    Ok(Journal::new(log, syncer, health.clone()))
+}
+
+/// Restores one worker's share into its engine; `keep`: its records stay where they are
+/// (counted live in the worker's log). Returns the messages and webhooks restored.
+fn restore(engine: &mut LocalEngine, mut share: Share, keep: bool) -> (usize, usize) {
+    let unix_now = crate::clock::unix_ms();
+    let now = crate::clock::now_ms();
+    // Per topic, in position order (compaction copies a record after newer ones).
+    share
+        .messages
+        .sort_by(|a, b| (&a.topic, a.pos).cmp(&(&b.topic, b.pos)));
+    let hashes: Vec<u64> = share
+        .messages
+        .iter()
+        .map(|f| engine.content_hash(&f.data))
+        .collect();
+    let (home, mut journal) = engine.parts_mut();
+    let mut kept = 0;
+    for (f, hash) in share.messages.into_iter().zip(hashes) {
+        if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
+            j.log_mut().keep(f.loc);
+        }
+        let msg = Message {
+            pos: f.pos,
+            data: f.data,
+            origin: Origin::NONE,
+        };
+        let expires = now + f.expires_unix.saturating_sub(unix_now);
+        if home.restore(&f.topic, msg, hash, expires, f.loc) {
+            kept += 1;
+        }
+    }
+    let webhooks = restore_webhooks(home, journal, share.webhooks, keep);
+    (kept, webhooks)
+}
+
+/// Replays the webhook changes of one worker in log order.
+fn restore_webhooks(
+    home: &mut HomeTopics,
+    mut journal: Option<&mut Journal>,
+    ops: Vec<WebhookOp>,
+    keep: bool,
+) -> usize {
+    let mut live: HashMap<(Arc<str>, Arc<str>), Loc> = HashMap::new();
+    for op in ops {
+        match op {
+            WebhookOp::Add(topic, url, loc) => {
+                if home.add_webhook(&topic, url.clone()) == Ok(true) {
+                    live.insert((topic, url), loc);
+                }
+            }
+            WebhookOp::Remove(topic, url, loc) => {
+                if home.remove_webhook(&topic, &url).is_some() {
+                    let cancels = live.remove(&(topic.clone(), url.clone()));
+                    // The tombstone stays live while the record it cancels is on disk.
+                    if let (true, Some(j), Some(c)) = (keep, journal.as_deref_mut(), cancels) {
+                        j.restore_tombstone(topic, url, loc, c.segment);
+                    }
+                }
+            }
+        }
+    }
+    let n = live.len();
+    for ((topic, url), loc) in live {
+        if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
+            j.log_mut().keep(loc);
+            home.set_webhook_record(&topic, &url, loc);
+        }
+    }
+    n
+}

@@ -32,6 +32,9 @@ impl Recipients for Count {
         self.answers += 1;
     }
     fn webhook_answer(&mut self, _: ConnRef, _: Result<(), RelayError>) {}
+    fn push_text(&mut self, _: ConnRef, _: &Bytes, _: PushKind) {
+        self.pushes += 1;
+    }
 }
 
 type Inbox = crossbeam_channel::Receiver<Vec<CoreMsg>>;

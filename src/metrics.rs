@@ -106,6 +106,10 @@ pub struct CoreMetrics {
     pub published: Cell,
     /// Publishes stored in this worker's caches (not duplicates).
     pub stored: Cell,
+    /// WalletConnect 1.0 `pub` frames accepted on this worker.
+    pub v1_published: Cell,
+    /// WalletConnect 1.0 frames queued to this worker's v1 subscribers.
+    pub v1_delivered: Cell,
     /// `waku_subscription` messages queued to this worker's subscribers.
     pub delivered: Cell,
     /// Messages dropped, by reason (indexed like `DropReason::ALL`).
@@ -256,6 +260,18 @@ impl Metrics {
             let _ = writeln!(s, "# TYPE walletrelay_{name} {kind}");
             for (i, c) in self.cores.iter().enumerate() {
                 let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\"}} {}", get(c).get());
+            }
+            // WalletConnect 1.0 frames: the same families, labelled by protocol.
+            let v1: Option<Get> = match name {
+                "messages_published_total" => Some(|c| &c.v1_published),
+                "messages_delivered_total" => Some(|c| &c.v1_delivered),
+                _ => None,
+            };
+            if let Some(get) = v1 {
+                for (i, c) in self.cores.iter().enumerate() {
+                    let v = get(c).get();
+                    let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\",protocol=\"v1\"}} {v}");
+                }
             }
         }
         let _ = writeln!(

@@ -11,6 +11,7 @@
 //! Nothing here touches the socket or another connection: deliveries to other connections
 //! are decided by `relay` and carried out by the worker.
 
+pub mod bridge;
 pub mod http;
 pub mod outbound;
 pub mod upgrade;
@@ -136,6 +137,8 @@ pub struct Conn<S = TcpStream> {
     /// This connection's subscriptions (kept outside the phase so that closing, whatever
     /// the phase by then, always finds them).
     pub subs: Vec<ConnSub>,
+    /// Its WalletConnect 1.0 subscriptions (topics).
+    pub v1_topics: Vec<Arc<str>>,
     /// Tick of the live timer-wheel entry (0 = none).
     pub timer_tick: u64,
     /// The phase's deadline (ms): slowloris / keep-alive idle for HTTP, next heartbeat
@@ -155,6 +158,7 @@ impl<S> Conn<S> {
             backlog: Backlog::default(),
             marks: Marks::default(),
             subs: Vec::new(),
+            v1_topics: Vec::new(),
             timer_tick: 0,
             deadline,
         }

@@ -46,6 +46,11 @@ pub enum Part {
 #[derive(Debug)]
 enum Queued {
     Push(QueuedPush),
+    /// A text message sent as it is (a WalletConnect 1.0 frame), by reference.
+    Raw {
+        data: Bytes,
+        live: bool,
+    },
     /// A text message whose parts are all known, or will be.
     Text(Vec<Part>),
 }
@@ -76,7 +81,7 @@ impl Backlog {
         *self = Backlog::default();
     }
 
-    /// Drops the queued pushes, keeps the answers (the peer half-closed).
+    /// Drops the queued pushes and frames, keeps the answers (the peer half-closed).
     pub fn keep_answers(&mut self) {
         self.items.retain(|q| matches!(q, Queued::Text(_)));
         self.live = 0;
@@ -123,6 +128,28 @@ impl<S> Conn<S> {
                 live,
             }));
         }
+    }
+
+    /// Delivers a text message sent as it is (a v1 frame), as [`Conn::deliver`] does pushes.
+    pub fn deliver_text(&mut self, data: &Bytes, live: bool, fill_mark: usize, share_min: usize) {
+        if self.backlog.is_empty() && self.out.len() < fill_mark {
+            self.push_text(data, share_min);
+        } else {
+            if live {
+                self.backlog.live += data.len();
+            }
+            self.backlog.items.push_back(Queued::Raw {
+                data: data.clone(),
+                live,
+            });
+        }
+    }
+
+    fn push_text(&mut self, data: &Bytes, share_min: usize) {
+        let mut h = [0u8; 10];
+        let n = ws::write_head(&mut h, true, Opcode::Text, data.len());
+        self.out.extend(&h[..n]);
+        self.out.push_shared(data, share_min);
     }
 
     /// Queues a text message made of `parts`: sent at once when every part is known and
@@ -196,6 +223,12 @@ impl<S> Conn<S> {
                         self.backlog.live -= q.data.len();
                     }
                     self.push_message(&q.id, &q.data, crate::outbuf::PUSH_SHARE_MIN, scratch);
+                }
+                Some(Queued::Raw { data, live }) => {
+                    if live {
+                        self.backlog.live -= data.len();
+                    }
+                    self.push_text(&data, crate::outbuf::PUSH_SHARE_MIN);
                 }
                 Some(Queued::Text(parts)) => {
                     scratch.clear();

@@ -57,6 +57,9 @@ impl Engine for Later {
         Done::Later
     }
     fn remove_webhook(&mut self, _: &Arc<str>, _: &Arc<str>) {}
+    fn v1_publish(&mut self, _: crate::relay::engine::V1Publish, _: &mut Events) {}
+    fn v1_take(&mut self, _: &Arc<str>, _: Ticket, _: &mut Events) {}
+    fn v1_watch(&mut self, _: &Arc<str>, _: i32, _: &mut Events) {}
     fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
         let EngineMsg::Local(HomeMsg::Answer(ev)) = msg else {
             return;
@@ -91,6 +94,9 @@ impl Recipients for Conn<()> {
         self.resolve(answer, result);
     }
     fn webhook_answer(&mut self, _: ConnRef, _: Result<(), RelayError>) {}
+    fn push_text(&mut self, _: ConnRef, frame: &Bytes, _: PushKind) {
+        self.deliver_text(frame, true, 1 << 16, 1 << 16);
+    }
 }
 
 impl Bench {

@@ -69,6 +69,12 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
             rpc::write_error(a.cur, &Id::Null, &e);
             ctx.metrics().rpc_errors.inc();
         }
+        Ok(Incoming::Single(Item::V1(frame))) => {
+            if let Err(e) = super::bridge::frame(conn, frame, ctx) {
+                ctx.metrics().rpc_errors.inc();
+                rpc::write_error(a.cur, &Id::Null, &e);
+            }
+        }
         Ok(Incoming::Single(item)) => {
             run_item(conn, item, &mut a, ctx);
         }
@@ -111,6 +117,15 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
 fn run_item<S>(conn: &mut Conn<S>, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut Ctx<'_>) -> bool {
     match item {
         Item::Ack => false,
+        Item::V1(_) => {
+            ctx.metrics().rpc_errors.inc();
+            let e = RpcError {
+                code: rpc::code::INVALID_REQUEST,
+                message: "Invalid request: a v1 frame inside a batch".into(),
+            };
+            rpc::write_error(a.cur, &Id::Null, &e);
+            true
+        }
         Item::Invalid(id, e) => {
             ctx.metrics().rpc_errors.inc();
             rpc::write_error(a.cur, &id, &e);

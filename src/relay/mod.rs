@@ -15,6 +15,9 @@ pub mod feed;
 pub mod subs;
 pub mod transport;
 
+mod deliver;
+mod v1;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,14 +25,13 @@ use slab::Slab;
 
 use crate::config::Limits;
 use crate::metrics::{CoreMetrics, Metrics};
-use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
 pub use engine::{Done, Engine, Event, Message, Origin, Position, PublishReq, Stored, Ticket};
 pub use error::RelayError;
 pub use subs::{ConnRef, SubId};
 pub use transport::{CoreMsg, Mailboxes, Placement};
 
-use feed::{Feed, Follow, SubState, UNASKED};
+use feed::{Follow, SubState};
 use subs::{LocalSub, Removed, Subscriptions};
 
 /// What a worker does with the relay's deliveries: its connections, seen from the relay.
@@ -42,6 +44,8 @@ pub trait Recipients {
     fn answer(&mut self, conn: ConnRef, answer: u64, result: Result<(), RelayError>);
     /// Answers the connection's `POST /subscribe`.
     fn webhook_answer(&mut self, conn: ConnRef, result: Result<(), RelayError>);
+    /// Queues a WalletConnect 1.0 frame (sent as it is, as a text message).
+    fn push_text(&mut self, conn: ConnRef, frame: &Bytes, kind: PushKind);
 }
 
 /// How a push is queued.
@@ -66,6 +70,8 @@ enum Waiter {
     Read { topic: Arc<str> },
     /// A connection's `POST /subscribe`.
     Webhook { conn: ConnRef },
+    /// A connection's v1 `sub`: the topic's pending frames.
+    V1Take { conn: ConnRef },
 }
 
 /// A delivery decided and not yet carried out.
@@ -93,6 +99,15 @@ enum Delivery {
     Resync {
         topic: Arc<str>,
     },
+    V1Live {
+        topic: Arc<str>,
+        frame: Bytes,
+        origin: Origin,
+    },
+    V1Frames {
+        conn: ConnRef,
+        frames: Vec<Bytes>,
+    },
 }
 
 /// A read to ask again (its store failed): the topic, and when.
@@ -112,6 +127,7 @@ pub struct Relay {
     /// This process (see `Origin`).
     node: u64,
     subs: Subscriptions,
+    v1: subs::V1Subscriptions,
     engine: Box<dyn Engine>,
     /// What the engine said and the relay has not looked at yet.
     events: Vec<Event>,
@@ -141,6 +157,7 @@ impl Relay {
             me: me as u16,
             node,
             subs: Subscriptions::default(),
+            v1: subs::V1Subscriptions::default(),
             engine,
             events: Vec::new(),
             waiters: Slab::new(),
@@ -361,164 +378,29 @@ impl Relay {
                     }
                 }
                 Event::Resync { topic } => Delivery::Resync { topic },
+                Event::V1Live {
+                    topic,
+                    frame,
+                    origin,
+                } => {
+                    self.pending_pushes += self.v1.of(&topic).len();
+                    Delivery::V1Live {
+                        topic,
+                        frame,
+                        origin,
+                    }
+                }
+                Event::V1Pending { ticket, frames } => {
+                    match self.waiters.try_remove(ticket as usize) {
+                        Some(Waiter::V1Take { conn }) => {
+                            self.pending_pushes += frames.len();
+                            Delivery::V1Frames { conn, frames }
+                        }
+                        _ => continue,
+                    }
+                }
             };
             self.queue.push(d);
         }
-    }
-
-    /// Asks again for a read that failed: its subscriptions move to a new one.
-    fn retry(&mut self, topic: &Arc<str>, old: Ticket) {
-        let Some(slot) = self.subs.find(topic) else {
-            return;
-        };
-        let Some(t) = self.subs.get_named(slot, topic) else {
-            return;
-        };
-        Feed::retag(&mut t.subs, old, UNASKED);
-        let from = t
-            .subs
-            .iter()
-            .filter_map(|s| match s.follow.state {
-                SubState::Syncing { ticket, from } if ticket == UNASKED => Some(from),
-                _ => None,
-            })
-            .min();
-        if let Some(from) = from {
-            self.ask(topic, from);
-        }
-    }
-
-    /// Carries out the queued deliveries on the worker's connections.
-    pub fn deliver(&mut self, to: &mut impl Recipients) {
-        // Reads answered at once while delivering (a resync) queue more: a few rounds.
-        for _ in 0..4 {
-            if self.queue.is_empty() {
-                break;
-            }
-            let list = std::mem::take(&mut self.queue);
-            self.pending_pushes = 0;
-            for d in list {
-                self.deliver_one(d, to);
-            }
-            self.absorb();
-        }
-    }
-
-    fn deliver_one(&mut self, d: Delivery, to: &mut impl Recipients) {
-        match d {
-            Delivery::Live { slot, topic, msg } => self.deliver_live(slot, &topic, msg, to),
-            Delivery::History {
-                topic,
-                ticket,
-                result,
-            } => self.deliver_history(&topic, ticket, result, to),
-            Delivery::Answer {
-                conn,
-                answer,
-                result,
-            } => to.answer(conn, answer, result),
-            Delivery::WebhookAnswer { conn, result } => to.webhook_answer(conn, result),
-            Delivery::Resync { topic } => {
-                if let Some(slot) = self.subs.find(&topic) {
-                    self.resync(slot);
-                }
-            }
-        }
-    }
-
-    fn deliver_live(
-        &mut self,
-        slot: u32,
-        topic: &Arc<str>,
-        mut msg: Message,
-        to: &mut impl Recipients,
-    ) {
-        let hold = self.limits.max_cached_per_topic;
-        let Some(t) = self.subs.get_named(slot, topic) else {
-            return;
-        };
-        let n = t.subs.len();
-        // A big fan-out queues the body by reference in every connection (a reference
-        // count bumped per subscriber): this worker takes its own copy, once, so that
-        // count's cache line does not bounce between the cores sharing the original.
-        if n > 1 && fanout_shares_body(n, msg.data.len()) {
-            msg.data = Bytes::copy_from_slice(&msg.data);
-        }
-        let kind = PushKind::Live {
-            share_min: fanout_share_min(n, msg.data.len()),
-        };
-        let again = t
-            .feed
-            .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
-                to.push(s.conn, &s.id, &m.data, kind)
-            });
-        if let Some(from) = again {
-            self.ask(topic, from);
-        }
-    }
-
-    fn deliver_history(
-        &mut self,
-        topic: &Arc<str>,
-        ticket: Ticket,
-        result: Result<engine::History, RelayError>,
-        to: &mut impl Recipients,
-    ) {
-        let Some(slot) = self.subs.find(topic) else {
-            return;
-        };
-        let history = match result {
-            Ok(h) => h,
-            Err(_) => {
-                // The store could not answer: the subscriptions keep waiting; ask again.
-                let at = crate::clock::now_ms() + READ_RETRY_MS;
-                let topic = topic.clone();
-                self.retries.push(Retry { topic, ticket, at });
-                return;
-            }
-        };
-        let Some(t) = self.subs.get_named(slot, topic) else {
-            return;
-        };
-        let again = t.feed.on_history(
-            &mut t.subs,
-            ticket,
-            &history,
-            &mut |s: &mut LocalSub, m: &Message| to.push(s.conn, &s.id, &m.data, PushKind::Replay),
-        );
-        if let Some(from) = again {
-            Feed::retag(&mut t.subs, ticket, UNASKED);
-            self.ask(topic, from);
-        }
-    }
-
-    /// Every subscription of the topic in `slot` reads again from its position.
-    fn resync(&mut self, slot: u32) {
-        let Some(topic) = self.subs.get(slot).map(|t| t.name.clone()) else {
-            return;
-        };
-        let Some(t) = self.subs.get_named(slot, &topic) else {
-            return;
-        };
-        if let Some(from) = t.feed.resync_all(&mut t.subs) {
-            self.metrics.cores[usize::from(self.me)].resyncs.inc();
-            self.ask(&topic, from);
-        }
-    }
-
-    /// Reads the topic after `from` for its subscriptions waiting on [`UNASKED`].
-    fn ask(&mut self, topic: &Arc<str>, from: Position) {
-        let Some(slot) = self.subs.find(topic) else {
-            return;
-        };
-        let Some(t) = self.subs.get_named(slot, topic) else {
-            return;
-        };
-        let ticket = self.waiters.insert(Waiter::Read {
-            topic: t.name.clone(),
-        }) as Ticket;
-        Feed::retag(&mut t.subs, UNASKED, ticket);
-        let name = t.name.clone();
-        self.engine.read(&name, from, ticket, &mut self.events);
     }
 }

@@ -87,6 +87,49 @@ pub struct LocalTopic {
     pub feed: Feed,
 }
 
+/// The WalletConnect 1.0 subscriptions of one worker's connections: per topic, the
+/// connections subscribed (v1 topics are apart from v2 topics of the same name).
+#[derive(Debug, Default)]
+pub struct V1Subscriptions {
+    topics: HashMap<Arc<str>, Vec<ConnRef>, ahash::RandomState>,
+}
+
+impl V1Subscriptions {
+    /// Subscribes `conn`; returns the topic's shared name if it was not subscribed yet.
+    pub fn add(&mut self, topic: &str, conn: ConnRef) -> Option<Arc<str>> {
+        if let Some((name, conns)) = self.topics.get_key_value(topic) {
+            if conns.contains(&conn) {
+                return None;
+            }
+            let name = name.clone();
+            self.topics.get_mut(topic)?.push(conn);
+            return Some(name);
+        }
+        let name: Arc<str> = Arc::from(topic);
+        self.topics.insert(name.clone(), vec![conn]);
+        Some(name)
+    }
+
+    /// Unsubscribes `conn`; `true` if it was subscribed.
+    pub fn remove(&mut self, topic: &str, conn: ConnRef) -> bool {
+        let Some(conns) = self.topics.get_mut(topic) else {
+            return false;
+        };
+        let before = conns.len();
+        conns.retain(|c| *c != conn);
+        let removed = conns.len() < before;
+        if conns.is_empty() {
+            self.topics.remove(topic);
+        }
+        removed
+    }
+
+    /// The connections subscribed to `topic`.
+    pub fn of(&self, topic: &str) -> &[ConnRef] {
+        self.topics.get(topic).map_or(&[], Vec::as_slice)
+    }
+}
+
 /// What [`Subscriptions::remove`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Removed {

@@ -96,6 +96,12 @@ fn classify(e: Envelope<'_>) -> Item<'_> {
     if !e.is_object {
         return Item::Invalid(Id::Null, invalid_request("Invalid request: not an object"));
     }
+    if e.method.is_none() && super::v1::is_v1(&e) {
+        return match super::v1::frame(e) {
+            Ok(f) => Item::V1(f),
+            Err(err) => Item::Invalid(Id::Null, err),
+        };
+    }
     let id = match e.id {
         None => None,
         Some(Loose::U64(n)) => Some(Id::U64(n)),

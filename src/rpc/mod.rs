@@ -14,6 +14,7 @@ use thiserror::Error;
 mod decode;
 mod encode;
 mod op;
+pub mod v1;
 mod wire;
 
 pub use decode::{decode, decode_serde_json};
@@ -110,6 +111,8 @@ pub enum Item<'a> {
     Ack,
     /// Not a valid request: answer with this error and id.
     Invalid(Id<'a>, RpcError),
+    /// A WalletConnect 1.0 bridge frame.
+    V1(v1::V1Frame<'a>),
 }
 
 /// A request with a method.

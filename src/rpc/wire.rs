@@ -46,11 +46,23 @@ pub(super) struct Envelope<'a> {
     pub(super) id: Option<Loose<'a>>,
     pub(super) method: Option<Loose<'a>>,
     pub(super) params: Option<ParamsField<'a>>,
+    /// Top-level `topic` (a v1 frame).
+    pub(super) topic: Option<Loose<'a>>,
+    /// Top-level `type` (a v1 frame).
+    pub(super) kind: Option<Loose<'a>>,
+    /// Top-level `payload` (a v1 frame).
+    pub(super) payload: Option<Loose<'a>>,
+    /// Top-level `silent` (a v1 frame).
+    pub(super) silent: Option<Loose<'a>>,
     /// False when the element is not a JSON object at all.
     pub(super) is_object: bool,
 }
 
 /// A whole message: one element or a batch.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "lives on the stack while one message is classified; boxing would allocate per message"
+)]
 pub(super) enum Top<'a> {
     /// One element.
     One(Envelope<'a>),
@@ -105,11 +117,22 @@ impl<'de> Deserialize<'de> for Top<'de> {
 impl Envelope<'_> {
     fn not_object() -> Self {
         Envelope {
+            is_object: false,
+            ..Envelope::object()
+        }
+    }
+
+    fn object() -> Self {
+        Envelope {
             jsonrpc: None,
             id: None,
             method: None,
             params: None,
-            is_object: false,
+            topic: None,
+            kind: None,
+            payload: None,
+            silent: None,
+            is_object: true,
         }
     }
 }
@@ -141,19 +164,17 @@ impl<'de> Deserialize<'de> for Key<'de> {
 }
 
 fn envelope_from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Envelope<'de>, A::Error> {
-    let mut e = Envelope {
-        jsonrpc: None,
-        id: None,
-        method: None,
-        params: None,
-        is_object: true,
-    };
+    let mut e = Envelope::object();
     while let Some(k) = map.next_key::<Key<'de>>()? {
         match &*k.0 {
             "jsonrpc" => e.jsonrpc = Some(map.next_value()?),
             "id" => e.id = Some(map.next_value()?),
             "method" => e.method = Some(map.next_value()?),
             "params" => e.params = Some(map.next_value()?),
+            "topic" => e.topic = Some(map.next_value()?),
+            "type" => e.kind = Some(map.next_value()?),
+            "payload" => e.payload = Some(map.next_value()?),
+            "silent" => e.silent = Some(map.next_value()?),
             _ => {
                 map.next_value::<IgnoredAny>()?;
             }

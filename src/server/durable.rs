@@ -47,6 +47,10 @@ enum WebhookOp {
 struct Share {
     messages: Vec<Found>,
     webhooks: Vec<WebhookOp>,
+    /// Pending WalletConnect 1.0 frames.
+    frames: Vec<Found>,
+    /// Frames delivered (their `Forget` records): (topic, position, the Forget's record).
+    forgotten: Vec<(Arc<str>, Position, Loc)>,
 }
 
 /// Everything read back, by the worker that is home of each topic now.
@@ -115,8 +119,32 @@ impl Recovered {
                     .webhooks
                     .push(WebhookOp::Remove(Arc::from(topic), Arc::from(url), loc));
             }
-            // v1 pending messages are not kept yet: their records are left to compaction.
-            Entry::Message { .. } | Entry::Forget { .. } => {}
+            Entry::Message {
+                ns: Ns::V1,
+                topic,
+                epoch,
+                seq,
+                expires_unix_ms,
+                data,
+                ..
+            } => {
+                if expires_unix_ms <= now {
+                    self.expired += 1;
+                    return;
+                }
+                share.frames.push(Found {
+                    topic: Arc::from(topic),
+                    pos: Position { epoch, seq },
+                    expires_unix: expires_unix_ms,
+                    data: Bytes::copy_from_slice(data),
+                    loc,
+                });
+            }
+            Entry::Forget {
+                topic, epoch, seq, ..
+            } => share
+                .forgotten
+                .push((Arc::from(topic), Position { epoch, seq }, loc)),
         }
     }
 }
@@ -280,8 +308,45 @@ fn restore(engine: &mut LocalEngine, mut share: Share, keep: bool) -> (usize, us
             kept += 1;
         }
     }
+    restore_frames(
+        home,
+        journal.as_deref_mut(),
+        share.frames,
+        share.forgotten,
+        keep,
+    );
     let webhooks = restore_webhooks(home, journal, share.webhooks, keep);
     (kept, webhooks)
+}
+
+/// Restores the pending v1 frames that were not delivered (no `Forget` for them).
+fn restore_frames(
+    home: &mut HomeTopics,
+    mut journal: Option<&mut Journal>,
+    mut frames: Vec<Found>,
+    forgotten: Vec<(Arc<str>, Position, Loc)>,
+    keep: bool,
+) {
+    let unix_now = crate::clock::unix_ms();
+    let now = crate::clock::now_ms();
+    let gone: HashMap<(Arc<str>, Position), Loc> =
+        forgotten.into_iter().map(|(t, p, l)| ((t, p), l)).collect();
+    frames.sort_by(|a, b| (&a.topic, a.pos).cmp(&(&b.topic, b.pos)));
+    for f in frames {
+        if let Some(&tomb) = gone.get(&(f.topic.clone(), f.pos)) {
+            // Delivered before the restart: the Forget stays live while this record is on
+            // disk.
+            if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
+                j.restore_forget(f.topic.clone(), f.pos, tomb, f.loc.segment);
+            }
+            continue;
+        }
+        if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
+            j.log_mut().keep(f.loc);
+        }
+        let expires = now + f.expires_unix.saturating_sub(unix_now);
+        home.v1_restore(&f.topic, f.pos, f.data, expires, f.loc);
+    }
 }
 
 /// Replays the webhook changes of one worker in log order.

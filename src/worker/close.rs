@@ -29,6 +29,9 @@ impl Worker {
             for s in &c.subs {
                 self.relay.unsubscribe(s.slot, me);
             }
+            for t in &c.v1_topics {
+                self.relay.v1_unsubscribe(me, t);
+            }
             // Dropping the socket closes its only descriptor (sockets are never duplicated),
             // which removes it from the epoll set: no `epoll_ctl(DEL)` per connection.
             let m = &self.shared.metrics.cores[self.id];

@@ -82,6 +82,28 @@ impl Recipients for Conns<'_> {
         }
     }
 
+    fn push_text(&mut self, r: ConnRef, frame: &Bytes, kind: PushKind) {
+        let (fill, max_out) = (self.fill_mark, self.max_outbound);
+        let Some(c) = conn::live(self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_))) else {
+            return;
+        };
+        let over = match kind {
+            PushKind::Live { share_min } => {
+                c.deliver_text(frame, true, fill, share_min);
+                c.outbound_len() > max_out
+            }
+            PushKind::Replay => {
+                c.deliver_text(frame, false, fill, SHARE_THRESHOLD);
+                false
+            }
+        };
+        self.metrics.v1_delivered.inc();
+        self.mark_dirty(r.key);
+        if over {
+            self.overflow.push(r.key);
+        }
+    }
+
     fn answer(&mut self, r: ConnRef, answer: u64, result: Result<(), RelayError>) {
         let max_pending = self.max_pending;
         let Some(c) = self.live(r) else { return };

@@ -55,6 +55,8 @@ pub struct Cached {
     pub origin: Origin,
     /// Its record in the durable log, when there is one.
     pub record: Option<crate::store::Loc>,
+    /// A WalletConnect 1.0 pending frame (not a v2 message).
+    pub v1: bool,
     prev: usize,
     next: usize,
 }
@@ -139,6 +141,13 @@ impl Cache {
         }
     }
 
+    /// Marks the message at `key` as a v1 pending frame.
+    pub fn mark_v1(&mut self, key: usize) {
+        if let Some(m) = self.msgs.get_mut(key) {
+            m.v1 = true;
+        }
+    }
+
     /// One past the highest key ever used: keys `0..key_bound()` cover every message.
     pub fn key_bound(&self) -> usize {
         self.high
@@ -170,6 +179,7 @@ impl Cache {
             expires,
             origin,
             record: None,
+            v1: false,
             prev: self.newest.unwrap_or(NIL),
             next: NIL,
         });
@@ -270,6 +280,29 @@ impl Cache {
             self.expiry.scan = Some((to, start_seq));
         }
     }
+}
+
+/// Messages a worker's cache makes room for at start, for a budget of `bytes`: as many as
+/// the budget can ever hold, so that no table of the cache grows while serving (a growth
+/// past a million entries copies or rehashes it all at once: a stall of tens of ms,
+/// docs/PERFORMANCE.md "The cache's tables never grow while serving"). The cost is address
+/// space, not memory. Under strict overcommit (`vm.overcommit_memory=2`) reserved address
+/// space counts against the commit limit: there the room is one message per KiB of budget,
+/// at most a million, and the tables may grow beyond it.
+pub fn cache_presize(bytes: usize, strict_overcommit: bool) -> usize {
+    if strict_overcommit {
+        (bytes / 1024).min(1 << 20)
+    } else {
+        bytes / (ENTRY_OVERHEAD + MIN_CACHED_DATA)
+    }
+}
+
+/// A floor on the bytes of a cached message's data: `{"topic":"","message":""}` is 26.
+const MIN_CACHED_DATA: usize = 16;
+
+/// The kernel refuses to overcommit memory (`vm.overcommit_memory` is 2).
+pub fn strict_overcommit() -> bool {
+    std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|s| s.trim() == "2")
 }
 
 #[cfg(test)]
@@ -439,5 +472,15 @@ mod tests {
             c.compactions()
         );
         assert!(during >= 10, "only {during} sweeps ran during a compaction");
+    }
+    #[test]
+    fn the_cache_is_presized_for_its_budget_unless_overcommit_is_strict() {
+        let gib = 1 << 30;
+        // Room for the most messages a GiB can hold: each costs at least 144 bytes.
+        assert_eq!(cache_presize(gib, false), gib / 144);
+        assert!(cache_presize(gib, false) * (ENTRY_OVERHEAD + 26) > gib);
+        // Under strict overcommit: one per KiB, at most a million.
+        assert_eq!(cache_presize(gib, true), 1 << 20);
+        assert_eq!(cache_presize(64 << 20, true), 64 << 10);
     }
 }

@@ -48,13 +48,36 @@ pub struct Settled {
     pub ok: bool,
 }
 
-/// A `WebhookRemove` record kept until the record it cancels is gone from disk.
+/// What a tombstone cancels.
+#[derive(Debug, Clone)]
+enum Cancels {
+    /// A webhook registration (`WebhookRemove`).
+    Webhook { topic: Arc<str>, url: Arc<str> },
+    /// A v1 pending frame, delivered (`Forget`).
+    Frame { topic: Arc<str>, pos: Position },
+}
+
+impl Cancels {
+    fn entry(&self) -> Entry<'_> {
+        match self {
+            Cancels::Webhook { topic, url } => Entry::WebhookRemove { topic, url },
+            Cancels::Frame { topic, pos } => Entry::Forget {
+                ns: Ns::V1,
+                topic,
+                epoch: pos.epoch,
+                seq: pos.seq,
+            },
+        }
+    }
+}
+
+/// A tombstone record, kept until the record it cancels is gone from disk.
 #[derive(Debug)]
 struct Tombstone {
     record: Loc,
+    /// The segment of the cancelled record.
     cancels: SegmentId,
-    topic: Arc<str>,
-    url: Arc<str>,
+    what: Cancels,
 }
 
 /// A compaction in progress.
@@ -149,9 +172,11 @@ impl Journal {
         }
     }
 
-    /// Records a stored message; returns its location and log sequence number.
+    /// Records a stored message (`v1`: a pending WalletConnect 1.0 frame); returns its
+    /// location and log sequence number.
     pub fn message(
         &mut self,
+        v1: bool,
         topic: &str,
         pos: Position,
         expires: u64,
@@ -159,7 +184,7 @@ impl Journal {
         data: &[u8],
     ) -> Option<crate::store::Appended> {
         self.append(&Entry::Message {
-            ns: Ns::V2,
+            ns: if v1 { Ns::V1 } else { Ns::V2 },
             topic,
             epoch: pos.epoch,
             seq: pos.seq,
@@ -174,8 +199,9 @@ impl Journal {
     pub fn webhook_add(&mut self, topic: &str, url: &str) -> Option<crate::store::Appended> {
         let mut i = 0;
         while i < self.tombstones.len() {
-            let t = &self.tombstones[i];
-            if &*t.topic == topic && &*t.url == url {
+            let same = matches!(&self.tombstones[i].what,
+                Cancels::Webhook { topic: t, url: u } if &**t == topic && &**u == url);
+            if same {
                 let t = self.tombstones.swap_remove(i);
                 self.log.release(t.record);
             } else {
@@ -187,14 +213,29 @@ impl Journal {
 
     /// Records a webhook removal that cancels `record` (kept until that record is gone).
     pub fn webhook_remove(&mut self, topic: &Arc<str>, url: &Arc<str>, record: Loc) {
+        let what = Cancels::Webhook {
+            topic: topic.clone(),
+            url: url.clone(),
+        };
+        self.cancel(what, record);
+    }
+
+    /// Records that a pending v1 frame was delivered (its `record` must not come back).
+    pub fn frame_taken(&mut self, topic: &Arc<str>, pos: Position, record: Loc) {
+        let what = Cancels::Frame {
+            topic: topic.clone(),
+            pos,
+        };
+        self.cancel(what, record);
+    }
+
+    fn cancel(&mut self, what: Cancels, record: Loc) {
         self.log.release(record);
-        let entry = Entry::WebhookRemove { topic, url };
-        if let Some(a) = self.append(&entry) {
+        if let Some(a) = self.append(&what.entry()) {
             self.tombstones.push(Tombstone {
                 record: a.loc,
                 cancels: record.segment,
-                topic: topic.clone(),
-                url: url.clone(),
+                what,
             });
         }
     }
@@ -316,8 +357,23 @@ impl Journal {
         self.tombstones.push(Tombstone {
             record,
             cancels,
-            topic,
-            url,
+            what: Cancels::Webhook { topic, url },
+        });
+    }
+
+    /// A `Forget` read back at start that still cancels a frame's record in `cancels`.
+    pub fn restore_forget(
+        &mut self,
+        topic: Arc<str>,
+        pos: Position,
+        record: Loc,
+        cancels: SegmentId,
+    ) {
+        self.log.keep(record);
+        self.tombstones.push(Tombstone {
+            record,
+            cancels,
+            what: Cancels::Frame { topic, pos },
         });
     }
 
@@ -355,8 +411,8 @@ impl Journal {
             epoch: t.last().epoch,
             seq: m.topic_seq,
         };
-        let (topic, expires, data) = (t.name.clone(), m.expires, m.data.clone());
-        if let Some(a) = self.message(&topic, pos, expires, false, &data) {
+        let (topic, expires, data, v1) = (t.name.clone(), m.expires, m.data.clone(), m.v1);
+        if let Some(a) = self.message(v1, &topic, pos, expires, false, &data) {
             home.set_record(key, a.loc);
         }
     }
@@ -376,21 +432,16 @@ impl Journal {
             .iter()
             .filter(|t| segments.contains(&t.record.segment))
         {
-            copies.push((t.topic.clone(), t.url.clone(), t.cancels));
+            copies.push((t.what.clone(), t.cancels));
         }
         self.tombstones
             .retain(|t| !segments.contains(&t.record.segment));
-        for (topic, url, cancels) in copies {
-            let entry = Entry::WebhookRemove {
-                topic: &topic,
-                url: &url,
-            };
-            if let Some(a) = self.append(&entry) {
+        for (what, cancels) in copies {
+            if let Some(a) = self.append(&what.entry()) {
                 self.tombstones.push(Tombstone {
                     record: a.loc,
                     cancels,
-                    topic,
-                    url,
+                    what,
                 });
             }
         }

@@ -142,6 +142,25 @@ pub struct PublishReq {
     pub origin: Origin,
 }
 
+/// A WalletConnect 1.0 `pub` (DECISIONS §8).
+#[derive(Debug, Clone)]
+pub struct V1Publish {
+    /// The topic (v1 topics are apart from v2 topics of the same name).
+    pub topic: Arc<str>,
+    /// The frame the subscribers get: `{"topic":..,"type":"pub","payload":..,"silent":..}`.
+    pub frame: Bytes,
+    /// No push notification.
+    pub silent: bool,
+    /// The publisher.
+    pub origin: Origin,
+    /// The publishing connection is itself a v1 subscriber of the topic (it does not count
+    /// as one to deliver to).
+    pub self_subscribed: bool,
+}
+
+/// How long a v1 `pub` with no subscriber waits for one (DECISIONS §8: 6 hours).
+pub const V1_PENDING_TTL: u32 = 6 * 3600;
+
 /// The outcome of a publish that was accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
@@ -210,6 +229,23 @@ pub enum Event {
         /// The topic.
         topic: Arc<str>,
     },
+    /// A v1 `pub` for this worker's v1 subscribers of the topic.
+    V1Live {
+        /// The topic.
+        topic: Arc<str>,
+        /// The frame to send.
+        frame: Bytes,
+        /// Its publisher (not sent back to it).
+        origin: Origin,
+    },
+    /// The answer to [`Engine::v1_take`]: the topic's pending frames, oldest first (now
+    /// removed).
+    V1Pending {
+        /// The request's ticket.
+        ticket: Ticket,
+        /// The frames.
+        frames: Vec<Bytes>,
+    },
 }
 
 /// A message for an engine from outside its worker (another worker's engine, a helper
@@ -258,6 +294,17 @@ pub trait Engine: Send {
 
     /// Forgets a webhook (it failed for too long).
     fn remove_webhook(&mut self, topic: &Arc<str>, url: &Arc<str>);
+
+    /// A v1 `pub`: sent live to the topic's v1 subscribers on other connections (every
+    /// worker, every node) as [`Event::V1Live`], or kept pending for
+    /// [`V1_PENDING_TTL`] when there is none; webhooks called unless `silent`.
+    fn v1_publish(&mut self, req: V1Publish, out: &mut Events);
+
+    /// A v1 `sub`: takes the topic's pending frames (answered with [`Event::V1Pending`]).
+    fn v1_take(&mut self, topic: &Arc<str>, ticket: Ticket, out: &mut Events);
+
+    /// This worker gained (`delta` 1) or lost (-1) a v1 subscription of the topic.
+    fn v1_watch(&mut self, topic: &Arc<str>, delta: i32, out: &mut Events);
 
     /// A message from another worker or a helper thread.
     fn on_message(&mut self, msg: EngineMsg, out: &mut Events);

@@ -80,6 +80,11 @@ impl Outboxes {
                     refused.push(reply.ticket);
                     false
                 }
+                // A v1 frame has no position to read again from: dropped and counted.
+                CoreMsg::Engine(EngineMsg::Local(HomeMsg::V1Live { .. })) => {
+                    dropped += 1;
+                    false
+                }
                 CoreMsg::Engine(EngineMsg::Local(HomeMsg::Live { topic, .. })) => {
                     if !owed.iter().any(|t| t == topic) {
                         owed.push(topic.clone());

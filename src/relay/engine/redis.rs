@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use super::{
     Done, Engine, EngineMsg, Event, Events, History, Message, Position, PublishReq, Stored, Ticket,
+    V1Publish,
 };
 use crate::cluster::{self, ClusterEvent, ClusterHandle, PublishOutcome, WebhookAdd, NS_V2};
 use crate::relay::error::RelayError;
@@ -52,6 +53,7 @@ pub struct RedisEngine {
     reading: HashMap<Ticket, Reading, ahash::RandomState>,
     /// Watch requests refused (a full queue): asked again at the next tick.
     unasked: Vec<Arc<str>>,
+    v1_warned: bool,
 }
 
 impl RedisEngine {
@@ -64,6 +66,7 @@ impl RedisEngine {
             publishing: HashMap::default(),
             reading: HashMap::default(),
             unasked: Vec::new(),
+            v1_warned: false,
         }
     }
 
@@ -212,6 +215,15 @@ impl RedisEngine {
     }
 }
 
+impl RedisEngine {
+    fn v1_unsupported(&mut self) {
+        if !self.v1_warned {
+            self.v1_warned = true;
+            log::warn!("WalletConnect 1.0 frames are not relayed between nodes yet");
+        }
+    }
+}
+
 impl Engine for RedisEngine {
     fn publish(
         &mut self,
@@ -273,6 +285,20 @@ impl Engine for RedisEngine {
     fn remove_webhook(&mut self, topic: &Arc<str>, url: &Arc<str>) {
         let _ = self.handle.remove_webhook(topic, url);
     }
+
+    fn v1_publish(&mut self, _req: V1Publish, _out: &mut Events) {
+        self.v1_unsupported();
+    }
+
+    fn v1_take(&mut self, _topic: &Arc<str>, ticket: Ticket, out: &mut Events) {
+        self.v1_unsupported();
+        out.push(Event::V1Pending {
+            ticket,
+            frames: Vec::new(),
+        });
+    }
+
+    fn v1_watch(&mut self, _topic: &Arc<str>, _delta: i32, _out: &mut Events) {}
 
     fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
         if let EngineMsg::Cluster(ev) = msg {

@@ -17,7 +17,7 @@ use super::{new_epoch, History, Message, Origin, Position, PublishReq, Stored};
 use crate::config::Limits;
 use crate::metrics::{CoreMetrics, DropReason, Metrics};
 use crate::relay::error::RelayError;
-use crate::store::{Loc, SegmentId};
+use crate::store::Loc;
 
 /// One home topic.
 #[derive(Debug)]
@@ -37,6 +37,12 @@ pub struct HomeTopic {
     hashes: HashMap<u64, u32, foldhash::fast::RandomState>,
     /// Webhook registrations.
     pub webhooks: Vec<Webhook>,
+    /// WalletConnect 1.0: workers with v1 subscribers, and how many each has.
+    v1_watchers: Vec<(u16, u32)>,
+    /// WalletConnect 1.0: pending frames (cache keys), oldest first.
+    v1_pending: VecDeque<usize>,
+    /// WalletConnect 1.0: number of the last pending frame (the `seq` of its position).
+    v1_seq: u64,
 }
 
 /// A webhook registration of a home topic.
@@ -70,12 +76,19 @@ impl HomeTopic {
             cached: VecDeque::new(),
             hashes: HashMap::default(),
             webhooks: Vec::new(),
+            v1_watchers: Vec::new(),
+            v1_pending: VecDeque::new(),
+            v1_seq: 0,
         }
     }
 
     /// Nothing refers to the topic any more: it can be forgotten (and its history with it).
     fn is_empty(&self) -> bool {
-        self.watchers.is_empty() && self.cached.is_empty() && self.webhooks.is_empty()
+        self.watchers.is_empty()
+            && self.cached.is_empty()
+            && self.webhooks.is_empty()
+            && self.v1_watchers.is_empty()
+            && self.v1_pending.is_empty()
     }
 
     /// The position of the last stored message.
@@ -265,12 +278,19 @@ impl HomeTopics {
             self.released.push(loc);
         }
         if let Some(t) = self.topics.get_mut(m.topic as usize) {
-            if t.cached.front() == Some(&key) {
-                t.cached.pop_front();
-            } else if let Some(pos) = t.cached.iter().position(|&k| k == key) {
-                t.cached.remove(pos);
+            let list = if m.v1 {
+                &mut t.v1_pending
+            } else {
+                &mut t.cached
+            };
+            if list.front() == Some(&key) {
+                list.pop_front();
+            } else if let Some(pos) = list.iter().position(|&k| k == key) {
+                list.remove(pos);
             }
-            t.forget(m.hash);
+            if !m.v1 {
+                t.forget(m.hash);
+            }
         }
         self.gc(m.topic);
     }
@@ -393,228 +413,10 @@ impl HomeTopics {
     pub fn take_released(&mut self, into: &mut Vec<Loc>) {
         into.append(&mut self.released);
     }
-
-    // -------------------------------------------------------------------------------------
-    // The durable engine's side: restoring at start, finding records to copy forward.
-
-    /// Restores a message at start; returns whether it is cached. `expires` is on the
-    /// worker clock. Messages of a topic must come in position order: a newer epoch
-    /// replaces what an older one left (its messages were gone before the topic was
-    /// forgotten; only their records were still on disk).
-    pub fn restore(
-        &mut self,
-        topic: &Arc<str>,
-        msg: Message,
-        hash: u64,
-        expires: u64,
-        record: Loc,
-    ) -> bool {
-        let mut slot = self.slot_of(topic);
-        let t = &self.topics[slot as usize];
-        if msg.pos.epoch > t.epoch && !t.cached.is_empty() {
-            let stale: Vec<usize> = t.cached.iter().copied().collect();
-            for k in stale {
-                self.evict(k, DropReason::Expired);
-            }
-            slot = self.slot_of(topic);
-        }
-        let t = &mut self.topics[slot as usize];
-        if (t.cached.is_empty() && t.last_seq == 0) || msg.pos.epoch > t.epoch {
-            // A topic new here takes the epoch of the history it is restored from.
-            t.epoch = msg.pos.epoch;
-            t.last_seq = 0;
-        }
-        if msg.pos.epoch < t.epoch || msg.pos.seq <= t.last_seq {
-            self.released.push(record);
-            self.gc(slot);
-            return false;
-        }
-        t.last_seq = msg.pos.seq;
-        let key = self.insert(slot, msg.pos.seq, hash, msg.data, expires, msg.origin);
-        let cached = self
-            .cache
-            .get(key)
-            .is_some_and(|m| m.topic == slot && m.topic_seq == msg.pos.seq);
-        if cached {
-            self.cache.set_record(key, record);
-        } else {
-            self.released.push(record);
-        }
-        cached
-    }
-
-    /// Keys of cached messages in `keys` whose record lies in one of `segments`.
-    pub fn records_in(&self, keys: std::ops::Range<usize>, segments: &[SegmentId]) -> Vec<usize> {
-        keys.filter(|&k| {
-            self.cache
-                .get(k)
-                .and_then(|m| m.record)
-                .is_some_and(|r| segments.contains(&r.segment))
-        })
-        .collect()
-    }
-
-    /// One past the highest cache key in use (see `Cache::key_bound`).
-    pub fn key_bound(&self) -> usize {
-        self.cache.key_bound()
-    }
-
-    /// The cached message at `key` with its topic.
-    pub fn message(&self, key: usize) -> Option<(&HomeTopic, &Cached)> {
-        let m = self.cache.get(key)?;
-        Some((self.topics.get(m.topic as usize)?, m))
-    }
-
-    /// Records where the cached message at `key` now lives in the log.
-    pub fn set_record(&mut self, key: usize, loc: Loc) {
-        self.cache.set_record(key, loc);
-    }
-
-    /// Every webhook registration: (topic, url).
-    pub fn all_webhooks(&self) -> Vec<(Arc<str>, Arc<str>)> {
-        self.topics
-            .iter()
-            .flat_map(|(_, t)| t.webhooks.iter().map(|w| (t.name.clone(), w.url.clone())))
-            .collect()
-    }
-
-    /// Webhook registrations whose record lies in one of `segments`: (topic, url).
-    pub fn webhooks_in(&self, segments: &[SegmentId]) -> Vec<(Arc<str>, Arc<str>)> {
-        self.topics
-            .iter()
-            .flat_map(|(_, t)| {
-                t.webhooks
-                    .iter()
-                    .filter(|w| w.record.is_some_and(|r| segments.contains(&r.segment)))
-                    .map(|w| (t.name.clone(), w.url.clone()))
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::relay::engine::Origin;
-    use bytes::Bytes;
+mod tests;
 
-    fn topics(limits: Limits) -> HomeTopics {
-        HomeTopics::new(
-            0,
-            64,
-            1 << 20,
-            limits,
-            Metrics::new(1),
-            Arc::new(AtomicUsize::new(0)),
-        )
-    }
-
-    fn req(topic: &Arc<str>, body: &str) -> PublishReq {
-        PublishReq {
-            topic: topic.clone(),
-            data: Bytes::copy_from_slice(body.as_bytes()),
-            ttl: 60,
-            prompt: true,
-            origin: Origin::NONE,
-        }
-    }
-
-    #[test]
-    fn positions_count_stored_messages_and_skip_duplicates() {
-        let mut h = topics(Limits::default());
-        let t: Arc<str> = Arc::from("t");
-        let a = h.store(&req(&t, "one"), 3, 1).stored;
-        let dup = h.store(&req(&t, "one"), 3, 2).stored;
-        let b = h.store(&req(&t, "two"), 3, 3).stored;
-        let (Stored::New(a), Stored::New(b)) = (a, b) else {
-            panic!("{a:?} {b:?}");
-        };
-        assert_eq!(dup, Stored::Duplicate);
-        assert_eq!((a.seq, b.seq), (1, 2));
-        assert_eq!(a.epoch, b.epoch);
-        let hist = h.read("t", Position::ZERO);
-        assert_eq!(hist.last, b);
-        assert_eq!(hist.messages.len(), 2);
-        let after_a = h.read("t", a);
-        assert_eq!(after_a.messages.len(), 1);
-        assert_eq!(after_a.messages[0].pos, b);
-        // A position of another epoch means nothing here: the whole cache is returned.
-        let other = Position {
-            epoch: a.epoch - 1,
-            seq: 5,
-        };
-        assert_eq!(h.read("t", other).messages.len(), 2);
-    }
-
-    #[test]
-    fn a_forgotten_topic_comes_back_in_a_new_epoch() {
-        let mut h = topics(Limits::default());
-        let t: Arc<str> = Arc::from("t");
-        let Stored::New(first) = h.store(&req(&t, "x"), 1, 1).stored else {
-            panic!()
-        };
-        h.sweep(1 + 60_000);
-        assert_eq!(h.find("t"), None, "expired and unwatched: forgotten");
-        let Stored::New(again) = h.store(&req(&t, "x"), 1, 70_000).stored else {
-            panic!()
-        };
-        assert_eq!(again.seq, 1);
-        assert!(again.epoch > first.epoch);
-    }
-
-    #[test]
-    fn the_per_topic_cap_evicts_the_oldest_but_positions_go_on() {
-        let mut h = topics(Limits {
-            max_cached_per_topic: 2,
-            ..Limits::default()
-        });
-        let t: Arc<str> = Arc::from("t");
-        for body in ["a", "bb", "ccc"] {
-            h.store(&req(&t, body), body.len() as u64, 1);
-        }
-        let hist = h.read("t", Position::ZERO);
-        let seqs: Vec<u64> = hist.messages.iter().map(|m| m.pos.seq).collect();
-        assert_eq!(seqs, [2, 3]);
-        assert_eq!(hist.last.seq, 3);
-        // An evicted message is new again.
-        let again = h.store(&req(&t, "a"), 1, 2).stored;
-        assert!(matches!(again, Stored::New(p) if p.seq == 4));
-    }
-
-    #[test]
-    fn a_topics_hash_filter_counts_copies_and_lets_its_memory_go_when_empty() {
-        let mut t = HomeTopic::new(Arc::from("t"));
-        t.note(1);
-        t.note(1);
-        t.note(2);
-        t.forget(1);
-        assert!(
-            t.hashes.contains_key(&1),
-            "one copy of hash 1 is still cached"
-        );
-        t.forget(1);
-        assert!(!t.hashes.contains_key(&1));
-        t.forget(7); // never noted: nothing happens
-        t.forget(2);
-        assert!(t.hashes.is_empty());
-        assert_eq!(t.hashes.capacity(), 0, "an empty filter keeps no table");
-    }
-
-    #[test]
-    fn webhooks_are_kept_once_and_bounded() {
-        let mut h = topics(Limits {
-            max_webhooks_per_topic: 1,
-            ..Limits::default()
-        });
-        let t: Arc<str> = Arc::from("t");
-        assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(true));
-        assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(false));
-        assert_eq!(
-            h.add_webhook(&t, Arc::from("http://b/")),
-            Err(RelayError::TooManyWebhooksForTopic)
-        );
-        assert_eq!(h.remove_webhook("t", "http://a/"), Some(None));
-        assert_eq!(h.remove_webhook("t", "http://a/"), None);
-        assert_eq!(h.find("t"), None, "nothing left: forgotten");
-    }
-}
+mod durable;
+mod v1;

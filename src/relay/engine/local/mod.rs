@@ -19,119 +19,25 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+use super::cache::{cache_presize, strict_overcommit};
 use super::home::HomeTopics;
-use super::journal::{Held, Journal, Settled};
+use super::journal::{Journal, Settled};
 use super::outbox::Outboxes;
+
+mod answers;
+mod msg;
+mod v1;
+
 use super::{
     Done, Engine, EngineMsg, Event, Events, Message, Position, PublishReq, Stored, Ticket,
+    V1Publish,
 };
 use crate::config::Limits;
 use crate::metrics::Metrics;
 use crate::relay::error::RelayError;
 use crate::relay::transport::{Mailboxes, Placement};
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
-
-/// Where an answer goes: the asking worker and its ticket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reply {
-    /// The asking worker.
-    pub core: u16,
-    /// Its ticket.
-    pub ticket: Ticket,
-}
-
-/// A message between the in-memory engines of two workers.
-#[derive(Debug)]
-pub enum HomeMsg {
-    /// To the home: store a publish (`hash` is its content hash).
-    Publish {
-        /// The publish.
-        req: PublishReq,
-        /// Content hash of `req.data`.
-        hash: u64,
-        /// The publishing worker.
-        reply: Reply,
-    },
-    /// To the home: read the topic after a position.
-    Read {
-        /// Topic.
-        topic: Arc<str>,
-        /// Read after this position.
-        after: Position,
-        /// The reading worker.
-        reply: Reply,
-    },
-    /// To the home: worker `core` watches the topic.
-    Watch {
-        /// Topic.
-        topic: Arc<str>,
-        /// The watching worker.
-        core: u16,
-    },
-    /// To the home: worker `core` no longer watches the topic.
-    Unwatch {
-        /// Topic.
-        topic: Arc<str>,
-        /// The worker.
-        core: u16,
-    },
-    /// To the home: register a webhook.
-    AddWebhook {
-        /// Topic.
-        topic: Arc<str>,
-        /// Address.
-        url: Arc<str>,
-        /// The registering worker.
-        reply: Reply,
-    },
-    /// To the home: forget a webhook.
-    RemoveWebhook {
-        /// Topic.
-        topic: Arc<str>,
-        /// Address.
-        url: Arc<str>,
-    },
-    /// From the home to a watching worker: a stored message.
-    Live {
-        /// Topic.
-        topic: Arc<str>,
-        /// The message.
-        msg: Message,
-    },
-    /// From the home to a watching worker: live messages of the topic were dropped on the
-    /// way (a full queue); its subscribers must re-read.
-    Resync {
-        /// Topic.
-        topic: Arc<str>,
-    },
-    /// From the home to an asking worker: the answer to one of its tickets.
-    Answer(Event),
-    /// From the home's log sync thread to the home: what became of its records.
-    Sync(crate::store::SyncEvent),
-}
-
-/// Messages a worker's cache makes room for at start, for a budget of `bytes`: as many as
-/// the budget can ever hold, so that no table of the cache grows while serving (a growth
-/// past a million entries copies or rehashes it all at once: a stall of tens of ms,
-/// docs/PERFORMANCE.md "The cache's tables never grow while serving"). The cost is address
-/// space, not memory. Under strict overcommit (`vm.overcommit_memory=2`) reserved address
-/// space counts against the commit limit: there the room is one message per KiB of budget,
-/// at most a million, and the tables may grow beyond it.
-pub fn cache_presize(bytes: usize, strict_overcommit: bool) -> usize {
-    if strict_overcommit {
-        (bytes / 1024).min(1 << 20)
-    } else {
-        bytes / (super::cache::ENTRY_OVERHEAD + MIN_CACHED_DATA)
-    }
-}
-
-/// A floor on the bytes of a cached message's data: `{"topic":"","message":""}` is 26.
-const MIN_CACHED_DATA: usize = 16;
-
-/// The kernel refuses to overcommit memory (`vm.overcommit_memory` is 2).
-fn strict_overcommit() -> bool {
-    std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|s| s.trim() == "2")
-}
+pub use msg::{HomeMsg, Reply};
 
 /// What every worker's in-memory engine shares.
 #[derive(Clone)]
@@ -250,7 +156,7 @@ impl LocalEngine {
         let mut wait = None;
         if let (Some(j), Some(key)) = (self.journal.as_mut(), o.key) {
             let expires = now + u64::from(req.ttl) * 1000;
-            if let Some(a) = j.message(&req.topic, pos, expires, req.prompt, &req.data) {
+            if let Some(a) = j.message(false, &req.topic, pos, expires, req.prompt, &req.data) {
                 self.home.set_record(key, a.loc);
                 wait = j.answers_after_sync().then_some(a.lsn);
             } else if j.answers_after_sync() {
@@ -284,81 +190,6 @@ impl LocalEngine {
         (Ok(o.stored), wait)
     }
 
-    /// Answers a publish of worker `core` (this one included), now or once its record is
-    /// synced.
-    fn answer_publish(
-        &mut self,
-        core: u16,
-        ticket: Ticket,
-        done: (Result<Stored, RelayError>, Option<u64>),
-        out: &mut Events,
-    ) {
-        match (done, self.journal.as_mut()) {
-            ((Ok(stored), Some(lsn)), Some(j)) => {
-                j.hold(lsn, core, ticket, Held::Published(stored))
-            }
-            ((result, _), _) => self.answer(core, Event::Published { ticket, result }, out),
-        }
-    }
-
-    /// Home side of a webhook registration: answered now, or once its record is synced.
-    fn register_here(
-        &mut self,
-        topic: &Arc<str>,
-        url: Arc<str>,
-        core: u16,
-        ticket: Ticket,
-        out: &mut Events,
-    ) {
-        if self.journal.as_ref().is_some_and(Journal::refuses) {
-            let result = Err(RelayError::StorageUnavailable);
-            return self.answer(core, Event::WebhookAdded { ticket, result }, out);
-        }
-        let added = self.home.add_webhook(topic, url.clone());
-        if let (Ok(true), Some(j)) = (&added, self.journal.as_mut()) {
-            if let Some(a) = j.webhook_add(topic, &url) {
-                self.home.set_webhook_record(topic, &url, a.loc);
-                if j.answers_after_sync() {
-                    return j.hold(a.lsn, core, ticket, Held::WebhookAdded);
-                }
-            }
-        }
-        let result = added.map(|_| ());
-        self.answer(core, Event::WebhookAdded { ticket, result }, out);
-    }
-
-    /// Home side of forgetting a webhook (and its record).
-    fn unregister_here(&mut self, topic: &Arc<str>, url: &Arc<str>) {
-        if let (Some(Some(record)), Some(j)) =
-            (self.home.remove_webhook(topic, url), self.journal.as_mut())
-        {
-            j.webhook_remove(topic, url, record);
-        }
-    }
-
-    /// Sends the answers the journal settled.
-    fn send_settled(&mut self, out: &mut Events) {
-        for st in std::mem::take(&mut self.settled) {
-            let ticket = st.ticket;
-            let failed = RelayError::StorageUnavailable;
-            let ev = match (st.what, st.ok) {
-                (Held::Published(stored), true) => Event::Published {
-                    ticket,
-                    result: Ok(stored),
-                },
-                (Held::Published(_), false) => Event::Published {
-                    ticket,
-                    result: Err(failed),
-                },
-                (Held::WebhookAdded, ok) => Event::WebhookAdded {
-                    ticket,
-                    result: if ok { Ok(()) } else { Err(failed) },
-                },
-            };
-            self.answer(st.core, ev, out);
-        }
-    }
-
     fn on_home_msg(&mut self, msg: HomeMsg, out: &mut Events) {
         match msg {
             HomeMsg::Publish { req, hash, reply } => {
@@ -386,6 +217,25 @@ impl LocalEngine {
             HomeMsg::Live { topic, msg } => out.push(Event::Live { topic, msg }),
             HomeMsg::Resync { topic } => out.push(Event::Resync { topic }),
             HomeMsg::Answer(ev) => out.push(ev),
+            HomeMsg::V1Publish(req) => self.v1_publish_here(req, out),
+            HomeMsg::V1Take { topic, reply } => {
+                let frames = self.v1_take_here(&topic);
+                let ev = Event::V1Pending {
+                    ticket: reply.ticket,
+                    frames,
+                };
+                self.answer(reply.core, ev, out);
+            }
+            HomeMsg::V1Watch { topic, core, delta } => self.home.v1_watch(&topic, core, delta),
+            HomeMsg::V1Live {
+                topic,
+                frame,
+                origin,
+            } => out.push(Event::V1Live {
+                topic,
+                frame,
+                origin,
+            }),
             HomeMsg::Sync(ev) => {
                 if let Some(j) = self.journal.as_mut() {
                     j.on_sync(ev, &mut self.settled);
@@ -505,6 +355,38 @@ impl Engine for LocalEngine {
         }
     }
 
+    fn v1_publish(&mut self, req: V1Publish, out: &mut Events) {
+        if self.is_mine(&req.topic) {
+            self.v1_publish_here(req, out);
+        } else {
+            let home = self.home_of(&req.topic);
+            self.send(home, HomeMsg::V1Publish(req));
+        }
+    }
+
+    fn v1_take(&mut self, topic: &Arc<str>, ticket: Ticket, out: &mut Events) {
+        if self.is_mine(topic) {
+            let frames = self.v1_take_here(topic);
+            out.push(Event::V1Pending { ticket, frames });
+        } else {
+            let reply = Reply {
+                core: self.me,
+                ticket,
+            };
+            let (home, topic) = (self.home_of(topic), topic.clone());
+            self.send(home, HomeMsg::V1Take { topic, reply });
+        }
+    }
+
+    fn v1_watch(&mut self, topic: &Arc<str>, delta: i32, _out: &mut Events) {
+        if self.is_mine(topic) {
+            self.home.v1_watch(topic, self.me, delta);
+        } else {
+            let (home, core, topic) = (self.home_of(topic), self.me, topic.clone());
+            self.send(home, HomeMsg::V1Watch { topic, core, delta });
+        }
+    }
+
     fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
         if let EngineMsg::Local(m) = msg {
             self.on_home_msg(m, out);
@@ -527,21 +409,5 @@ impl Engine for LocalEngine {
         }
         let m = &self.shared.metrics.cores[usize::from(self.me)];
         self.outbox.flush(&self.shared.mailboxes, m, out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_cache_is_presized_for_its_budget_unless_overcommit_is_strict() {
-        let gib = 1 << 30;
-        // Room for the most messages a GiB can hold: each costs at least 144 bytes.
-        assert_eq!(cache_presize(gib, false), gib / 144);
-        assert!(cache_presize(gib, false) * (super::super::cache::ENTRY_OVERHEAD + 26) > gib);
-        // Under strict overcommit: one per KiB, at most a million.
-        assert_eq!(cache_presize(gib, true), 1 << 20);
-        assert_eq!(cache_presize(64 << 20, true), 64 << 10);
     }
 }

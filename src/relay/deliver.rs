@@ -1,0 +1,193 @@
+//! The relay's deliveries carried out: live messages through each topic's feed, histories,
+//! answers, v1 frames, handed to the worker's connections through [`Recipients`]; and the
+//! reads a gap or a resync asks for.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::feed::{Feed, SubState, UNASKED};
+use super::subs::LocalSub;
+use super::{
+    engine, Delivery, Message, Position, PushKind, Recipients, Relay, RelayError, Retry, Ticket,
+    Waiter, READ_RETRY_MS,
+};
+use crate::outbuf::{fanout_share_min, fanout_shares_body};
+
+impl Relay {
+    /// Asks again for a read that failed: its subscriptions move to a new one.
+    pub(super) fn retry(&mut self, topic: &Arc<str>, old: Ticket) {
+        let Some(slot) = self.subs.find(topic) else {
+            return;
+        };
+        let Some(t) = self.subs.get_named(slot, topic) else {
+            return;
+        };
+        Feed::retag(&mut t.subs, old, UNASKED);
+        let from = t
+            .subs
+            .iter()
+            .filter_map(|s| match s.follow.state {
+                SubState::Syncing { ticket, from } if ticket == UNASKED => Some(from),
+                _ => None,
+            })
+            .min();
+        if let Some(from) = from {
+            self.ask(topic, from);
+        }
+    }
+
+    /// Carries out the queued deliveries on the worker's connections.
+    pub fn deliver(&mut self, to: &mut impl Recipients) {
+        // Reads answered at once while delivering (a resync) queue more: a few rounds.
+        for _ in 0..4 {
+            if self.queue.is_empty() {
+                break;
+            }
+            let list = std::mem::take(&mut self.queue);
+            self.pending_pushes = 0;
+            for d in list {
+                self.deliver_one(d, to);
+            }
+            self.absorb();
+        }
+    }
+
+    fn deliver_one(&mut self, d: Delivery, to: &mut impl Recipients) {
+        match d {
+            Delivery::Live { slot, topic, msg } => self.deliver_live(slot, &topic, msg, to),
+            Delivery::History {
+                topic,
+                ticket,
+                result,
+            } => self.deliver_history(&topic, ticket, result, to),
+            Delivery::Answer {
+                conn,
+                answer,
+                result,
+            } => to.answer(conn, answer, result),
+            Delivery::WebhookAnswer { conn, result } => to.webhook_answer(conn, result),
+            Delivery::Resync { topic } => {
+                if let Some(slot) = self.subs.find(&topic) {
+                    self.resync(slot);
+                }
+            }
+            Delivery::V1Live {
+                topic,
+                frame,
+                origin,
+            } => {
+                let conns = self.v1.of(&topic);
+                let kind = PushKind::Live {
+                    share_min: fanout_share_min(conns.len(), frame.len()),
+                };
+                for &c in conns {
+                    if self.origin_of(c.uid) != origin {
+                        to.push_text(c, &frame, kind);
+                    }
+                }
+            }
+            Delivery::V1Frames { conn, frames } => {
+                for f in &frames {
+                    to.push_text(conn, f, PushKind::Replay);
+                }
+            }
+        }
+    }
+
+    fn deliver_live(
+        &mut self,
+        slot: u32,
+        topic: &Arc<str>,
+        mut msg: Message,
+        to: &mut impl Recipients,
+    ) {
+        let hold = self.limits.max_cached_per_topic;
+        let Some(t) = self.subs.get_named(slot, topic) else {
+            return;
+        };
+        let n = t.subs.len();
+        // A big fan-out queues the body by reference in every connection (a reference
+        // count bumped per subscriber): this worker takes its own copy, once, so that
+        // count's cache line does not bounce between the cores sharing the original.
+        if n > 1 && fanout_shares_body(n, msg.data.len()) {
+            msg.data = Bytes::copy_from_slice(&msg.data);
+        }
+        let kind = PushKind::Live {
+            share_min: fanout_share_min(n, msg.data.len()),
+        };
+        let again = t
+            .feed
+            .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
+                to.push(s.conn, &s.id, &m.data, kind)
+            });
+        if let Some(from) = again {
+            self.ask(topic, from);
+        }
+    }
+
+    fn deliver_history(
+        &mut self,
+        topic: &Arc<str>,
+        ticket: Ticket,
+        result: Result<engine::History, RelayError>,
+        to: &mut impl Recipients,
+    ) {
+        let Some(slot) = self.subs.find(topic) else {
+            return;
+        };
+        let history = match result {
+            Ok(h) => h,
+            Err(_) => {
+                // The store could not answer: the subscriptions keep waiting; ask again.
+                let at = crate::clock::now_ms() + READ_RETRY_MS;
+                let topic = topic.clone();
+                self.retries.push(Retry { topic, ticket, at });
+                return;
+            }
+        };
+        let Some(t) = self.subs.get_named(slot, topic) else {
+            return;
+        };
+        let again = t.feed.on_history(
+            &mut t.subs,
+            ticket,
+            &history,
+            &mut |s: &mut LocalSub, m: &Message| to.push(s.conn, &s.id, &m.data, PushKind::Replay),
+        );
+        if let Some(from) = again {
+            Feed::retag(&mut t.subs, ticket, UNASKED);
+            self.ask(topic, from);
+        }
+    }
+
+    /// Every subscription of the topic in `slot` reads again from its position.
+    fn resync(&mut self, slot: u32) {
+        let Some(topic) = self.subs.get(slot).map(|t| t.name.clone()) else {
+            return;
+        };
+        let Some(t) = self.subs.get_named(slot, &topic) else {
+            return;
+        };
+        if let Some(from) = t.feed.resync_all(&mut t.subs) {
+            self.metrics.cores[usize::from(self.me)].resyncs.inc();
+            self.ask(&topic, from);
+        }
+    }
+
+    /// Reads the topic after `from` for its subscriptions waiting on [`UNASKED`].
+    fn ask(&mut self, topic: &Arc<str>, from: Position) {
+        let Some(slot) = self.subs.find(topic) else {
+            return;
+        };
+        let Some(t) = self.subs.get_named(slot, topic) else {
+            return;
+        };
+        let ticket = self.waiters.insert(Waiter::Read {
+            topic: t.name.clone(),
+        }) as Ticket;
+        Feed::retag(&mut t.subs, UNASKED, ticket);
+        let name = t.name.clone();
+        self.engine.read(&name, from, ticket, &mut self.events);
+    }
+}

@@ -1,0 +1,133 @@
+//! A home topic's WalletConnect 1.0 state (DECISIONS §8): which workers have v1
+//! subscribers, and the frames pending for a subscriber (kept in the worker's cache, with
+//! the 6-hour ttl, the per-topic cap and the byte budget of every cached message).
+
+use std::sync::Arc;
+
+use super::HomeTopics;
+use crate::metrics::DropReason;
+use crate::relay::engine::{Origin, Position};
+use crate::store::Loc;
+
+impl HomeTopics {
+    /// Worker `core` gained (`delta` 1) or lost (-1) a v1 subscription of the topic.
+    pub fn v1_watch(&mut self, topic: &Arc<str>, core: u16, delta: i32) {
+        let slot = self.slot_of(topic);
+        let w = &mut self.topics[slot as usize].v1_watchers;
+        match w.iter().position(|(c, _)| *c == core) {
+            Some(i) if delta < 0 => {
+                w[i].1 = w[i].1.saturating_sub(1);
+                if w[i].1 == 0 {
+                    w.swap_remove(i);
+                }
+            }
+            Some(i) => w[i].1 += 1,
+            None if delta > 0 => w.push((core, 1)),
+            None => {}
+        }
+        self.gc(slot);
+    }
+
+    /// The workers to send a v1 `pub` to, when the topic has v1 subscribers besides the
+    /// publishing connection (`self_subscribed`: it is one of them); `None`: keep it pending.
+    pub fn v1_route(&self, topic: &str, self_subscribed: bool) -> Option<Vec<u16>> {
+        let t = self.topics.get(self.find(topic)? as usize)?;
+        let all: u32 = t.v1_watchers.iter().map(|(_, n)| n).sum();
+        let others = all.saturating_sub(u32::from(self_subscribed));
+        (others > 0).then(|| t.v1_watchers.iter().map(|(c, _)| *c).collect())
+    }
+
+    /// Keeps a v1 frame pending until `expires` (worker clock); returns its cache key and
+    /// position while it is still cached (the byte budget may evict it at once).
+    pub fn v1_keep(
+        &mut self,
+        topic: &Arc<str>,
+        frame: bytes::Bytes,
+        expires: u64,
+        origin: Origin,
+    ) -> Option<(usize, Position)> {
+        let slot = self.slot_of(topic);
+        let t = &mut self.topics[slot as usize];
+        t.v1_seq += 1;
+        let pos = Position {
+            epoch: t.epoch,
+            seq: t.v1_seq,
+        };
+        self.insert_v1(slot, pos.seq, frame, expires, origin)
+            .map(|k| (k, pos))
+    }
+
+    fn insert_v1(
+        &mut self,
+        slot: u32,
+        seq: u64,
+        frame: bytes::Bytes,
+        expires: u64,
+        origin: Origin,
+    ) -> Option<usize> {
+        let key = self.cache.insert(slot, seq, 0, frame, expires, origin);
+        self.cache.mark_v1(key);
+        self.topics[slot as usize].v1_pending.push_back(key);
+        self.m().cached_messages.inc();
+        while self.topics[slot as usize].v1_pending.len() > self.limits.max_cached_per_topic {
+            let Some(old) = self.topics[slot as usize].v1_pending.front().copied() else {
+                break;
+            };
+            self.evict(old, DropReason::TopicCacheFull);
+        }
+        while self.cache.bytes() > self.budget {
+            let Some(k) = self.cache.oldest() else { break };
+            self.evict(k, DropReason::CacheBytes);
+        }
+        self.m().cached_bytes.set(self.cache.bytes() as u64);
+        self.cache
+            .get(key)
+            .is_some_and(|m| m.v1 && m.topic == slot && m.topic_seq == seq)
+            .then_some(key)
+    }
+
+    /// Takes the topic's pending v1 frames, oldest first: (frame, position, record).
+    pub fn v1_take(&mut self, topic: &str) -> Vec<(bytes::Bytes, Position, Option<Loc>)> {
+        let Some(slot) = self.find(topic) else {
+            return Vec::new();
+        };
+        let t = &mut self.topics[slot as usize];
+        let epoch = t.epoch;
+        let keys: Vec<usize> = t.v1_pending.drain(..).collect();
+        let mut frames = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some(m) = self.cache.remove(k) {
+                self.m().cached_messages.sub(1);
+                let pos = Position {
+                    epoch,
+                    seq: m.topic_seq,
+                };
+                frames.push((m.data, pos, m.record));
+            }
+        }
+        self.m().cached_bytes.set(self.cache.bytes() as u64);
+        self.gc(slot);
+        frames
+    }
+
+    /// Restores a pending v1 frame at start (frames of a topic in position order).
+    pub fn v1_restore(
+        &mut self,
+        topic: &Arc<str>,
+        pos: Position,
+        frame: bytes::Bytes,
+        expires: u64,
+        record: Loc,
+    ) {
+        let slot = self.slot_of(topic);
+        let t = &mut self.topics[slot as usize];
+        if t.v1_pending.is_empty() && t.cached.is_empty() {
+            t.epoch = t.epoch.max(pos.epoch);
+        }
+        t.v1_seq = t.v1_seq.max(pos.seq);
+        match self.insert_v1(slot, pos.seq, frame, expires, Origin::NONE) {
+            Some(key) => self.cache.set_record(key, record),
+            None => self.released.push(record),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The messages the in-memory engines of two workers exchange (over the mailboxes), and
+//! where an answer goes.
+
+use std::sync::Arc;
+
+use crate::relay::engine::{Event, Message, Position, PublishReq, Ticket, V1Publish};
+
+/// Where an answer goes: the asking worker and its ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// The asking worker.
+    pub core: u16,
+    /// Its ticket.
+    pub ticket: Ticket,
+}
+
+/// A message between the in-memory engines of two workers.
+#[derive(Debug)]
+pub enum HomeMsg {
+    /// To the home: store a publish (`hash` is its content hash).
+    Publish {
+        /// The publish.
+        req: PublishReq,
+        /// Content hash of `req.data`.
+        hash: u64,
+        /// The publishing worker.
+        reply: Reply,
+    },
+    /// To the home: read the topic after a position.
+    Read {
+        /// Topic.
+        topic: Arc<str>,
+        /// Read after this position.
+        after: Position,
+        /// The reading worker.
+        reply: Reply,
+    },
+    /// To the home: worker `core` watches the topic.
+    Watch {
+        /// Topic.
+        topic: Arc<str>,
+        /// The watching worker.
+        core: u16,
+    },
+    /// To the home: worker `core` no longer watches the topic.
+    Unwatch {
+        /// Topic.
+        topic: Arc<str>,
+        /// The worker.
+        core: u16,
+    },
+    /// To the home: register a webhook.
+    AddWebhook {
+        /// Topic.
+        topic: Arc<str>,
+        /// Address.
+        url: Arc<str>,
+        /// The registering worker.
+        reply: Reply,
+    },
+    /// To the home: forget a webhook.
+    RemoveWebhook {
+        /// Topic.
+        topic: Arc<str>,
+        /// Address.
+        url: Arc<str>,
+    },
+    /// From the home to a watching worker: a stored message.
+    Live {
+        /// Topic.
+        topic: Arc<str>,
+        /// The message.
+        msg: Message,
+    },
+    /// From the home to a watching worker: live messages of the topic were dropped on the
+    /// way (a full queue); its subscribers must re-read.
+    Resync {
+        /// Topic.
+        topic: Arc<str>,
+    },
+    /// From the home to an asking worker: the answer to one of its tickets.
+    Answer(Event),
+    /// From the home's log sync thread to the home: what became of its records.
+    Sync(crate::store::SyncEvent),
+    /// To the home: a WalletConnect 1.0 `pub`.
+    V1Publish(V1Publish),
+    /// To the home: take the topic's pending v1 frames.
+    V1Take {
+        /// Topic.
+        topic: Arc<str>,
+        /// The asking worker.
+        reply: Reply,
+    },
+    /// To the home: worker `core` gained or lost a v1 subscription.
+    V1Watch {
+        /// Topic.
+        topic: Arc<str>,
+        /// The worker.
+        core: u16,
+        /// +1 or -1.
+        delta: i32,
+    },
+    /// From the home to a worker with v1 subscribers: a v1 `pub`.
+    V1Live {
+        /// Topic.
+        topic: Arc<str>,
+        /// The frame.
+        frame: bytes::Bytes,
+        /// Its publisher.
+        origin: crate::relay::engine::Origin,
+    },
+}

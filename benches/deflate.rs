@@ -131,7 +131,10 @@ fn deliver_shared(
     data: &[u8],
     sink: &mut Vec<u8>,
 ) {
-    let mut shared = deflate::Shared::new(data, rpc::PUSH_SUFFIX);
+    let mut shared = deflate::Shared::new(
+        bytes::Bytes::copy_from_slice(data),
+        bytes::Bytes::from_static(rpc::PUSH_SUFFIX),
+    );
     for p in prefixes {
         let z = shared.get(d, 15).expect("compressible");
         deflate::push_head(p, z, sink);

@@ -88,6 +88,11 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_WEBHOOK_ALLOW_PRIVATE")]
     pub webhook_allow_private: bool,
 
+    /// Negotiate permessage-deflate (RFC 7692) with clients that offer it: less bandwidth for
+    /// more CPU. Off: offers are declined.
+    #[arg(long, env = "WALLETRELAY_PERMESSAGE_DEFLATE")]
+    pub permessage_deflate: bool,
+
     /// Serve a test-only WebSocket echo route at `/echo` (for the Autobahn suite).
     #[arg(long, env = "WALLETRELAY_WS_ECHO")]
     pub ws_echo: bool,

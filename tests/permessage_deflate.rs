@@ -3,9 +3,6 @@
 //! bad data, a bomb past `--max-message`, and relay pushes that arrive compressed and decode
 //! to exactly the push a plain subscriber gets. Frames are built and read here and payloads
 //! (de)compressed with flate2 directly, so no `ws::deflate` code checks itself.
-//!
-//! Ignored until the connection code wires `ws::deflate` (the flag, the upgrade answer,
-//! RSV1 frames); `cargo test --test permessage_deflate -- --ignored` runs them.
 
 mod common;
 
@@ -182,7 +179,6 @@ fn inflate(payload: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "needs ws::deflate wired into conn (--permessage-deflate)"]
 fn offers_are_answered_only_with_the_flag() {
     let on = Server::start(&["--permessage-deflate", "--ws-echo"]);
     assert_eq!(open(&on, "/", Some(OFFER)).extensions(), Some(ANSWER));
@@ -217,7 +213,6 @@ fn offers_are_answered_only_with_the_flag() {
 }
 
 #[test]
-#[ignore = "needs ws::deflate wired into conn (--permessage-deflate)"]
 fn compressed_echo_whole_and_fragmented() {
     let server = Server::start(&["--permessage-deflate", "--ws-echo"]);
     let mut c = open(&server, "/echo", Some(OFFER));
@@ -244,7 +239,6 @@ fn compressed_echo_whole_and_fragmented() {
 }
 
 #[test]
-#[ignore = "needs ws::deflate wired into conn (--permessage-deflate)"]
 fn misuse_bad_data_and_bombs_close_the_connection() {
     let server = Server::start(&[
         "--permessage-deflate",
@@ -275,7 +269,6 @@ fn misuse_bad_data_and_bombs_close_the_connection() {
 }
 
 #[test]
-#[ignore = "needs ws::deflate wired into conn (--permessage-deflate)"]
 fn pushes_arrive_compressed_and_decode_to_the_plain_push() {
     let server = Server::start(&["--permessage-deflate"]);
     let t = topic();

@@ -10,7 +10,8 @@
 //! stream in chunks (as reads deliver it) gives exactly the events of feeding it whole; and
 //! unmasking in two pieces with a phase offset equals XOR with the key.
 //!
-//! Input layout: byte 0 chooses the chunk sizes, the rest is the stream.
+//! Input layout: byte 0 chooses the chunk sizes (and, its top bit, whether permessage-deflate
+//! was negotiated: RSV1 then marks compressed messages), the rest is the stream.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -23,6 +24,7 @@ const MAX: usize = 4096;
 #[derive(Debug, PartialEq, Eq)]
 enum Ev {
     Message(bool, Vec<u8>),
+    Compressed(bool, Vec<u8>),
     Fragment,
     Ping(Vec<u8>),
     Pong,
@@ -38,9 +40,12 @@ struct Conn {
 }
 
 impl Conn {
-    fn new() -> Conn {
+    /// `deflate`: permessage-deflate negotiated (RSV1 marks compressed messages).
+    fn new(deflate: bool) -> Conn {
+        let mut dec = Decoder::new(MAX);
+        dec.set_deflate(deflate);
         Conn {
-            dec: Decoder::new(MAX),
+            dec,
             closed: false,
             events: Vec::new(),
         }
@@ -86,6 +91,10 @@ fn check(ev: Event<'_>) -> Ev {
             );
             Ev::Message(binary, payload.to_vec())
         }
+        Event::Compressed { binary, payload } => {
+            assert!(payload.len() <= MAX);
+            Ev::Compressed(binary, payload.to_vec())
+        }
         Event::Fragment => Ev::Fragment,
         Event::Ping(p) => {
             assert!(p.len() <= 125);
@@ -122,14 +131,16 @@ fuzz_target!(|data: &[u8]| {
     };
     check_unmask(seed, stream);
 
+    // The seed's top bit: permessage-deflate negotiated.
+    let deflate = seed & 0x80 != 0;
     // Whole stream at once.
-    let mut whole = Conn::new();
+    let mut whole = Conn::new(deflate);
     let mut buf = stream.to_vec();
     let used = whole.step(&mut buf);
     assert!(used <= stream.len());
 
     // The same stream in chunks, with a pending buffer as `worker` keeps one.
-    let mut chunked = Conn::new();
+    let mut chunked = Conn::new(deflate);
     let mut rbuf: Vec<u8> = Vec::new();
     let mut rest = stream;
     let mut i = 0usize;

@@ -33,7 +33,7 @@ use crate::relay::{ConnRef, Relay, SubId};
 use crate::webhook::WebhookPool;
 
 pub use outbound::Backlog;
-pub use websocket::WsState;
+pub use websocket::{DeflateKit, WsState};
 
 /// Everything workers share, read-only.
 pub struct Shared {
@@ -261,6 +261,8 @@ pub struct Ctx<'a> {
     pub json: &'a mut simd_json::Buffers,
     /// The worker's cache of assembled registry answers.
     pub answers: &'a mut crate::registry::answers::AnswerCache,
+    /// The worker's permessage-deflate tools.
+    pub deflate: &'a mut websocket::DeflateKit,
 }
 
 impl Ctx<'_> {

@@ -22,8 +22,10 @@ use crate::ws::{self, Opcode};
 #[derive(Debug)]
 struct QueuedPush {
     id: SubId,
+    /// The data object, or (`compressed`) the shared compressed `data` + suffix.
     data: Bytes,
     live: bool,
+    compressed: bool,
 }
 
 /// One part of a text message answering a WebSocket message (a single answer, or a batch).
@@ -116,8 +118,43 @@ impl<S> Conn<S> {
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
+        self.deliver_push(id, data, false, live, fill_mark, share_min, scratch);
+    }
+
+    /// Delivers a permessage-deflate push: `z` is the push's `data` + suffix compressed once
+    /// for every subscriber on this worker (`ws::deflate::Shared`).
+    pub fn deliver_compressed(
+        &mut self,
+        id: &SubId,
+        z: &Bytes,
+        live: bool,
+        fill_mark: usize,
+        share_min: usize,
+        scratch: &mut Vec<u8>,
+    ) {
+        self.deliver_push(id, z, true, live, fill_mark, share_min, scratch);
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one push, named at the two callers"
+    )]
+    fn deliver_push(
+        &mut self,
+        id: &SubId,
+        data: &Bytes,
+        compressed: bool,
+        live: bool,
+        fill_mark: usize,
+        share_min: usize,
+        scratch: &mut Vec<u8>,
+    ) {
         if self.backlog.is_empty() && self.out.len() < fill_mark {
-            self.push_message(id, data, share_min, scratch);
+            if compressed {
+                self.push_compressed(id, data, share_min, scratch);
+            } else {
+                self.push_message(id, data, share_min, scratch);
+            }
         } else {
             if live {
                 self.backlog.live += data.len();
@@ -126,6 +163,7 @@ impl<S> Conn<S> {
                 id: *id,
                 data: data.clone(),
                 live,
+                compressed,
             }));
         }
     }
@@ -222,7 +260,12 @@ impl<S> Conn<S> {
                     if q.live {
                         self.backlog.live -= q.data.len();
                     }
-                    self.push_message(&q.id, &q.data, crate::outbuf::PUSH_SHARE_MIN, scratch);
+                    let min = crate::outbuf::PUSH_SHARE_MIN;
+                    if q.compressed {
+                        self.push_compressed(&q.id, &q.data, min, scratch);
+                    } else {
+                        self.push_message(&q.id, &q.data, min, scratch);
+                    }
                 }
                 Some(Queued::Raw { data, live }) => {
                     if live {
@@ -276,6 +319,23 @@ impl<S> Conn<S> {
         self.out.extend(scratch);
         self.out.push_shared(data, share_min);
         self.out.extend(rpc::PUSH_SUFFIX);
+    }
+}
+
+impl<S> Conn<S> {
+    /// Queues a compressed `waku_subscription` push: the frame header and the subscriber's
+    /// own prefix as a stored block, then the shared compressed bytes by reference.
+    fn push_compressed(&mut self, id: &SubId, z: &Bytes, share_min: usize, scratch: &mut Vec<u8>) {
+        let Phase::Ws(w) = &mut self.phase else {
+            return;
+        };
+        scratch.clear();
+        rpc::write_push_prefix(scratch, w.next_push_id, id.hex());
+        w.next_push_id += 1;
+        let mut head = Vec::with_capacity(scratch.len() + 16);
+        crate::ws::deflate::push_head(scratch, z, &mut head);
+        self.out.extend(&head);
+        self.out.push_shared(z, share_min);
     }
 }
 

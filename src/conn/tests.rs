@@ -83,6 +83,7 @@ struct Bench {
     scratch: Vec<u8>,
     json: simd_json::Buffers,
     answers: AnswerCache,
+    deflate: super::DeflateKit,
 }
 
 impl Recipients for Conn<()> {
@@ -131,6 +132,7 @@ impl Bench {
             scratch: Vec::new(),
             json: simd_json::Buffers::new(1024),
             answers: AnswerCache::new(0),
+            deflate: super::DeflateKit::default(),
         }
     }
 
@@ -148,6 +150,7 @@ impl Bench {
             scratch: &mut self.scratch,
             json: &mut self.json,
             answers: &mut self.answers,
+            deflate: &mut self.deflate,
         };
         process(&mut self.conn, &mut input, &mut ctx)
     }

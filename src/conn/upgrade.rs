@@ -39,12 +39,21 @@ pub fn upgrade<S>(
         return false;
     }
     let accept = ws::accept_key(req.ws_key.unwrap_or_default());
-    let head = format!(
+    let mut head = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Accept: {accept}\r\nX-Walletrelay-Worker: {}\r\n\r\n",
+         Sec-WebSocket-Accept: {accept}\r\nX-Walletrelay-Worker: {}\r\n",
         ctx.me
-    );
-    conn.out.extend(head.as_bytes());
+    )
+    .into_bytes();
+    // permessage-deflate only when the flag allows it (DECISIONS §9: declined otherwise).
+    let deflate = req
+        .ws_deflate
+        .filter(|_| ctx.shared.config.permessage_deflate);
+    if let Some(a) = deflate {
+        a.write_header(&mut head);
+    }
+    head.extend_from_slice(b"\r\n");
+    conn.out.extend(&head);
     let push_base = crate::clock::unix_ms() * 1000 + ctx.ids.next_u64() % 1000;
     // The first ping comes a random half to whole interval after the upgrade, so that
     // connections opened together (a reconnect storm after a restart) are not all pinged
@@ -54,7 +63,7 @@ pub fn upgrade<S>(
     let first_ping = ctx.now + interval - ctx.ids.next_u64() % (interval / 2 + 1);
     let max = ctx.shared.config.limits.max_message;
     conn.phase = Phase::Ws(Box::new(WsState::new(
-        echo, max, push_base, ctx.now, first_ping,
+        echo, max, deflate, push_base, ctx.now, first_ping,
     )));
     conn.deadline = first_ping;
     ctx.metrics().websockets_open.inc();

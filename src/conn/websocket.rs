@@ -4,7 +4,35 @@
 //! violation closes the connection with the codec's close code.
 
 use super::{waku, Conn, Ctx};
+use crate::ws::deflate::{self, Agreement, Deflater, Inflater, Shared};
 use crate::ws::{self, Decoder, Event, Opcode, WsError};
+
+/// A worker's permessage-deflate tools, shared by its connections: nothing is kept per
+/// connection but its two-byte [`Agreement`] (no context takeover).
+#[derive(Default)]
+pub struct DeflateKit {
+    inflater: Inflater,
+    /// The compressor (answers, echoes, pushes).
+    pub deflater: Deflater,
+    /// The last inflated message.
+    inflated: Vec<u8>,
+    /// The last compressed answer.
+    z: Vec<u8>,
+    /// The push being fanned out, compressed once for all its subscribers on this worker.
+    pub push: Option<Shared>,
+}
+
+impl DeflateKit {
+    /// Lets go of a large buffer after a large message.
+    fn trim(&mut self) {
+        if self.inflated.capacity() > 64 << 10 {
+            self.inflated = Vec::new();
+        }
+        if self.z.capacity() > 64 << 10 {
+            self.z = Vec::new();
+        }
+    }
+}
 
 /// WebSocket phase state.
 #[derive(Debug)]
@@ -13,6 +41,8 @@ pub struct WsState {
     pub echo: bool,
     /// The message decoder (holds a fragmented message in progress, nothing when idle).
     dec: Decoder,
+    /// permessage-deflate, when negotiated.
+    pub deflate: Option<Agreement>,
     /// JSON-RPC id of the next `waku_subscription` push (unique on the connection).
     pub next_push_id: u64,
     /// The connection's number for its next pending answer (see `outbound::Part`).
@@ -25,10 +55,20 @@ pub struct WsState {
 
 impl WsState {
     /// A fresh WebSocket phase at `now`, first ping at `first_ping`.
-    pub fn new(echo: bool, max_message: usize, push_base: u64, now: u64, first_ping: u64) -> Self {
+    pub fn new(
+        echo: bool,
+        max_message: usize,
+        deflate: Option<Agreement>,
+        push_base: u64,
+        now: u64,
+        first_ping: u64,
+    ) -> Self {
+        let mut dec = Decoder::new(max_message);
+        dec.set_deflate(deflate.is_some());
         WsState {
             echo,
-            dec: Decoder::new(max_message),
+            dec,
+            deflate,
             next_push_id: push_base,
             next_answer: 1,
             last_rx: now,
@@ -69,6 +109,12 @@ fn decode<S>(conn: &mut Conn<S>, dec: &mut Decoder, input: &mut [u8], ctx: &mut 
         pos += n;
         match ev {
             Event::Message { binary, payload } => on_message(conn, binary, payload, ctx),
+            Event::Compressed { binary, payload } => {
+                if let Err(e) = on_compressed(conn, binary, payload, ctx) {
+                    fail(conn, &e, ctx);
+                    return input.len();
+                }
+            }
             Event::Fragment | Event::Pong => {}
             Event::Ping(p) => {
                 let mut h = [0u8; 10];
@@ -89,19 +135,67 @@ fn fail<S>(conn: &mut Conn<S>, e: &WsError, ctx: &mut Ctx<'_>) {
         WsError::Protocol(r) => r,
         WsError::TooBig => "message too big",
         WsError::InvalidUtf8 => "invalid UTF-8",
+        WsError::BadCompression => "invalid compressed data",
     };
     conn.ws_close(e.close_code(), reason, ctx.now, ctx.close_ms());
 }
 
+/// A compressed message: inflated within `--max-message` (1009 past it, 1007 for data that
+/// is not DEFLATE), checked for UTF-8 if text, then handled as any message.
+fn on_compressed<S>(
+    conn: &mut Conn<S>,
+    binary: bool,
+    payload: &[u8],
+    ctx: &mut Ctx<'_>,
+) -> Result<(), WsError> {
+    let max = ctx.shared.config.limits.max_message;
+    let mut msg = std::mem::take(&mut ctx.deflate.inflated);
+    let res = ctx.deflate.inflater.inflate(payload, max, &mut msg);
+    let res = match res {
+        Err(deflate::DeflateError::TooBig) => Err(WsError::TooBig),
+        Err(deflate::DeflateError::Invalid) => Err(WsError::BadCompression),
+        Ok(()) if !binary && simdutf8::basic::from_utf8(&msg).is_err() => Err(WsError::InvalidUtf8),
+        Ok(()) => {
+            on_message(conn, binary, &mut msg, ctx);
+            Ok(())
+        }
+    };
+    ctx.deflate.inflated = msg;
+    ctx.deflate.trim();
+    res
+}
+
 /// A whole data message (text already checked for UTF-8 by the decoder).
 fn on_message<S>(conn: &mut Conn<S>, binary: bool, payload: &mut [u8], ctx: &mut Ctx<'_>) {
-    if conn.ws().is_some_and(|w| w.echo) {
+    let Some(w) = conn.ws() else { return };
+    if w.echo {
         let op = if binary { Opcode::Binary } else { Opcode::Text };
-        let mut h = [0u8; 10];
-        let n = ws::write_head(&mut h, true, op, payload.len());
-        conn.out.extend(&h[..n]);
-        conn.out.extend(payload);
-        return;
+        let deflate = w.deflate;
+        return echo(conn, op, payload, deflate, ctx);
     }
     waku::message(conn, payload, ctx);
+}
+
+/// The test-only echo (`/echo`): the message back, compressed when negotiated and worth it.
+fn echo<S>(
+    conn: &mut Conn<S>,
+    op: Opcode,
+    payload: &[u8],
+    deflate: Option<Agreement>,
+    ctx: &mut Ctx<'_>,
+) {
+    let mut h = [0u8; 10];
+    let kit = &mut *ctx.deflate;
+    if let Some(a) = deflate {
+        if kit.deflater.compress(payload, a.window_bits(), &mut kit.z) {
+            let n = deflate::write_head(&mut h, op, kit.z.len());
+            conn.out.extend(&h[..n]);
+            conn.out.extend(&kit.z);
+            kit.trim();
+            return;
+        }
+    }
+    let n = ws::write_head(&mut h, true, op, payload.len());
+    conn.out.extend(&h[..n]);
+    conn.out.extend(payload);
 }

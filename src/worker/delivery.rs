@@ -10,11 +10,12 @@ use bytes::Bytes;
 use slab::Slab;
 
 use super::Worker;
-use crate::conn::{self, http::webhook_answer, Conn, HttpWait, Phase};
+use crate::conn::{self, http::webhook_answer, Conn, DeflateKit, HttpWait, Phase};
 use crate::http::response;
 use crate::metrics::CoreMetrics;
 use crate::outbuf::SHARE_THRESHOLD;
 use crate::relay::{ConnRef, PushKind, Recipients, RelayError, SubId};
+use crate::ws::deflate::Shared;
 
 /// The worker's connections as the relay's deliveries reach them.
 struct Conns<'a> {
@@ -23,6 +24,7 @@ struct Conns<'a> {
     overflow: &'a mut Vec<usize>,
     ready: &'a mut VecDeque<ConnRef>,
     enc: &'a mut Vec<u8>,
+    deflate: &'a mut DeflateKit,
     metrics: &'a CoreMetrics,
     date: &'a [u8],
     now: u64,
@@ -63,9 +65,23 @@ impl Recipients for Conns<'_> {
         let Some(c) = conn::live(self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_))) else {
             return;
         };
+        let deflate = c.ws().and_then(|w| w.deflate);
         let over = match kind {
             PushKind::Live { share_min } => {
-                c.deliver(id, data, true, fill, share_min, self.enc);
+                // permessage-deflate: the push compressed once per worker, shared.
+                let kit = &mut *self.deflate;
+                let z = deflate.and_then(|a| {
+                    if !kit.push.as_ref().is_some_and(|p| p.is_for(data)) {
+                        let suffix = Bytes::from_static(crate::rpc::PUSH_SUFFIX);
+                        kit.push = Some(Shared::new(data.clone(), suffix));
+                    }
+                    let shared = kit.push.as_mut()?;
+                    shared.get(&mut kit.deflater, a.window_bits()).cloned()
+                });
+                match z {
+                    Some(z) => c.deliver_compressed(id, &z, true, fill, share_min, self.enc),
+                    None => c.deliver(id, data, true, fill, share_min, self.enc),
+                }
                 c.outbound_len() > max_out
             }
             // A replay is cached data: it waits by reference in the backlog and does not
@@ -148,6 +164,7 @@ impl Worker {
             overflow: &mut self.overflow,
             ready: &mut self.ready,
             enc: &mut self.enc,
+            deflate: &mut self.deflate,
             metrics: &self.shared.metrics.cores[self.id],
             date: self.date.as_bytes(),
             now: self.now,
@@ -157,5 +174,7 @@ impl Worker {
             max_pending: limits.max_pending_answers,
         };
         self.relay.deliver(&mut conns);
+        // The compressed form of the last push is not kept past the round.
+        self.deflate.push = None;
     }
 }

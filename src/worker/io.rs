@@ -242,6 +242,7 @@ impl Worker {
             scratch: &mut self.enc,
             json: &mut self.json,
             answers: &mut self.answers,
+            deflate: &mut self.deflate,
         };
         conn::process(c, input, &mut ctx)
     }

@@ -25,7 +25,7 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use crate::conn::{Conn, IdSource, Shared};
+use crate::conn::{Conn, DeflateKit, IdSource, Shared};
 use crate::http::response;
 use crate::metrics::CoreMetrics;
 use crate::registry::answers::AnswerCache;
@@ -61,6 +61,8 @@ pub struct Worker {
     json: simd_json::Buffers,
     /// Assembled registry answers, for repeated queries.
     answers: AnswerCache,
+    /// permessage-deflate tools shared by the connections.
+    deflate: DeflateKit,
     ids: IdSource,
     /// Connections with queued output, flushed at the end of the iteration.
     dirty: Vec<usize>,
@@ -120,6 +122,7 @@ impl Worker {
             enc: Vec::with_capacity(4096),
             json: simd_json::Buffers::new(4096),
             answers: AnswerCache::new(answer_cache),
+            deflate: DeflateKit::default(),
             ids: IdSource::default(),
             dirty: Vec::new(),
             closing: Vec::new(),

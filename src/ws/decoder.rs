@@ -10,7 +10,7 @@
 //! message in progress. The frame header rules themselves (masking, reserved bits, opcodes,
 //! control-frame length) are [`super::parse_head`]'s.
 
-use super::{check_close_payload, parse_head, unmask, FrameHead, Opcode, WsError};
+use super::{check_close_payload, unmask, FrameHead, Opcode, WsError};
 
 /// Reassembly state of a fragmented message: empty (no heap) when no fragmented message is
 /// in flight. [`Decoder`] holds one; `conn` still drives one directly until it moves to the
@@ -92,6 +92,14 @@ pub enum Event<'a> {
         /// The payload; the caller may parse it in place (it is not looked at again).
         payload: &'a mut [u8],
     },
+    /// A whole permessage-deflate message (RFC 7692; only once [`Decoder::set_deflate`]
+    /// allowed it): its compressed payload, to inflate (and, for text, check for UTF-8).
+    Compressed {
+        /// Binary rather than text.
+        binary: bool,
+        /// The compressed bytes (the empty stored block's tail removed, as sent).
+        payload: &'a mut [u8],
+    },
     /// A non-final fragment was absorbed: nothing to do.
     Fragment,
     /// A ping: answer with a pong carrying this payload (at most 125 bytes).
@@ -112,12 +120,14 @@ enum Step {
     /// A whole unfragmented message at `start..end` of the caller's buffer.
     Whole {
         binary: bool,
+        compressed: bool,
         start: usize,
         end: usize,
     },
     /// The reassembled message, in `Decoder::done`.
     Reassembled {
         binary: bool,
+        compressed: bool,
     },
     Fragment,
     Ping {
@@ -155,6 +165,11 @@ pub struct Decoder {
     /// The last reassembled message, lent out by its `Event::Message`; freed by the next
     /// `decode` call (which a caller's loop always makes, the one that answers `Ok(None)`).
     done: Vec<u8>,
+    /// permessage-deflate was negotiated: RSV1 marks a compressed message.
+    deflate: bool,
+    /// The real opcode of the compressed message being reassembled (reassembled as binary,
+    /// so that compressed bytes are not checked as UTF-8).
+    compressed: Option<Opcode>,
 }
 
 impl Decoder {
@@ -164,7 +179,14 @@ impl Decoder {
             max_message,
             frag: Reassembly::default(),
             done: Vec::new(),
+            deflate: false,
+            compressed: None,
         }
+    }
+
+    /// Allows compressed messages (permessage-deflate was negotiated).
+    pub fn set_deflate(&mut self, on: bool) {
+        self.deflate = on;
     }
 
     /// Decodes the first frame of `buf`, unmasking it in place.
@@ -185,19 +207,34 @@ impl Decoder {
             Ok(Some(found)) => found,
             Ok(None) => return Ok(None),
             Err(e) => {
+                let deflate = self.deflate;
                 *self = Decoder::new(self.max_message);
+                self.deflate = deflate;
                 return Err(e);
             }
         };
         let ev = match step {
-            Step::Whole { binary, start, end } => Event::Message {
+            Step::Whole {
                 binary,
-                payload: buf.get_mut(start..end).unwrap_or_default(),
-            },
-            Step::Reassembled { binary } => Event::Message {
-                binary,
-                payload: &mut self.done,
-            },
+                compressed,
+                start,
+                end,
+            } => {
+                let payload = buf.get_mut(start..end).unwrap_or_default();
+                if compressed {
+                    Event::Compressed { binary, payload }
+                } else {
+                    Event::Message { binary, payload }
+                }
+            }
+            Step::Reassembled { binary, compressed } => {
+                let payload = &mut self.done[..];
+                if compressed {
+                    Event::Compressed { binary, payload }
+                } else {
+                    Event::Message { binary, payload }
+                }
+            }
             Step::Fragment => Event::Fragment,
             Step::Ping { start, end } => Event::Ping(buf.get(start..end).unwrap_or_default()),
             Step::Pong => Event::Pong,
@@ -219,7 +256,8 @@ impl Decoder {
     /// Parses, checks and unmasks the first frame of `buf` and applies it to the state.
     #[inline]
     fn step(&mut self, buf: &mut [u8]) -> Result<Option<(usize, Step)>, WsError> {
-        let Some(head) = parse_head(buf, self.max_message)? else {
+        let Some((head, rsv1)) = super::deflate::parse_head(buf, self.max_message, self.deflate)?
+        else {
             return Ok(None);
         };
         self.check_sequence(&head)?;
@@ -231,13 +269,23 @@ impl Decoder {
         let step = match head.opcode {
             Opcode::Text | Opcode::Binary if head.fin => {
                 let binary = head.opcode == Opcode::Binary;
-                if !binary && simdutf8::basic::from_utf8(payload).is_err() {
+                if !binary && !rsv1 && simdutf8::basic::from_utf8(payload).is_err() {
                     return Err(WsError::InvalidUtf8);
                 }
-                Step::Whole { binary, start, end }
+                Step::Whole {
+                    binary,
+                    compressed: rsv1,
+                    start,
+                    end,
+                }
             }
             Opcode::Text | Opcode::Binary => {
-                self.frag.start(head.opcode, payload)?;
+                if rsv1 {
+                    self.compressed = Some(head.opcode);
+                    self.frag.start(Opcode::Binary, payload)?;
+                } else {
+                    self.frag.start(head.opcode, payload)?;
+                }
                 Step::Fragment
             }
             Opcode::Continuation => {
@@ -247,8 +295,10 @@ impl Decoder {
                 }
                 let (op, message) = self.frag.finish_valid()?;
                 self.done = message;
+                let real = self.compressed.take();
                 Step::Reassembled {
-                    binary: op == Opcode::Binary,
+                    binary: real.unwrap_or(op) == Opcode::Binary,
+                    compressed: real.is_some(),
                 }
             }
             Opcode::Ping => Step::Ping { start, end },

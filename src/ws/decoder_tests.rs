@@ -16,6 +16,7 @@ const M: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Ev {
     Msg(bool, Vec<u8>),
+    Z(bool, Vec<u8>),
     Frag,
     Ping(Vec<u8>),
     Pong,
@@ -26,6 +27,7 @@ enum Ev {
 fn own(ev: Event<'_>) -> Ev {
     match ev {
         Event::Message { binary, payload } => Ev::Msg(binary, payload.to_vec()),
+        Event::Compressed { binary, payload } => Ev::Z(binary, payload.to_vec()),
         Event::Fragment => Ev::Frag,
         Event::Ping(p) => Ev::Ping(p.to_vec()),
         Event::Pong => Ev::Pong,
@@ -386,4 +388,49 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn rsv1_marks_a_compressed_message_only_once_deflate_is_negotiated() {
+    // A compressed text frame (RSV1) and a compressed message in two fragments (RSV1 on the
+    // first only); the bytes are not checked as UTF-8 until inflated.
+    let mut stream = client_frame(true, 0x41, &[0xff, 0x01], [1, 2, 3, 4]);
+    stream.extend(client_frame(false, 0x42, &[0xfe], [5, 6, 7, 8]));
+    stream.extend(client_frame(true, 0x00, &[0xfd], [9, 9, 9, 9]));
+    let run = |deflate: bool| {
+        let mut dec = Decoder::new(100);
+        dec.set_deflate(deflate);
+        let mut buf = stream.clone();
+        let mut pos = 0;
+        let mut evs = Vec::new();
+        loop {
+            match dec.decode(&mut buf[pos..]) {
+                Ok(Some((n, ev))) => {
+                    pos += n;
+                    evs.push(own(ev));
+                }
+                Ok(None) => return evs,
+                Err(e) => {
+                    evs.push(Ev::Fail(e.close_code()));
+                    return evs;
+                }
+            }
+        }
+    };
+    assert_eq!(
+        run(true),
+        [
+            Ev::Z(false, vec![0xff, 0x01]),
+            Ev::Frag,
+            Ev::Z(true, vec![0xfe, 0xfd])
+        ]
+    );
+    assert_eq!(run(false), [Ev::Fail(1002)], "RSV1 without the extension");
+    // RSV1 on a continuation or a control frame is refused even when negotiated.
+    let mut bad = client_frame(false, 0x01, b"a", [0; 4]);
+    bad.extend(client_frame(true, 0x40, b"b", [0; 4]));
+    let mut dec = Decoder::new(100);
+    dec.set_deflate(true);
+    let (n, _) = dec.decode(&mut bad).unwrap().unwrap();
+    assert_eq!(dec.decode(&mut bad[n..]).unwrap_err().close_code(), 1002);
 }

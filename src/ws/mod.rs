@@ -90,6 +90,10 @@ pub enum WsError {
     /// Text or a close reason that is not UTF-8 (1007).
     #[error("invalid UTF-8")]
     InvalidUtf8,
+    /// A permessage-deflate message that is not DEFLATE data (1007: the data does not
+    /// match its declared encoding).
+    #[error("invalid compressed data")]
+    BadCompression,
 }
 
 impl WsError {
@@ -98,7 +102,7 @@ impl WsError {
         match self {
             WsError::Protocol(_) => close::PROTOCOL,
             WsError::TooBig => close::TOO_BIG,
-            WsError::InvalidUtf8 => close::INVALID_DATA,
+            WsError::InvalidUtf8 | WsError::BadCompression => close::INVALID_DATA,
         }
     }
 }

@@ -149,21 +149,26 @@ fn effective_window(window_bits: u8, len: usize) -> u8 {
 
 /// One push's compressed `data + suffix`, made at most once per window size on this core and
 /// shared by all of its subscribers. Lives for one fan-out.
-pub struct Shared<'a> {
-    data: &'a [u8],
-    suffix: &'a [u8],
+pub struct Shared {
+    data: Bytes,
+    suffix: Bytes,
     /// Index `bits - 9`: not tried yet, tried and not worth it, or the shared bytes.
     forms: [Option<Option<Bytes>>; 7],
 }
 
-impl<'a> Shared<'a> {
+impl Shared {
     /// Nothing compressed yet: a fan-out that reaches no compressing subscriber costs nothing.
-    pub fn new(data: &'a [u8], suffix: &'a [u8]) -> Shared<'a> {
+    pub fn new(data: Bytes, suffix: Bytes) -> Shared {
         Shared {
             data,
             suffix,
             forms: Default::default(),
         }
+    }
+
+    /// Whether this is the push of `data` (the same bytes, shared by reference).
+    pub fn is_for(&self, data: &Bytes) -> bool {
+        self.data.as_ptr() == data.as_ptr() && self.data.len() == data.len()
     }
 
     /// The shared compressed bytes for a subscriber whose agreement allows `window_bits`,
@@ -172,7 +177,7 @@ impl<'a> Shared<'a> {
     pub fn get(&mut self, deflater: &mut Deflater, window_bits: u8) -> Option<&Bytes> {
         let raw_len = self.data.len() + self.suffix.len();
         let bits = effective_window(window_bits, raw_len);
-        let (data, suffix) = (self.data, self.suffix);
+        let (data, suffix) = (&self.data[..], &self.suffix[..]);
         self.forms[usize::from(bits - 9)]
             .get_or_insert_with(|| {
                 if raw_len < MIN_COMPRESS {
@@ -191,7 +196,7 @@ impl<'a> Shared<'a> {
 
 /// Compresses `data + suffix` once, as [`Shared::get`] does, for a 15-bit window.
 pub fn compress_shared(deflater: &mut Deflater, data: &[u8], suffix: &[u8]) -> Option<Bytes> {
-    Shared::new(data, suffix)
+    Shared::new(Bytes::copy_from_slice(data), Bytes::copy_from_slice(suffix))
         .get(deflater, MAX_WINDOW_BITS)
         .cloned()
 }
@@ -364,13 +369,13 @@ mod tests {
         // A message within the client's window shares the 15-bit form.
         let mut d = Deflater::new();
         let (data, suffix) = (text(400), &b"}}"[..]);
-        let mut s = Shared::new(&data, suffix);
+        let mut s = Shared::new(Bytes::from(data.clone()), Bytes::copy_from_slice(suffix));
         let a = s.get(&mut d, 9).unwrap().clone();
         let b = s.get(&mut d, 15).unwrap().clone();
         assert_eq!(a.as_ptr(), b.as_ptr());
         // A longer one gets its own form for the small window.
         let data = text(5000);
-        let mut s = Shared::new(&data, suffix);
+        let mut s = Shared::new(Bytes::from(data.clone()), Bytes::copy_from_slice(suffix));
         let a = s.get(&mut d, 9).unwrap().clone();
         let b = s.get(&mut d, 15).unwrap().clone();
         assert_ne!(a.as_ptr(), b.as_ptr());
@@ -386,7 +391,11 @@ mod tests {
             assert!(d.compress(&msg, bits, &mut z), "bits {bits}");
             assert_eq!(ours(&z), msg);
             let data = text(3000);
-            assert!(Shared::new(&data, b"").get(&mut d, bits).is_some());
+            assert!(
+                Shared::new(Bytes::from(data.clone()), Bytes::from_static(b""))
+                    .get(&mut d, bits)
+                    .is_some()
+            );
         }
     }
 
@@ -394,11 +403,11 @@ mod tests {
     fn shared_is_made_once_and_not_for_short_pushes() {
         let mut d = Deflater::new();
         let data = text(10);
-        let mut s = Shared::new(&data, b"}}");
+        let mut s = Shared::new(Bytes::from(data.clone()), Bytes::from_static(b"}}"));
         assert!(s.get(&mut d, 15).is_none());
         assert_eq!(format!("{d:?}"), "Deflater { windows: [] }");
         let data = text(1000);
-        let mut s = Shared::new(&data, b"}}");
+        let mut s = Shared::new(Bytes::from(data.clone()), Bytes::from_static(b"}}"));
         let a = s.get(&mut d, 15).unwrap().as_ptr();
         assert_eq!(s.get(&mut d, 15).unwrap().as_ptr(), a);
     }

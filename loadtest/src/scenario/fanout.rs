@@ -35,6 +35,11 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
         "mode",
         &if o.rate > 0 {
             "open".to_string()
+        } else if o.protocol == RelayProtocol::V1 {
+            format!(
+                "closed (inflight {}, next pub on the first subscriber's delivery)",
+                o.inflight
+            )
         } else {
             format!("closed (inflight {} acks)", o.inflight)
         },

@@ -304,3 +304,25 @@ fn metrics_count_v1_frames_under_protocol_v1() {
         s.wait_unsubscribed(0.0);
     });
 }
+
+#[test]
+fn a_pub_right_after_the_last_subscriber_left_is_kept_for_the_next_sub() {
+    // At four workers the subscriber's worker is mostly not the topic's home: the home must
+    // hear of the close before a pub that follows it, or the pub goes to nobody.
+    let s = Server::start(&["--threads", "4"]);
+    for i in 0..12 {
+        let tp = topic();
+        let mut gone = subscribers(&s, &tp, 1).remove(0);
+        // The close handshake, then the client hangs up.
+        gone.send_close(Some(1000), "");
+        assert_eq!(gone.frame().close_code(), Some(1000), "round {i}");
+        drop(gone);
+        s.wait_unsubscribed(0.0);
+        let mut publ = RawWs::open(&s);
+        publ.v1_pub(&tp, "after", None);
+        publ.settled("publisher");
+        let mut next = RawWs::open(&s);
+        next.v1_sub(&tp);
+        next.expect_text(&sent_pub(&tp, "after", false), &format!("round {i}"));
+    }
+}

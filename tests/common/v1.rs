@@ -96,9 +96,8 @@ impl Server {
     }
 
     /// Waits until the connections closed so far have left the relay: the subscriptions
-    /// gauge is down to `subs`, then three timer ticks (150 ms) more, the time the worker
-    /// that closed them may take to hand their v1 unsubscriptions to the topics' home
-    /// workers (it does so at its next loop round).
+    /// gauge is down to `subs` (a v1 subscription leaves it once the topic's home worker has
+    /// been told).
     pub fn wait_unsubscribed(&self, subs: f64) {
         let start = Instant::now();
         let got = self.wait_gauge("walletrelay_subscriptions", |n| n <= subs);
@@ -107,6 +106,5 @@ impl Server {
             "still {got} subscriptions after {:?}",
             start.elapsed()
         );
-        std::thread::sleep(Duration::from_millis(150));
     }
 }

@@ -144,6 +144,16 @@ pub struct Limits {
     #[arg(long, env = "WALLETRELAY_MAX_CACHED_PER_TOPIC", default_value_t = 1000)]
     pub max_cached_per_topic: usize,
 
+    /// Seconds a WalletConnect 1.0 `pub` with no subscriber is kept pending for the next
+    /// `sub` of its topic (DECISIONS §8: 6 hours; shorter for tests).
+    #[arg(
+        long,
+        env = "WALLETRELAY_V1_PENDING_TTL",
+        default_value_t = 6 * 3600,
+        value_parser = clap::value_parser!(u32).range(1..=2_592_000)
+    )]
+    pub v1_pending_ttl: u32,
+
     /// Bytes of cached messages in all (split evenly over the workers); oldest evicted first.
     #[arg(long, env = "WALLETRELAY_MAX_CACHE_BYTES", default_value_t = 1 << 30)]
     pub max_cache_bytes: usize,

@@ -92,12 +92,37 @@ pub struct Common {
     pub source_ips: u32,
 }
 
+/// Which relay protocol the message scenarios speak.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RelayProtocol {
+    /// WalletConnect v2.0-beta JSON-RPC: `waku_subscribe`, `waku_publish` (acknowledged).
+    #[default]
+    V2,
+    /// WalletConnect 1.0 bridge frames: `{"topic","type":"sub"|"pub","payload","silent"}`
+    /// (no answers: a `sub` is known to be in place by a ping sent after it, a `pub` counts
+    /// as acknowledged when sent).
+    V1,
+}
+
+impl RelayProtocol {
+    /// `"v1"` or `"v2"`.
+    pub fn label(self) -> &'static str {
+        match self {
+            RelayProtocol::V1 => "v1",
+            RelayProtocol::V2 => "v2",
+        }
+    }
+}
+
 /// `pairs` flags.
 #[derive(Args, Debug, Clone)]
 pub struct PairsOpts {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
+    /// Relay protocol: `v2` (waku JSON-RPC) or `v1` (WalletConnect 1.0 bridge frames).
+    #[arg(long, value_enum, default_value_t = RelayProtocol::V2)]
+    pub protocol: RelayProtocol,
     /// Topic pairs (two connections each). `--connections` overrides as total connections / 2.
     #[arg(long, default_value_t = 100)]
     pub pairs: usize,
@@ -138,6 +163,10 @@ pub struct FanoutOpts {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
+    /// Relay protocol: `v2` (waku JSON-RPC) or `v1` (WalletConnect 1.0 bridge frames; in
+    /// closed loop the next pub follows the first subscriber's delivery, as v1 has no acks).
+    #[arg(long, value_enum, default_value_t = RelayProtocol::V2)]
+    pub protocol: RelayProtocol,
     /// Subscribers of the one topic.
     #[arg(long, alias = "connections", default_value_t = 1000)]
     pub subscribers: usize,

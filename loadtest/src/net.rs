@@ -152,6 +152,8 @@ pub trait Handler {
     fn on_message(&mut self, io: &mut Io, key: Key, tag: u32, msg: &[u8], now_ns: u64);
     /// One whole HTTP response.
     fn on_http(&mut self, _io: &mut Io, _key: Key, _tag: u32, _resp: HttpResp, _now_ns: u64) {}
+    /// A pong (WebSocket) came: the answer to a ping the scenario sent.
+    fn on_pong(&mut self, _io: &mut Io, _key: Key, _tag: u32, _now_ns: u64) {}
     /// The connection is gone (its key may be reused after this returns).
     fn on_closed(&mut self, io: &mut Io, key: Key, tag: u32, why: &CloseWhy, now_ns: u64);
     /// Called every loop turn; returns when it next wants to run (ns since epoch).
@@ -566,7 +568,7 @@ impl Io {
                         self.stats.pings += 1;
                     }
                 }
-                ws::op::PONG => {}
+                ws::op::PONG => h.on_pong(self, key, tag, now),
                 _ => {
                     // Close.
                     let code = if payload.len() >= 2 {

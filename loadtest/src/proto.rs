@@ -88,14 +88,15 @@ pub fn topic(nonce: u64, a: u64, b: u64) -> String {
     String::from_utf8_lossy(&t).into_owned()
 }
 
-/// A masked `waku_publish` frame for one topic, encoded once and patched per send.
+/// A masked publish frame for one topic (a `waku_publish`, or a WalletConnect 1.0 `pub`),
+/// encoded once and patched per send.
 #[derive(Debug, Clone)]
 pub struct PublishTemplate {
     frame: Vec<u8>,
     /// Offset of the payload inside `frame`: the mask phase of any payload byte.
     payload_at: usize,
-    /// Offset in `frame` of the 13-digit id.
-    id_at: usize,
+    /// Offset in `frame` of the 13-digit id (a v1 `pub` has none).
+    id_at: Option<usize>,
     /// Offset in `frame` of the stamp (start of the message string).
     stamp_at: usize,
 }
@@ -107,18 +108,29 @@ impl PublishTemplate {
         let head = format!(
             "{{\"id\":{ID_BASE},\"jsonrpc\":\"2.0\",\"method\":\"waku_publish\",\"params\":{{\"topic\":\"{topic}\",\"message\":\""
         );
-        let mut json = head.clone().into_bytes();
+        let tail = format!("\",\"ttl\":{ttl}}}}}");
+        Self::build(&head, size, &tail, Some("{\"id\":".len()))
+    }
+
+    /// A WalletConnect 1.0 `pub` of `size` hex characters, as the 1.0 client writes it:
+    /// `{"topic":..,"type":"pub","payload":..,"silent":true}` (silent: no webhook lookups).
+    pub fn new_v1(topic: &str, size: usize) -> Self {
+        let head = format!("{{\"topic\":\"{topic}\",\"type\":\"pub\",\"payload\":\"");
+        Self::build(&head, size.max(STAMP_LEN), "\",\"silent\":true}", None)
+    }
+
+    fn build(head: &str, size: usize, tail: &str, id_in_json: Option<usize>) -> Self {
+        let mut json = head.as_bytes().to_vec();
         let stamp_in_json = json.len();
         json.extend((0..size).map(|i| HEX[i % 16]));
-        json.extend_from_slice(format!("\",\"ttl\":{ttl}}}}}").as_bytes());
-        let id_in_json = "{\"id\":".len();
+        json.extend_from_slice(tail.as_bytes());
         let mut frame = Vec::with_capacity(json.len() + 14);
         ws::encode_client(&mut frame, ws::op::TEXT, &json);
         let payload_at = ws::client_head_len(json.len());
         PublishTemplate {
             frame,
             payload_at,
-            id_at: payload_at + id_in_json,
+            id_at: id_in_json.map(|i| payload_at + i),
             stamp_at: payload_at + stamp_in_json,
         }
     }
@@ -129,19 +141,21 @@ impl PublishTemplate {
         self.frame.len()
     }
 
-    /// Append one publish with request id `ID_BASE + n` and `stamp`.
+    /// Append one publish with request id `ID_BASE + n` (v2) and `stamp`.
     pub fn write(&self, out: &mut Vec<u8>, n: u64, stamp: &Stamp) {
         let at = out.len();
         out.extend_from_slice(&self.frame);
-        let mut id = [0u8; ID_DIGITS];
-        let mut v = ID_BASE + n;
-        for b in id.iter_mut().rev() {
-            *b = b'0' + (v % 10) as u8;
-            v /= 10;
+        if let Some(id_at) = self.id_at {
+            let mut id = [0u8; ID_DIGITS];
+            let mut v = ID_BASE + n;
+            for b in id.iter_mut().rev() {
+                *b = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+            let id_slot = &mut out[at + id_at..at + id_at + ID_DIGITS];
+            id_slot.copy_from_slice(&id);
+            ws::apply_mask(id_slot, MASK, id_at - self.payload_at);
         }
-        let id_slot = &mut out[at + self.id_at..at + self.id_at + ID_DIGITS];
-        id_slot.copy_from_slice(&id);
-        ws::apply_mask(id_slot, MASK, self.id_at - self.payload_at);
         let mut s = [0u8; STAMP_LEN];
         stamp.encode(&mut s);
         let stamp_slot = &mut out[at + self.stamp_at..at + self.stamp_at + STAMP_LEN];
@@ -156,6 +170,15 @@ pub fn write_subscribe(out: &mut Vec<u8>, id: u64, topic: &str) {
         "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"waku_subscribe\",\"params\":{{\"topic\":\"{topic}\"}}}}"
     );
     ws::encode_client(out, ws::op::TEXT, json.as_bytes());
+}
+
+/// Append a masked WalletConnect 1.0 `sub` (as the 1.0 client writes it) and a ping: the
+/// server answers nothing to a `sub`, and its pong says the `sub` was processed.
+pub fn write_v1_sub(out: &mut Vec<u8>, topic: &str) {
+    let json =
+        format!("{{\"topic\":\"{topic}\",\"type\":\"sub\",\"payload\":\"\",\"silent\":true}}");
+    ws::encode_client(out, ws::op::TEXT, json.as_bytes());
+    ws::encode_client(out, ws::op::PING, b"sub");
 }
 
 /// Append a masked acknowledgement of a server request whose id is the JSON number `id`.
@@ -188,7 +211,7 @@ pub enum ResultValue {
 /// A server message, classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Incoming<'a> {
-    /// A `waku_subscription` push.
+    /// A `waku_subscription` push, or a WalletConnect 1.0 `pub` frame (no `rpc_id`).
     Delivery {
         /// The JSON-RPC id digits, to acknowledge it.
         rpc_id: Option<&'a [u8]>,
@@ -221,6 +244,7 @@ pub struct Classifier {
     error: Finder<'static>,
     code: Finder<'static>,
     id: Finder<'static>,
+    payload: Finder<'static>,
 }
 
 impl Default for Classifier {
@@ -239,6 +263,7 @@ impl Classifier {
             error: Finder::new(b"\"error\""),
             code: Finder::new(b"\"code\""),
             id: Finder::new(b"\"id\""),
+            payload: Finder::new(b"\"payload\""),
         }
     }
 
@@ -265,6 +290,16 @@ impl Classifier {
             return Incoming::Error {
                 id: self.numeric_id(msg),
                 code,
+            };
+        }
+        // A WalletConnect 1.0 frame: `{"topic":..,"type":"pub","payload":..,"silent":..}`.
+        if let Some(at) = self.payload.find(msg) {
+            let stamp = after_colon(msg, at + b"\"payload\"".len())
+                .and_then(|v| v.strip_prefix(b"\""))
+                .and_then(Stamp::decode);
+            return Incoming::Delivery {
+                rpc_id: None,
+                stamp,
             };
         }
         if let Some(at) = self.result.find(msg) {
@@ -385,6 +420,51 @@ mod tests {
         let second = String::from_utf8(unmasked_payload(&out[t.len()..])).unwrap();
         assert!(second.starts_with("{\"id\":1000000000006,"));
         assert!(second.contains("\"message\":\"00000000075bcd15000000030000002b"));
+    }
+
+    #[test]
+    fn v1_pub_template_patches_the_stamp_and_v1_frames_classify_as_deliveries() {
+        let t = PublishTemplate::new_v1("abcd", 40);
+        let mut out = Vec::new();
+        let stamp = Stamp {
+            sched_ns: 7,
+            sender: 1,
+            seq: 2,
+        };
+        t.write(&mut out, 99, &stamp);
+        let json = String::from_utf8(unmasked_payload(&out)).unwrap();
+        assert_eq!(
+            json,
+            format!(
+                "{{\"topic\":\"abcd\",\"type\":\"pub\",\"payload\":\"{}{}\",\"silent\":true}}",
+                "00000000000000070000000100000002",
+                &"0123456789abcdef"[..8]
+            )
+        );
+        // What the server sends on is the same object with `silent` as it came.
+        let c = Classifier::new();
+        assert_eq!(
+            c.classify(json.as_bytes()),
+            Incoming::Delivery {
+                rpc_id: None,
+                stamp: Some(stamp)
+            }
+        );
+        let mut sub = Vec::new();
+        write_v1_sub(&mut sub, "tt");
+        assert_eq!(
+            unmasked_payload(&sub),
+            b"{\"topic\":\"tt\",\"type\":\"sub\",\"payload\":\"\",\"silent\":true}"
+        );
+        // A refused v1 frame (JSON-RPC error, id null) is an error, not a delivery.
+        let e = br#"{"id":null,"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid v1 frame: missing or invalid \"payload\""}}"#;
+        assert_eq!(
+            c.classify(e),
+            Incoming::Error {
+                id: None,
+                code: Some(-32600)
+            }
+        );
     }
 
     #[test]

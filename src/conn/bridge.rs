@@ -14,8 +14,11 @@ pub fn frame<S>(conn: &mut Conn<S>, f: V1Frame<'_>, ctx: &mut Ctx<'_>) -> Result
     if !matches!(conn.phase, Phase::Ws(_)) {
         return Err(RpcError::server(RelayError::Closing.to_string()));
     }
-    if f.topic.len() > ctx.shared.config.limits.max_topic {
-        return Err(RpcError::param("topic"));
+    let max_topic = ctx.shared.config.limits.max_topic;
+    if f.topic.len() > max_topic {
+        return Err(RpcError::invalid_request(format!(
+            "Invalid v1 frame: \"topic\" longer than {max_topic} bytes"
+        )));
     }
     let me = ctx.conn_ref(conn);
     match f.kind {

@@ -236,8 +236,9 @@ fn subscribe<S>(conn: &mut Conn<S>, topic: &str, ctx: &mut Ctx<'_>) -> Result<Su
     if let Some(s) = existing {
         return Ok(s.id);
     }
+    // v1 subscriptions count too (DECISIONS §8: the same limits).
     let max = ctx.shared.config.limits.max_subscriptions;
-    if conn.subs.len() >= max {
+    if conn.subs.len() + conn.v1_topics.len() >= max {
         return Err(rpc_error(&RelayError::TooManySubscriptions(max)));
     }
     let id = ctx.ids.next_id();

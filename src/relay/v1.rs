@@ -25,10 +25,18 @@ impl Relay {
     }
 
     /// Ends a connection's v1 subscription of `topic`.
+    ///
+    /// The topic's home hears it at once (the engine's work is handed on here, not at the
+    /// next round's flush): the worker removes closed connections after its round's last
+    /// flush and may then sleep until its next timer tick, and until the home knows, a `pub`
+    /// with no other subscriber would still be routed here, to nobody, instead of waiting
+    /// for the next `sub`. Flushing early keeps the engine's order and promises.
     pub fn v1_unsubscribe(&mut self, conn: ConnRef, topic: &Arc<str>) {
         if self.v1.remove(topic, conn) {
-            self.m().subscriptions.sub(1);
             self.engine.v1_watch(topic, -1, &mut self.events);
+            // A full mailbox keeps the batch for the next round's flush, as any round does.
+            let _ = self.engine.flush(&mut self.events);
+            self.m().subscriptions.sub(1);
             self.absorb();
         }
     }

@@ -72,6 +72,10 @@ impl RpcError {
             format!("Missing or invalid \"{name}\" param"),
         )
     }
+    /// -32600 with a message.
+    pub fn invalid_request(message: impl Into<Cow<'static, str>>) -> RpcError {
+        RpcError::new(code::INVALID_REQUEST, message)
+    }
     /// -32000 with a message.
     pub fn server(message: impl Into<Cow<'static, str>>) -> RpcError {
         RpcError::new(code::SERVER_ERROR, message)

@@ -6,7 +6,9 @@
 //! - [`http`]: HTTP/1.1 requests and a strict answer reader;
 //! - [`metrics`]: `/metrics` scraping;
 //! - [`checks`]: "the server still serves" assertions;
-//! - [`rng::Rng`]: a seeded RNG for reproducible "random" input.
+//! - [`node`]: Node.js scripts (the real WalletConnect clients from npm) against the binary;
+//! - [`rng::Rng`]: a seeded RNG for reproducible "random" input;
+//! - [`v1`]: WalletConnect 1.0 bridge frames over a [`RawWs`].
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
 //! flags and signals (or `/proc` for its memory).
@@ -15,8 +17,10 @@
 pub mod checks;
 pub mod http;
 pub mod metrics;
+pub mod node;
 pub mod raw_ws;
 pub mod rng;
+pub mod v1;
 pub mod ws;
 
 use std::io::{BufRead, BufReader, Read, Write};

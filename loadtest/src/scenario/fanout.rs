@@ -1,7 +1,7 @@
 //! `fanout`: one publisher, N subscribers of one topic. Turns the engine's figures into a
 //! report, and holds the warnings both message scenarios print.
 
-use crate::cli::{FanoutOpts, Target};
+use crate::cli::{FanoutOpts, RelayProtocol, Target};
 use crate::stats::{Lat, Report};
 
 use super::topics::{self, Load, Shape};
@@ -23,6 +23,7 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
         drain_ns: o.drain.as_nanos() as u64,
         ack: false,
         count: o.count,
+        v1: o.protocol == RelayProtocol::V1,
     };
     let ctx = Ctx::new(target, &o.common);
     let outs = topics::run(&ctx, &o.common, shape, &load)?;
@@ -34,11 +35,17 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
         "mode",
         &if o.rate > 0 {
             "open".to_string()
+        } else if o.protocol == RelayProtocol::V1 {
+            format!(
+                "closed (inflight {}, next pub on the first subscriber's delivery)",
+                o.inflight
+            )
         } else {
             format!("closed (inflight {} acks)", o.inflight)
         },
     )
     .int("subscribers", o.subscribers as u64)
+    .text("protocol", o.protocol.label())
     .int("threads", o.common.threads as u64)
     .int("target_rate", o.rate)
     .int("size", o.size.max(crate::proto::STAMP_LEN) as u64)

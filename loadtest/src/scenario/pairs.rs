@@ -1,7 +1,7 @@
 //! `pairs`: P topics, each with a dApp and a wallet connection, both subscribed and both
 //! publishing, the way a WalletConnect session talks. Turns the engine's figures into a report.
 
-use crate::cli::{PairsOpts, Target};
+use crate::cli::{PairsOpts, RelayProtocol, Target};
 use crate::stats::Report;
 
 use super::topics::{self, Load, Shape};
@@ -21,6 +21,11 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
     if pairs == 0 {
         return Err(RunError::Options("--pairs must be > 0".into()));
     }
+    if o.protocol == RelayProtocol::V1 && (o.stalled > 0 || o.ack) {
+        return Err(RunError::Options(
+            "--stalled and --ack are for --protocol v2 (v1 frames have no acknowledgements)".into(),
+        ));
+    }
     let shape = Shape::Pairs { pairs };
     let load = Load {
         rate: o.rate,
@@ -30,6 +35,7 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
         drain_ns: o.drain.as_nanos() as u64,
         ack: o.ack,
         count: o.count,
+        v1: o.protocol == RelayProtocol::V1,
     };
     let ctx = Ctx::new(target, &o.common);
     let topic_names: Vec<String> = (0..pairs).map(|i| topics::topic_name(&ctx, i)).collect();
@@ -51,6 +57,7 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
     .int("pairs", pairs as u64)
     .int("connections", 2 * pairs as u64)
     .int("stalled", stalled.len() as u64)
+    .text("protocol", o.protocol.label())
     .int("threads", o.common.threads as u64)
     .int("target_rate", o.rate)
     .int("size", o.size.max(proto_min()) as u64)

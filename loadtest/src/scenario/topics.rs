@@ -98,6 +98,9 @@ pub struct Load {
     pub ack: bool,
     /// Cap on publishes in the window (0 = none).
     pub count: u64,
+    /// Speak WalletConnect 1.0 frames instead of waku JSON-RPC: a `sub` is ready when the
+    /// pong of the ping sent after it comes; a `pub` is unanswered, counted acked when sent.
+    pub v1: bool,
 }
 
 /// What one thread hands back.
@@ -155,6 +158,15 @@ struct TopicsHandler<'a> {
 }
 
 impl<'a> TopicsHandler<'a> {
+    /// Local connection `local` is subscribed (or needs no subscription).
+    fn set_ready(&mut self, local: usize) {
+        if !self.ready[local] {
+            self.ready[local] = true;
+            self.n_ready += 1;
+            self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
+        }
+    }
+
     fn local_topic(&self, local: usize) -> usize {
         self.shape.topic_index(self.base + local) - self.shape.topic_index(self.base)
     }
@@ -175,6 +187,11 @@ impl<'a> TopicsHandler<'a> {
         };
         let sender = &mut self.senders[local];
         let seq = sender.next(sched, in_window, sched >= self.t_end);
+        if self.load.v1 {
+            // No answer comes: the pub is as acknowledged as it will ever be.
+            sender.pending.clear();
+            sender.acked.set(seq);
+        }
         tmpl.write(
             out,
             seq as u64,
@@ -249,12 +266,16 @@ impl<'a> TopicsHandler<'a> {
             self.got += 1;
         }
         // Closed loop, pairs: the receiver answers.
-        if self.phase == Phase::Measure
-            && self.schedule.is_none()
-            && matches!(self.shape, Shape::Pairs { .. })
-            && now < self.t_end
-        {
-            self.publish(io, local, now, now);
+        if self.phase == Phase::Measure && self.schedule.is_none() && now < self.t_end {
+            match self.shape {
+                Shape::Pairs { .. } => self.publish(io, local, now, now),
+                // v1 has no acks: the next pub follows the first subscriber's delivery
+                // (connection 1, on thread 0 with the publisher).
+                Shape::Fanout { .. } if self.load.v1 && me == 1 && self.base == 0 => {
+                    self.publish(io, 0, now, now)
+                }
+                Shape::Fanout { .. } => {}
+            }
         }
     }
 
@@ -269,9 +290,7 @@ impl<'a> TopicsHandler<'a> {
         match id {
             Some(SUB_ID) => {
                 if value == ResultValue::Str && !self.ready[local] {
-                    self.ready[local] = true;
-                    self.n_ready += 1;
-                    self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
+                    self.set_ready(local);
                 } else {
                     self.stats.anomaly("subscribe_result_not_a_string");
                 }
@@ -316,12 +335,22 @@ impl Handler for TopicsHandler<'_> {
         if self.shape.subscribes(self.base + local) {
             let topic = &self.topics[self.local_topic(local)];
             if let Some(out) = io.out(key) {
-                proto::write_subscribe(out, SUB_ID, topic);
+                if self.load.v1 {
+                    proto::write_v1_sub(out, topic);
+                } else {
+                    proto::write_subscribe(out, SUB_ID, topic);
+                }
             }
-        } else if !self.ready[local] {
-            self.ready[local] = true;
-            self.n_ready += 1;
-            self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
+        } else {
+            self.set_ready(local);
+        }
+    }
+
+    fn on_pong(&mut self, _io: &mut Io, _key: Key, tag: u32, _now: u64) {
+        // v1: the pong of the ping sent behind the `sub` says the `sub` was processed.
+        let local = tag as usize;
+        if self.load.v1 && self.phase == Phase::Setup {
+            self.set_ready(local);
         }
     }
 
@@ -470,7 +499,10 @@ pub fn run(
             .collect();
         let templates = topics
             .iter()
-            .map(|tp| PublishTemplate::new(tp, load.size, load.ttl))
+            .map(|tp| match load.v1 {
+                true => PublishTemplate::new_v1(tp, load.size),
+                false => PublishTemplate::new(tp, load.size, load.ttl),
+            })
             .collect();
         let publishers: Vec<usize> = (0..n)
             .filter(|&l| shape.publishes(range.start + l))

@@ -158,9 +158,6 @@ pub struct V1Publish {
     pub self_subscribed: bool,
 }
 
-/// How long a v1 `pub` with no subscriber waits for one (DECISIONS §8: 6 hours).
-pub const V1_PENDING_TTL: u32 = 6 * 3600;
-
 /// The outcome of a publish that was accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
@@ -297,7 +294,7 @@ pub trait Engine: Send {
 
     /// A v1 `pub`: sent live to the topic's v1 subscribers on other connections (every
     /// worker, every node) as [`Event::V1Live`], or kept pending for
-    /// [`V1_PENDING_TTL`] when there is none; webhooks called unless `silent`.
+    /// `--v1-pending-ttl` (6 h) when there is none; webhooks called unless `silent`.
     fn v1_publish(&mut self, req: V1Publish, out: &mut Events);
 
     /// A v1 `sub`: takes the topic's pending frames (answered with [`Event::V1Pending`]).

@@ -356,7 +356,11 @@ impl Engine for LocalEngine {
     }
 
     fn v1_publish(&mut self, req: V1Publish, out: &mut Events) {
-        if self.is_mine(&req.topic) {
+        // With other workers, a `pub` reaches its home through the home's mailbox even from
+        // the home's own connections: the home reads its sockets before its mailbox in a
+        // round, so a `sub` another worker handed on before this `pub` was read could
+        // otherwise take effect after it (a v1 frame has no position to catch up from).
+        if self.shared.mailboxes.len() == 1 {
             self.v1_publish_here(req, out);
         } else {
             let home = self.home_of(&req.topic);

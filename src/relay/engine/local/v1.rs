@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{HomeMsg, LocalEngine};
-use crate::relay::engine::{Event, Events, V1Publish, V1_PENDING_TTL};
+use crate::relay::engine::{Event, Events, V1Publish};
 use crate::webhook::Delivery as WebhookCall;
 
 impl LocalEngine {
@@ -36,7 +36,7 @@ impl LocalEngine {
             }
             None => {
                 let now = crate::clock::now_ms();
-                let expires = now + u64::from(V1_PENDING_TTL) * 1000;
+                let expires = now + u64::from(self.shared.limits.v1_pending_ttl) * 1000;
                 let kept = self
                     .home
                     .v1_keep(&req.topic, req.frame.clone(), expires, req.origin);

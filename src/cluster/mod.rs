@@ -464,6 +464,15 @@ impl ClusterHandle {
         }
     }
 
+    /// Counts a client request on `topic` that its worker answered "storage unavailable"
+    /// (the `redis_storage_unavailable_answers_total` metric of the topic's shard).
+    pub fn count_unavailable_answer(&self, topic: &str) {
+        self.port(topic)
+            .stats
+            .unavailable_answers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Stores and publishes `req`; the outcome comes as `Published { ticket, .. }`. `Err`:
     /// refused at once (the shard's queue is full), no event follows.
     pub fn publish(&self, ticket: u64, req: PublishReq) -> Result<(), Unavailable> {

@@ -3,11 +3,16 @@
 //! and a wallet through the relay, settles a session, exchanges `personal_sign` requests and
 //! responses, and a wallet that was offline while the dApp sent a request gets it from the relay's
 //! cache when it comes back. The scenario is `tests/e2e-js/pair.mjs`; this test installs its
-//! locked dependencies if needed, starts the real binary and runs the script against it.
+//! locked dependencies if needed, starts the real binary and runs the script against it: one
+//! node, or three nodes of a cluster on a real Redis (DECISIONS §7) with the dApp on node 1,
+//! the wallet on node 2 and the returning wallet on node 3.
 //!
-//! Needs Node.js (18 or later; CI uses 20) and npm on `PATH`.
+//! Needs Node.js (18 or later; CI uses 20) and npm on `PATH`; the cluster run also needs
+//! `redis-server` (7.0 or later).
 
 mod common;
+#[path = "common/redis.rs"]
+mod redis_server;
 
 use common::Server;
 use std::io::Read;
@@ -78,9 +83,19 @@ fn ensure_node_modules() {
 /// Runs `node tests/e2e-js/pair.mjs` against a fresh server started with `--threads threads`,
 /// and asserts that it exits 0.
 fn run_pair_script(threads: &str) {
-    ensure_node_modules();
     let server = Server::start(&["--threads", threads]);
-    let relay_url = format!("ws://{}", server.addr);
+    run_pair_script_on(&[&server], &format!("--threads {threads}"));
+}
+
+/// Runs `pair.mjs` with `RELAY_URL` listing `servers` in order (dApp, wallet, returning
+/// wallet) and asserts that it exits 0.
+fn run_pair_script_on(servers: &[&Server], what: &str) {
+    ensure_node_modules();
+    let relay_url = servers
+        .iter()
+        .map(|s| format!("ws://{}", s.addr))
+        .collect::<Vec<_>>()
+        .join(",");
 
     let mut child = Command::new("node")
         .arg(e2e_dir().join("pair.mjs"))
@@ -116,7 +131,7 @@ fn run_pair_script(threads: &str) {
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
     let report = format!(
-        "relay {relay_url} (--threads {threads})\n--- pair.mjs stdout ---\n{stdout}\
+        "relay {relay_url} ({what})\n--- pair.mjs stdout ---\n{stdout}\
          --- pair.mjs stderr ---\n{stderr}"
     );
     match status {
@@ -126,7 +141,6 @@ fn run_pair_script(threads: &str) {
         }
         None => panic!("pair.mjs did not finish within {SCRIPT_DEADLINE:?}\n{report}"),
     }
-    drop(server);
 }
 
 #[test]
@@ -137,4 +151,18 @@ fn real_walletconnect_client_pairs_requests_and_gets_cached_request_threads_1() 
 #[test]
 fn real_walletconnect_client_pairs_requests_and_gets_cached_request_threads_2() {
     run_pair_script("2");
+}
+
+#[test]
+fn real_walletconnect_client_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
+    let redis = redis_server::RedisServer::start();
+    let url = redis.url();
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::start(&["--threads", "2", "--redis", &url]))
+        .collect();
+    let refs: Vec<&Server> = nodes.iter().collect();
+    run_pair_script_on(
+        &refs,
+        "3 nodes on one Redis: dApp node 1, wallet node 2, then node 3",
+    );
 }

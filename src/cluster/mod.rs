@@ -11,7 +11,7 @@
 //! Positions: every stored message of a topic has `(epoch, seq)`; `seq` starts at 1 and grows
 //! by one per stored message; `epoch` changes when the topic's history was lost (its keys
 //! expired, Redis lost them), so positions of another epoch mean nothing. How a worker uses
-//! this (see [`merge`] for a ready-made helper):
+//! this (the relay's `relay::feed` does it for every subscription of a topic):
 //! 1. first local subscriber of a topic: [`ClusterHandle::watch`]; buffer `Live` messages;
 //! 2. on [`ClusterEvent::Resync`] (the node's subscription is live, first time or after a
 //!    reconnect; also when the shard's command connection is back after an outage):
@@ -29,7 +29,6 @@
 //! different threads, in no set order. Deliver to local subscribers from `Live`/`History`
 //! only (never straight from the publish), so every node delivers in the store's order.
 
-pub mod merge;
 mod pubsub;
 mod reply;
 pub mod ring;
@@ -462,6 +461,15 @@ impl ClusterHandle {
                 Err(Unavailable)
             }
         }
+    }
+
+    /// Counts a client request on `topic` that its worker answered "storage unavailable"
+    /// (the `redis_storage_unavailable_answers_total` metric of the topic's shard).
+    pub fn count_unavailable_answer(&self, topic: &str) {
+        self.port(topic)
+            .stats
+            .unavailable_answers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Stores and publishes `req`; the outcome comes as `Published { ticket, .. }`. `Err`:

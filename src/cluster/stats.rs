@@ -36,6 +36,10 @@ pub struct ShardStats {
     /// Publishes answered `Unavailable` by the command thread (connection down, timeout,
     /// server error); refusals at a full queue are counted by the handle in `refused`.
     pub unavailable: Cell,
+    /// Client requests of this shard's topics answered "storage unavailable" (a publish's
+    /// -32000, a webhook registration's 503), counted by the workers that answered them
+    /// (any worker writes it, hence atomic; it only moves on failures).
+    pub unavailable_answers: std::sync::atomic::AtomicU64,
     /// Commands refused at once because the shard's queue was full (any worker writes it,
     /// hence an atomic add; it only moves when the queue is full, never on the hot path).
     pub refused: std::sync::atomic::AtomicU64,
@@ -63,7 +67,7 @@ impl ShardStats {
 
 /// The plain series: (name with its extra label, type, help). Values come from [`values`],
 /// in the same order.
-const SERIES: [(&str, &str, &str); 10] = [
+const SERIES: [(&str, &str, &str); 11] = [
     (
         "redis_in_flight",
         "gauge",
@@ -87,12 +91,17 @@ const SERIES: [(&str, &str, &str); 10] = [
     (
         "redis_resyncs_total",
         "counter",
-        "Topics re-subscribed after a reconnect",
+        "Watched topics whose readers were told to read again (re-subscribed after a subscriber reconnect, or the command connection back)",
     ),
     (
         "redis_unavailable_total",
         "counter",
         "Commands answered storage unavailable",
+    ),
+    (
+        "redis_storage_unavailable_answers_total",
+        "counter",
+        "Client requests answered storage unavailable (publish -32000, webhook 503)",
     ),
     (
         "redis_refused_total",
@@ -116,7 +125,7 @@ const SERIES: [(&str, &str, &str); 10] = [
     ),
 ];
 
-fn values(s: &ShardStats) -> [u64; 10] {
+fn values(s: &ShardStats) -> [u64; 11] {
     [
         s.in_flight.get(),
         s.commands.get(),
@@ -124,6 +133,8 @@ fn values(s: &ShardStats) -> [u64; 10] {
         s.reconnects_pubsub.get(),
         s.resyncs.load(std::sync::atomic::Ordering::Relaxed),
         s.unavailable.get(),
+        s.unavailable_answers
+            .load(std::sync::atomic::Ordering::Relaxed),
         s.refused.load(std::sync::atomic::Ordering::Relaxed),
         s.live_received.get(),
         s.command_up.get(),
@@ -133,7 +144,7 @@ fn values(s: &ShardStats) -> [u64; 10] {
 
 /// Appends the Prometheus text of all shards (`shard` label = index in the `--redis` list).
 pub fn render(shards: &[&ShardStats], queued: &[usize], out: &mut String) {
-    let vals: Vec<[u64; 10]> = shards.iter().map(|s| values(s)).collect();
+    let vals: Vec<[u64; 11]> = shards.iter().map(|s| values(s)).collect();
     let mut last_name = "";
     for (k, (name, kind, help)) in SERIES.into_iter().enumerate() {
         let (base, label) = match name.split_once('{') {

@@ -3,6 +3,10 @@
 // 2.0.0-beta.19 (the last generation that speaks waku_subscribe / waku_publish), used unchanged.
 //
 //   RELAY_URL=ws://127.0.0.1:PORT node pair.mjs
+//   RELAY_URL=ws://127.0.0.1:P1,ws://127.0.0.1:P2[,ws://127.0.0.1:P3] node pair.mjs
+//
+// With several URLs (nodes of one cluster), the dApp uses the first, the wallet the second, and
+// the wallet that comes back (step 5) the third (the second again if there is no third).
 //
 // The dApp runs in this process. The wallet runs in a child process (this same file, started as
 // `pair.mjs wallet N STORAGE_FILE`) so that it can go away for real and come back later:
@@ -38,7 +42,9 @@ const {
 } = require("@walletconnect/client");
 
 const SELF = fileURLToPath(import.meta.url);
-const RELAY_URL = process.env.RELAY_URL;
+// The relays, in the order of the roles above: the first is this process's own.
+const RELAY_URLS = (process.env.RELAY_URL || "").split(",").map((u) => u.trim()).filter(Boolean);
+const RELAY_URL = RELAY_URLS[0];
 const LOG_LEVEL = process.env.WC_LOG_LEVEL || "silent";
 const TIMEOUT_MS = Number(process.env.E2E_TIMEOUT_MS || 60000);
 const T0 = Number(process.env.E2E_T0 || Date.now());
@@ -128,10 +134,16 @@ class JsonKeyValueStorage {
 }
 
 function checkRelayUrl() {
-  if (!RELAY_URL || !/^wss?:\/\/[^/]+/.test(RELAY_URL)) {
-    console.error("FAIL: set RELAY_URL to the relay's WebSocket address, e.g. ws://127.0.0.1:8080");
+  if (!RELAY_URLS.length || !RELAY_URLS.every((u) => /^wss?:\/\/[^/]+/.test(u))) {
+    console.error("FAIL: set RELAY_URL to the relay's WebSocket address, e.g. ws://127.0.0.1:8080 " +
+      "(or a comma-separated list of nodes: dApp, wallet, returning wallet)");
     process.exit(2);
   }
+}
+
+// The relay the wallet's incarnation N (1, 2) talks to.
+function walletRelayUrl(incarnation) {
+  return RELAY_URLS[Math.min(incarnation, RELAY_URLS.length - 1)];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,8 +283,10 @@ function check(cond, what) {
 
 function startWallet(incarnation, storageFile) {
   const who = `wallet#${incarnation}`;
+  const relay = walletRelayUrl(incarnation);
+  log(who, `relay ${relay}`);
   const child = fork(SELF, ["wallet", String(incarnation), storageFile], {
-    env: { ...process.env, E2E_T0: String(T0) },
+    env: { ...process.env, E2E_T0: String(T0), RELAY_URL: relay },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
   children.add(child);

@@ -50,6 +50,8 @@ pub struct RedisEngine {
     watched: HashMap<Arc<str>, Watch, ahash::RandomState>,
     /// Publishes waiting for their answer: the topic (for the webhook calls).
     publishing: HashMap<Ticket, Arc<str>, ahash::RandomState>,
+    /// Webhook registrations waiting for their answer: the topic (for the metrics).
+    registering: HashMap<Ticket, Arc<str>, ahash::RandomState>,
     reading: HashMap<Ticket, Reading, ahash::RandomState>,
     /// Watch requests refused (a full queue): asked again at the next tick.
     unasked: Vec<Arc<str>>,
@@ -64,6 +66,7 @@ impl RedisEngine {
             webhooks,
             watched: HashMap::default(),
             publishing: HashMap::default(),
+            registering: HashMap::default(),
             reading: HashMap::default(),
             unasked: Vec::new(),
             v1_warned: false,
@@ -113,7 +116,12 @@ impl RedisEngine {
                 Ok(Stored::New(Position { epoch, seq }))
             }
             Ok(PublishOutcome::Duplicate { .. }) => Ok(Stored::Duplicate),
-            Err(cluster::Unavailable) => Err(RelayError::StorageUnavailable),
+            Err(cluster::Unavailable) => {
+                if let Some(topic) = topic {
+                    self.handle.count_unavailable_answer(&topic);
+                }
+                Err(RelayError::StorageUnavailable)
+            }
         };
         out.push(Event::Published { ticket, result });
     }
@@ -203,6 +211,10 @@ impl RedisEngine {
             ClusterEvent::Resync { ns: NS_V2, topic } => self.on_resync(topic, out),
             ClusterEvent::Live { .. } | ClusterEvent::Resync { .. } => {}
             ClusterEvent::WebhookAdded { ticket, result } => {
+                let topic = self.registering.remove(&ticket);
+                if let (Some(topic), Err(_)) = (&topic, &result) {
+                    self.handle.count_unavailable_answer(topic);
+                }
                 let result = match result {
                     Ok(WebhookAdd::Added | WebhookAdd::Exists) => Ok(()),
                     Ok(WebhookAdd::TopicFull) => Err(RelayError::TooManyWebhooksForTopic),
@@ -245,7 +257,10 @@ impl Engine for RedisEngine {
                 self.publishing.insert(ticket, topic);
                 Done::Later
             }
-            Err(cluster::Unavailable) => Done::Now(Err(RelayError::StorageUnavailable)),
+            Err(cluster::Unavailable) => {
+                self.handle.count_unavailable_answer(&topic);
+                Done::Now(Err(RelayError::StorageUnavailable))
+            }
         }
     }
 
@@ -277,8 +292,14 @@ impl Engine for RedisEngine {
         _out: &mut Events,
     ) -> Done<Result<(), RelayError>> {
         match self.handle.add_webhook(ticket, topic, &url) {
-            Ok(()) => Done::Later,
-            Err(cluster::Unavailable) => Done::Now(Err(RelayError::StorageUnavailable)),
+            Ok(()) => {
+                self.registering.insert(ticket, topic.clone());
+                Done::Later
+            }
+            Err(cluster::Unavailable) => {
+                self.handle.count_unavailable_answer(topic);
+                Done::Now(Err(RelayError::StorageUnavailable))
+            }
         }
     }
 

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod outbuf;
 pub mod registry;
 pub mod relay;
+pub mod reload;
 pub mod rng;
 pub mod rpc;
 pub mod server;

@@ -1,8 +1,9 @@
 //! Start-up and shutdown: raises the open-file limit and turns transparent huge pages off
-//! (both called from `main`), loads the registry, binds one `SO_REUSEPORT` listener per
-//! worker, builds the mailboxes, starts the webhook pool and the pinned worker threads; on
-//! SIGTERM/SIGINT tells every worker to close its connections (WebSocket close 1001) and
-//! waits for them within the grace period.
+//! (both called from `main`), loads the registry and the TLS certificate, binds one
+//! `SO_REUSEPORT` listener per worker (per group: plain and TLS), builds the mailboxes,
+//! starts the webhook pool and the pinned worker threads; on SIGHUP re-reads the TLS
+//! files and the registry (`reload`); on SIGTERM/SIGINT tells every worker to close its
+//! connections (WebSocket close 1001) and waits for them within the grace period.
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 use thiserror::Error;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::conn::Shared;
 use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
@@ -23,15 +24,23 @@ use crate::registry::{Registry, RegistryError};
 use crate::relay::engine::local::{HomeMsg, LocalEngine, LocalShared};
 use crate::relay::engine::EngineMsg;
 use crate::relay::{CoreMsg, Mailboxes, Placement, Relay};
+use crate::reload::Reloader;
+use crate::tls::{TlsError, TlsLoader};
 use crate::webhook::{WebhookConfig, WebhookPool};
-use crate::worker::{Worker, WAKER};
+use crate::worker::{Serving, Worker, WAKER};
 
 /// Why the server could not start.
 #[derive(Debug, Error)]
 pub enum StartError {
+    /// The flags cannot work together.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
     /// The registry data is bad.
     #[error("registry: {0}")]
     Registry(#[from] RegistryError),
+    /// The TLS certificate or key is missing or bad (the message names the file).
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
     /// A socket, poll or thread could not be created.
     #[error("{what}: {source}")]
     Io {
@@ -48,8 +57,12 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> StartError {
 
 /// A running server.
 pub struct Server {
-    /// The address it listens on (with the real port when 0 was asked for).
-    pub addr: SocketAddr,
+    /// The address of the plain listener (with the real port when 0 was asked for), unless
+    /// `--listen none`.
+    pub addr: Option<SocketAddr>,
+    /// The address of the TLS listener, when `--tls-listen` is given.
+    pub tls_addr: Option<SocketAddr>,
+    reloader: Reloader,
     mailboxes: Arc<Mailboxes>,
     threads: Vec<JoinHandle<()>>,
     webhooks: WebhookPool,
@@ -202,6 +215,33 @@ fn bind(addr: SocketAddr, config: &Config) -> io::Result<std::net::TcpListener> 
     Ok(s.into())
 }
 
+/// The `n` sockets of one `SO_REUSEPORT` group at `addr` (the first one picks the port
+/// when 0 is asked for), and the address they are bound to.
+fn bind_group(
+    addr: SocketAddr,
+    n: usize,
+    config: &Config,
+) -> io::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
+    let first = bind(addr, config)?;
+    let addr = first.local_addr()?;
+    let mut group = vec![first];
+    for _ in 1..n {
+        group.push(bind(addr, config)?);
+    }
+    Ok((group, addr))
+}
+
+/// Attaches `--cpu-steering`'s program to a listener group (logged, never fatal).
+fn steer(group: &[std::net::TcpListener], cpus: &[usize]) {
+    let Some(first) = group.first() else {
+        return;
+    };
+    match attach_cpu_steering(first, cpus) {
+        Ok(()) => log::info!("connections steered to the worker of the receiving CPU"),
+        Err(e) => log::warn!("--cpu-steering: {e}"),
+    }
+}
+
 fn random_seeds() -> [u64; 4] {
     let mut b = [0u8; 32];
     #[allow(
@@ -221,10 +261,20 @@ fn random_seeds() -> [u64; 4] {
 impl Server {
     /// Starts the server: every worker is accepting when this returns.
     pub fn start(config: Config) -> Result<Server, StartError> {
+        config.check()?;
         let registry = Arc::new(Registry::load(
             config.registry_dir.as_deref(),
             &config.image_base,
         )?);
+        // A missing or bad certificate is fatal at start (later, on SIGHUP, it is not).
+        let tls = match config.tls_files() {
+            Some(files) => {
+                let loader = TlsLoader::new(files)?;
+                let tls_config = loader.load()?;
+                Some((loader, tls_config))
+            }
+            None => None,
+        };
         let n = config.worker_count();
         let metrics = Metrics::new(n);
 
@@ -238,14 +288,21 @@ impl Server {
         }
         let (mailboxes, inboxes) = Mailboxes::new(wakers, config.limits.mailbox_batches);
 
-        let first = bind(config.listen, &config).map_err(io_err("binding the listener"))?;
-        let addr = first
-            .local_addr()
-            .map_err(io_err("reading the listener address"))?;
-        let mut listeners = vec![first];
-        for _ in 1..n {
-            listeners.push(bind(addr, &config).map_err(io_err("binding a worker listener"))?);
-        }
+        let (plain, addr) = match config.listen {
+            Some(a) => {
+                let (g, a) = bind_group(a, n, &config).map_err(io_err("binding the listener"))?;
+                (g, Some(a))
+            }
+            None => (Vec::new(), None),
+        };
+        let (tls_group, tls_addr) = match config.tls_listen {
+            Some(a) => {
+                let (g, a) =
+                    bind_group(a, n, &config).map_err(io_err("binding the TLS listener"))?;
+                (g, Some(a))
+            }
+            None => (Vec::new(), None),
+        };
 
         let placement = Placement::new(n, random_seeds());
         let webhooks = {
@@ -271,7 +328,6 @@ impl Server {
                 TEXT,
                 format!("Hello World, this is {} v2.0", config.service_name),
             ),
-            registry,
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
             config: config.clone(),
@@ -303,16 +359,15 @@ impl Server {
                 log::warn!("--cpu-steering needs pinned workers; not enabled");
             } else {
                 let cpus: Vec<usize> = (0..n).map(|i| cores[i % cores.len()].id).collect();
-                match attach_cpu_steering(&listeners[0], &cpus) {
-                    Ok(()) => log::info!("connections steered to the worker of the receiving CPU"),
-                    Err(e) => log::warn!("--cpu-steering: {e}"),
-                }
+                steer(&plain, &cpus);
+                steer(&tls_group, &cpus);
             }
         }
+        let (loader, tls_config) = tls.unzip();
+        let mut plain = plain.into_iter();
+        let mut tls_group = tls_group.into_iter();
         let mut threads = Vec::with_capacity(n);
-        for (i, ((poll, listener), inbox)) in
-            polls.into_iter().zip(listeners).zip(inboxes).enumerate()
-        {
+        for (i, (poll, inbox)) in polls.into_iter().zip(inboxes).enumerate() {
             let engine = LocalEngine::new(i, local.clone());
             let relay = Relay::new(
                 i,
@@ -321,17 +376,24 @@ impl Server {
                 config.limits.clone(),
                 metrics.clone(),
             );
-            let listener = mio::net::TcpListener::from_std(listener);
+            let serving = Serving {
+                plain: plain.next().map(mio::net::TcpListener::from_std),
+                tls: tls_group
+                    .next()
+                    .map(mio::net::TcpListener::from_std)
+                    .zip(tls_config.clone()),
+                registry: Arc::clone(&registry),
+            };
             let worker = Worker::new(
                 i,
-                listener,
+                serving,
                 poll,
                 inbox,
                 mailboxes.clone(),
                 relay,
                 shared.clone(),
             )
-            .map_err(io_err("registering the listener"))?;
+            .map_err(io_err("registering the listeners"))?;
             let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
             let t = std::thread::Builder::new()
                 .name(format!("worker-{i}"))
@@ -354,8 +416,16 @@ impl Server {
                 .map_err(io_err("spawning a worker thread"))?;
             threads.push(t);
         }
+        let reloader = Reloader::new(
+            loader,
+            config.registry_dir.clone(),
+            config.image_base.clone(),
+            mailboxes.clone(),
+        );
         Ok(Server {
             addr,
+            tls_addr,
+            reloader,
             mailboxes,
             threads,
             webhooks,
@@ -379,19 +449,33 @@ impl Server {
         let _ = webhooks.join();
     }
 
-    /// Installs the SIGTERM/SIGINT handlers (before the server announces itself, so a
-    /// signal can never find the default handler).
+    /// Installs the SIGTERM/SIGINT/SIGHUP handlers (before the server announces itself,
+    /// so a signal can never find the default handler, which for SIGHUP is to exit).
     pub fn signals() -> io::Result<signal_hook::iterator::Signals> {
         signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGHUP,
         ])
     }
 
-    /// Blocks until SIGTERM or SIGINT arrives on `signals`, then shuts down.
+    /// Re-reads the TLS certificate and key and the registry directory (what is
+    /// configured) and hands what loaded to every worker; what failed keeps its old state
+    /// and is logged. SIGHUP does this.
+    pub fn reload(&self) -> crate::reload::Outcome {
+        self.reloader.reload()
+    }
+
+    /// Reloads on SIGHUP (on this thread, one at a time); on SIGTERM or SIGINT shuts down.
     pub fn run_until_signal(self, mut signals: signal_hook::iterator::Signals) -> io::Result<()> {
-        if let Some(sig) = signals.forever().next() {
+        for sig in signals.forever() {
+            if sig == signal_hook::consts::SIGHUP {
+                log::info!("SIGHUP: reloading");
+                self.reload();
+                continue;
+            }
             log::info!("signal {sig}: shutting down");
+            break;
         }
         // Whatever happens, exit soon after the signal (`Limits::exit_deadline_ms`).
         let deadline = Duration::from_millis(self.limits.exit_deadline_ms);
@@ -443,7 +527,7 @@ mod tests {
                 "--notsent-lowat",
                 &lowat.to_string(),
             ]);
-            let listener = bind(config.listen, &config).unwrap();
+            let listener = bind(config.listen.unwrap(), &config).unwrap();
             let addr = listener.local_addr().unwrap();
             let mut client = std::net::TcpStream::connect(addr).unwrap();
             client.write_all(b"x").unwrap();

@@ -80,6 +80,7 @@ struct Bench {
     scratch: Vec<u8>,
     json: simd_json::Buffers,
     answers: AnswerCache,
+    registry: Registry,
 }
 
 impl Recipients for Conn<()> {
@@ -110,7 +111,6 @@ impl Bench {
         Bench {
             conn: Conn::new((), 1, u64::MAX),
             shared: Shared {
-                registry: Arc::new(registry),
                 metrics,
                 webhooks: WebhookPool::default(),
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
@@ -123,6 +123,7 @@ impl Bench {
             scratch: Vec::new(),
             json: simd_json::Buffers::new(1024),
             answers: AnswerCache::new(0),
+            registry,
         }
     }
 
@@ -135,6 +136,7 @@ impl Bench {
             now: 1,
             date: b"Thu, 01 Jan 1970 00:00:00 GMT",
             shared: &self.shared,
+            registry: &self.registry,
             relay: &mut self.relay,
             ids: &mut self.ids,
             scratch: &mut self.scratch,

@@ -3,12 +3,15 @@
 //! and a wallet through the relay, settles a session, exchanges `personal_sign` requests and
 //! responses, and a wallet that was offline while the dApp sent a request gets it from the relay's
 //! cache when it comes back. The scenario is `tests/e2e-js/pair.mjs`; this test installs its
-//! locked dependencies if needed, starts the real binary and runs the script against it.
+//! locked dependencies if needed, starts the real binary and runs the script against it, over
+//! `ws://` and over `wss://` (the TLS listener, with a test CA the client trusts through
+//! `NODE_EXTRA_CA_CERTS`).
 //!
 //! Needs Node.js (18 or later; CI uses 20) and npm on `PATH`.
 
 mod common;
 
+use common::tls::TlsSetup;
 use common::Server;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -76,13 +79,28 @@ fn ensure_node_modules() {
 }
 
 /// Runs `node tests/e2e-js/pair.mjs` against a fresh server started with `--threads threads`,
-/// and asserts that it exits 0.
-fn run_pair_script(threads: &str) {
+/// over `wss://` when `tls`, and asserts that it exits 0.
+fn run_pair_script(threads: &str, tls: bool) {
     ensure_node_modules();
-    let server = Server::start(&["--threads", threads]);
-    let relay_url = format!("ws://{}", server.addr);
+    let setup = tls.then(TlsSetup::new);
+    let (server, relay_url) = match &setup {
+        None => {
+            let s = Server::start(&["--threads", threads]);
+            let url = format!("ws://{}", s.addr);
+            (s, url)
+        }
+        Some(t) => {
+            let s = t.start(&["--threads", threads]);
+            let url = format!("wss://{}", s.tls_addr());
+            (s, url)
+        }
+    };
 
-    let mut child = Command::new("node")
+    let mut node = Command::new("node");
+    if let Some(t) = &setup {
+        node.env("NODE_EXTRA_CA_CERTS", &t.ca_file);
+    }
+    let mut child = node
         .arg(e2e_dir().join("pair.mjs"))
         .env("RELAY_URL", &relay_url)
         .current_dir(e2e_dir())
@@ -131,10 +149,15 @@ fn run_pair_script(threads: &str) {
 
 #[test]
 fn real_walletconnect_client_pairs_requests_and_gets_cached_request_threads_1() {
-    run_pair_script("1");
+    run_pair_script("1", false);
 }
 
 #[test]
 fn real_walletconnect_client_pairs_requests_and_gets_cached_request_threads_2() {
-    run_pair_script("2");
+    run_pair_script("2", false);
+}
+
+#[test]
+fn real_walletconnect_client_over_wss_pairs_requests_and_gets_cached_request_threads_2() {
+    run_pair_script("2", true);
 }

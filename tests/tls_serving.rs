@@ -319,3 +319,77 @@ fn server_is_plain_only_without_tls_flags() {
     assert!(s.tls_addr.is_none());
     s.assert_serving("start without TLS");
 }
+
+/// The Python of a virtualenv with `tests/tls-py/requirements.txt` installed
+/// (`$WALLETRELAY_PY_VENV`, default `~/.cache/walletrelay/tls-py3`), made on first use as
+/// `scripts/autobahn` makes its own; `Err(why)` when that is not possible here.
+fn websockets_python() -> Result<std::path::PathBuf, String> {
+    let req =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls-py/requirements.txt");
+    let venv = match std::env::var_os("WALLETRELAY_PY_VENV") {
+        Some(v) => std::path::PathBuf::from(v),
+        None => std::path::PathBuf::from(std::env::var_os("HOME").ok_or("no HOME")?)
+            .join(".cache/walletrelay/tls-py3"),
+    };
+    let python = venv.join("bin/python");
+    let stamp = venv.join(".requirements");
+    let wanted = std::fs::read(&req).map_err(|e| e.to_string())?;
+    if python.exists() && std::fs::read(&stamp).ok().as_deref() == Some(&wanted[..]) {
+        return Ok(python);
+    }
+    eprintln!("installing {} into {}", req.display(), venv.display());
+    let _ = std::fs::remove_dir_all(&venv);
+    let run = |cmd: &mut Command| -> Result<(), String> {
+        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)))
+        }
+    };
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-r",
+        ])
+        .arg(&req))?;
+    std::fs::write(&stamp, wanted).map_err(|e| e.to_string())?;
+    Ok(python)
+}
+
+/// Python's `websockets` client over `wss://` (`tests/tls-py/wss_pubsub.py`): subscribe,
+/// publish, push. Skipped, saying why, when the package cannot be installed.
+#[test]
+fn python_websockets_client_uses_the_relay_over_wss() {
+    let python = match websockets_python() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("python websockets not available: SKIPPED ({why})");
+            return;
+        }
+    };
+    let tls = TlsSetup::new();
+    for threads in common::THREADS {
+        let s = tls.start(&["--threads", threads]);
+        let out = Command::new(&python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/tls-py/wss_pubsub.py"
+            ))
+            .arg(s.tls_addr().port().to_string())
+            .arg(&tls.ca_file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.starts_with("ok "),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

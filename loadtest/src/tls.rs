@@ -1,0 +1,154 @@
+//! `wss://` and `https://`: a `rustls` client per connection, driven from the same
+//! non-blocking event loop as plain sockets. [`read`] and [`write`] stand in for the
+//! socket's own `read`/`write` (plaintext in and out, ciphertext on the socket), so `net`
+//! keeps one code path; [`Client`] is the shared client configuration (trusted CA from
+//! `--cacert`, ALPN `http/1.1`, `--tls-version`, resumption unless `--tls-no-resume`).
+//!
+//! It owns no socket and no connection state beyond `rustls`'s: `net` decides when to read,
+//! write and close.
+
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use rustls::client::Resumption;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
+
+/// Which TLS versions to offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Version {
+    /// TLS 1.3 and 1.2 (the server picks 1.3).
+    Any,
+    /// TLS 1.2 only.
+    #[value(name = "1.2")]
+    V12,
+    /// TLS 1.3 only.
+    #[value(name = "1.3")]
+    V13,
+}
+
+/// The client side of every TLS connection of a run.
+#[derive(Clone, Debug)]
+pub struct Client {
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+}
+
+impl Client {
+    /// Trusts the CA certificates in `cacert` (PEM) and checks the server as `name` (a DNS
+    /// name or an IP address).
+    pub fn new(
+        cacert: &Path,
+        name: &str,
+        version: Version,
+        resume: bool,
+    ) -> Result<Client, String> {
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(cacert)
+            .map_err(|e| format!("--cacert {}: {e}", cacert.display()))?
+        {
+            let cert = cert.map_err(|e| format!("--cacert {}: {e}", cacert.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("--cacert {}: {e}", cacert.display()))?;
+        }
+        if roots.is_empty() {
+            return Err(format!("--cacert {}: no certificate", cacert.display()));
+        }
+        let versions: &[&'static rustls::SupportedProtocolVersion] = match version {
+            Version::Any => &[&rustls::version::TLS13, &rustls::version::TLS12],
+            Version::V12 => &[&rustls::version::TLS12],
+            Version::V13 => &[&rustls::version::TLS13],
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        if !resume {
+            config.resumption = Resumption::disabled();
+        }
+        let name = ServerName::try_from(name.to_string())
+            .map_err(|e| format!("server name {name:?}: {e}"))?;
+        Ok(Client {
+            config: Arc::new(config),
+            name,
+        })
+    }
+
+    /// A new connection's TLS state (its ClientHello goes out with the first write).
+    pub fn connection(&self) -> io::Result<ClientConnection> {
+        ClientConnection::new(Arc::clone(&self.config), self.name.clone())
+            .map_err(io::Error::other)
+    }
+}
+
+/// Reads plaintext into `buf`: the socket's own `read` without TLS. `Ok(0)` is the end of
+/// the stream (a `close_notify`, or TCP closed), `WouldBlock` means wait for readable. Reads
+/// the socket until it would block or plaintext came, so an edge is never left unread.
+pub fn read(
+    sock: &mut TcpStream,
+    tls: Option<&mut ClientConnection>,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let Some(tls) = tls else {
+        return sock.read(buf);
+    };
+    loop {
+        match tls.reader().read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+            Err(e) => return Err(e),
+        }
+        if tls.read_tls(sock)? == 0 {
+            return Ok(0);
+        }
+        tls.process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // Handshake messages (and the data written before the handshake ended).
+        match send_pending(sock, tls) {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+            _ => {}
+        }
+    }
+}
+
+/// Writes plaintext from `buf`: the socket's own `write` without TLS. With TLS, takes
+/// plaintext only once earlier ciphertext is all out (else `WouldBlock`), so what waits in
+/// `rustls` stays within one write; the rest of its ciphertext goes out with
+/// [`send_pending`] when the socket is writable again.
+pub fn write(
+    sock: &mut TcpStream,
+    tls: Option<&mut ClientConnection>,
+    buf: &[u8],
+) -> io::Result<usize> {
+    let Some(tls) = tls else {
+        return sock.write(buf);
+    };
+    send_pending(sock, tls)?;
+    let n = tls.writer().write(buf)?;
+    if n == 0 && !buf.is_empty() {
+        return Err(io::ErrorKind::WouldBlock.into());
+    }
+    match send_pending(sock, tls) {
+        Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+        _ => Ok(n),
+    }
+}
+
+/// Writes the ciphertext `rustls` holds until none is left (`Ok`) or the socket is full
+/// (`WouldBlock`).
+pub fn send_pending(sock: &mut TcpStream, tls: &mut ClientConnection) -> io::Result<()> {
+    while tls.wants_write() {
+        if tls.write_tls(sock)? == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+    }
+    Ok(())
+}

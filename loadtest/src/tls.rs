@@ -83,8 +83,7 @@ impl Client {
 
     /// A new connection's TLS state (its ClientHello goes out with the first write).
     pub fn connection(&self) -> io::Result<ClientConnection> {
-        ClientConnection::new(Arc::clone(&self.config), self.name.clone())
-            .map_err(io::Error::other)
+        ClientConnection::new(Arc::clone(&self.config), self.name.clone()).map_err(io::Error::other)
     }
 }
 
@@ -151,4 +150,124 @@ pub fn send_pending(sock: &mut TcpStream, tls: &mut ClientConnection) -> io::Res
         }
     }
     Ok(())
+}
+
+/// The test CA of walletrelay's own TLS tests.
+#[cfg(test)]
+#[path = "../../tests/common/tls_pki.rs"]
+mod tls_pki;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    use super::tls_pki;
+
+    /// A blocking `rustls` server on a thread: echoes every byte back, then closes.
+    fn echo_server(leaf: &tls_pki::Leaf) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+        let chain = CertificateDer::pem_slice_iter(leaf.chain_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key =
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (sock, _) = listener.accept().unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut s = rustls::StreamOwned::new(conn, sock);
+            let mut buf = vec![0u8; 16384];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => s.write_all(&buf[..n]).unwrap(),
+                }
+            }
+        });
+        (addr, t)
+    }
+
+    /// 2 MiB through a non-blocking socket with a small send buffer, both ways, with the
+    /// calls `net` makes: every byte comes back, in order, and the end is a clean EOF.
+    #[test]
+    fn bytes_cross_tls_whole_through_non_blocking_calls() {
+        let ca = tls_pki::TestCa::new();
+        let leaf = ca.leaf(1);
+        let (addr, server) = echo_server(&leaf);
+        let dir = std::env::temp_dir().join(format!("loadtest-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+        let client = Client::new(&ca_file, "localhost", Version::Any, true).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let std_sock = std::net::TcpStream::connect(addr).unwrap();
+        socket2::SockRef::from(&std_sock)
+            .set_send_buffer_size(8192)
+            .unwrap();
+        std_sock.set_nonblocking(true).unwrap();
+        let mut sock = TcpStream::from_std(std_sock);
+        let mut tls = client.connection().unwrap();
+        let data: Vec<u8> = (0..2 << 20).map(|i| (i % 251) as u8).collect();
+        let (mut sent, mut got) = (0, Vec::new());
+        let mut buf = vec![0u8; 65536];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while got.len() < data.len() {
+            assert!(
+                Instant::now() < deadline,
+                "stuck at {} of {}",
+                got.len(),
+                data.len()
+            );
+            if sent < data.len() {
+                let end = (sent + 30000).min(data.len());
+                match write(&mut sock, Some(&mut tls), &data[sent..end]) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("write: {e}"),
+                }
+            } else {
+                match send_pending(&mut sock, &mut tls) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+            loop {
+                match read(&mut sock, Some(&mut tls), &mut buf) {
+                    Ok(0) => panic!("EOF after {} bytes", got.len()),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(got == data, "the echo differs");
+        // A clean close: close_notify, then EOF reads as 0.
+        tls.send_close_notify();
+        while send_pending(&mut sock, &mut tls).is_err() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        server.join().unwrap();
+        let end = loop {
+            match read(&mut sock, Some(&mut tls), &mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                other => break other,
+            }
+        };
+        assert_eq!(end.unwrap(), 0);
+    }
 }

@@ -115,7 +115,7 @@ struct HttpState {
 struct Conn {
     stream: TcpStream,
     /// The TLS state of a `wss://`/`https://` connection.
-    tls: Option<Box<rustls::ClientConnection>>,
+    tls: Option<Box<tls::Session>>,
     /// The scenario's name for this connection.
     tag: u32,
     proto: Proto,
@@ -174,6 +174,8 @@ pub struct Io {
     scratch: Vec<u8>,
     target: SocketAddr,
     tls: Option<tls::Client>,
+    /// Ciphertext read from TLS sockets before it is decrypted (allocated on first use).
+    cipher: Vec<u8>,
     upgrade_req: Vec<u8>,
     source_ips: u32,
     /// Global index of this loop's next connection, for spreading source addresses.
@@ -202,6 +204,7 @@ impl Io {
             scratch: vec![0; 4 * READ_CHUNK],
             target: target.addr,
             tls,
+            cipher: Vec::new(),
             upgrade_req: ws::upgrade_request(&target.host, &target.path),
             source_ips,
             next_conn_index: thread,
@@ -221,7 +224,7 @@ impl Io {
         let src = sys::source_ip(&self.target, self.source_ips, self.next_conn_index);
         self.next_conn_index += self.conn_index_step;
         let tls = match &self.tls {
-            Some(client) => Some(Box::new(client.connection()?)),
+            Some(client) => Some(Box::new(client.session()?)),
             None => None,
         };
         let std_stream = sys::connect(&self.target, src)?;
@@ -443,7 +446,12 @@ impl Io {
             if scratch.len() < kept + READ_CHUNK {
                 scratch.resize(kept + READ_CHUNK, 0);
             }
-            let n = match tls::read(&mut c.stream, c.tls.as_deref_mut(), &mut scratch[kept..]) {
+            let n = match tls::read(
+                &mut c.stream,
+                c.tls.as_deref_mut(),
+                &mut scratch[kept..],
+                &mut self.cipher,
+            ) {
                 Ok(0) => {
                     let why = if c.phase == Phase::Closing {
                         CloseWhy::Normal

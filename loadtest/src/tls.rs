@@ -82,60 +82,112 @@ impl Client {
     }
 
     /// A new connection's TLS state (its ClientHello goes out with the first write).
-    pub fn connection(&self) -> io::Result<ClientConnection> {
-        ClientConnection::new(Arc::clone(&self.config), self.name.clone()).map_err(io::Error::other)
+    pub fn session(&self) -> io::Result<Session> {
+        let conn = ClientConnection::new(Arc::clone(&self.config), self.name.clone())
+            .map_err(io::Error::other)?;
+        Ok(Session {
+            conn,
+            left: Vec::new(),
+        })
     }
 }
 
+/// One connection's TLS state: `rustls`'s, and ciphertext read from the socket that
+/// `rustls` could not take yet (empty, holding no allocation, almost always).
+#[derive(Debug)]
+pub struct Session {
+    conn: ClientConnection,
+    left: Vec<u8>,
+}
+
+impl Session {
+    /// Ciphertext waits for the socket.
+    pub fn wants_write(&self) -> bool {
+        self.conn.wants_write()
+    }
+}
+
+/// Bytes of ciphertext read from the socket per `read` call: `rustls`'s own `read_tls` reads
+/// 4 KiB per call, a syscall each; one read of this much is fed to it from memory instead.
+pub const CIPHER_READ: usize = 64 * 1024;
+
 /// Reads plaintext into `buf`: the socket's own `read` without TLS. `Ok(0)` is the end of
-/// the stream (a `close_notify`, or TCP closed), `WouldBlock` means wait for readable. Reads
-/// the socket until it would block or plaintext came, so an edge is never left unread.
+/// the stream (a `close_notify`, or TCP closed), `WouldBlock` means wait for readable (the
+/// socket would block and nothing is left to decrypt, so an edge is never left unread).
+/// `cipher` is the caller's buffer for ciphertext (grown to [`CIPHER_READ`] on first use).
 pub fn read(
     sock: &mut TcpStream,
-    tls: Option<&mut ClientConnection>,
+    tls: Option<&mut Session>,
     buf: &mut [u8],
+    cipher: &mut Vec<u8>,
 ) -> io::Result<usize> {
-    let Some(tls) = tls else {
+    let Some(s) = tls else {
         return sock.read(buf);
     };
     loop {
-        match tls.reader().read(buf) {
+        match s.conn.reader().read(buf) {
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
             Err(e) => return Err(e),
         }
-        if tls.read_tls(sock)? == 0 {
-            return Ok(0);
+        if s.left.is_empty() {
+            if cipher.len() < CIPHER_READ {
+                cipher.resize(CIPHER_READ, 0);
+            }
+            let n = sock.read(cipher)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let used = feed(&mut s.conn, &cipher[..n])?;
+            s.left.extend_from_slice(&cipher[used..n]);
+        } else {
+            let left = std::mem::take(&mut s.left);
+            let used = feed(&mut s.conn, &left)?;
+            s.left = left;
+            s.left.drain(..used);
+            if s.left.is_empty() {
+                s.left = Vec::new();
+            }
         }
-        tls.process_new_packets()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         // Handshake messages (and the data written before the handshake ended).
-        match send_pending(sock, tls) {
+        match send_pending(sock, s) {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
             _ => {}
         }
     }
 }
 
+/// Hands `rustls` what of `bytes` it takes (it stops when its plaintext buffer is full) and
+/// decrypts it; returns how many bytes it took.
+fn feed(conn: &mut ClientConnection, bytes: &[u8]) -> io::Result<usize> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        // An error: its buffers are full, the plaintext must be read first. 0: it takes
+        // nothing more (after `close_notify`).
+        if !matches!(conn.read_tls(&mut rest), Ok(n) if n > 0) {
+            break;
+        }
+        conn.process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    }
+    Ok(bytes.len() - rest.len())
+}
+
 /// Writes plaintext from `buf`: the socket's own `write` without TLS. With TLS, takes
 /// plaintext only once earlier ciphertext is all out (else `WouldBlock`), so what waits in
 /// `rustls` stays within one write; the rest of its ciphertext goes out with
 /// [`send_pending`] when the socket is writable again.
-pub fn write(
-    sock: &mut TcpStream,
-    tls: Option<&mut ClientConnection>,
-    buf: &[u8],
-) -> io::Result<usize> {
-    let Some(tls) = tls else {
+pub fn write(sock: &mut TcpStream, tls: Option<&mut Session>, buf: &[u8]) -> io::Result<usize> {
+    let Some(s) = tls else {
         return sock.write(buf);
     };
-    send_pending(sock, tls)?;
-    let n = tls.writer().write(buf)?;
+    send_pending(sock, s)?;
+    let n = s.conn.writer().write(buf)?;
     if n == 0 && !buf.is_empty() {
         return Err(io::ErrorKind::WouldBlock.into());
     }
-    match send_pending(sock, tls) {
+    match send_pending(sock, s) {
         Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
         _ => Ok(n),
     }
@@ -143,9 +195,9 @@ pub fn write(
 
 /// Writes the ciphertext `rustls` holds until none is left (`Ok`) or the socket is full
 /// (`WouldBlock`).
-pub fn send_pending(sock: &mut TcpStream, tls: &mut ClientConnection) -> io::Result<()> {
-    while tls.wants_write() {
-        if tls.write_tls(sock)? == 0 {
+pub fn send_pending(sock: &mut TcpStream, s: &mut Session) -> io::Result<()> {
+    while s.conn.wants_write() {
+        if s.conn.write_tls(sock)? == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
     }
@@ -217,7 +269,8 @@ mod tests {
             .unwrap();
         std_sock.set_nonblocking(true).unwrap();
         let mut sock = TcpStream::from_std(std_sock);
-        let mut tls = client.connection().unwrap();
+        let mut tls = client.session().unwrap();
+        let mut cipher = Vec::new();
         let data: Vec<u8> = (0..2 << 20).map(|i| (i % 251) as u8).collect();
         let (mut sent, mut got) = (0, Vec::new());
         let mut buf = vec![0u8; 65536];
@@ -244,7 +297,7 @@ mod tests {
                 }
             }
             loop {
-                match read(&mut sock, Some(&mut tls), &mut buf) {
+                match read(&mut sock, Some(&mut tls), &mut buf, &mut cipher) {
                     Ok(0) => panic!("EOF after {} bytes", got.len()),
                     Ok(n) => got.extend_from_slice(&buf[..n]),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -255,13 +308,13 @@ mod tests {
         }
         assert!(got == data, "the echo differs");
         // A clean close: close_notify, then EOF reads as 0.
-        tls.send_close_notify();
+        tls.conn.send_close_notify();
         while send_pending(&mut sock, &mut tls).is_err() {
             std::thread::sleep(Duration::from_millis(1));
         }
         server.join().unwrap();
         let end = loop {
-            match read(&mut sock, Some(&mut tls), &mut buf) {
+            match read(&mut sock, Some(&mut tls), &mut buf, &mut cipher) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(1))
                 }

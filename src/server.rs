@@ -231,6 +231,86 @@ fn bind_group(
     Ok((group, addr))
 }
 
+/// The listener groups, and the TLS configuration loaded at start: a missing or bad
+/// certificate is fatal here (on SIGHUP it is not).
+struct Edge {
+    plain: Vec<std::net::TcpListener>,
+    addr: Option<SocketAddr>,
+    tls: Vec<std::net::TcpListener>,
+    tls_addr: Option<SocketAddr>,
+    loader: Option<TlsLoader>,
+    tls_config: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl Edge {
+    fn open(config: &Config, n: usize) -> Result<Edge, StartError> {
+        let (loader, tls_config) = match config.tls_files() {
+            Some(files) => {
+                let loader = TlsLoader::new(files)?;
+                let tls_config = loader.load()?;
+                (Some(loader), Some(tls_config))
+            }
+            None => (None, None),
+        };
+        let group = |addr: Option<SocketAddr>, what| match addr {
+            Some(a) => bind_group(a, n, config)
+                .map(|(g, a)| (g, Some(a)))
+                .map_err(io_err(what)),
+            None => Ok((Vec::new(), None)),
+        };
+        let (plain, addr) = group(config.listen, "binding the listener")?;
+        let (tls, tls_addr) = group(config.tls_listen, "binding the TLS listener")?;
+        Ok(Edge {
+            plain,
+            addr,
+            tls,
+            tls_addr,
+            loader,
+            tls_config,
+        })
+    }
+}
+
+/// The cores the workers pin to, in order (none with `--no-pin`).
+fn worker_cores(config: &Config) -> Vec<core_affinity::CoreId> {
+    if config.no_pin {
+        Vec::new()
+    } else if !config.cpus.is_empty() {
+        config
+            .cpus
+            .iter()
+            .map(|&id| core_affinity::CoreId { id })
+            .collect()
+    } else {
+        core_affinity::get_core_ids().unwrap_or_default()
+    }
+}
+
+/// Starts worker `i`'s thread, pinned to `core`.
+fn spawn_worker(
+    i: usize,
+    worker: Worker,
+    core: Option<core_affinity::CoreId>,
+) -> Result<JoinHandle<()>, StartError> {
+    std::thread::Builder::new()
+        .name(format!("worker-{i}"))
+        .spawn(move || {
+            if let Some(c) = core {
+                if !core_affinity::set_for_current(c) {
+                    log::warn!("worker {i}: could not pin to core {}", c.id);
+                }
+            }
+            // A worker that panicked would leave its core's connections and topics dead
+            // while the process looks alive: end the process instead, so that the
+            // supervisor (systemd: Restart=on-failure) starts a whole one.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run())).is_err() {
+                log::error!("worker {i} panicked; aborting the process");
+                std::process::abort();
+            }
+        })
+        .map_err(io_err("spawning a worker thread"))
+}
+
 /// Attaches `--cpu-steering`'s program to a listener group (logged, never fatal).
 fn steer(group: &[std::net::TcpListener], cpus: &[usize]) {
     let Some(first) = group.first() else {
@@ -266,16 +346,8 @@ impl Server {
             config.registry_dir.as_deref(),
             &config.image_base,
         )?);
-        // A missing or bad certificate is fatal at start (later, on SIGHUP, it is not).
-        let tls = match config.tls_files() {
-            Some(files) => {
-                let loader = TlsLoader::new(files)?;
-                let tls_config = loader.load()?;
-                Some((loader, tls_config))
-            }
-            None => None,
-        };
         let n = config.worker_count();
+        let edge = Edge::open(&config, n)?;
         let metrics = Metrics::new(n);
 
         let mut polls = Vec::with_capacity(n);
@@ -287,22 +359,6 @@ impl Server {
             polls.push(poll);
         }
         let (mailboxes, inboxes) = Mailboxes::new(wakers, config.limits.mailbox_batches);
-
-        let (plain, addr) = match config.listen {
-            Some(a) => {
-                let (g, a) = bind_group(a, n, &config).map_err(io_err("binding the listener"))?;
-                (g, Some(a))
-            }
-            None => (Vec::new(), None),
-        };
-        let (tls_group, tls_addr) = match config.tls_listen {
-            Some(a) => {
-                let (g, a) =
-                    bind_group(a, n, &config).map_err(io_err("binding the TLS listener"))?;
-                (g, Some(a))
-            }
-            None => (Vec::new(), None),
-        };
 
         let placement = Placement::new(n, random_seeds());
         let webhooks = {
@@ -342,30 +398,25 @@ impl Server {
         };
         // This process among the relay's nodes: random, never 0 (`Origin::NONE`).
         let node = random_seeds()[0] | 1;
-        let cores = if config.no_pin {
-            Vec::new()
-        } else if !config.cpus.is_empty() {
-            config
-                .cpus
-                .iter()
-                .map(|&id| core_affinity::CoreId { id })
-                .collect()
-        } else {
-            core_affinity::get_core_ids().unwrap_or_default()
-        };
-
+        let cores = worker_cores(&config);
         if config.cpu_steering {
             if cores.is_empty() {
                 log::warn!("--cpu-steering needs pinned workers; not enabled");
             } else {
                 let cpus: Vec<usize> = (0..n).map(|i| cores[i % cores.len()].id).collect();
-                steer(&plain, &cpus);
-                steer(&tls_group, &cpus);
+                steer(&edge.plain, &cpus);
+                steer(&edge.tls, &cpus);
             }
         }
-        let (loader, tls_config) = tls.unzip();
-        let mut plain = plain.into_iter();
-        let mut tls_group = tls_group.into_iter();
+        let Edge {
+            plain,
+            addr,
+            tls,
+            tls_addr,
+            loader,
+            tls_config,
+        } = edge;
+        let (mut plain, mut tls_group) = (plain.into_iter(), tls.into_iter());
         let mut threads = Vec::with_capacity(n);
         for (i, (poll, inbox)) in polls.into_iter().zip(inboxes).enumerate() {
             let engine = LocalEngine::new(i, local.clone());
@@ -395,26 +446,7 @@ impl Server {
             )
             .map_err(io_err("registering the listeners"))?;
             let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
-            let t = std::thread::Builder::new()
-                .name(format!("worker-{i}"))
-                .spawn(move || {
-                    if let Some(c) = core {
-                        if !core_affinity::set_for_current(c) {
-                            log::warn!("worker {i}: could not pin to core {}", c.id);
-                        }
-                    }
-                    // A worker that panicked would leave its core's connections and topics
-                    // dead while the process looks alive: end the process instead, so that
-                    // the supervisor (systemd: Restart=on-failure) starts a whole one.
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run()))
-                        .is_err()
-                    {
-                        log::error!("worker {i} panicked; aborting the process");
-                        std::process::abort();
-                    }
-                })
-                .map_err(io_err("spawning a worker thread"))?;
-            threads.push(t);
+            threads.push(spawn_worker(i, worker, core)?);
         }
         let reloader = Reloader::new(
             loader,

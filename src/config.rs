@@ -2,7 +2,7 @@
 //! and the one [`Limits`] struct that bounds every buffer, queue and table in the server.
 //!
 //! This module only describes settings; it owns no state and does no I/O beyond reading
-//! the command line.
+//! the command line (the TLS files are read by `tls::TlsLoader`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,9 +18,33 @@ use clap::Parser;
     about = "Wallet registry and WalletConnect (waku) relay"
 )]
 pub struct Config {
-    /// Address to listen on (registry and relay share it).
-    #[arg(long, env = "WALLETRELAY_LISTEN", default_value = "0.0.0.0:8080")]
-    pub listen: SocketAddr,
+    /// Address to listen on (registry and relay share it); `none` turns the plain listener
+    /// off (then `--tls-listen` is required).
+    #[arg(
+        long,
+        env = "WALLETRELAY_LISTEN",
+        default_value = "0.0.0.0:8080",
+        value_parser = parse_listen
+    )]
+    // Spelled out so clap takes the parser's `Option` as the value (`none` -> `None`).
+    pub listen: std::option::Option<SocketAddr>,
+
+    /// Address of the TLS listener (`https://`, `wss://`): serves exactly what `--listen`
+    /// serves. Needs `--tls-cert` and `--tls-key`.
+    #[arg(
+        long,
+        env = "WALLETRELAY_TLS_LISTEN",
+        requires_all = ["tls_cert", "tls_key"]
+    )]
+    pub tls_listen: Option<SocketAddr>,
+
+    /// PEM file with the TLS certificate chain, leaf first (re-read on SIGHUP).
+    #[arg(long, env = "WALLETRELAY_TLS_CERT", requires = "tls_listen")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM file with the TLS private key: PKCS#8, RSA or EC (re-read on SIGHUP).
+    #[arg(long, env = "WALLETRELAY_TLS_KEY", requires = "tls_listen")]
+    pub tls_key: Option<PathBuf>,
 
     /// Worker threads (one poll loop each); 0 means one per available core.
     #[arg(long, env = "WALLETRELAY_THREADS", default_value_t = 0)]
@@ -322,10 +346,45 @@ pub enum Fsync {
     Off,
 }
 
+/// `--listen`: an address, or `none`.
+fn parse_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|e| format!("{e} (expected ADDR:PORT or none)"))
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `--listen none` without `--tls-listen`.
+    #[error("no listener: --listen none needs --tls-listen (with --tls-cert and --tls-key)")]
+    NoListener,
+}
+
 impl Config {
     /// The data directory, or `None` for `--data-dir none` (memory only).
     pub fn data_dir(&self) -> Option<PathBuf> {
         (self.data_dir != "none").then(|| PathBuf::from(&self.data_dir))
+    }
+
+    /// Checks what flag parsing alone cannot: at least one listener.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.listen.is_none() && self.tls_listen.is_none() {
+            return Err(ConfigError::NoListener);
+        }
+        Ok(())
+    }
+
+    /// The certificate and key files, when TLS is on.
+    pub fn tls_files(&self) -> Option<crate::tls::TlsFiles> {
+        self.tls_listen?;
+        Some(crate::tls::TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+        })
     }
 
     /// Number of workers to run: `--threads`, else one per `--cpus` entry, else one per
@@ -338,5 +397,49 @@ impl Config {
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(["walletrelay"].iter().chain(args))
+    }
+
+    #[test]
+    fn listen_none_needs_a_tls_listener() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.listen, Some("0.0.0.0:8080".parse().unwrap()));
+        assert!(c.check().is_ok() && c.tls_files().is_none());
+        let c = parse(&["--listen", "none"]).unwrap();
+        assert_eq!(c.listen, None);
+        assert_eq!(c.check(), Err(ConfigError::NoListener));
+        let c = parse(&[
+            "--listen",
+            "NONE",
+            "--tls-listen",
+            "127.0.0.1:8443",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+        ])
+        .unwrap();
+        assert!(c.check().is_ok());
+        let files = c.tls_files().unwrap();
+        assert_eq!(
+            (files.cert.to_str(), files.key.to_str()),
+            (Some("c.pem"), Some("k.pem"))
+        );
+        assert!(parse(&["--listen", "nowhere"]).is_err());
+    }
+
+    #[test]
+    fn tls_flags_come_together() {
+        assert!(parse(&["--tls-listen", "127.0.0.1:8443"]).is_err());
+        assert!(parse(&["--tls-listen", "127.0.0.1:8443", "--tls-cert", "c.pem"]).is_err());
+        assert!(parse(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]).is_err());
     }
 }

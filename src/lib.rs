@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod outbuf;
 pub mod registry;
 pub mod relay;
+pub mod reload;
 pub mod rng;
 pub mod rpc;
 pub mod server;

@@ -1,5 +1,5 @@
 //! The `walletrelay` binary: parses flags, starts the server, and runs it until SIGTERM or
-//! SIGINT.
+//! SIGINT (SIGHUP reloads the TLS certificate and the registry directory).
 
 use std::io::Write;
 
@@ -30,6 +30,10 @@ fn main() {
             Err(e) => log::warn!("could not turn transparent huge pages off: {e}"),
         }
     }
+    if let Err(e) = config.check() {
+        eprintln!("walletrelay: {e}");
+        std::process::exit(2);
+    }
     let threads = config.worker_count();
     let signals = match Server::signals() {
         Ok(s) => s,
@@ -46,9 +50,15 @@ fn main() {
         }
     };
     log::info!("{threads} workers");
-    // The first line on stdout names the bound address (tests and scripts read it).
+    // Stdout names the bound addresses (tests and scripts read these lines): the plain
+    // listener's first, then the TLS listener's.
     let mut out = std::io::stdout();
-    let _ = writeln!(out, "walletrelay listening on {}", server.addr);
+    if let Some(addr) = server.addr {
+        let _ = writeln!(out, "walletrelay listening on {addr}");
+    }
+    if let Some(addr) = server.tls_addr {
+        let _ = writeln!(out, "walletrelay listening for TLS on {addr}");
+    }
     let _ = out.flush();
     if let Err(e) = server.run_until_signal(signals) {
         eprintln!("walletrelay: signal handling failed: {e}");

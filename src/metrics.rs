@@ -131,6 +131,11 @@ pub struct CoreMetrics {
     pub resyncs: Cell,
     /// Events handled, and loop iterations, for batching figures.
     pub loop_iterations: Cell,
+    /// TLS handshakes completed (full or resumed).
+    pub tls_handshakes: Cell,
+    /// TLS connections closed for a TLS error (a bad or failed handshake, plaintext on the
+    /// TLS port, a bad record).
+    pub tls_failures: Cell,
 }
 
 impl CoreMetrics {
@@ -160,7 +165,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 18] = [
+        let per_core: [(&str, &str, &str, Get); 20] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -253,6 +258,18 @@ impl Metrics {
                 "counter",
                 "Event loop iterations",
                 |c| &c.loop_iterations,
+            ),
+            (
+                "tls_handshakes_total",
+                "counter",
+                "TLS handshakes completed",
+                |c| &c.tls_handshakes,
+            ),
+            (
+                "tls_failures_total",
+                "counter",
+                "TLS connections closed for a TLS error",
+                |c| &c.tls_failures,
             ),
         ];
         for (name, kind, help, get) in per_core {

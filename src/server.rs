@@ -1,8 +1,9 @@
 //! Start-up and shutdown: raises the open-file limit and turns transparent huge pages off
-//! (both called from `main`), loads the registry, binds one `SO_REUSEPORT` listener per
-//! worker, builds the mailboxes, starts the webhook pool and the pinned worker threads; on
-//! SIGTERM/SIGINT tells every worker to close its connections (WebSocket close 1001) and
-//! waits for them within the grace period.
+//! (both called from `main`), loads the registry and the TLS certificate, binds one
+//! `SO_REUSEPORT` listener per worker (per group: plain and TLS), builds the mailboxes,
+//! starts the webhook pool and the pinned worker threads; on SIGHUP re-reads the TLS
+//! files and the registry (`reload`); on SIGTERM/SIGINT tells every worker to close its
+//! connections (WebSocket close 1001) and waits for them within the grace period.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,14 +15,16 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 use thiserror::Error;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::conn::Shared;
 use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
 use crate::relay::{CoreMsg, Mailboxes, Relay};
+use crate::reload::Reloader;
+use crate::tls::{TlsError, TlsLoader};
 use crate::webhook::WebhookPool;
-use crate::worker::{Worker, WAKER};
+use crate::worker::{Serving, Worker, WAKER};
 
 mod durable;
 mod engines;
@@ -29,6 +32,9 @@ mod engines;
 /// Why the server could not start.
 #[derive(Debug, Error)]
 pub enum StartError {
+    /// The flags cannot work together.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
     /// The registry data is bad.
     #[error("registry: {0}")]
     Registry(#[from] RegistryError),
@@ -38,6 +44,9 @@ pub enum StartError {
     /// The Redis servers of `--redis` could not be used.
     #[error("{0}")]
     Cluster(#[from] crate::cluster::ClusterError),
+    /// The TLS certificate or key is missing or bad (the message names the file).
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
     /// A socket, poll or thread could not be created.
     #[error("{what}: {source}")]
     Io {
@@ -54,8 +63,12 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> StartError {
 
 /// A running server.
 pub struct Server {
-    /// The address it listens on (with the real port when 0 was asked for).
-    pub addr: SocketAddr,
+    /// The address of the plain listener (with the real port when 0 was asked for), unless
+    /// `--listen none`.
+    pub addr: Option<SocketAddr>,
+    /// The address of the TLS listener, when `--tls-listen` is given.
+    pub tls_addr: Option<SocketAddr>,
+    reloader: Reloader,
     mailboxes: Arc<Mailboxes>,
     threads: Vec<JoinHandle<()>>,
     webhooks: WebhookPool,
@@ -212,6 +225,113 @@ fn bind(addr: SocketAddr, config: &Config) -> io::Result<std::net::TcpListener> 
     Ok(s.into())
 }
 
+/// The `n` sockets of one `SO_REUSEPORT` group at `addr` (the first one picks the port
+/// when 0 is asked for), and the address they are bound to.
+fn bind_group(
+    addr: SocketAddr,
+    n: usize,
+    config: &Config,
+) -> io::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
+    let first = bind(addr, config)?;
+    let addr = first.local_addr()?;
+    let mut group = vec![first];
+    for _ in 1..n {
+        group.push(bind(addr, config)?);
+    }
+    Ok((group, addr))
+}
+
+/// The listener groups, and the TLS configuration loaded at start: a missing or bad
+/// certificate is fatal here (on SIGHUP it is not).
+struct Edge {
+    plain: Vec<std::net::TcpListener>,
+    addr: Option<SocketAddr>,
+    tls: Vec<std::net::TcpListener>,
+    tls_addr: Option<SocketAddr>,
+    loader: Option<TlsLoader>,
+    tls_config: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl Edge {
+    fn open(config: &Config, n: usize) -> Result<Edge, StartError> {
+        let (loader, tls_config) = match config.tls_files() {
+            Some(files) => {
+                let loader = TlsLoader::new(files)?;
+                let tls_config = loader.load()?;
+                (Some(loader), Some(tls_config))
+            }
+            None => (None, None),
+        };
+        let group = |addr: Option<SocketAddr>, what| match addr {
+            Some(a) => bind_group(a, n, config)
+                .map(|(g, a)| (g, Some(a)))
+                .map_err(io_err(what)),
+            None => Ok((Vec::new(), None)),
+        };
+        let (plain, addr) = group(config.listen, "binding the listener")?;
+        let (tls, tls_addr) = group(config.tls_listen, "binding the TLS listener")?;
+        Ok(Edge {
+            plain,
+            addr,
+            tls,
+            tls_addr,
+            loader,
+            tls_config,
+        })
+    }
+}
+
+/// The cores the workers pin to, in order (none with `--no-pin`).
+fn worker_cores(config: &Config) -> Vec<core_affinity::CoreId> {
+    if config.no_pin {
+        Vec::new()
+    } else if !config.cpus.is_empty() {
+        config
+            .cpus
+            .iter()
+            .map(|&id| core_affinity::CoreId { id })
+            .collect()
+    } else {
+        core_affinity::get_core_ids().unwrap_or_default()
+    }
+}
+
+/// Starts worker `i`'s thread, pinned to `core`.
+fn spawn_worker(
+    i: usize,
+    worker: Worker,
+    core: Option<core_affinity::CoreId>,
+) -> Result<JoinHandle<()>, StartError> {
+    std::thread::Builder::new()
+        .name(format!("worker-{i}"))
+        .spawn(move || {
+            if let Some(c) = core {
+                if !core_affinity::set_for_current(c) {
+                    log::warn!("worker {i}: could not pin to core {}", c.id);
+                }
+            }
+            // A worker that panicked would leave its core's connections and topics dead
+            // while the process looks alive: end the process instead, so that the
+            // supervisor (systemd: Restart=on-failure) starts a whole one.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run())).is_err() {
+                log::error!("worker {i} panicked; aborting the process");
+                std::process::abort();
+            }
+        })
+        .map_err(io_err("spawning a worker thread"))
+}
+
+/// Attaches `--cpu-steering`'s program to a listener group (logged, never fatal).
+fn steer(group: &[std::net::TcpListener], cpus: &[usize]) {
+    let Some(first) = group.first() else {
+        return;
+    };
+    match attach_cpu_steering(first, cpus) {
+        Ok(()) => log::info!("connections steered to the worker of the receiving CPU"),
+        Err(e) => log::warn!("--cpu-steering: {e}"),
+    }
+}
+
 fn random_seeds() -> [u64; 4] {
     let mut b = [0u8; 32];
     #[allow(
@@ -231,11 +351,13 @@ fn random_seeds() -> [u64; 4] {
 impl Server {
     /// Starts the server: every worker is accepting when this returns.
     pub fn start(config: Config) -> Result<Server, StartError> {
+        config.check()?;
         let registry = Arc::new(Registry::load(
             config.registry_dir.as_deref(),
             &config.image_base,
         )?);
         let n = config.worker_count();
+        let edge = Edge::open(&config, n)?;
         let metrics = Metrics::new(n);
 
         let mut polls = Vec::with_capacity(n);
@@ -248,15 +370,6 @@ impl Server {
         }
         let (mailboxes, inboxes) = Mailboxes::new(wakers, config.limits.mailbox_batches);
 
-        let first = bind(config.listen, &config).map_err(io_err("binding the listener"))?;
-        let addr = first
-            .local_addr()
-            .map_err(io_err("reading the listener address"))?;
-        let mut listeners = vec![first];
-        for _ in 1..n {
-            listeners.push(bind(addr, &config).map_err(io_err("binding a worker listener"))?);
-        }
-
         let built = engines::build(&config, &mailboxes, &metrics, random_seeds())?;
         let webhooks = built.webhooks;
         let shared = Arc::new(Shared {
@@ -265,7 +378,6 @@ impl Server {
                 TEXT,
                 format!("Hello World, this is {} v2.0", config.service_name),
             ),
-            registry,
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
             health: built.health,
@@ -274,68 +386,60 @@ impl Server {
         });
         // This process among the relay's nodes: random, never 0 (`Origin::NONE`).
         let node = random_seeds()[0] | 1;
-        let cores = if config.no_pin {
-            Vec::new()
-        } else if !config.cpus.is_empty() {
-            config
-                .cpus
-                .iter()
-                .map(|&id| core_affinity::CoreId { id })
-                .collect()
-        } else {
-            core_affinity::get_core_ids().unwrap_or_default()
-        };
-
+        let cores = worker_cores(&config);
         if config.cpu_steering {
             if cores.is_empty() {
                 log::warn!("--cpu-steering needs pinned workers; not enabled");
             } else {
                 let cpus: Vec<usize> = (0..n).map(|i| cores[i % cores.len()].id).collect();
-                match attach_cpu_steering(&listeners[0], &cpus) {
-                    Ok(()) => log::info!("connections steered to the worker of the receiving CPU"),
-                    Err(e) => log::warn!("--cpu-steering: {e}"),
-                }
+                steer(&edge.plain, &cpus);
+                steer(&edge.tls, &cpus);
             }
         }
+        let Edge {
+            plain,
+            addr,
+            tls,
+            tls_addr,
+            loader,
+            tls_config,
+        } = edge;
+        let (mut plain, mut tls_group) = (plain.into_iter(), tls.into_iter());
         let mut threads = Vec::with_capacity(n);
-        let parts = polls.into_iter().zip(listeners).zip(inboxes);
-        for (i, (((poll, listener), inbox), engine)) in parts.zip(built.engines).enumerate() {
+        let parts = polls.into_iter().zip(inboxes).zip(built.engines);
+        for (i, ((poll, inbox), engine)) in parts.enumerate() {
             let relay = Relay::new(i, node, engine, config.limits.clone(), metrics.clone());
-            let listener = mio::net::TcpListener::from_std(listener);
+            let serving = Serving {
+                plain: plain.next().map(mio::net::TcpListener::from_std),
+                tls: tls_group
+                    .next()
+                    .map(mio::net::TcpListener::from_std)
+                    .zip(tls_config.clone()),
+                registry: Arc::clone(&registry),
+            };
             let worker = Worker::new(
                 i,
-                listener,
+                serving,
                 poll,
                 inbox,
                 mailboxes.clone(),
                 relay,
                 shared.clone(),
             )
-            .map_err(io_err("registering the listener"))?;
+            .map_err(io_err("registering the listeners"))?;
             let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
-            let t = std::thread::Builder::new()
-                .name(format!("worker-{i}"))
-                .spawn(move || {
-                    if let Some(c) = core {
-                        if !core_affinity::set_for_current(c) {
-                            log::warn!("worker {i}: could not pin to core {}", c.id);
-                        }
-                    }
-                    // A worker that panicked would leave its core's connections and topics
-                    // dead while the process looks alive: end the process instead, so that
-                    // the supervisor (systemd: Restart=on-failure) starts a whole one.
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run()))
-                        .is_err()
-                    {
-                        log::error!("worker {i} panicked; aborting the process");
-                        std::process::abort();
-                    }
-                })
-                .map_err(io_err("spawning a worker thread"))?;
-            threads.push(t);
+            threads.push(spawn_worker(i, worker, core)?);
         }
+        let reloader = Reloader::new(
+            loader,
+            config.registry_dir.clone(),
+            config.image_base.clone(),
+            mailboxes.clone(),
+        );
         Ok(Server {
             addr,
+            tls_addr,
+            reloader,
             mailboxes,
             threads,
             webhooks,
@@ -364,19 +468,33 @@ impl Server {
         let _ = webhooks.join();
     }
 
-    /// Installs the SIGTERM/SIGINT handlers (before the server announces itself, so a
-    /// signal can never find the default handler).
+    /// Installs the SIGTERM/SIGINT/SIGHUP handlers (before the server announces itself,
+    /// so a signal can never find the default handler, which for SIGHUP is to exit).
     pub fn signals() -> io::Result<signal_hook::iterator::Signals> {
         signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGHUP,
         ])
     }
 
-    /// Blocks until SIGTERM or SIGINT arrives on `signals`, then shuts down.
+    /// Re-reads the TLS certificate and key and the registry directory (what is
+    /// configured) and hands what loaded to every worker; what failed keeps its old state
+    /// and is logged. SIGHUP does this.
+    pub fn reload(&self) -> crate::reload::Outcome {
+        self.reloader.reload()
+    }
+
+    /// Reloads on SIGHUP (on this thread, one at a time); on SIGTERM or SIGINT shuts down.
     pub fn run_until_signal(self, mut signals: signal_hook::iterator::Signals) -> io::Result<()> {
-        if let Some(sig) = signals.forever().next() {
+        for sig in signals.forever() {
+            if sig == signal_hook::consts::SIGHUP {
+                log::info!("SIGHUP: reloading");
+                self.reload();
+                continue;
+            }
             log::info!("signal {sig}: shutting down");
+            break;
         }
         // Whatever happens, exit soon after the signal (`Limits::exit_deadline_ms`).
         let deadline = Duration::from_millis(self.limits.exit_deadline_ms);
@@ -428,7 +546,7 @@ mod tests {
                 "--notsent-lowat",
                 &lowat.to_string(),
             ]);
-            let listener = bind(config.listen, &config).unwrap();
+            let listener = bind(config.listen.unwrap(), &config).unwrap();
             let addr = listener.local_addr().unwrap();
             let mut client = std::net::TcpStream::connect(addr).unwrap();
             client.write_all(b"x").unwrap();

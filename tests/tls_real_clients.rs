@@ -473,41 +473,22 @@ fn curl_with_the_test_ca_gets_answers_over_tls13_and_tls12() {
     }
 }
 
-/// Python's `ssl` (OpenSSL): ALPN, TLS 1.3 and 1.2, the certificate, session reuse.
+/// Python's `ssl` (OpenSSL): ALPN, TLS 1.3 and 1.2, the certificate, session reuse
+/// (`tests/tls-py/ssl_get.py`).
 #[test]
 fn python_ssl_clients_negotiate_and_resume() {
-    let script = r#"
-import socket, ssl, sys
-port, cafile, tls12 = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
-ctx = ssl.create_default_context(cafile=cafile)
-ctx.set_alpn_protocols(["http/1.1"])
-if tls12:
-    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
-def once(session=None):
-    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost", session=session)
-    s.sendall(b"GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    data = b""
-    while not data.endswith(b"hello\n"):
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    out = (s.version(), s.selected_alpn_protocol(), s.session_reused, data.endswith(b"hello\n"), s.session)
-    s.close()
-    return out
-v, alpn, reused, ok, session = once()
-print(v, alpn, reused, ok)
-v, alpn, reused, ok, _ = once(session)
-print(v, alpn, reused, ok)
-"#;
     let Some((server, _dir, ca_file)) = server_for_tool("python3") else {
         return;
     };
     for (tls12, want) in [("0", "TLSv1.3"), ("1", "TLSv1.2")] {
         let out = Command::new("python3")
-            .args(["-c", script, &server.addr.port().to_string()])
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/tls-py/ssl_get.py"
+            ))
+            .arg(server.addr.port().to_string())
             .arg(&ca_file)
-            .arg(tls12)
+            .args([tls12, "/hello", "/hello"])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -520,8 +501,8 @@ print(v, alpn, reused, ok)
         assert_eq!(
             lines,
             [
-                format!("{want} http/1.1 False True"),
-                format!("{want} http/1.1 True True")
+                format!("{want} http/1.1 False 200 6"),
+                format!("{want} http/1.1 True 200 6")
             ]
         );
     }

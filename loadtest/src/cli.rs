@@ -90,6 +90,19 @@ pub struct Common {
     /// (0 = let the kernel choose; only for IPv4 loopback targets).
     #[arg(long, default_value_t = 0)]
     pub source_ips: u32,
+    /// PEM file of the CA that signed the server's certificate (needed for wss:// and
+    /// https://).
+    #[arg(long)]
+    pub cacert: Option<std::path::PathBuf>,
+    /// TLS versions offered (wss://, https://).
+    #[arg(long, value_enum, default_value = "any")]
+    pub tls_version: crate::tls::Version,
+    /// Make a full TLS handshake on every connection (no session resumption).
+    #[arg(long)]
+    pub tls_no_resume: bool,
+    /// The TLS client built from the flags above (set by `main` for wss:// and https://).
+    #[arg(skip)]
+    pub tls: Option<crate::tls::Client>,
 }
 
 /// Which relay protocol the message scenarios speak.
@@ -263,17 +276,17 @@ pub struct Target {
     pub host: String,
     /// Request target for the WebSocket upgrade (path and query).
     pub path: String,
+    /// For `wss://` and `https://`: the name the server's certificate must carry (the host,
+    /// without port or brackets).
+    pub tls_name: Option<String>,
 }
 
 /// Why a `--url` was refused.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum UrlError {
     /// Not ws://, http://, wss:// or https://.
-    #[error("unsupported scheme in {0:?} (use ws:// or http://)")]
+    #[error("unsupported scheme in {0:?} (use ws://, wss://, http:// or https://)")]
     Scheme(String),
-    /// TLS schemes are not implemented.
-    #[error("TLS is not supported: {0:?}")]
-    Tls(String),
     /// The host is not an address on this machine's loopback.
     #[error("refusing non-loopback host {0:?}: traffic goes to 127.0.0.0/8 or [::1] only")]
     NotLoopback(String),
@@ -282,17 +295,20 @@ pub enum UrlError {
     Malformed(String),
 }
 
-/// Parse `ws://host[:port][/path]` (or http://) and accept only loopback hosts.
+/// Parse `ws://host[:port][/path]` (or `http://`, `wss://`, `https://`) and accept only
+/// loopback hosts.
 ///
 /// Names other than `localhost` are refused rather than resolved, so no DNS answer can send
 /// load elsewhere.
 pub fn parse_target(url: &str) -> Result<Target, UrlError> {
-    let (rest, default_port) = if let Some(r) = url.strip_prefix("ws://") {
-        (r, 80)
+    let (rest, default_port, tls) = if let Some(r) = url.strip_prefix("ws://") {
+        (r, 80, false)
     } else if let Some(r) = url.strip_prefix("http://") {
-        (r, 80)
-    } else if url.starts_with("wss://") || url.starts_with("https://") {
-        return Err(UrlError::Tls(url.to_string()));
+        (r, 80, false)
+    } else if let Some(r) = url.strip_prefix("wss://") {
+        (r, 443, true)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (r, 443, true)
     } else {
         return Err(UrlError::Scheme(url.to_string()));
     };
@@ -337,6 +353,7 @@ pub fn parse_target(url: &str) -> Result<Target, UrlError> {
         addr: SocketAddr::new(ip, port),
         host: authority.to_string(),
         path,
+        tls_name: tls.then(|| host.to_string()),
     })
 }
 
@@ -410,9 +427,16 @@ mod tests {
                 "{url}"
             );
         }
+        let t = parse_target("wss://localhost:9443/?protocol=wc").unwrap();
+        assert_eq!(t.addr, "127.0.0.1:9443".parse().unwrap());
+        assert_eq!(t.tls_name.as_deref(), Some("localhost"));
+        let t = parse_target("https://[::1]").unwrap();
+        assert_eq!(t.addr, "[::1]:443".parse().unwrap());
+        assert_eq!(t.tls_name.as_deref(), Some("::1"));
+        assert_eq!(parse_target("ws://127.0.0.1/").unwrap().tls_name, None);
         assert!(matches!(
-            parse_target("wss://127.0.0.1/"),
-            Err(UrlError::Tls(_))
+            parse_target("wss://10.0.0.1/"),
+            Err(UrlError::NotLoopback(_))
         ));
         assert!(matches!(
             parse_target("ftp://127.0.0.1/"),

@@ -10,6 +10,7 @@ mod proto;
 mod scenario;
 mod stats;
 mod sys;
+mod tls;
 mod ws;
 
 use std::io::Write as _;
@@ -20,7 +21,7 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let args = Cli::parse();
+    let mut args = Cli::parse();
     if let Command::Loopback(o) = &args.cmd {
         return match scenario::loopback::run(o) {
             Ok(r) => {
@@ -34,12 +35,12 @@ fn main() -> ExitCode {
             }
         };
     }
-    let common = match &args.cmd {
-        Command::Pairs(o) => &o.common,
-        Command::Fanout(o) => &o.common,
-        Command::Idle(o) => &o.common,
-        Command::Churn(o) => &o.common,
-        Command::Http(o) => &o.common,
+    let common = match &mut args.cmd {
+        Command::Pairs(o) => &mut o.common,
+        Command::Fanout(o) => &mut o.common,
+        Command::Idle(o) => &mut o.common,
+        Command::Churn(o) => &mut o.common,
+        Command::Http(o) => &mut o.common,
         Command::Loopback(_) => return ExitCode::FAILURE,
     };
     let target = match cli::parse_target(&common.url) {
@@ -49,6 +50,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(name) = &target.tls_name {
+        let Some(cacert) = &common.cacert else {
+            eprintln!("loadtest: {} needs --cacert FILE", common.url);
+            return ExitCode::from(2);
+        };
+        match tls::Client::new(cacert, name, common.tls_version, !common.tls_no_resume) {
+            Ok(c) => common.tls = Some(c),
+            Err(e) => {
+                eprintln!("loadtest: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     if common.threads == 0 || common.duration.is_zero() {
         eprintln!("loadtest: --threads and --duration must be > 0");
         return ExitCode::from(2);

@@ -6,11 +6,14 @@
 //! one close path (mark dead during a batch, remove after it). It does not know what the
 //! messages mean: scenarios get whole messages and decide.
 //!
+//! A `wss://`/`https://` connection also holds its `rustls` client state; its bytes go
+//! through `tls::read`/`tls::write`, which are the socket's own calls without TLS.
+//!
 //! Memory: an idle connection owns no buffers. Reads go into one per-loop scratch buffer and
 //! only the unparsed tail of a read is kept per connection; output buffers are released once
 //! they drain past a size.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::mem;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -19,7 +22,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use crate::{sys, ws};
+use crate::{sys, tls, ws};
 
 /// A connection's slab key.
 pub type Key = usize;
@@ -111,6 +114,8 @@ struct HttpState {
 
 struct Conn {
     stream: TcpStream,
+    /// The TLS state of a `wss://`/`https://` connection.
+    tls: Option<Box<tls::Session>>,
     /// The scenario's name for this connection.
     tag: u32,
     proto: Proto,
@@ -170,6 +175,9 @@ pub struct Io {
     dead: Vec<(Key, CloseWhy)>,
     scratch: Vec<u8>,
     target: SocketAddr,
+    tls: Option<tls::Client>,
+    /// Ciphertext read from TLS sockets before it is decrypted (allocated on first use).
+    cipher: Vec<u8>,
     upgrade_req: Vec<u8>,
     source_ips: u32,
     /// Global index of this loop's next connection, for spreading source addresses.
@@ -184,6 +192,7 @@ impl Io {
     /// A loop for connections to `target`; `thread`/`threads` interleave source addresses.
     pub fn new(
         target: &crate::cli::Target,
+        tls: Option<tls::Client>,
         source_ips: u32,
         epoch: Instant,
         thread: usize,
@@ -196,6 +205,8 @@ impl Io {
             dead: Vec::new(),
             scratch: vec![0; 4 * READ_CHUNK],
             target: target.addr,
+            tls,
+            cipher: Vec::new(),
             upgrade_req: ws::upgrade_request(&target.host, &target.path),
             source_ips,
             next_conn_index: thread,
@@ -214,6 +225,10 @@ impl Io {
     pub fn connect(&mut self, tag: u32, proto: Proto) -> io::Result<Key> {
         let src = sys::source_ip(&self.target, self.source_ips, self.next_conn_index);
         self.next_conn_index += self.conn_index_step;
+        let tls = match &self.tls {
+            Some(client) => Some(Box::new(client.session()?)),
+            None => None,
+        };
         let std_stream = sys::connect(&self.target, src)?;
         let mut stream = TcpStream::from_std(std_stream);
         let entry = self.conns.vacant_entry();
@@ -225,6 +240,7 @@ impl Io {
         )?;
         entry.insert(Conn {
             stream,
+            tls,
             tag,
             proto,
             phase: Phase::Connecting,
@@ -323,7 +339,7 @@ impl Io {
             }
             let mut failed = None;
             while c.out_pos < c.out.len() {
-                match c.stream.write(&c.out[c.out_pos..]) {
+                match tls::write(&mut c.stream, c.tls.as_deref_mut(), &c.out[c.out_pos..]) {
                     Ok(0) => {
                         failed = Some(CloseWhy::Io(io::ErrorKind::WriteZero));
                         break;
@@ -341,6 +357,14 @@ impl Io {
                         failed = Some(CloseWhy::Io(e.kind()));
                         break;
                     }
+                }
+            }
+            if let (Some(t), None, true) = (c.tls.as_deref_mut(), &failed, c.writable) {
+                // Ciphertext of what was written, still in `rustls`.
+                match tls::send_pending(&mut c.stream, t) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.writable = false,
+                    Err(e) => failed = Some(CloseWhy::Io(e.kind())),
                 }
             }
             if c.out_pos == c.out.len() {
@@ -403,7 +427,8 @@ impl Io {
             }
         } else if writable {
             c.writable = true;
-            if c.out_pos < c.out.len() && !c.dirty {
+            let tls_waits = c.tls.as_ref().is_some_and(|t| t.wants_write());
+            if (c.out_pos < c.out.len() || tls_waits) && !c.dirty {
                 c.dirty = true;
                 self.dirty.push(key);
             }
@@ -423,7 +448,12 @@ impl Io {
             if scratch.len() < kept + READ_CHUNK {
                 scratch.resize(kept + READ_CHUNK, 0);
             }
-            let n = match c.stream.read(&mut scratch[kept..]) {
+            let n = match tls::read(
+                &mut c.stream,
+                c.tls.as_deref_mut(),
+                &mut scratch[kept..],
+                &mut self.cipher,
+            ) {
                 Ok(0) => {
                     let why = if c.phase == Phase::Closing {
                         CloseWhy::Normal
@@ -436,11 +466,17 @@ impl Io {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // From `tls::read`: the TLS layer refused what the server sent.
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    self.mark_dead(key, CloseWhy::Protocol(format!("tls: {e}")));
+                    break;
+                }
                 Err(e) => {
                     self.mark_dead(key, CloseWhy::Io(e.kind()));
                     break;
                 }
             };
+            let short_ends = c.tls.is_none();
             scratch[..kept].copy_from_slice(&c.pending);
             c.pending.clear();
             let room = scratch.len() - kept;
@@ -456,7 +492,8 @@ impl Io {
                 }
             }
             // A short read emptied the socket; edge-triggered epoll reports new data again.
-            if n < room {
+            // (Not so over TLS: a read gives at most the records decrypted so far.)
+            if n < room && short_ends {
                 break;
             }
         }
@@ -585,7 +622,7 @@ impl Io {
                         // Echo the close, best effort, then drop.
                         let mut echo = Vec::new();
                         ws::encode_close(&mut echo, if code == 1005 { 1000 } else { code });
-                        let _ = c.stream.write(&echo);
+                        let _ = tls::write(&mut c.stream, c.tls.as_deref_mut(), &echo);
                         self.mark_dead(key, CloseWhy::ServerClose(code));
                     }
                     return buf.len();

@@ -49,7 +49,7 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
             });
             Response::new(200, "text/plain; version=0.0.4; charset=utf-8", body)
         }
-        Route::Registry => ctx.answers.respond(&ctx.shared.registry, &req),
+        Route::Registry => ctx.answers.respond(ctx.registry, &req),
         Route::Preflight(allow) => Response::empty(204)
             .with_header("Allow", allow)
             .with_header("Access-Control-Allow-Methods", allow)

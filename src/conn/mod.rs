@@ -9,7 +9,9 @@
 //! backlog of pushes and answers still waiting, in order).
 //!
 //! Nothing here touches the socket or another connection: deliveries to other connections
-//! are decided by `relay` and carried out by the worker.
+//! are decided by `relay` and carried out by the worker. A TLS connection's session rides
+//! along in [`Conn::tls`] for the worker's read and write paths; the phases only ever see
+//! plaintext.
 
 pub mod bridge;
 pub mod http;
@@ -30,6 +32,7 @@ use crate::metrics::{CoreMetrics, Metrics};
 use crate::outbuf::OutBuf;
 use crate::registry::Registry;
 use crate::relay::{ConnRef, Relay, SubId};
+use crate::tls::TlsSession;
 use crate::webhook::WebhookPool;
 
 pub use outbound::Backlog;
@@ -39,8 +42,6 @@ pub use websocket::{DeflateKit, WsState};
 pub struct Shared {
     /// The configuration.
     pub config: crate::config::Config,
-    /// The registry.
-    pub registry: Arc<Registry>,
     /// All workers' metrics.
     pub metrics: Arc<Metrics>,
     /// The webhook delivery pool.
@@ -122,6 +123,9 @@ pub struct Marks {
 pub struct Conn<S = TcpStream> {
     /// The socket.
     pub sock: S,
+    /// The TLS session, for a connection accepted on the TLS listener (boxed: a plain
+    /// connection pays one pointer for it).
+    pub tls: Option<Box<TlsSession>>,
     /// Unique (per worker) id; guards every cross-reference against slab key reuse.
     pub uid: u64,
     /// Phase.
@@ -151,6 +155,7 @@ impl<S> Conn<S> {
     pub fn new(sock: S, uid: u64, deadline: u64) -> Conn<S> {
         Conn {
             sock,
+            tls: None,
             uid,
             phase: Phase::Http(HttpWait::Nothing),
             rbuf: Vec::new(),
@@ -251,6 +256,8 @@ pub struct Ctx<'a> {
     pub date: &'a [u8],
     /// Shared read-only state.
     pub shared: &'a Shared,
+    /// The registry the worker answers from now.
+    pub registry: &'a Registry,
     /// The worker's relay share.
     pub relay: &'a mut Relay,
     /// The worker's CSPRNG buffer.

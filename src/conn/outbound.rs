@@ -104,7 +104,7 @@ pub fn write_publish_answer(out: &mut Vec<u8>, id: &Id<'_>, result: &Result<(), 
 impl<S> Conn<S> {
     /// Bytes queued for this connection that count against `--max-outbound`.
     pub fn outbound_len(&self) -> usize {
-        self.out.len() + self.backlog.live
+        self.out.len() + self.backlog.live + self.tls.as_ref().map_or(0, |t| t.pending_len())
     }
 
     /// Delivers a push: encoded into `out` while it holds less than `fill_mark` bytes and

@@ -84,6 +84,7 @@ struct Bench {
     json: simd_json::Buffers,
     answers: AnswerCache,
     deflate: super::DeflateKit,
+    registry: Registry,
 }
 
 impl Recipients for Conn<()> {
@@ -117,7 +118,6 @@ impl Bench {
         Bench {
             conn: Conn::new((), 1, u64::MAX),
             shared: Shared {
-                registry: Arc::new(registry),
                 metrics,
                 webhooks: WebhookPool::default(),
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
@@ -133,6 +133,7 @@ impl Bench {
             json: simd_json::Buffers::new(1024),
             answers: AnswerCache::new(0),
             deflate: super::DeflateKit::default(),
+            registry,
         }
     }
 
@@ -145,6 +146,7 @@ impl Bench {
             now: 1,
             date: b"Thu, 01 Jan 1970 00:00:00 GMT",
             shared: &self.shared,
+            registry: &self.registry,
             relay: &mut self.relay,
             ids: &mut self.ids,
             scratch: &mut self.scratch,

@@ -2,8 +2,9 @@
 //! file so that a repeated query is answered like a precomputed list: a `sendfile` of bytes
 //! already built, with no search, no assembly and no copy into the kernel.
 //!
-//! The registry never changes after start, so a cached answer never goes stale: the cache
-//! only has to bound its memory. Answers are appended to an *arena* (a `memfd`); when the
+//! A cache answers for one registry: a worker that swaps its registry (SIGHUP) starts a new
+//! cache with it, so a cached answer never goes stale and the cache only has to bound its
+//! memory. Answers are appended to an *arena* (a `memfd`); when the
 //! arena is full the cache starts a new one and forgets every entry (a generation). Ranges
 //! already queued on connections keep their arena alive (`Arc<File>`) until they are sent;
 //! bytes once written are never written again (the cache only appends, and the file is

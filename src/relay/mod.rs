@@ -299,6 +299,8 @@ impl Relay {
             match msg {
                 CoreMsg::Engine(m) => self.engine.on_message(m, &mut self.events),
                 CoreMsg::Shutdown => shutdown = true,
+                // The worker's own; it takes them out of the batch first.
+                CoreMsg::Reload(_) => {}
             }
         }
         self.absorb();

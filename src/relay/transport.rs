@@ -20,6 +20,9 @@ pub enum CoreMsg {
     Engine(EngineMsg),
     /// Stop: close every connection and exit.
     Shutdown,
+    /// A SIGHUP reload for the worker itself (taken out of the batch before the relay
+    /// sees it).
+    Reload(crate::reload::Reload),
 }
 
 /// One worker's inbox: a bounded queue of message batches and the waker of its poll loop.

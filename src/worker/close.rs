@@ -24,7 +24,12 @@ impl Worker {
     /// Removes the connections marked this round.
     pub(super) fn reap(&mut self) {
         while let Some(key) = self.closing.pop() {
-            let c = self.conns.remove(key);
+            let mut c = self.conns.remove(key);
+            if let Some(tls) = c.tls.as_deref_mut() {
+                // A clean end for the client (only after a handshake, never after a
+                // failure), best effort: whatever the socket takes now.
+                let _ = super::tls::close_notify(tls, &mut c.sock);
+            }
             let me = ConnRef { key, uid: c.uid };
             for s in &c.subs {
                 self.relay.unsubscribe(s.slot, me);
@@ -47,7 +52,10 @@ impl Worker {
         if self.stop_at.is_some() {
             return;
         }
-        if let Some(mut l) = self.listener.take() {
+        for mut l in [self.listener.take(), self.tls_listener.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = self.poll.registry().deregister(&mut l);
         }
         let now = self.now;

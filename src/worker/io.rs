@@ -1,5 +1,6 @@
 //! A worker's socket I/O: accepting connections, reading a connection's input and handing it
-//! to `conn::process`, and flushing its output.
+//! to `conn::process`, and flushing its output. A TLS connection's reads and writes take
+//! the detours of `worker::tls` (decrypt before processing, encrypt while flushing).
 
 use std::io::{self, Read};
 
@@ -14,14 +15,19 @@ use crate::relay::ConnRef;
 use crate::ws::close;
 
 impl Worker {
-    /// Accepts until the listener has no more waiting connections.
-    pub(super) fn accept(&mut self) {
+    /// Accepts until the listener (the TLS one when `tls`) has no more waiting connections.
+    pub(super) fn accept(&mut self, tls: bool) {
         loop {
-            let Some(listener) = self.listener.as_ref() else {
+            let listener = if tls {
+                self.tls_listener.as_ref()
+            } else {
+                self.listener.as_ref()
+            };
+            let Some(listener) = listener else {
                 return;
             };
             match listener.accept() {
-                Ok((sock, _)) => self.add_conn(sock),
+                Ok((sock, _)) => self.add_conn(sock, tls),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -36,13 +42,20 @@ impl Worker {
         }
     }
 
-    fn add_conn(&mut self, mut sock: TcpStream) {
+    fn add_conn(&mut self, mut sock: TcpStream, tls: bool) {
         let limits = &self.shared.config.limits;
         if self.conns.len() >= limits.max_connections_per_worker {
             self.m().connections_refused.inc();
             drop(sock);
             return;
         }
+        let session = match tls {
+            false => None,
+            true => match self.new_session() {
+                Some(s) => Some(s),
+                None => return,
+            },
+        };
         // TCP_NODELAY, SO_SNDBUF, TCP_NOTSENT_LOWAT and SO_BUSY_POLL come from the listener
         // (server::bind): no setsockopt per connection.
         let entry = self.conns.vacant_entry();
@@ -58,7 +71,11 @@ impl Worker {
         let uid = self.next_uid;
         self.next_uid += 1;
         let deadline = self.now + limits.head_timeout().as_millis() as u64;
-        entry.insert(Conn::new(sock, uid, deadline));
+        // A TLS connection keeps this deadline until its handshake is done and a request
+        // comes: a stalled handshake is closed like a stalled head.
+        let mut conn = Conn::new(sock, uid, deadline);
+        conn.tls = session;
+        entry.insert(conn);
         self.arm(key);
         let m = self.m();
         m.connections_accepted.inc();
@@ -122,12 +139,21 @@ impl Worker {
                 self.resume_later(key);
                 return;
             }
-            let (res, asked) = self.read_some(key);
+            let tls = self.conns[key].tls.is_some();
+            let (res, asked) = if tls {
+                self.read_tls(key)
+            } else {
+                self.read_some(key)
+            };
             match res {
                 Ok(0) => return self.on_eof(key),
                 Ok(n) => {
                     total += n;
-                    if self.conns[key].rbuf.is_empty() {
+                    if tls {
+                        if !self.process_plain(key) {
+                            return self.on_eof(key);
+                        }
+                    } else if self.conns[key].rbuf.is_empty() {
                         self.process_scratch(key, n);
                     } else {
                         self.process_buffered(key);
@@ -183,7 +209,7 @@ impl Worker {
         }
     }
 
-    fn rbuf_cap(&self, key: usize) -> usize {
+    pub(super) fn rbuf_cap(&self, key: usize) -> usize {
         let l = &self.shared.config.limits;
         match self.conns[key].phase {
             Phase::Ws(_) => l.max_message + 14,
@@ -191,7 +217,7 @@ impl Worker {
         }
     }
 
-    fn fail_oversize(&mut self, key: usize) {
+    pub(super) fn fail_oversize(&mut self, key: usize) {
         let now = self.now;
         let c = &mut self.conns[key];
         c.rbuf = Vec::new();
@@ -204,18 +230,24 @@ impl Worker {
 
     fn process_scratch(&mut self, key: usize, n: usize) {
         let mut buf = std::mem::take(&mut self.scratch);
-        let used = self.process(key, &mut buf[..n]);
-        if used < n {
+        self.process_front(key, &mut buf[..n]);
+        self.scratch = buf;
+    }
+
+    /// Processes input read into a worker buffer (the connection holds none); what it
+    /// does not consume is kept in the connection's buffer.
+    pub(super) fn process_front(&mut self, key: usize, input: &mut [u8]) {
+        let used = self.process(key, input);
+        if used < input.len() {
             let c = &mut self.conns[key];
             if !matches!(c.phase, Phase::Closing { .. }) {
-                c.rbuf.extend_from_slice(&buf[used..n]);
+                c.rbuf.extend_from_slice(&input[used..]);
             }
         }
-        self.scratch = buf;
         self.after_input(key);
     }
 
-    fn process_buffered(&mut self, key: usize) {
+    pub(super) fn process_buffered(&mut self, key: usize) {
         let mut buf = std::mem::take(&mut self.conns[key].rbuf);
         let used = self.process(key, &mut buf);
         let c = &mut self.conns[key];
@@ -237,6 +269,7 @@ impl Worker {
             now: self.now,
             date: self.date.as_bytes(),
             shared: &self.shared,
+            registry: &self.registry,
             relay: &mut self.relay,
             ids: &mut self.ids,
             scratch: &mut self.enc,
@@ -269,7 +302,7 @@ impl Worker {
         self.check_outbound(key);
     }
 
-    fn on_eof(&mut self, key: usize) {
+    pub(super) fn on_eof(&mut self, key: usize) {
         let now = self.now;
         let c = &mut self.conns[key];
         let owed = !c.out.is_empty() || !c.backlog.is_empty();
@@ -320,7 +353,10 @@ impl Worker {
             return;
         }
         loop {
-            let res = c.out.write_to(&mut c.sock);
+            let res = match c.tls.as_deref_mut() {
+                None => c.out.write_to(&mut c.sock),
+                Some(tls) => super::tls::write(&mut c.out, tls, &mut c.sock, &mut self.tls_bufs),
+            };
             let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.enc);
             match res {
                 Ok(Flush::Done) if refilled => continue,
@@ -336,6 +372,13 @@ impl Worker {
                 stage: stage @ CloseStage::Flushing,
                 ..
             } if c.backlog.is_empty() => {
+                if let Some(tls) = c.tls.as_deref_mut() {
+                    match super::tls::close_notify(tls, &mut c.sock) {
+                        Ok(Flush::Done) => {}
+                        Ok(Flush::Blocked) => return,
+                        Err(_) => return self.close_now(key),
+                    }
+                }
                 *stage = CloseStage::Lingering;
                 let _ = c.sock.shutdown(std::net::Shutdown::Write);
                 c.deadline = self.now + self.shared.config.limits.linger_ms;

@@ -3,6 +3,11 @@
 //! timer wheel. Nothing it owns is touched by another thread; other workers and helper
 //! threads reach it only through its mailbox (`relay::transport`).
 //!
+//! A worker may have two listeners: plain TCP (`--listen`) and TLS (`--tls-listen`). A
+//! connection accepted on the TLS one carries a `tls::TlsSession`: the read path decrypts
+//! into a plaintext buffer before `conn::process`, the write path encrypts through a
+//! `tls::TlsSink` ([`tls`]); nothing above the socket knows the difference.
+//!
 //! One loop iteration ([`Worker::run`]): poll; accept ([`io`]); read every readable
 //! connection (each within a read budget, the rest continued next iteration) and process
 //! what it sent (`conn::process`); take the batches other workers sent (`Relay::on_batch`);
@@ -15,6 +20,7 @@ mod close;
 mod delivery;
 mod io;
 mod timers;
+mod tls;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,19 +29,36 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
+use rustls::ServerConfig;
 use slab::Slab;
 
 use crate::conn::{Conn, DeflateKit, IdSource, Shared};
 use crate::http::response;
 use crate::metrics::CoreMetrics;
 use crate::registry::answers::AnswerCache;
+use crate::registry::Registry;
 use crate::relay::{ConnRef, CoreMsg, Mailboxes, Relay};
+use crate::reload::Reload;
 use crate::timer::Wheel;
+use crate::tls::TlsScratch;
 
 /// Token of the listener.
 pub const LISTENER: Token = Token(usize::MAX - 1);
 /// Token of the waker.
 pub const WAKER: Token = Token(usize::MAX - 2);
+/// Token of the TLS listener.
+pub const TLS_LISTENER: Token = Token(usize::MAX - 3);
+
+/// What a worker serves: its listeners, and the state a SIGHUP replaces.
+pub struct Serving {
+    /// Its socket of the plain `SO_REUSEPORT` group (`--listen`), unless `none`.
+    pub plain: Option<TcpListener>,
+    /// Its socket of the TLS group (`--tls-listen`) and the configuration new TLS
+    /// connections start from.
+    pub tls: Option<(TcpListener, Arc<ServerConfig>)>,
+    /// The registry it answers from.
+    pub registry: Arc<Registry>,
+}
 
 /// Size of the worker's shared read buffer (one read's worth).
 const SCRATCH: usize = 64 << 10;
@@ -45,6 +68,15 @@ pub struct Worker {
     id: usize,
     poll: Poll,
     listener: Option<TcpListener>,
+    tls_listener: Option<TcpListener>,
+    /// The configuration new TLS connections start from (replaced on SIGHUP).
+    tls_config: Option<Arc<ServerConfig>>,
+    /// The TLS write path's buffers, shared by all connections (allocated on first use).
+    tls_bufs: TlsScratch,
+    /// Plaintext decrypted from one read, processed like a plain connection's scratch.
+    plain: Vec<u8>,
+    /// The registry answered from (replaced on SIGHUP, between two requests).
+    registry: Arc<Registry>,
     conns: Slab<Conn>,
     next_uid: u64,
     relay: Relay,
@@ -88,18 +120,29 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker with its listener, poll instance (whose waker is in `mailboxes`) and inbox.
+    /// A worker with its listeners, poll instance (whose waker is in `mailboxes`) and inbox.
     pub fn new(
         id: usize,
-        mut listener: TcpListener,
+        serving: Serving,
         poll: Poll,
         inbox: Receiver<Vec<CoreMsg>>,
         mailboxes: Arc<Mailboxes>,
         relay: Relay,
         shared: Arc<Shared>,
     ) -> std::io::Result<Worker> {
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let Serving {
+            plain: mut listener,
+            tls,
+            registry,
+        } = serving;
+        if let Some(l) = listener.as_mut() {
+            poll.registry().register(l, LISTENER, Interest::READABLE)?;
+        }
+        let (mut tls_listener, tls_config) = tls.unzip();
+        if let Some(l) = tls_listener.as_mut() {
+            poll.registry()
+                .register(l, TLS_LISTENER, Interest::READABLE)?;
+        }
         let now = crate::clock::now_ms();
         // Encoded bytes a connection's queue holds before further pushes wait by reference
         // (shared with the cache and every other subscriber): enough for a few writes, while
@@ -110,7 +153,12 @@ impl Worker {
         Ok(Worker {
             id,
             poll,
-            listener: Some(listener),
+            listener,
+            tls_listener,
+            tls_config,
+            tls_bufs: TlsScratch::default(),
+            plain: Vec::new(),
+            registry,
             conns: Slab::with_capacity(1024),
             next_uid: 1,
             relay,
@@ -152,7 +200,8 @@ impl Worker {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => self.accept(false),
+                    TLS_LISTENER => self.accept(true),
                     WAKER => {}
                     Token(key) => self.on_event(key, ev),
                 }
@@ -213,15 +262,45 @@ impl Worker {
     }
 
     /// Takes this round's batches from the mailbox; `true` when one orders a shutdown.
+    /// Reloads are the worker's own and applied here; the rest goes to the relay.
     fn take_inbox(&mut self) -> bool {
         let mut shutdown = false;
         for _ in 0..self.shared.config.limits.inbox_budget {
             match self.inbox.try_recv() {
-                Ok(batch) => shutdown |= self.relay.on_batch(batch),
+                Ok(mut batch) => {
+                    if batch.iter().any(|m| matches!(m, CoreMsg::Reload(_))) {
+                        let (reloads, rest) = batch
+                            .into_iter()
+                            .partition::<Vec<_>, _>(|m| matches!(m, CoreMsg::Reload(_)));
+                        for m in reloads {
+                            if let CoreMsg::Reload(r) = m {
+                                self.apply(r);
+                            }
+                        }
+                        batch = rest;
+                    }
+                    shutdown |= self.relay.on_batch(batch);
+                }
                 Err(_) => break,
             }
         }
         shutdown
+    }
+
+    /// Applies a SIGHUP reload. Connections already open keep their TLS session; a new
+    /// registry gets an empty answer cache (the old one's answers carry the old ETags).
+    fn apply(&mut self, r: Reload) {
+        match r {
+            Reload::Tls(config) => {
+                if self.tls_config.is_some() {
+                    self.tls_config = Some(config);
+                }
+            }
+            Reload::Registry(registry) => {
+                self.registry = registry;
+                self.answers = AnswerCache::new(self.shared.config.limits.answer_cache);
+            }
+        }
     }
 
     fn tick_clock(&mut self) {

@@ -28,7 +28,8 @@ impl Worker {
         self.relay.tick(self.now);
         if self.accept_retry && !due.is_empty() {
             self.accept_retry = false;
-            self.accept();
+            self.accept(false);
+            self.accept(true);
         }
         self.deliver();
     }

@@ -3,6 +3,7 @@
 
 use serde_json::json;
 
+use super::tls::Stream;
 use super::{topic, Server, Ws};
 
 /// The `/hello` greeting of a server started without `--service-name`.
@@ -10,7 +11,7 @@ pub const HELLO: &str = "Hello World, this is WalletRelay v2.0";
 
 /// A relay round trip on a fresh topic: `sub` subscribes, `publ` publishes message number
 /// `n`, `sub` receives exactly it and unsubscribes.
-pub fn relay_round_trip(sub: &mut Ws, publ: &mut Ws, n: usize) {
+pub fn relay_round_trip<A: Stream, B: Stream>(sub: &mut Ws<A>, publ: &mut Ws<B>, n: usize) {
     let tp = topic();
     let id = sub.subscribe(&tp);
     let msg = format!("round trip {n}");

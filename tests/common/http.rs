@@ -245,6 +245,8 @@ impl<S: Write> HttpConn<S> {
     /// Writes request bytes.
     pub fn send(&mut self, raw: &[u8]) {
         self.s.write_all(raw).expect("write request");
+        // A TLS stream may hold the last record until flushed (TCP: nothing to do).
+        self.s.flush().expect("flush request");
     }
 }
 

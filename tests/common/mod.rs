@@ -1,6 +1,8 @@
 //! Test support: runs the real `walletrelay` binary on a loopback port and talks to it over
 //! real sockets. One home for every client the integration tests use:
-//! - [`Server`]: the process (started, probed, killed on drop) and plain TCP connections;
+//! - [`Server`]: the process (started, probed, signalled, killed on drop; its log when
+//!   asked) and plain TCP connections;
+//! - [`tls`]: TLS connections to its TLS listener, with a test CA ([`tls_pki`]);
 //! - [`ws::Ws`]: a normal WebSocket client (tungstenite);
 //! - [`raw_ws::RawWs`]: a raw WebSocket client that controls every byte;
 //! - [`http`]: HTTP/1.1 requests and a strict answer reader;
@@ -20,13 +22,17 @@ pub mod metrics;
 pub mod node;
 pub mod raw_ws;
 pub mod rng;
+pub mod tls;
+pub mod tls_pki;
 pub mod v1;
 pub mod ws;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 // Each test binary uses some of these, none uses all.
 #[allow(unused_imports)]
@@ -46,10 +52,14 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running server process, killed on drop.
 pub struct Server {
-    /// The address it listens on.
+    /// The address of its plain listener (`0.0.0.0:0` when started with `--listen none`).
     pub addr: SocketAddr,
+    /// The address of its TLS listener, when started with `--tls-listen`.
+    pub tls_addr: Option<SocketAddr>,
     /// The process.
     pub child: Child,
+    /// Its stderr so far, when started with [`Server::start_logged`].
+    log: Option<Arc<Mutex<String>>>,
 }
 
 /// Options set on a client socket before it connects (they shape the receive window and the
@@ -63,36 +73,109 @@ pub struct SockOpts {
 }
 
 impl Server {
-    /// Starts the binary on `127.0.0.1:0` with extra `args` and waits until it listens.
+    /// Starts the binary on `127.0.0.1:0` (unless `args` has its own `--listen`) with extra
+    /// `args` and waits until it listens (on both listeners with `--tls-listen`).
     pub fn start(args: &[&str]) -> Server {
+        Server::spawn(args, false)
+    }
+
+    /// Like [`Server::start`], keeping what the server logs (still shown) for
+    /// [`Server::log`].
+    pub fn start_logged(args: &[&str]) -> Server {
+        Server::spawn(args, true)
+    }
+
+    fn spawn(args: &[&str], keep_log: bool) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_walletrelay"));
+        if !args.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        let plain = !args.windows(2).any(|w| w == ["--listen", "none"]);
+        let tls = args.contains(&"--tls-listen");
         // Runs never share state: memory only, unless the test gives its own directory.
-        let memory_only: &[&str] = if args.contains(&"--data-dir") {
-            &[]
-        } else {
-            &["--data-dir", "none"]
-        };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_walletrelay"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(memory_only)
+        if !args.contains(&"--data-dir") {
+            cmd.args(["--data-dir", "none"]);
+        }
+        let mut child = cmd
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if keep_log {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .spawn()
             .expect("spawn walletrelay");
+        let log = child.stderr.take().map(|err| {
+            let log = Arc::new(Mutex::new(String::new()));
+            let keep = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    let _ = writeln!(std::io::stderr(), "{line}");
+                    let mut l = keep.lock().unwrap();
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            });
+            log
+        });
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let addr = loop {
+        let (mut addr, mut tls_addr) = (None, None);
+        while (plain && addr.is_none()) || (tls && tls_addr.is_none()) {
             let line = lines
                 .next()
                 .expect("server exited before listening")
                 .expect("read stdout");
             if let Some(rest) = line.strip_prefix("walletrelay listening on ") {
-                break rest.trim().parse().expect("address");
+                addr = Some(rest.trim().parse().expect("address"));
+            } else if let Some(rest) = line.strip_prefix("walletrelay listening for TLS on ") {
+                tls_addr = Some(rest.trim().parse().expect("TLS address"));
             }
-        };
+        }
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Server { addr, child }
+        Server {
+            addr: addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            tls_addr,
+            child,
+            log,
+        }
+    }
+
+    /// What the server logged so far (needs [`Server::start_logged`]).
+    pub fn log(&self) -> String {
+        let log = self.log.as_ref().expect("started without start_logged");
+        log.lock().unwrap().clone()
+    }
+
+    /// Waits (at most `within`) until the log has a line containing `needle` after its
+    /// first `skip` bytes; returns that line.
+    pub fn wait_log(&self, skip: usize, needle: &str, within: Duration) -> Option<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let log = self.log();
+            if let Some(l) = log
+                .get(skip..)
+                .unwrap_or("")
+                .lines()
+                .find(|l| l.contains(needle))
+            {
+                return Some(l.to_string());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends the server a signal (`libc::SIGHUP`, ...).
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) with the pid of our own child and a valid signal number; it
+        // touches no memory.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill({sig})");
     }
 
     /// A raw TCP connection with generous timeouts.
@@ -147,6 +230,33 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A directory under the system's temp dir, removed (with its contents) on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A new, empty directory whose name starts with `tag`.
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("walletrelay-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("create a temp dir");
+        TempDir(d)
+    }
+
+    /// A path inside it.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -1,17 +1,19 @@
-//! A raw WebSocket client for the tests (RFC 6455 by hand over a `TcpStream`): the upgrade
+//! A raw WebSocket client for the tests (RFC 6455 by hand over a `TcpStream`, or a TLS
+//! stream to the TLS listener: any [`Stream`]): the upgrade
 //! is written here, client frames are built here (masked or not, any bits, fragmented, or
 //! arbitrary bytes) and the server's frames are decoded here, so nothing in between forgives
 //! a mistake. It reads only when told to and never answers anything on its own (no pong, no
 //! close reply): what a client does is the test's choice. It must not judge the server
 //! beyond the framing rules every server frame must follow (unmasked, no reserved bits).
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::http::HttpConn;
+use super::tls::Stream;
 use super::{Server, READ_TIMEOUT};
 
 /// Opcode of a continuation frame.
@@ -147,9 +149,9 @@ impl Next {
 }
 
 /// A raw WebSocket connection (upgraded), with its unparsed input.
-pub struct RawWs {
+pub struct RawWs<S = TcpStream> {
     /// The socket (for writes a test wants to make by hand, or socket options).
-    pub sock: TcpStream,
+    pub sock: S,
     buf: Vec<u8>,
     /// Where the next frame starts in `buf`.
     pos: usize,
@@ -167,16 +169,19 @@ impl RawWs {
     pub fn open_at(server: &Server, path: &str) -> RawWs {
         RawWs::upgrade_at(server.tcp(), path, "")
     }
+}
 
+impl<S: Stream> RawWs<S> {
     /// Upgrades `sock` (connected, nothing sent yet) at [`RELAY_PATH`].
-    pub fn upgrade(sock: TcpStream) -> RawWs {
+    pub fn upgrade(sock: S) -> RawWs<S> {
         RawWs::upgrade_at(sock, RELAY_PATH, "")
     }
 
     /// Sends an upgrade request for `path` with [`RFC_KEY`] and `extra_headers` on `sock`,
     /// then requires the 101 (see [`RawWs::expect_101`]).
-    pub fn upgrade_at(mut sock: TcpStream, path: &str, extra_headers: &str) -> RawWs {
+    pub fn upgrade_at(mut sock: S, path: &str, extra_headers: &str) -> RawWs<S> {
         sock.write_all(upgrade_request(path, RFC_KEY, extra_headers).as_bytes())
+            .and_then(|()| sock.flush())
             .expect("send the upgrade request");
         RawWs::expect_101(sock)
     }
@@ -184,7 +189,7 @@ impl RawWs {
     /// Reads the answer to an upgrade request sent with [`RFC_KEY`] and requires a 101 with
     /// the RFC 6455 §1.3 accept value, `Upgrade: websocket` and `Connection: upgrade`.
     /// Bytes after the answer (the first frames) are kept.
-    pub fn expect_101(sock: TcpStream) -> RawWs {
+    pub fn expect_101(sock: S) -> RawWs<S> {
         let mut c = HttpConn::new(sock);
         let r = c.response(false);
         assert_eq!(r.status, 101, "upgrade refused: {r:?}");
@@ -235,12 +240,13 @@ impl RawWs {
 
     /// Writes `bytes` as they are; the test fails if the write does.
     pub fn send_raw(&mut self, bytes: &[u8]) {
-        self.sock.write_all(bytes).expect("write to the server");
+        self.try_send_raw(bytes).expect("write to the server");
     }
 
     /// Writes `bytes` as they are, returning the error (the server may have closed).
     pub fn try_send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.sock.write_all(bytes)
+        self.sock.write_all(bytes)?;
+        self.sock.flush()
     }
 
     /// Sends one masked frame.
@@ -412,9 +418,12 @@ impl RawWs {
     /// The next server frame, waiting at most `timeout` (the socket's usual timeout is put
     /// back afterwards).
     pub fn next_within(&mut self, timeout: Duration) -> Next {
-        self.sock.set_read_timeout(Some(timeout)).unwrap();
+        self.sock.tcp().set_read_timeout(Some(timeout)).unwrap();
         let n = self.next();
-        self.sock.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        self.sock
+            .tcp()
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .unwrap();
         n
     }
 

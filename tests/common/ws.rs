@@ -1,15 +1,17 @@
 //! A blocking tungstenite WebSocket client for tests that act like a normal relay client:
 //! it answers pings on its own and speaks JSON-RPC (`call`, `subscribe`, `publish`, pushes).
-//! Tests that must control every byte use [`super::raw_ws::RawWs`] instead.
+//! Tests that must control every byte use [`super::raw_ws::RawWs`] instead. Both work over
+//! plain TCP or TLS (any [`Stream`]).
 
 use std::net::TcpStream;
 use std::time::Duration;
 
+use super::tls::Stream;
 use super::{Server, READ_TIMEOUT};
 /// A blocking WebSocket client (tungstenite) connected to the relay.
-pub struct Ws {
+pub struct Ws<S = TcpStream> {
     /// The socket.
-    pub sock: tungstenite::WebSocket<TcpStream>,
+    pub sock: tungstenite::WebSocket<S>,
     /// The worker that accepted it (from the `X-Walletrelay-Worker` header).
     pub worker: usize,
     next_id: u64,
@@ -23,20 +25,7 @@ impl Server {
 
     /// Opens a WebSocket at `path`.
     pub fn ws_path(&self, path: &str) -> Ws {
-        let stream = self.tcp();
-        let url = format!("ws://{}{}", self.addr, path);
-        let (sock, resp) = tungstenite::client::client(url.as_str(), stream).expect("handshake");
-        let worker = resp
-            .headers()
-            .get("x-walletrelay-worker")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .expect("worker header");
-        Ws {
-            sock,
-            worker,
-            next_id: 1,
-        }
+        Ws::handshake(self.tcp(), &format!("ws://{}{}", self.addr, path))
     }
 
     /// Opens WebSockets until one lands on a worker other than `worker` (needs >1 worker).
@@ -62,7 +51,23 @@ impl Server {
     }
 }
 
-impl Ws {
+impl<S: Stream> Ws<S> {
+    /// Upgrades `stream` (connected, nothing sent yet) to a WebSocket at `url`.
+    pub fn handshake(stream: S, url: &str) -> Ws<S> {
+        let (sock, resp) = tungstenite::client::client(url, stream).expect("handshake");
+        let worker = resp
+            .headers()
+            .get("x-walletrelay-worker")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .expect("worker header");
+        Ws {
+            sock,
+            worker,
+            next_id: 1,
+        }
+    }
+
     /// Sends a text message.
     pub fn send_text(&mut self, text: &str) {
         self.sock
@@ -93,6 +98,7 @@ impl Ws {
     pub fn recv_within(&mut self, ms: u64) -> Option<serde_json::Value> {
         self.sock
             .get_ref()
+            .tcp()
             .set_read_timeout(Some(Duration::from_millis(ms)))
             .unwrap();
         let r = loop {
@@ -113,6 +119,7 @@ impl Ws {
         };
         self.sock
             .get_ref()
+            .tcp()
             .set_read_timeout(Some(READ_TIMEOUT))
             .unwrap();
         r

@@ -78,6 +78,7 @@ impl<'a> Ctx<'a> {
     pub fn io(&self, t: usize) -> std::io::Result<Io> {
         Io::new(
             self.target,
+            self.common.tls.clone(),
             self.common.source_ips,
             self.epoch,
             t,

@@ -1,0 +1,122 @@
+//! SIGHUP: what is re-read without a restart (the TLS certificate and key, the registry
+//! directory) and how the result reaches the workers: one [`Reload`] message per worker in
+//! its mailbox (`CoreMsg::Reload`), applied by the worker between two connections' input,
+//! so a request is answered wholly from the old state or wholly from the new one.
+//!
+//! Whatever fails to load leaves every worker with what it had, and is logged with the
+//! reason (the file, the entry). Connections already open are not touched: a TLS
+//! connection keeps the configuration it was accepted with.
+//!
+//! This module owns the loading and the sending; it must not touch a worker's state (the
+//! worker applies the message) nor the signal handling itself (`server`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::ServerConfig;
+
+use crate::registry::{Registry, RegistryError};
+use crate::relay::{CoreMsg, Mailboxes};
+use crate::tls::{TlsError, TlsLoader};
+
+/// A reloaded piece of state, for one worker.
+pub enum Reload {
+    /// The configuration new TLS connections start from.
+    Tls(Arc<ServerConfig>),
+    /// The registry to answer from (the worker also drops its cache of assembled answers).
+    Registry(Arc<Registry>),
+}
+
+impl std::fmt::Debug for Reload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reload::Tls(_) => f.write_str("Reload::Tls"),
+            Reload::Registry(_) => f.write_str("Reload::Registry"),
+        }
+    }
+}
+
+/// What one reload did, per part (`None`: that part is not configured).
+#[derive(Debug)]
+pub struct Outcome {
+    /// The TLS certificate and key.
+    pub tls: Option<Result<(), TlsError>>,
+    /// The registry directory.
+    pub registry: Option<Result<(), RegistryError>>,
+}
+
+/// Re-reads what SIGHUP re-reads and hands it to every worker.
+pub struct Reloader {
+    tls: Option<TlsLoader>,
+    registry_dir: Option<PathBuf>,
+    image_base: String,
+    mailboxes: Arc<Mailboxes>,
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader")
+            .field("tls", &self.tls)
+            .field("registry_dir", &self.registry_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reloader {
+    /// A reloader for the TLS files of `tls` (if any) and `registry_dir` (if any; the
+    /// embedded registry never changes), sending to every worker of `mailboxes`.
+    pub fn new(
+        tls: Option<TlsLoader>,
+        registry_dir: Option<PathBuf>,
+        image_base: String,
+        mailboxes: Arc<Mailboxes>,
+    ) -> Reloader {
+        Reloader {
+            tls,
+            registry_dir,
+            image_base,
+            mailboxes,
+        }
+    }
+
+    /// Loads everything configured and sends what loaded to every worker; logs what was
+    /// reloaded and, for what failed, why the old state stays.
+    pub fn reload(&self) -> Outcome {
+        let tls = self.tls.as_ref().map(|loader| match loader.load() {
+            Ok(config) => {
+                self.broadcast(|| Reload::Tls(Arc::clone(&config)));
+                log::info!(
+                    "reload: TLS certificate {} and key {} loaded; new connections use them",
+                    loader.files().cert.display(),
+                    loader.files().key.display()
+                );
+                Ok(())
+            }
+            Err(e) => {
+                log::error!("reload: TLS not reloaded, the old certificate stays: {e}");
+                Err(e)
+            }
+        });
+        let registry = self.registry_dir.as_deref().map(|dir| {
+            match Registry::load(Some(dir), &self.image_base) {
+                Ok(r) => {
+                    let r = Arc::new(r);
+                    self.broadcast(|| Reload::Registry(Arc::clone(&r)));
+                    log::info!("reload: registry reloaded from {}", dir.display());
+                    Ok(())
+                }
+                Err(e) => {
+                    log::error!("reload: registry not reloaded, the old one stays: {e}");
+                    Err(e)
+                }
+            }
+        });
+        Outcome { tls, registry }
+    }
+
+    fn broadcast(&self, msg: impl Fn() -> Reload) {
+        for i in 0..self.mailboxes.len() {
+            self.mailboxes.send_external(i, CoreMsg::Reload(msg()));
+        }
+    }
+}

@@ -430,3 +430,51 @@ pub fn check_all(
         })
         .collect()
 }
+
+/// A tmpfs of `size` (e.g. `1m`) mounted on a data directory for one test (needs root),
+/// unmounted on drop. `None`, with the reason printed as a SKIPPED line, where it cannot be
+/// mounted.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts it on `dir`, or says why not.
+    pub fn mount(dir: &Dir, size: &str, test: &str) -> Option<Tmpfs> {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        let why = match out {
+            Ok(o) if o.status.success() => return Some(Tmpfs(dir.path().to_path_buf())),
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => format!("cannot run mount: {e}"),
+        };
+        let line =
+            format!("SKIPPED {test}: cannot mount a {size} tmpfs on the data directory ({why})");
+        println!("{line}");
+        eprintln!("{line}");
+        None
+    }
+
+    /// Fills the file system with a file `filler` until it is full; returns its path.
+    pub fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).expect("create the filler");
+        let chunk = vec![0x5a; 16 << 10];
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling the tmpfs: {e}"),
+            }
+        }
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}

@@ -478,6 +478,18 @@ impl HomeTopics {
             .collect()
     }
 
+    /// Every webhook registration with its record: (topic, url, record).
+    pub fn webhook_records(&self) -> Vec<(Arc<str>, Arc<str>, Option<Loc>)> {
+        self.topics
+            .iter()
+            .flat_map(|(_, t)| {
+                t.webhooks
+                    .iter()
+                    .map(|w| (t.name.clone(), w.url.clone(), w.record))
+            })
+            .collect()
+    }
+
     /// Webhook registrations whose record lies in one of `segments`: (topic, url).
     pub fn webhooks_in(&self, segments: &[SegmentId]) -> Vec<(Arc<str>, Arc<str>)> {
         self.topics

@@ -10,7 +10,7 @@
 mod common;
 mod durability_support;
 
-use durability_support::{by_topic, check_all, check_history, history_on, Dir, Load, Node};
+use durability_support::{by_topic, check_all, check_history, history_on, Dir, Load, Node, Plan};
 
 /// Publishes acknowledged before the kill, all publishers together.
 const ACKED_BEFORE_KILL: usize = 1500;
@@ -19,7 +19,7 @@ const ACKED_BEFORE_KILL: usize = 1500;
 fn kill_9_under_load_loses_no_acknowledged_message_whatever_the_thread_counts() {
     let dir = Dir::new("kill9");
     let node = Node::start(&dir, &["--threads", "2"]);
-    let load = Load::start(node.addr, 3, 2, 32, 900, 3600);
+    let load = Load::start(node.addr, Plan::new(3, 2));
     load.wait_acked(ACKED_BEFORE_KILL);
     node.kill9();
     let topics = by_topic(&load.join());
@@ -70,7 +70,7 @@ fn with_fsync_always_acknowledged_publishes_survive_kill_9() {
     let dir = Dir::new("always");
     let args = ["--threads", "2", "--fsync", "always"];
     let node = Node::start(&dir, &args);
-    let load = Load::start(node.addr, 3, 2, 32, 900, 3600);
+    let load = Load::start(node.addr, Plan::new(3, 2));
     load.wait_acked(ACKED_BEFORE_KILL / 2);
     node.kill9();
     let published = load.join();
@@ -91,7 +91,14 @@ fn sigterm_flushes_everything_exits_0_and_a_restart_has_it_all() {
     let dir = Dir::new("sigterm");
     let args = ["--threads", "2", "--fsync", "off"];
     let node = Node::start(&dir, &args);
-    let load = Load::start(node.addr, 2, 2, 16, 200, 3600);
+    let load = Load::start(
+        node.addr,
+        Plan {
+            window: 16,
+            per_topic: 200,
+            ..Plan::new(2, 2)
+        },
+    );
     load.wait_acked(400);
     load.stop();
     let topics = by_topic(&load.join());
@@ -106,4 +113,7 @@ fn sigterm_flushes_everything_exits_0_and_a_restart_has_it_all() {
     let published: usize = topics.iter().map(|t| t.2.len()).sum();
     assert_eq!(messages as usize, published, "{line}");
     check_all(&node, &topics, "after-restart");
+    // The directory holds only the server's own files.
+    assert_eq!(node.metric("walletrelay_store_foreign_files"), 0.0);
+    assert!(!node.log().iter().any(|l| l.contains("not ours")));
 }

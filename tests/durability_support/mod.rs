@@ -26,9 +26,14 @@ use crate::common::{Server, Ws, READ_TIMEOUT};
 pub struct Dir(PathBuf);
 
 impl Dir {
-    /// A fresh, empty directory named after the test.
+    /// A fresh, empty directory named after the test, in the system's temp directory.
     pub fn new(name: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("wr-dur-{name}-{}", std::process::id()));
+        Dir::under(&std::env::temp_dir(), name)
+    }
+
+    /// A fresh, empty directory named after the test, in `parent`.
+    pub fn under(parent: &Path, name: &str) -> Dir {
+        let p = parent.join(format!("wr-dur-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).expect("create the data directory");
         Dir(p)
@@ -217,17 +222,54 @@ pub struct Published {
     pub sent: Vec<Vec<String>>,
     /// Per topic: the messages answered `true`.
     pub acked: Vec<Vec<String>>,
+    /// Per topic: how many were answered `true` (also without [`Plan::record`]).
+    pub acked_count: Vec<usize>,
     /// Answers that were errors (e.g. -32000), as received.
     pub errors: Vec<Value>,
 }
 
-/// The body of message `n` of publisher `p` on its topic `t`: unique, and long enough to
-/// look like a real encrypted payload.
-pub fn body(p: usize, t: usize, n: usize) -> String {
-    format!(
-        "p{p}t{t}n{n:06}-{}",
-        crate::common::hex(120, (p * 1000 + t) as u64 + 1)
-    )
+/// The body of message `n` of publisher `p` on its topic `t`: unique, then `size` hex
+/// characters, like a real encrypted payload.
+pub fn body(p: usize, t: usize, n: usize, size: usize) -> String {
+    let filler = crate::common::hex(size, (p * 1000 + t) as u64 + 1);
+    format!("p{p}t{t}n{n:06}-{filler}")
+}
+
+/// What a [`Load`] publishes.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Connections, each with its own topics.
+    pub publishers: usize,
+    /// Topics of each publisher, published to in turn (no topic has two publishers, so a
+    /// topic's order is its publisher's).
+    pub topics_each: usize,
+    /// Publishes in flight on each connection at most.
+    pub window: usize,
+    /// Messages per topic at most.
+    pub per_topic: usize,
+    /// Their time to live, seconds.
+    pub ttl: u64,
+    /// Hex characters of filler in each message.
+    pub size: usize,
+    /// Keep every message sent and acknowledged in [`Published`] (off for very large runs:
+    /// the counts are kept, and the messages can be made again with [`body`]).
+    pub record: bool,
+}
+
+impl Plan {
+    /// `publishers` x `topics_each` topics, 32 in flight, up to 900 messages of 120 hex
+    /// characters per topic, living an hour.
+    pub fn new(publishers: usize, topics_each: usize) -> Plan {
+        Plan {
+            publishers,
+            topics_each,
+            window: 32,
+            per_topic: 900,
+            ttl: 3600,
+            size: 120,
+            record: true,
+        }
+    }
 }
 
 /// Publishers running against a server until told to stop or until their connection dies.
@@ -239,28 +281,17 @@ pub struct Load {
 }
 
 impl Load {
-    /// `publishers` connections, each publishing to its own `topics_each` topics in turn
-    /// (no topic has two publishers, so a topic's order is its publisher's), with up to
-    /// `window` publishes in flight on each connection, at most `per_topic` messages per
-    /// topic, with time to live `ttl` seconds.
-    pub fn start(
-        addr: SocketAddr,
-        publishers: usize,
-        topics_each: usize,
-        window: usize,
-        per_topic: usize,
-        ttl: u64,
-    ) -> Load {
+    /// Starts the publishers of `plan`.
+    pub fn start(addr: SocketAddr, plan: Plan) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicUsize::new(0));
-        let handles = (0..publishers)
+        let handles = (0..plan.publishers)
             .map(|p| {
                 let (stop, acked) = (stop.clone(), acked.clone());
-                let topics: Vec<String> =
-                    (0..topics_each).map(|_| crate::common::topic()).collect();
-                std::thread::spawn(move || {
-                    publish_pipelined(addr, p, topics, window, per_topic, ttl, &stop, &acked)
-                })
+                let topics: Vec<String> = (0..plan.topics_each)
+                    .map(|_| crate::common::topic())
+                    .collect();
+                std::thread::spawn(move || publish_pipelined(addr, p, topics, plan, &stop, &acked))
             })
             .collect();
         Load {
@@ -294,23 +325,29 @@ impl Load {
     }
 }
 
-/// One pipelined publisher (see [`Load::start`]).
-#[allow(clippy::too_many_arguments)]
+/// One pipelined publisher (see [`Plan`]).
 fn publish_pipelined(
     addr: SocketAddr,
     p: usize,
     topics: Vec<String>,
-    window: usize,
-    per_topic: usize,
-    ttl: u64,
+    plan: Plan,
     stop: &AtomicBool,
     acked: &AtomicUsize,
 ) -> Published {
+    let Plan {
+        window,
+        per_topic,
+        ttl,
+        size,
+        record,
+        ..
+    } = plan;
     let mut ws = connect(addr);
     let n = topics.len();
     let mut out = Published {
         sent: vec![Vec::new(); n],
         acked: vec![Vec::new(); n],
+        acked_count: vec![0; n],
         topics,
         errors: Vec::new(),
     };
@@ -321,13 +358,15 @@ fn publish_pipelined(
         if more && inflight.len() < window {
             let (t, k) = (next % n, next / n);
             next += 1;
-            let msg = body(p, t, k);
+            let msg = body(p, t, k, size);
             let req = json!({"id": id, "jsonrpc": "2.0", "method": "waku_publish",
                 "params": {"topic": out.topics[t], "message": msg, "ttl": ttl}});
             if ws.send(Message::text(req.to_string())).is_err() {
                 break;
             }
-            out.sent[t].push(msg.clone());
+            if record {
+                out.sent[t].push(msg.clone());
+            }
             inflight.push_back((id, t, msg));
             id += 1;
             continue;
@@ -345,7 +384,10 @@ fn publish_pipelined(
         };
         assert_eq!(v["id"], want, "answers come in request order: {v}");
         if v["result"] == true {
-            out.acked[t].push(msg);
+            if record {
+                out.acked[t].push(msg);
+            }
+            out.acked_count[t] += 1;
             acked.fetch_add(1, Ordering::Relaxed);
         } else {
             out.errors.push(v);

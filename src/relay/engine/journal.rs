@@ -567,3 +567,7 @@ impl Journal {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;

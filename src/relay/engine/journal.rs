@@ -38,6 +38,9 @@ const REPAIR_KEYS: usize = 16 * 1024;
 /// Segments rewritten by one compaction at most.
 const COMPACT_SEGMENTS: usize = 4;
 
+/// Milliseconds between two probes of a failing disk.
+const PROBE_MS: u64 = 1000;
+
 /// An answer held until its record is on stable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
@@ -79,9 +82,6 @@ struct Compaction {
     /// finished (a compaction retires nothing, a repair goes again).
     failures: u64,
 }
-
-/// Milliseconds between two probes of a failing disk.
-const PROBE_MS: u64 = 1000;
 
 /// One home worker's journal.
 pub struct Journal {
@@ -510,7 +510,7 @@ impl Journal {
         for key in 0..home.key_bound() {
             self.copy_message(home, key);
         }
-        for (topic, url) in home.all_webhooks() {
+        for (topic, url, _) in home.webhook_records() {
             if let Some(a) = self.append(&Entry::WebhookAdd {
                 topic: &topic,
                 url: &url,

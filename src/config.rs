@@ -142,6 +142,17 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_FSYNC", value_enum, default_value_t = Fsync::Everysec)]
     pub fsync: Fsync,
 
+    /// Size at which a worker's log file in `--data-dir` is sealed and the next one started,
+    /// bytes (4 KiB to 4 GiB). Space is reclaimed a whole file at a time, so the disk holds
+    /// about twice the live state plus one of these per worker (docs/TUNING.md).
+    #[arg(
+        long,
+        env = "WALLETRELAY_SEGMENT_BYTES",
+        default_value_t = 64 << 20,
+        value_parser = clap::value_parser!(u64).range(4096..=(4u64 << 30))
+    )]
+    pub segment_bytes: u64,
+
     /// Resource limits.
     #[command(flatten)]
     pub limits: Limits,

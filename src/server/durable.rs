@@ -16,6 +16,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::StartError;
+use crate::config::{Config, Fsync};
 use crate::health::Health;
 use crate::relay::engine::home::HomeTopics;
 use crate::relay::engine::journal::Journal;
@@ -152,7 +153,7 @@ impl Recovered {
 /// The placement seeds kept in the directory, so that topics keep their homes across
 /// restarts (written on first use).
 fn placement_seeds(dir: &Path, fresh: [u64; 4]) -> Result<[u64; 4], StartError> {
-    let path = dir.join("placement");
+    let path = dir.join(store::PLACEMENT_FILE);
     let io = |what: &'static str| move |source| StartError::Io { what, source };
     if let Ok(text) = std::fs::read_to_string(&path) {
         let seeds: Vec<u64> = text
@@ -168,13 +169,39 @@ fn placement_seeds(dir: &Path, fresh: [u64; 4]) -> Result<[u64; 4], StartError> 
         );
     }
     let text: Vec<String> = fresh.iter().map(|s| format!("{s:016x}")).collect();
-    let tmp = dir.join("placement.tmp");
+    let tmp = dir.join(format!("{}.tmp", store::PLACEMENT_FILE));
     std::fs::write(&tmp, text.join(" ") + "\n").map_err(io("writing the placement seeds"))?;
     std::fs::File::open(&tmp)
         .and_then(|f| f.sync_all())
         .map_err(io("syncing the placement seeds"))?;
     std::fs::rename(&tmp, &path).map_err(io("writing the placement seeds"))?;
     Ok(fresh)
+}
+
+/// The flags the durable engine follows.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--fsync`.
+    pub mode: FsyncMode,
+    /// Each worker's log (`--segment-bytes`).
+    pub log: LogConfig,
+}
+
+impl Settings {
+    /// From the command line.
+    pub fn of(config: &Config) -> Settings {
+        Settings {
+            mode: match config.fsync {
+                Fsync::Always => FsyncMode::Always,
+                Fsync::Everysec => FsyncMode::Everysec,
+                Fsync::Off => FsyncMode::Off,
+            },
+            log: LogConfig {
+                segment_bytes: config.segment_bytes,
+                ..LogConfig::default()
+            },
+        }
+    }
 }
 
 /// What the durable start-up leaves for the rest of the server.
@@ -202,7 +229,7 @@ pub fn recover(
     lock: DirLock,
     engines: &mut [LocalEngine],
     placement: &Placement,
-    mode: FsyncMode,
+    settings: Settings,
     mailboxes: &Arc<Mailboxes>,
     health: &Arc<Health>,
 ) -> Result<Durable, StartError> {
@@ -222,7 +249,7 @@ pub fn recover(
     let mut logs = Vec::new();
     let (mut messages, mut webhooks) = (0usize, 0usize);
     for (i, (engine, share)) in engines.iter_mut().zip(found.shares).enumerate() {
-        let journal = open_journal(dir, i, mode, mailboxes, health)?;
+        let journal = open_journal(dir, i, &settings, mailboxes, health)?;
         logs.push((owner(i), journal.metrics()));
         engine.set_journal(journal);
         let (m, w) = restore(engine, share, !rewrite);
@@ -265,16 +292,16 @@ pub fn recover(
 fn open_journal(
     dir: &Path,
     i: usize,
-    mode: FsyncMode,
+    settings: &Settings,
     mailboxes: &Arc<Mailboxes>,
     health: &Arc<Health>,
 ) -> Result<Journal, StartError> {
-    let syncer = Syncer::start(mode)?;
+    let syncer = Syncer::start(settings.mode)?;
     let mb = mailboxes.clone();
     let on_sync = Box::new(move |ev| {
         mb.send_blocking(i, CoreMsg::Engine(EngineMsg::Local(HomeMsg::Sync(ev))));
     });
-    let log = Log::open(dir, &owner(i), LogConfig::default(), &syncer, on_sync)?;
+    let log = Log::open(dir, &owner(i), settings.log.clone(), &syncer, on_sync)?;
     Ok(Journal::new(log, syncer, health.clone()))
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::StartError;
 use crate::cluster::{Cluster, ClusterConfig};
-use crate::config::{Config, Fsync};
+use crate::config::Config;
 use crate::conn::Exporter;
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -17,7 +17,6 @@ use crate::relay::engine::local::{HomeMsg, LocalEngine, LocalShared};
 use crate::relay::engine::redis::RedisEngine;
 use crate::relay::engine::EngineMsg;
 use crate::relay::{CoreMsg, Engine, Mailboxes, Placement};
-use crate::store::FsyncMode;
 use crate::webhook::{OnGone, WebhookConfig, WebhookPool};
 
 /// The engines, one per worker, and what goes with them.
@@ -90,17 +89,12 @@ fn durable(
     let (mut engines, webhooks) = local(config, mailboxes, metrics, seeds);
     let placement = Placement::new(mailboxes.len(), seeds);
     let health = Arc::new(Health::default());
-    let mode = match config.fsync {
-        Fsync::Always => FsyncMode::Always,
-        Fsync::Everysec => FsyncMode::Everysec,
-        Fsync::Off => FsyncMode::Off,
-    };
     let d = super::durable::recover(
         dir,
         lock,
         &mut engines,
         &placement,
-        mode,
+        super::durable::Settings::of(config),
         mailboxes,
         &health,
     )?;

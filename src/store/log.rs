@@ -113,6 +113,9 @@ pub struct Log {
     write_error: Option<String>,
     sync: SyncHandle,
     metrics: Arc<StoreMetrics>,
+    /// Tests: make the next writes fail with this OS error (an injected disk fault).
+    #[cfg(test)]
+    pub(crate) fail_writes: Option<i32>,
 }
 
 impl Log {
@@ -158,6 +161,8 @@ impl Log {
             write_error: None,
             sync,
             metrics,
+            #[cfg(test)]
+            fail_writes: None,
         })
     }
 
@@ -288,6 +293,10 @@ impl Log {
         if self.batch.is_empty() {
             return Ok(self.written_lsn);
         }
+        #[cfg(test)]
+        if let Some(errno) = self.fail_writes {
+            return Err(self.write_failed(std::io::Error::from_raw_os_error(errno)));
+        }
         match a.file.write_all_at(&self.batch, a.written) {
             Ok(()) => {
                 a.written += self.batch.len() as u64;
@@ -304,7 +313,9 @@ impl Log {
         }
     }
 
-    /// A failed write: cut the file back, drop the batch, seal the segment.
+    /// A failed write: cut the file back (a segment that got nothing is removed), drop the
+    /// batch, seal the segment, and keep every segment whose retirement waited for the lost
+    /// records (their copies were among them).
     fn write_failed(&mut self, e: std::io::Error) -> StoreError {
         let lost = Lsns {
             first: self.written_lsn + 1,
@@ -315,7 +326,12 @@ impl Log {
         let path = match self.active.take() {
             Some(a) => {
                 let path = self.dir.join(segment_name(&self.owner, a.id));
-                if let Err(t) = a.file.set_len(a.written) {
+                if a.written == 0 {
+                    if let Err(t) = std::fs::remove_file(&path) {
+                        log::error!("store: cannot remove {}: {t}", path.display());
+                    }
+                    self.segments.remove(&a.id);
+                } else if let Err(t) = a.file.set_len(a.written) {
                     log::error!("store: cannot cut {} back: {t}", path.display());
                 }
                 if let Some(s) = self.segments.get_mut(&a.id) {
@@ -328,8 +344,12 @@ impl Log {
             None => self.dir.clone(),
         };
         self.batch.clear();
+        self.keep_retiring(lost.first);
         let msg = format!("write {}: {e}", path.display());
-        log::error!("store: {msg}; records {} to {} lost", lost.first, lost.last);
+        // Logged when the log starts failing; later failures are counted.
+        if self.write_error.is_none() {
+            log::error!("store: {msg}; records {} to {} lost", lost.first, lost.last);
+        }
         self.write_error = Some(msg);
         if is_full(&e) {
             StoreError::DiskFull { path, lost }
@@ -340,6 +360,50 @@ impl Log {
                 source: e,
             }
         }
+    }
+
+    /// Segments retired at or after LSN `from` stay (their copies were lost): they come
+    /// back sealed with no live bytes, so they are compacted again.
+    fn keep_retiring(&mut self, from: u64) {
+        for (id, path) in self.sync.cancel_retire(from) {
+            match std::fs::metadata(&path) {
+                Ok(m) => {
+                    let info = SegInfo {
+                        size: m.len(),
+                        live: 0,
+                    };
+                    self.segments.insert(id, info);
+                }
+                Err(e) => log::error!("store: {}: {e}", path.display()),
+            }
+        }
+    }
+
+    /// Tries the disk again after a failure: writes the batch, or the header of a new
+    /// segment when there is none, and asks the sync thread for a sync round (which clears
+    /// a sync failure once it succeeds). [`Log::health`] says what still fails.
+    pub fn probe(&mut self) -> Result<(), StoreError> {
+        if self.active.is_none() {
+            self.start_segment()?;
+        }
+        self.flush()?;
+        self.sync.request();
+        Ok(())
+    }
+
+    /// The record at `loc` is in the log: written, or in the batch (not lost by a failed
+    /// write).
+    pub fn holds(&self, loc: Loc) -> bool {
+        self.segments
+            .get(&loc.segment)
+            .is_some_and(|s| loc.offset as u64 + loc.len as u64 <= s.size)
+    }
+
+    /// Publishes the live and on-disk bytes (see [`Log::usage`]) to the metrics.
+    pub fn report_usage(&self) {
+        let (live, disk) = self.usage();
+        self.metrics.live_bytes.set(live);
+        self.metrics.disk_bytes.set(disk);
     }
 
     /// `Ok` when the last write and the last sync succeeded; otherwise why not (for

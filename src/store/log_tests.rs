@@ -314,41 +314,53 @@ fn reclamation_keeps_the_disk_within_twice_the_live_bytes_plus_a_segment() {
     }
 }
 
-#[test]
-fn a_retired_segment_stays_until_its_copies_are_written_and_synced() {
-    let d = TempDir::new("retire");
-    let s = Syncer::start(FsyncMode::Off).unwrap();
-    let (mut log, rx) = open(&d.0, "w0", cfg(256), &s);
+/// Twenty records written in 256-byte segments, the last three kept live, and the sealed
+/// segments compacted (the copies still in the batch): the model, the retired segments,
+/// and those of them that held live records.
+fn compacted(log: &mut Log) -> (Model, Vec<SegmentId>, Vec<SegmentId>) {
     let mut m = Model {
         live: VecDeque::new(),
         keep: 3,
     };
     for i in 0..20 {
-        m.push(&mut log, payload(i));
+        m.push(log, payload(i));
     }
     log.flush().unwrap();
     let had_live: Vec<SegmentId> = m.live.iter().map(|(l, _)| l.segment).collect();
-    let segs = m.compact(&mut log);
-    let with_live: Vec<&SegmentId> = segs.iter().filter(|s| had_live.contains(s)).collect();
+    let segs = m.compact(log);
+    let with_live = segs
+        .iter()
+        .copied()
+        .filter(|s| had_live.contains(s))
+        .collect();
+    (m, segs, with_live)
+}
+
+#[test]
+fn a_retired_segment_stays_until_its_copies_are_written_and_synced() {
+    let d = TempDir::new("retire");
+    let s = Syncer::start(FsyncMode::Off).unwrap();
+    let (mut log, rx) = open(&d.0, "w0", cfg(256), &s);
+    let (m, segs, with_live) = compacted(&mut log);
     assert!(!with_live.is_empty());
     // Their copies are still in the batch: a crash now must find the originals on disk.
     std::thread::sleep(Duration::from_millis(300));
     for seg in &with_live {
         assert!(
-            d.0.join(segment_name("w0", **seg)).exists(),
+            d.0.join(segment_name("w0", *seg)).exists(),
             "{seg} deleted early"
         );
     }
     let copies_lsn = log.last_lsn();
     log.flush().unwrap();
-    let last = **with_live.last().unwrap();
+    let last = *with_live.last().unwrap();
     let seen = wait_for(&rx, |e| *e == SyncEvent::Retired(last));
     let synced_at = seen
         .iter()
         .position(|e| matches!(e, SyncEvent::Synced(n) if *n >= copies_lsn))
         .expect("the copies were synced");
     for seg in &with_live {
-        let retired_at = seen.iter().position(|e| *e == SyncEvent::Retired(**seg));
+        let retired_at = seen.iter().position(|e| *e == SyncEvent::Retired(*seg));
         assert!(retired_at > Some(synced_at), "{seg}: {seen:?}");
     }
     // "Crash" right after the delete: the re-appended copies are all there.
@@ -420,4 +432,86 @@ fn entries_written_by_the_log_decode_after_recovery() {
     drop((log, s));
     let (found, _) = read_back(&d.0);
     assert_eq!(Entry::decode(&found[0].2), Ok(msg));
+}
+
+#[test]
+fn a_retirement_whose_copies_a_failed_write_lost_is_taken_back() {
+    let d = TempDir::new("retire-lost");
+    let s = Syncer::start(FsyncMode::Off).unwrap();
+    let (mut log, rx) = open(&d.0, "w0", cfg(256), &s);
+    let (m, retired, segs) = compacted(&mut log);
+    assert!(retired.iter().all(|seg| log.segment_usage(*seg).is_none()));
+    // Those with live records were retired after their copies.
+    assert!(!segs.is_empty());
+    // The copies never reach the file: the retirements are taken back.
+    log.fail_writes = Some(libc::ENOSPC);
+    let err = log.flush().unwrap_err();
+    assert!(err.is_disk_full(), "{err}");
+    assert!(log.health().is_err());
+    assert!(
+        m.live.iter().any(|(loc, _)| !log.holds(*loc)),
+        "the copies are lost"
+    );
+    for seg in &segs {
+        let (live, size) = log.segment_usage(*seg).expect("taken back");
+        assert_eq!(live, 0, "compacted again later");
+        assert!(size > 0);
+    }
+    // The disk works again: later writes and syncs delete none of them.
+    log.fail_writes = None;
+    log.probe().unwrap();
+    assert_eq!(log.health(), Ok(()));
+    log.append(&payload(99)).unwrap();
+    log.flush().unwrap();
+    log.sync_now().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let retired: Vec<SyncEvent> = rx
+        .try_iter()
+        .filter(|e| matches!(e, SyncEvent::Retired(seg) if segs.contains(seg)))
+        .collect();
+    assert!(retired.is_empty(), "{retired:?}");
+    for seg in &segs {
+        assert!(d.0.join(segment_name("w0", *seg)).exists(), "{seg} deleted");
+    }
+}
+
+#[test]
+fn a_segment_whose_first_write_failed_leaves_no_file() {
+    let d = TempDir::new("first-write");
+    let s = Syncer::start(FsyncMode::Off).unwrap();
+    let (mut log, _rx) = open(&d.0, "w0", cfg(1 << 20), &s);
+    log.fail_writes = Some(libc::EIO);
+    log.append(&payload(1)).unwrap();
+    let err = log.flush().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::WriteFailed {
+                lost: Lsns { first: 1, last: 1 },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        list_segments_in(&d.0).is_empty(),
+        "{:?}",
+        list_segments_in(&d.0)
+    );
+    assert_eq!(log.usage(), (0, 0));
+    log.fail_writes = None;
+    log.append(&payload(2)).unwrap();
+    log.flush().unwrap();
+    drop(log);
+    let (found, _) = read_back(&d.0);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].2, payload(2));
+}
+
+fn list_segments_in(dir: &Path) -> Vec<String> {
+    recover::list_segments(dir)
+        .unwrap()
+        .into_iter()
+        .map(|(o, id, _)| segment_name(&o, id))
+        .collect()
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::recover::RecoveryStats;
 
-/// A counter any thread may add to.
+/// A value any thread may add to (a counter) or set (a gauge).
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
@@ -18,6 +18,10 @@ impl Counter {
     /// Adds `n`.
     pub fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Sets the value (gauges).
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
     }
     /// Reads the value.
     pub fn get(&self) -> u64 {
@@ -98,37 +102,72 @@ pub struct StoreMetrics {
     pub sync_errors: Counter,
     /// Segment files deleted after compaction.
     pub segments_retired: Counter,
+    /// Records kept in memory only because the disk was failing (written again once it
+    /// works).
+    pub records_deferred: Counter,
+    /// Bytes of live records (what the cache still holds), as of the last round.
+    pub live_bytes: Counter,
+    /// Bytes of the log's segment files, as of the last round.
+    pub disk_bytes: Counter,
 }
 
 /// Appends the store's metrics (one series per log, labelled `log="<owner>"`) and the
 /// recovery figures of this start to `out`.
 pub fn render(out: &mut String, logs: &[(&str, &StoreMetrics)], recovered: &RecoveryStats) {
-    type Get = fn(&StoreMetrics) -> &Counter;
-    let per_log: [(&str, &str, Get); 7] = [
-        ("records_appended_total", "Records appended", |m| {
-            &m.records_appended
+    type Get = fn(&StoreMetrics) -> u64;
+    let per_log: [(&str, &str, &str, Get); 10] = [
+        (
+            "records_appended_total",
+            "counter",
+            "Records appended",
+            |m| m.records_appended.get(),
+        ),
+        (
+            "bytes_written_total",
+            "counter",
+            "Bytes written to the log",
+            |m| m.bytes_written.get(),
+        ),
+        ("writes_total", "counter", "write calls", |m| m.writes.get()),
+        ("syncs_total", "counter", "fdatasync rounds", |m| {
+            m.syncs.get()
         }),
-        ("bytes_written_total", "Bytes written to the log", |m| {
-            &m.bytes_written
+        (
+            "segments_retired_total",
+            "counter",
+            "Segments deleted",
+            |m| m.segments_retired.get(),
+        ),
+        ("write_errors_total", "counter", "Failed writes", |m| {
+            m.write_errors.get()
         }),
-        ("writes_total", "write calls", |m| &m.writes),
-        ("syncs_total", "fdatasync rounds", |m| &m.syncs),
-        ("segments_retired_total", "Segments deleted", |m| {
-            &m.segments_retired
+        (
+            "sync_errors_total",
+            "counter",
+            "Failed syncs or deletes",
+            |m| m.sync_errors.get(),
+        ),
+        (
+            "records_deferred_total",
+            "counter",
+            "Records kept in memory only while the disk failed",
+            |m| m.records_deferred.get(),
+        ),
+        ("live_bytes", "gauge", "Bytes of live records", |m| {
+            m.live_bytes.get()
         }),
-        ("write_errors_total", "Failed writes", |m| &m.write_errors),
-        ("sync_errors_total", "Failed syncs or deletes", |m| {
-            &m.sync_errors
+        ("disk_bytes", "gauge", "Bytes of segment files", |m| {
+            m.disk_bytes.get()
         }),
     ];
-    for (name, help, get) in per_log {
+    for (name, kind, help, get) in per_log {
         let _ = writeln!(out, "# HELP walletrelay_store_{name} {help} (per log).");
-        let _ = writeln!(out, "# TYPE walletrelay_store_{name} counter");
+        let _ = writeln!(out, "# TYPE walletrelay_store_{name} {kind}");
         for (owner, m) in logs {
             let _ = writeln!(
                 out,
                 "walletrelay_store_{name}{{log=\"{owner}\"}} {}",
-                get(m).get()
+                get(m)
             );
         }
     }

@@ -69,6 +69,17 @@ pub use metrics::StoreMetrics;
 pub use recover::{recover, remove_owners_except, RecoveryStats};
 pub use sync::{FsyncMode, OnSync, SyncEvent, Syncer};
 
+/// The file in the data directory where the server keeps the seeds of its topic placement
+/// (a topic's home must not change between runs); written whole through `<name>.tmp` and a
+/// rename. The store does not read it, and does not count it as a stranger.
+pub const PLACEMENT_FILE: &str = "placement";
+
+/// Names in the data directory that are ours but not segments: the lock and the placement
+/// seeds (with the temporary file of their atomic write).
+pub(crate) fn known_file(name: &str) -> bool {
+    matches!(name, "LOCK" | PLACEMENT_FILE | "placement.tmp")
+}
+
 /// A segment's number, unique per owner and increasing (also across restarts).
 pub type SegmentId = u64;
 

@@ -175,7 +175,7 @@ fn cut(path: &Path, at: usize, bytes: usize) -> Result<(), StoreError> {
         .map_err(|e| StoreError::io("truncate", path, e))
 }
 
-/// Counts and warns about the files of `dir` that are neither segments nor the lock.
+/// Counts and warns about the files of `dir` that are neither segments nor known files.
 fn warn_foreign(dir: &Path, stats: &mut RecoveryStats) -> Result<(), StoreError> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
@@ -185,7 +185,7 @@ fn warn_foreign(dir: &Path, stats: &mut RecoveryStats) -> Result<(), StoreError>
     for ent in rd.flatten() {
         let name = ent.file_name();
         let name = name.to_string_lossy();
-        if name != "LOCK" && parse_segment_name(&name).is_none() {
+        if !super::known_file(&name) && parse_segment_name(&name).is_none() {
             log::warn!("store: {} is not ours; ignored", ent.path().display());
             stats.foreign_files += 1;
         }

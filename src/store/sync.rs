@@ -82,6 +82,8 @@ struct SlotState {
     retire: Vec<(u64, SegmentId, PathBuf)>,
     /// The last sync failure, until a sync succeeds.
     error: Option<String>,
+    /// A full sync round is asked for whatever the mode (a probe after a failure).
+    forced: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -215,6 +217,25 @@ impl SyncHandle {
         self.inner.wake();
     }
 
+    /// Asks for a full sync round now, whatever the mode (it clears a sync failure once
+    /// it succeeds).
+    pub(crate) fn request(&self) {
+        lock(&self.slot.state).forced = true;
+        self.inner.wake();
+    }
+
+    /// Takes back the retirements waiting for LSN `from` or later (records a failed write
+    /// lost: the copies they waited for are gone). None of them was deleted: a deletion
+    /// waits until its LSN is synced, and nothing at or after `from` was written.
+    pub(crate) fn cancel_retire(&self, from: u64) -> Vec<(SegmentId, PathBuf)> {
+        let mut st = lock(&self.slot.state);
+        let (cancel, keep) = std::mem::take(&mut st.retire)
+            .into_iter()
+            .partition(|r| r.0 >= from);
+        st.retire = keep;
+        cancel.into_iter().map(|(_, id, path)| (id, path)).collect()
+    }
+
     /// The last sync failure, until a later sync succeeds.
     pub(crate) fn error(&self) -> Option<String> {
         lock(&self.slot.state).error.clone()
@@ -283,9 +304,10 @@ fn run(inner: &Inner) {
 fn sync_slot(slot: &Slot, full: bool) {
     let (target, files, dir_dirty) = {
         let mut st = lock(&slot.state);
+        let forced = std::mem::take(&mut st.forced);
         let unsynced = st.written > st.synced || st.dir_dirty;
         let retire_waits = st.retire.iter().any(|r| r.0 > st.synced);
-        if !(unsynced && (full || retire_waits)) {
+        if !forced && !(unsynced && (full || retire_waits)) {
             drop(st);
             delete_retired(slot);
             return;
@@ -293,7 +315,7 @@ fn sync_slot(slot: &Slot, full: bool) {
         (
             st.written,
             std::mem::take(&mut st.files),
-            std::mem::take(&mut st.dir_dirty),
+            std::mem::take(&mut st.dir_dirty) || forced,
         )
     };
     let t0 = Instant::now();

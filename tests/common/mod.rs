@@ -79,6 +79,16 @@ impl Server {
         Server::spawn(args, false)
     }
 
+    /// A server some test started itself and saw listening on `addr` (plain only).
+    pub fn adopt(addr: SocketAddr, child: Child) -> Server {
+        Server {
+            addr,
+            tls_addr: None,
+            child,
+            log: None,
+        }
+    }
+
     /// Like [`Server::start`], keeping what the server logs (still shown) for
     /// [`Server::log`].
     pub fn start_logged(args: &[&str]) -> Server {

@@ -10,6 +10,14 @@
 //! Compaction: a sealed segment whose live records fell below half is rewritten by
 //! re-appending its live records from memory (a scan of the cache, a slice of it per loop
 //! round), then retired; the store deletes the file once the copies are synced.
+//!
+//! A failing disk (DECISIONS §6): from the first failed write the journal is unhealthy
+//! (`/health` says why). It then appends nothing: with `--fsync always` the engine refuses
+//! publishes ([`Journal::refuses`]); otherwise messages stay in memory only (counted as
+//! deferred). Once a second it probes the disk ([`Log::probe`]); when the probe succeeds,
+//! a repair pass re-appends from memory every record that a failed write lost or that was
+//! deferred, and only then does compaction start again. A compaction during which a write
+//! failed is abandoned (its segments are not retired: some copies may be lost).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,8 +31,15 @@ use crate::store::{FsyncMode, Loc, Log, SegmentId, StoreError, SyncEvent, Syncer
 /// Cache keys looked at per loop round while compacting.
 const COMPACT_KEYS: usize = 1024;
 
+/// Cache keys looked at per loop round while repairing (most need no copy, and `--fsync
+/// always` refuses publishes until the repair is done).
+const REPAIR_KEYS: usize = 16 * 1024;
+
 /// Segments rewritten by one compaction at most.
 const COMPACT_SEGMENTS: usize = 4;
+
+/// Milliseconds between two probes of a failing disk.
+const PROBE_MS: u64 = 1000;
 
 /// An answer held until its record is on stable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +73,11 @@ enum Cancels {
 }
 
 impl Cancels {
+    /// Whether this is the removal of webhook `url` of `topic`.
+    fn is_webhook(&self, topic: &str, url: &str) -> bool {
+        matches!(self, Cancels::Webhook { topic: t, url: u } if &**t == topic && &**u == url)
+    }
+
     fn entry(&self) -> Entry<'_> {
         match self {
             Cancels::Webhook { topic, url } => Entry::WebhookRemove { topic, url },
@@ -80,11 +100,15 @@ struct Tombstone {
     what: Cancels,
 }
 
-/// A compaction in progress.
+/// A pass over the cache in progress: a compaction of `segments`, or (no segments) a repair
+/// of what the log lost.
 #[derive(Debug)]
 struct Compaction {
     segments: Vec<SegmentId>,
     next_key: usize,
+    /// The journal's failure count when the pass started: a pass that saw a failure is not
+    /// finished (a compaction retires nothing, a repair goes again).
+    failures: u64,
 }
 
 /// One home worker's journal.
@@ -96,11 +120,25 @@ pub struct Journal {
     /// Answers waiting for their record's sync: (lsn, to whom, what), in lsn order.
     held: VecDeque<(u64, u16, super::Ticket, Held)>,
     tombstones: Vec<Tombstone>,
+    /// Cancellations not recorded (the disk was failing): (what, segment of the cancelled
+    /// record), recorded by the repair.
+    unrecorded: Vec<(Cancels, SegmentId)>,
     compaction: Option<Compaction>,
     health: Arc<Health>,
     /// This journal's name in `/health` (`storage w0`).
     part: String,
     healthy: bool,
+    /// Failed writes and appends so far.
+    failures: u64,
+    /// Some record was lost or deferred since the last complete repair.
+    dirty: bool,
+    /// When the failing disk is probed next (worker clock, ms).
+    next_probe: u64,
+    /// The highest log sequence number reported synced.
+    synced: u64,
+    /// Answers settled outside [`Journal::flush`] and [`Journal::on_sync`], handed out by
+    /// them.
+    settled: Vec<Settled>,
     scratch: Vec<Loc>,
 }
 
@@ -130,10 +168,16 @@ impl Journal {
             syncer: Some(syncer),
             held: VecDeque::new(),
             tombstones: Vec::new(),
+            unrecorded: Vec::new(),
             compaction: None,
             health,
             part,
             healthy: true,
+            failures: 0,
+            dirty: false,
+            next_probe: 0,
+            synced: 0,
+            settled: Vec::new(),
             scratch: Vec::new(),
         }
     }
@@ -143,9 +187,17 @@ impl Journal {
         self.mode == FsyncMode::Always
     }
 
-    /// Refuse what would be answered after a sync while the disk fails (DECISIONS §6).
+    /// Refuse what would be answered after a sync while the disk fails (DECISIONS §6),
+    /// and until the repair after it has written again what the failure lost.
     pub fn refuses(&self) -> bool {
-        self.answers_after_sync() && !self.healthy
+        self.answers_after_sync() && (!self.healthy || self.dirty)
+    }
+
+    /// With `--fsync always`, the log sequence number to wait for before answering a
+    /// duplicate: its original may still be waiting for its sync (`None`: answer now).
+    pub fn unsynced(&self) -> Option<u64> {
+        let last = self.log.last_lsn();
+        (self.answers_after_sync() && last > self.synced).then_some(last)
     }
 
     /// The log (to keep recovered records).
@@ -157,16 +209,44 @@ impl Journal {
         let ok = r.is_ok();
         if ok != self.healthy {
             self.healthy = ok;
+            match &r {
+                Ok(()) => log::info!("{}: the disk works again", self.part),
+                Err(why) => log::error!(
+                    "{}: {why}; {}",
+                    self.part,
+                    if self.answers_after_sync() {
+                        "publishes are refused until the disk works again"
+                    } else {
+                        "messages are kept in memory only until the disk works again"
+                    }
+                ),
+            }
             self.health.report(&self.part, r.err());
         }
     }
 
+    /// A failed write or append: the answers of the records it lost are settled as
+    /// failed, and what it lost will be repaired.
+    fn fail(&mut self, err: &StoreError) {
+        self.failures += 1;
+        self.dirty = true;
+        if let StoreError::DiskFull { lost, .. } | StoreError::WriteFailed { lost, .. } = err {
+            self.settle_lost(*lost);
+        }
+        self.note(Err(err.to_string()));
+    }
+
     fn append(&mut self, e: &Entry<'_>) -> Option<crate::store::Appended> {
+        if !self.healthy {
+            // Kept in memory only; the repair writes it once the disk works.
+            self.dirty = true;
+            self.log.metrics().records_deferred.add(1);
+            return None;
+        }
         match self.log.append_entry(e) {
             Ok(a) => Some(a),
             Err(err) => {
-                log::warn!("{}: {err}", self.part);
-                self.note(Err(err.to_string()));
+                self.fail(&err);
                 None
             }
         }
@@ -195,13 +275,13 @@ impl Journal {
     }
 
     /// Records a new webhook registration; a tombstone of the same pair is no longer needed
-    /// (a copy of it after this record would cancel the registration on replay).
+    /// (a copy of it after this record would cancel it on replay).
     pub fn webhook_add(&mut self, topic: &str, url: &str) -> Option<crate::store::Appended> {
+        self.unrecorded
+            .retain(|(what, _)| !what.is_webhook(topic, url));
         let mut i = 0;
         while i < self.tombstones.len() {
-            let same = matches!(&self.tombstones[i].what,
-                Cancels::Webhook { topic: t, url: u } if &**t == topic && &**u == url);
-            if same {
+            if self.tombstones[i].what.is_webhook(topic, url) {
                 let t = self.tombstones.swap_remove(i);
                 self.log.release(t.record);
             } else {
@@ -231,12 +311,19 @@ impl Journal {
 
     fn cancel(&mut self, what: Cancels, record: Loc) {
         self.log.release(record);
-        if let Some(a) = self.append(&what.entry()) {
-            self.tombstones.push(Tombstone {
+        self.tombstone(what, record.segment);
+    }
+
+    /// Appends the record of `what`, which cancels a record in segment `cancels`; when the
+    /// log cannot take it, the repair will.
+    fn tombstone(&mut self, what: Cancels, cancels: SegmentId) {
+        match self.append(&what.entry()) {
+            Some(a) => self.tombstones.push(Tombstone {
                 record: a.loc,
-                cancels: record.segment,
+                cancels,
                 what,
-            });
+            }),
+            None => self.unrecorded.push((what, cancels)),
         }
     }
 
@@ -260,10 +347,31 @@ impl Journal {
         }
     }
 
+    /// Takes the held answers of records a failed write lost (`lost`); the earlier ones
+    /// keep waiting for their sync.
+    fn settle_lost(&mut self, lost: crate::store::Lsns) {
+        let mut kept = VecDeque::with_capacity(self.held.len());
+        for (lsn, core, ticket, what) in self.held.drain(..) {
+            if (lost.first..=lost.last).contains(&lsn) {
+                self.settled.push(Settled {
+                    core,
+                    ticket,
+                    what,
+                    ok: false,
+                });
+            } else {
+                kept.push_back((lsn, core, ticket, what));
+            }
+        }
+        self.held = kept;
+    }
+
     /// A report of the sync thread; the answers it settles go to `out`.
     pub fn on_sync(&mut self, ev: SyncEvent, out: &mut Vec<Settled>) {
+        out.append(&mut self.settled);
         match ev {
             SyncEvent::Synced(n) => {
+                self.synced = self.synced.max(n);
                 self.settle(n, true, out);
                 let h = self.log.health();
                 self.note(h);
@@ -274,6 +382,7 @@ impl Journal {
                 self.note(h);
             }
             SyncEvent::Retired(seg) => {
+                self.unrecorded.retain(|r| r.1 != seg);
                 let mut i = 0;
                 while i < self.tombstones.len() {
                     if self.tombstones[i].cancels == seg {
@@ -296,52 +405,126 @@ impl Journal {
             self.log.release(loc);
         }
         self.scratch = released;
-        match self.log.flush() {
-            Ok(_) => {}
-            Err(e) => {
-                log::warn!("{}: {e}", self.part);
-                if let StoreError::DiskFull { lost, .. } | StoreError::WriteFailed { lost, .. } = &e
-                {
-                    self.settle(lost.last, false, out);
+        if let Err(e) = self.log.flush() {
+            self.fail(&e);
+        }
+        out.append(&mut self.settled);
+    }
+
+    /// Probes a failing disk, at most once a second.
+    fn probe(&mut self) {
+        let now = crate::clock::now_ms();
+        if now < self.next_probe {
+            return;
+        }
+        self.next_probe = now + PROBE_MS;
+        match self.log.probe() {
+            Ok(()) => {
+                let h = self.log.health();
+                self.note(h);
+            }
+            Err(e) => self.fail(&e),
+        }
+    }
+
+    /// One slice of background work (called every loop round): while the disk fails, a
+    /// probe now and then; then the repair of what was lost; else compaction.
+    pub fn compact_step(&mut self, home: &mut HomeTopics) {
+        self.log.report_usage();
+        if !self.healthy {
+            return self.probe();
+        }
+        if self.compaction.is_none() {
+            let segments = if self.dirty {
+                self.repair_records(home);
+                Vec::new()
+            } else {
+                let mut segments = self.log.candidates();
+                if segments.is_empty() {
+                    return;
                 }
-                self.note(Err(e.to_string()));
+                segments.truncate(COMPACT_SEGMENTS);
+                self.copy_webhooks(home, &segments);
+                segments
+            };
+            self.compaction = Some(Compaction {
+                segments,
+                next_key: 0,
+                failures: self.failures,
+            });
+        }
+        let Some(c) = self.compaction.as_ref() else {
+            return;
+        };
+        let from = c.next_key;
+        let slice = if c.segments.is_empty() {
+            REPAIR_KEYS
+        } else {
+            COMPACT_KEYS
+        };
+        let to = (from + slice).min(home.key_bound());
+        let keys: Vec<usize> = if c.segments.is_empty() {
+            (from..to).filter(|&k| self.lost(home, k)).collect()
+        } else {
+            home.records_in(from..to, &c.segments)
+        };
+        if let Some(c) = self.compaction.as_mut() {
+            c.next_key = to;
+        }
+        for key in keys {
+            self.copy_message(home, key);
+        }
+        if to >= home.key_bound() {
+            self.finish_pass();
+        }
+    }
+
+    /// The end of a pass over the cache: a compaction retires its segments, a repair
+    /// leaves the journal clean; unless a write failed meanwhile.
+    fn finish_pass(&mut self) {
+        let Some(c) = self.compaction.take() else {
+            return;
+        };
+        if c.failures != self.failures {
+            return;
+        }
+        if c.segments.is_empty() {
+            self.dirty = false;
+        }
+        for s in c.segments {
+            if let Err(e) = self.log.retire(s) {
+                log::warn!("{}: {e}", self.part);
             }
         }
     }
 
-    /// One slice of compaction work (called every loop round).
-    pub fn compact_step(&mut self, home: &mut HomeTopics) {
-        if self.compaction.is_none() {
-            let mut segments = self.log.candidates();
-            if segments.is_empty() {
-                return;
-            }
-            segments.truncate(COMPACT_SEGMENTS);
-            self.copy_webhooks(home, &segments);
-            self.compaction = Some(Compaction {
-                segments,
-                next_key: 0,
-            });
-        }
-        let Some(c) = self.compaction.as_mut() else {
-            return;
-        };
-        let from = c.next_key;
-        let to = (from + COMPACT_KEYS).min(home.key_bound());
-        let keys = home.records_in(from..to, &c.segments);
-        c.next_key = to;
-        let done = to >= home.key_bound();
-        for key in keys {
-            self.copy_message(home, key);
-        }
-        if done {
-            if let Some(c) = self.compaction.take() {
-                for s in c.segments {
-                    if let Err(e) = self.log.retire(s) {
-                        log::warn!("{}: {e}", self.part);
-                    }
+    /// The cached message at `key` has no record in the log (deferred, or lost by a
+    /// failed write).
+    fn lost(&self, home: &HomeTopics, key: usize) -> bool {
+        home.message(key)
+            .is_some_and(|(_, m)| !m.record.is_some_and(|r| self.log.holds(r)))
+    }
+
+    /// The start of a repair: the webhook registrations and removals the log lost.
+    fn repair_records(&mut self, home: &mut HomeTopics) {
+        for (topic, url, record) in home.webhook_records() {
+            if !record.is_some_and(|r| self.log.holds(r)) {
+                if let Some(a) = self.append(&Entry::WebhookAdd {
+                    topic: &topic,
+                    url: &url,
+                }) {
+                    home.set_webhook_record(&topic, &url, a.loc);
                 }
             }
+        }
+        let (lost, kept): (Vec<Tombstone>, Vec<Tombstone>) = std::mem::take(&mut self.tombstones)
+            .into_iter()
+            .partition(|t| !self.log.holds(t.record));
+        self.tombstones = kept;
+        let mut cancels = std::mem::take(&mut self.unrecorded);
+        cancels.extend(lost.into_iter().map(|t| (t.what, t.cancels)));
+        for (what, segment) in cancels {
+            self.tombstone(what, segment);
         }
     }
 
@@ -384,7 +567,7 @@ impl Journal {
         for key in 0..home.key_bound() {
             self.copy_message(home, key);
         }
-        for (topic, url) in home.all_webhooks() {
+        for (topic, url, _) in home.webhook_records() {
             if let Some(a) = self.append(&Entry::WebhookAdd {
                 topic: &topic,
                 url: &url,
@@ -437,13 +620,11 @@ impl Journal {
         self.tombstones
             .retain(|t| !segments.contains(&t.record.segment));
         for (what, cancels) in copies {
-            if let Some(a) = self.append(&what.entry()) {
-                self.tombstones.push(Tombstone {
-                    record: a.loc,
-                    cancels,
-                    what,
-                });
-            }
+            self.tombstone(what, cancels);
         }
     }
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;

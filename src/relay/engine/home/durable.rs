@@ -82,11 +82,15 @@ impl HomeTopics {
         self.cache.set_record(key, loc);
     }
 
-    /// Every webhook registration: (topic, url).
-    pub fn all_webhooks(&self) -> Vec<(Arc<str>, Arc<str>)> {
+    /// Every webhook registration with its record: (topic, url, record).
+    pub fn webhook_records(&self) -> Vec<(Arc<str>, Arc<str>, Option<Loc>)> {
         self.topics
             .iter()
-            .flat_map(|(_, t)| t.webhooks.iter().map(|w| (t.name.clone(), w.url.clone())))
+            .flat_map(|(_, t)| {
+                t.webhooks
+                    .iter()
+                    .map(|w| (t.name.clone(), w.url.clone(), w.record))
+            })
             .collect()
     }
 

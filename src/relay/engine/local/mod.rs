@@ -151,7 +151,9 @@ impl LocalEngine {
         let now = crate::clock::now_ms();
         let o = self.home.store(&req, hash, now);
         let Stored::New(pos) = o.stored else {
-            return (Ok(o.stored), None);
+            // A duplicate is as durable as its original, which may still wait for its sync.
+            let wait = self.journal.as_ref().and_then(Journal::unsynced);
+            return (Ok(o.stored), wait);
         };
         let mut wait = None;
         if let (Some(j), Some(key)) = (self.journal.as_mut(), o.key) {

@@ -1,0 +1,120 @@
+//! Damage to the data directory and a second process on it (DECISIONS §6), through the
+//! real binary: a second server on the same directory is refused with a clear message and
+//! a non-zero exit; a torn tail (bytes cut off, or garbage appended, while the server was
+//! stopped) is cut at start and logged, and every whole record is served; a record whose
+//! bytes were damaged in the middle of a segment is skipped, logged and counted, and the
+//! others are served.
+
+mod common;
+mod durability_support;
+
+use std::io::Write;
+
+use durability_support::{history, run_to_exit, Dir, Node};
+
+/// A server on `dir` at `--threads 1` with `n` messages published on one topic, stopped
+/// with SIGTERM. Returns the topic and its messages in order.
+fn stopped_with_messages(dir: &Dir, n: usize) -> (String, Vec<String>) {
+    let topic = common::topic();
+    let node = Node::start(dir, &["--threads", "1"]);
+    let mut ws = node.ws();
+    let messages: Vec<String> = (0..n)
+        .map(|i| format!("message {i:03} {}", common::hex(200, i as u64 + 7)))
+        .collect();
+    for m in &messages {
+        ws.publish(&topic, m);
+    }
+    assert!(node.sigterm().success());
+    (topic, messages)
+}
+
+/// The one segment file of a `--threads 1` server that wrote once.
+fn only_segment(dir: &Dir) -> std::path::PathBuf {
+    let segs = dir.segments();
+    assert_eq!(segs.len(), 1, "{segs:?}");
+    segs[0].clone()
+}
+
+#[test]
+fn a_second_process_on_the_same_directory_is_refused_with_a_clear_message() {
+    let dir = Dir::new("second");
+    let first = Node::start(&dir, &["--threads", "1"]);
+    let (status, stderr) = run_to_exit(&dir, &["--threads", "1"]);
+    assert!(!status.success(), "the second process ran: {status}");
+    let want = format!(
+        "data directory {} is in use by another walletrelay process (pid {})",
+        dir.arg(),
+        first.child.id()
+    );
+    assert!(stderr.contains(&want), "stderr: {stderr}");
+    first.assert_serving("a second process was refused");
+    first.kill9();
+    // The lock died with the process: the directory is free again.
+    let again = Node::start(&dir, &["--threads", "1"]);
+    again.assert_serving("restart after kill -9");
+}
+
+#[test]
+fn a_torn_tail_is_cut_and_logged_and_every_whole_record_is_served() {
+    let dir = Dir::new("torn");
+    let (topic, messages) = stopped_with_messages(&dir, 20);
+    let seg = only_segment(&dir);
+    let whole = std::fs::metadata(&seg).unwrap().len();
+
+    // Garbage appended (a crash while extending the file, a disk that wrote junk).
+    let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+    f.write_all(&[0xAB; 100]).unwrap();
+    drop(f);
+    let node = Node::start(&dir, &["--threads", "1"]);
+    let cut = node.wait_log("torn tail of 100 bytes");
+    assert!(cut.contains(&format!("at offset {whole} cut off")), "{cut}");
+    let (n, _, line) = node.recovered();
+    assert_eq!(n, 20, "{line}");
+    assert!(line.contains("1 torn tails cut"), "{line}");
+    assert_eq!(node.metric("walletrelay_store_truncated_bytes"), 100.0);
+    assert_eq!(history(&node, &topic, "marker-1"), messages);
+    assert!(node.sigterm().success());
+
+    // The last record cut short (a crash mid-write): it is dropped, the rest served. The
+    // marker of the first check is the newest record of this run's own segment.
+    let newest = dir.segments().pop().unwrap();
+    let len = std::fs::metadata(&newest).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+    let node = Node::start(&dir, &["--threads", "1"]);
+    node.wait_log("torn tail of");
+    let (n, _, line) = node.recovered();
+    assert_eq!(n, 20, "the marker is gone, the 20 remain: {line}");
+    assert_eq!(history(&node, &topic, "marker-2"), messages);
+    node.assert_serving("a torn tail");
+}
+
+#[test]
+fn a_damaged_record_is_skipped_logged_and_counted_and_the_others_are_served() {
+    let dir = Dir::new("damaged");
+    let (topic, messages) = stopped_with_messages(&dir, 20);
+    let seg = only_segment(&dir);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes
+        .windows(11)
+        .position(|w| w == b"message 010")
+        .expect("message 10 in the segment");
+    bytes[at + 20] ^= 0x55;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let node = Node::start(&dir, &["--threads", "1"]);
+    let warn = node.wait_log("damaged bytes at offset");
+    assert!(warn.contains(&seg.display().to_string()), "{warn}");
+    let (n, _, line) = node.recovered();
+    assert_eq!(n, 19, "{line}");
+    assert!(line.contains("1 damaged regions skipped"), "{line}");
+    assert_eq!(node.metric("walletrelay_store_skipped_records"), 1.0);
+    let mut want = messages.clone();
+    want.remove(10);
+    assert_eq!(history(&node, &topic, "marker"), want);
+    node.assert_serving("a damaged record");
+}

@@ -1,0 +1,79 @@
+//! What else a restart restores (DECISIONS §6): webhook registrations (a webhook registered
+//! before a `kill -9` is called for a publish after the restart, also when `--threads`
+//! changed), and each message's absolute expiry (its time to live keeps running while the
+//! server is down: a message whose ttl ends during the outage is not served after it).
+
+mod common;
+mod durability_support;
+mod webhook_support;
+
+use std::time::Duration;
+
+use durability_support::{history, Dir, Node};
+use serde_json::json;
+use webhook_support::{Receiver, Reply};
+
+#[test]
+fn a_webhook_registered_before_kill_9_fires_after_the_restart() {
+    let hooks = Receiver::start(|_| Reply::Status(200));
+    let dir = Dir::new("webhook");
+    let topics: Vec<String> = (0..4).map(|_| common::topic()).collect();
+    let node = Node::start(&dir, &["--threads", "2", "--webhook-allow-private"]);
+    for t in &topics {
+        let (status, body) = node.register_webhook(t, &hooks.url(&format!("/hook/{t}")));
+        assert_eq!((status, body.as_str()), (200, r#"{"success":true}"#));
+    }
+    node.kill9();
+
+    for threads in ["1", "2"] {
+        let node = Node::start(&dir, &["--threads", threads, "--webhook-allow-private"]);
+        let (_, webhooks, line) = node.recovered();
+        assert_eq!(webhooks, topics.len() as u64, "{line}");
+        for t in &topics {
+            node.ws()
+                .publish(t, &format!("after restart at --threads {threads}"));
+            let seen = hooks
+                .next(Duration::from_secs(10))
+                .unwrap_or_else(|| panic!("no webhook call for {t} at --threads {threads}"));
+            assert_eq!(seen.method, "POST");
+            assert_eq!(seen.target, format!("/hook/{t}"));
+            let body: serde_json::Value = serde_json::from_slice(&seen.body).unwrap();
+            assert_eq!(body, json!({ "topic": t }));
+        }
+        // Registering again after the restart keeps one registration: one call a publish.
+        let (status, _) =
+            node.register_webhook(&topics[0], &hooks.url(&format!("/hook/{}", topics[0])));
+        assert_eq!(status, 200);
+        node.ws()
+            .publish(&topics[0], &format!("once at --threads {threads}"));
+        assert!(hooks.next(Duration::from_secs(10)).is_some());
+        assert!(
+            hooks.next(Duration::from_millis(300)).is_none(),
+            "called twice"
+        );
+        node.kill9();
+    }
+}
+
+#[test]
+fn a_message_whose_ttl_ends_while_the_server_is_down_is_gone_after_the_restart() {
+    let dir = Dir::new("ttl");
+    let topic = common::topic();
+    let node = Node::start(&dir, &["--threads", "1"]);
+    let mut ws = node.ws();
+    for (message, ttl) in [("short", 2), ("long", 3600), ("short too", 1)] {
+        let r = ws.call(
+            "waku_publish",
+            json!({ "topic": topic, "message": message, "ttl": ttl }),
+        );
+        assert_eq!(r["result"], true, "{r}");
+    }
+    node.kill9();
+    // Down longer than the short messages' ttl: they expire during the outage.
+    std::thread::sleep(Duration::from_secs(3));
+    let node = Node::start(&dir, &["--threads", "1"]);
+    let (messages, _, line) = node.recovered();
+    assert_eq!(messages, 1, "{line}");
+    assert!(line.contains("2 expired"), "{line}");
+    assert_eq!(history(&node, &topic, "marker"), ["long"]);
+}

@@ -162,6 +162,9 @@ impl Metrics {
     }
 
     /// Renders everything in the Prometheus text exposition format (version 0.0.4).
+    ///
+    /// One long function on purpose: a flat list of metric families in exposition order,
+    /// each a few lines; splitting it would scatter the families and their HELP texts.
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;

@@ -36,32 +36,7 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
     );
     let resp = match route {
         _ if req.upgrade_websocket && !ws_path => Response::json_error(404, "not found"),
-        Route::Hello => ctx.shared.hello.clone(),
-        Route::Health => match ctx.shared.health.problem() {
-            None => Response::empty(204),
-            Some(why) => Response::json_error(503, &why),
-        },
-        Route::Metrics => {
-            let (pool, more) = (&ctx.shared.webhooks, &ctx.shared.exporters);
-            let body = ctx.shared.metrics.render(&|s| {
-                pool.render_metrics(s);
-                more.iter().for_each(|e| e(s));
-            });
-            Response::new(200, "text/plain; version=0.0.4; charset=utf-8", body)
-        }
         Route::Registry => ctx.answers.respond(ctx.registry, &req),
-        Route::Preflight(allow) => Response::empty(204)
-            .with_header("Allow", allow)
-            .with_header("Access-Control-Allow-Methods", allow)
-            .with_header(
-                "Access-Control-Allow-Headers",
-                "Content-Type, If-None-Match",
-            )
-            .with_header("Access-Control-Max-Age", "86400"),
-        Route::MethodNotAllowed(allow) => {
-            Response::json_error(405, "method not allowed").with_header("Allow", allow)
-        }
-        Route::NotFound => Response::json_error(404, "not found"),
         Route::Subscribe => match register_webhook(conn, req.body, ctx) {
             Some(resp) => resp,
             None => {
@@ -77,6 +52,7 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
                 input.len()
             };
         }
+        other => fixed_answer(other, ctx),
     };
     response::write(&mut conn.out, &resp, ctx.date, head_only, close);
     if close {
@@ -94,6 +70,39 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         conn.phase = Phase::Http(HttpWait::Output);
     }
     n
+}
+
+/// The answer of a route that needs neither the request's body nor the relay.
+fn fixed_answer(route: Route, ctx: &Ctx<'_>) -> Response {
+    match route {
+        Route::Hello => ctx.shared.hello.clone(),
+        Route::Health => match ctx.shared.health.problem() {
+            None => Response::empty(204),
+            Some(why) => Response::json_error(503, &why),
+        },
+        Route::Metrics => {
+            let (pool, more) = (&ctx.shared.webhooks, &ctx.shared.exporters);
+            let body = ctx.shared.metrics.render(&|s| {
+                pool.render_metrics(s);
+                more.iter().for_each(|e| e(s));
+            });
+            Response::new(200, "text/plain; version=0.0.4; charset=utf-8", body)
+        }
+        Route::Preflight(allow) => Response::empty(204)
+            .with_header("Allow", allow)
+            .with_header("Access-Control-Allow-Methods", allow)
+            .with_header(
+                "Access-Control-Allow-Headers",
+                "Content-Type, If-None-Match",
+            )
+            .with_header("Access-Control-Max-Age", "86400"),
+        Route::MethodNotAllowed(allow) => {
+            Response::json_error(405, "method not allowed").with_header("Allow", allow)
+        }
+        Route::NotFound | Route::Registry | Route::Subscribe | Route::Relay | Route::Echo => {
+            Response::json_error(404, "not found")
+        }
+    }
 }
 
 /// `POST /subscribe`: the answer, or `None` when it comes later from the topic's store.

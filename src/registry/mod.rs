@@ -248,6 +248,9 @@ impl Registry {
 
     /// Builds the registry from the contents of a wallets file and a dapps file, each given
     /// as `(name used in errors, bytes)`.
+    ///
+    /// Long on purpose (about 140 lines): the precomputation of every index the workers
+    /// serve from, in the order each depends on the previous, run once per load.
     pub fn from_json(
         wallets: (&str, &[u8]),
         dapps: (&str, &[u8]),

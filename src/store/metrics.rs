@@ -113,6 +113,8 @@ pub struct StoreMetrics {
 
 /// Appends the store's metrics (one series per log, labelled `log="<owner>"`) and the
 /// recovery figures of this start to `out`.
+///
+/// Long on purpose: a flat list of metric families in exposition order.
 pub fn render(out: &mut String, logs: &[(&str, &StoreMetrics)], recovered: &RecoveryStats) {
     type Get = fn(&StoreMetrics) -> u64;
     let per_log: [(&str, &str, &str, Get); 10] = [

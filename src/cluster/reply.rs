@@ -56,6 +56,12 @@ pub(crate) fn answer_slot(
 /// Answers a command with its reply (a server error or a reply of the wrong shape answers
 /// `Unavailable`).
 fn answer(ctx: &ShardCtx, c: Command, v: Value) {
+    if let (Command::Alive, Value::ServerError(e)) = (&c, &v) {
+        log::warn!("redis shard {}: liveness refresh: {e:?}", ctx.addr);
+    }
+    if let Command::Alive = c {
+        return;
+    }
     ctx.stats.commands.inc();
     if let Value::ServerError(e) = &v {
         log::warn!(

@@ -434,7 +434,9 @@ impl Runner {
     fn send(&mut self, retried: bool) -> Result<(), RedisError> {
         self.pack_all();
         let cmds = std::mem::take(&mut self.batch);
-        self.ctx.stats.in_flight.add(cmds.len() as u64);
+        // The liveness refresh is the node's own business: not a command in the metrics.
+        let counted = cmds.iter().filter(|c| !matches!(c, Command::Alive)).count();
+        self.ctx.stats.in_flight.add(counted as u64);
         // Queued before writing, so a failed write answers them too.
         self.inflight.push_back(Round {
             cmds,
@@ -464,8 +466,13 @@ impl Runner {
             return Ok(());
         };
         let conn = self.conn.as_mut().ok_or_else(not_connected)?;
-        let mut cmds = cmds.into_iter();
+        let mut cmds = cmds.into_iter().peekable();
         for slot in slots {
+            let counted = if let Some(Command::Alive) = cmds.peek() {
+                0
+            } else {
+                slot.n as u64
+            };
             match conn.recv_response() {
                 Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT" && !retried => {
                     self.retry.extend(cmds.by_ref().take(slot.n))
@@ -477,7 +484,7 @@ impl Runner {
                     return Err(e);
                 }
             }
-            self.ctx.stats.in_flight.sub(slot.n as u64);
+            self.ctx.stats.in_flight.sub(counted);
         }
         self.ctx.stats.observe_rtt(t0.elapsed());
         if !self.retry.is_empty() && self.inflight.is_empty() {

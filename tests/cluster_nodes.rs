@@ -12,8 +12,6 @@ mod common;
 mod redis_server;
 mod webhook_support;
 
-use std::time::Duration;
-
 use cluster_support::{channel_subscribers, nodes, publish_raw, push, pushes, topic_on, wait_for};
 use common::metrics::series;
 use common::topic;
@@ -168,17 +166,6 @@ mod webhooks {
     use super::*;
     use crate::webhook_support::{Receiver, Reply};
 
-    /// POSTs seen for each topic so far (the body names the topic).
-    fn calls(r: &Receiver, counts: &mut std::collections::HashMap<String, usize>) {
-        while let Some(s) = r.next(Duration::from_millis(1)) {
-            assert_eq!(s.method, "POST");
-            let body: serde_json::Value = serde_json::from_slice(&s.body).expect("json body");
-            *counts
-                .entry(body["topic"].as_str().expect("topic").to_string())
-                .or_default() += 1;
-        }
-    }
-
     #[test]
     fn a_webhook_registered_on_one_node_gets_one_post_per_stored_publish_in_the_cluster() {
         let r = RedisServer::start();
@@ -214,12 +201,12 @@ mod webhooks {
         assert_eq!(publish_raw(&mut p3, &bar3, "b", None)["result"], true);
         let mut counts = std::collections::HashMap::new();
         wait_for("both barrier POSTs and the topic's", || {
-            calls(&rx, &mut counts);
+            rx.count_by_topic(&mut counts);
             counts.get(&bar2) == Some(&1)
                 && counts.get(&bar3) == Some(&1)
                 && counts.get(&tp).copied().unwrap_or(0) >= 10
         });
-        calls(&rx, &mut counts);
+        rx.count_by_topic(&mut counts);
         assert_eq!(counts.get(&tp), Some(&10), "one POST per stored publish");
         assert_eq!(counts.len(), 3, "{counts:?}");
     }

@@ -7,9 +7,16 @@
 //! `tests/e2e-js-v1/session.mjs`; this test installs its locked dependencies if needed (a failed
 //! install fails the test with npm's output), starts the real binary and runs the script.
 //!
-//! Needs Node.js (18 or later; CI uses 20) and npm on `PATH`.
+//! The same scenario also runs across three nodes of a cluster on a real Redis (DECISIONS
+//! §7): dApp on node 1, wallet on node 2, the returning wallet on node 3 (the request kept
+//! pending while it was offline is kept in Redis).
+//!
+//! Needs Node.js (18 or later; CI uses 20) and npm on `PATH`; the cluster run also needs
+//! `redis-server` (7.0 or later).
 
 mod common;
+#[path = "common/redis.rs"]
+mod redis_server;
 
 use common::{node, Server};
 use std::time::Duration;
@@ -18,17 +25,23 @@ use std::time::Duration;
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(120);
 
 fn run_session_script(threads: &str) {
-    node::ensure_node_modules("e2e-js-v1", "@walletconnect/client");
     let server = Server::start(&["--threads", threads]);
     let bridge = format!("ws://{}", server.addr);
+    run_session_script_at(&bridge, &format!("bridge {bridge} (--threads {threads})"));
+    drop(server);
+}
+
+/// Runs `session.mjs` with `BRIDGE_URL` = `bridge` (a comma-separated list: dApp, wallet,
+/// returning wallet).
+fn run_session_script_at(bridge: &str, what: &str) {
+    node::ensure_node_modules("e2e-js-v1", "@walletconnect/client");
     node::run_script(
         "e2e-js-v1",
         "session.mjs",
-        &[("BRIDGE_URL", &bridge)],
+        &[("BRIDGE_URL", bridge)],
         SCRIPT_DEADLINE,
-        &format!("bridge {bridge} (--threads {threads})"),
+        what,
     );
-    drop(server);
 }
 
 #[test]
@@ -39,4 +52,22 @@ fn walletconnect_1_client_connects_signs_gets_pending_request_and_disconnects_th
 #[test]
 fn walletconnect_1_client_connects_signs_gets_pending_request_and_disconnects_threads_4() {
     run_session_script("4");
+}
+
+#[test]
+fn walletconnect_1_client_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
+    let redis = redis_server::RedisServer::start();
+    let url = redis.url();
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::start(&["--threads", "2", "--redis", &url]))
+        .collect();
+    let bridge = nodes
+        .iter()
+        .map(|s| format!("ws://{}", s.addr))
+        .collect::<Vec<_>>()
+        .join(",");
+    run_session_script_at(
+        &bridge,
+        "3 nodes on one Redis: dApp node 1, wallet node 2, returning wallet node 3",
+    );
 }

@@ -29,22 +29,26 @@
 //! different threads, in no set order. Deliver to local subscribers from `Live`/`History`
 //! only (never straight from the publish), so every node delivers in the store's order.
 
+mod handle;
 mod pubsub;
 mod reply;
 pub mod ring;
 pub mod script;
 mod shard;
 mod stats;
+pub mod v1;
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::Sender;
 
+pub use handle::ClusterHandle;
 pub use ring::{fingerprint, shard_of, AddrError, ShardAddr};
 pub use shard::ConnectError;
+pub use v1::{V1PublishReq, V1Published};
 
 /// Where a cluster answer or a live message goes: `(worker index, event)`. Called on the
 /// cluster's own threads; it must not block (a `try_send` + wake).
@@ -94,6 +98,13 @@ pub struct ClusterConfig {
     pub read_max_count: usize,
     /// `watch`/`unwatch` requests waiting per shard.
     pub watch_queue: usize,
+    /// How long a WalletConnect 1.0 frame nobody was subscribed to is kept pending
+    /// (`--v1-pending-ttl`).
+    pub v1_pending_ttl: Duration,
+    /// A node's v1 subscribers count for `pub`s while its liveness key (refreshed every
+    /// `heartbeat`) was refreshed within this time: after a crash, frames still go live to
+    /// its subscribers (and are lost) for at most this long. Keep it a few heartbeats.
+    pub node_alive: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -115,6 +126,8 @@ impl Default for ClusterConfig {
             read_max_bytes: 4 << 20,
             read_max_count: 1000,
             watch_queue: 65_536,
+            v1_pending_ttl: Duration::from_secs(6 * 3600),
+            node_alive: Duration::from_secs(3),
         }
     }
 }
@@ -264,6 +277,20 @@ pub enum ClusterEvent {
         /// Added, exists, refused by a cap, or unavailable.
         result: Result<WebhookAdd, Unavailable>,
     },
+    /// A v1 `pub`'s outcome (to the publishing worker only).
+    V1Published {
+        /// The topic.
+        topic: Arc<str>,
+        /// Live or pending, with the webhooks to call; or unavailable.
+        result: Result<V1Published, Unavailable>,
+    },
+    /// The frames a [`ClusterHandle::v1_sub`] with a ticket took.
+    V1Taken {
+        /// The caller's ticket.
+        ticket: u64,
+        /// The pending frames, oldest first (now removed); or unavailable.
+        result: Result<Vec<Bytes>, Unavailable>,
+    },
 }
 
 /// Why the cluster side could not start.
@@ -307,6 +334,15 @@ pub struct Cluster {
     ports: Arc<[ShardPorts]>,
     stop: Mutex<Option<Sender<()>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    node: u64,
+}
+
+/// A random node id (never 0); the clock and pid when the OS has no randomness to give.
+fn node_id() -> u64 {
+    let r = getrandom::u64().unwrap_or_else(|_| {
+        crate::clock::unix_ms().rotate_left(20) ^ u64::from(std::process::id())
+    });
+    r | 1
 }
 
 impl Cluster {
@@ -316,12 +352,14 @@ impl Cluster {
         let addrs = ShardAddr::parse_list(&cfg.urls)?;
         let fp = fingerprint(&addrs);
         let cfg = Arc::new(cfg);
+        let node = node_id();
         let per_shard = cfg.max_webhooks.div_ceil(addrs.len()) as u64;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let mut conns = Vec::new();
         for (i, addr) in addrs.iter().enumerate() {
             let ctx = shard::ShardCtx {
                 idx: i,
+                node,
                 addr: addr.clone(),
                 fingerprint: fp.clone(),
                 cfg: Arc::clone(&cfg),
@@ -374,7 +412,14 @@ impl Cluster {
             ports: ports.into(),
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(threads),
+            node,
         })
+    }
+
+    /// This node's id among the cluster's nodes (random per start; its v1 subscriber
+    /// counts and liveness key carry it).
+    pub fn node(&self) -> u64 {
+        self.node
     }
 
     /// The handle a worker calls (one per worker; `worker` is the index events carry).
@@ -435,131 +480,5 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// A worker's access to the cluster. Every call returns at once: at most a `try_send`.
-#[derive(Clone)]
-pub struct ClusterHandle {
-    worker: usize,
-    ports: Arc<[ShardPorts]>,
-}
-
-impl ClusterHandle {
-    fn port(&self, topic: &str) -> &ShardPorts {
-        &self.ports[shard_of(topic.as_bytes(), self.ports.len())]
-    }
-
-    fn send(&self, topic: &str, c: shard::Command) -> Result<(), Unavailable> {
-        let p = self.port(topic);
-        match p.commands.try_send(c) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                p.stats
-                    .refused
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Err(Unavailable)
-            }
-        }
-    }
-
-    /// Counts a client request on `topic` that its worker answered "storage unavailable"
-    /// (the `redis_storage_unavailable_answers_total` metric of the topic's shard).
-    pub fn count_unavailable_answer(&self, topic: &str) {
-        self.port(topic)
-            .stats
-            .unavailable_answers
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Stores and publishes `req`; the outcome comes as `Published { ticket, .. }`. `Err`:
-    /// refused at once (the shard's queue is full), no event follows.
-    pub fn publish(&self, ticket: u64, req: PublishReq) -> Result<(), Unavailable> {
-        let topic = Arc::clone(&req.topic);
-        self.send(
-            &topic,
-            shard::Command::Publish {
-                worker: self.worker,
-                ticket,
-                req,
-            },
-        )
-    }
-
-    /// Reads the topic's unexpired messages after `(epoch, after_seq)` (from the start when
-    /// `epoch` is not the topic's current one, e.g. 0); the answer comes as `History`.
-    pub fn read(
-        &self,
-        ticket: u64,
-        ns: u8,
-        topic: &Arc<str>,
-        epoch: u64,
-        after_seq: u64,
-    ) -> Result<(), Unavailable> {
-        self.send(
-            topic,
-            shard::Command::Read {
-                worker: self.worker,
-                ticket,
-                ns,
-                topic: Arc::clone(topic),
-                epoch,
-                after: after_seq,
-            },
-        )
-    }
-
-    /// Registers `url` for `topic`; the outcome comes as `WebhookAdded`.
-    pub fn add_webhook(&self, ticket: u64, topic: &Arc<str>, url: &str) -> Result<(), Unavailable> {
-        self.send(
-            topic,
-            shard::Command::WebhookAdd {
-                worker: self.worker,
-                ticket,
-                topic: Arc::clone(topic),
-                url: url.into(),
-            },
-        )
-    }
-
-    /// Drops a registration (no answer).
-    pub fn remove_webhook(&self, topic: &Arc<str>, url: &str) -> Result<(), Unavailable> {
-        self.send(
-            topic,
-            shard::Command::WebhookRemove {
-                topic: Arc::clone(topic),
-                url: url.into(),
-            },
-        )
-    }
-
-    /// This worker wants the topic's live messages (`Live`), and a `Resync` whenever the
-    /// node's subscription becomes live. Idempotent per worker and topic.
-    pub fn watch(&self, ns: u8, topic: &Arc<str>) -> Result<(), Unavailable> {
-        self.ctl(topic, |worker, topic| pubsub::Ctl::Watch {
-            worker,
-            ns,
-            topic,
-        })
-    }
-
-    /// This worker no longer wants the topic; the node unsubscribes when no worker does.
-    pub fn unwatch(&self, ns: u8, topic: &Arc<str>) -> Result<(), Unavailable> {
-        self.ctl(topic, |worker, topic| pubsub::Ctl::Unwatch {
-            worker,
-            ns,
-            topic,
-        })
-    }
-
-    fn ctl(
-        &self,
-        topic: &Arc<str>,
-        make: impl FnOnce(usize, Arc<str>) -> pubsub::Ctl,
-    ) -> Result<(), Unavailable> {
-        self.port(topic)
-            .watch
-            .try_send(make(self.worker, Arc::clone(topic)))
-            .map_err(|_| Unavailable)
     }
 }

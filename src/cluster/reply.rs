@@ -56,6 +56,12 @@ pub(crate) fn answer_slot(
 /// Answers a command with its reply (a server error or a reply of the wrong shape answers
 /// `Unavailable`).
 fn answer(ctx: &ShardCtx, c: Command, v: Value) {
+    if let (Command::Alive, Value::ServerError(e)) = (&c, &v) {
+        log::warn!("redis shard {}: liveness refresh: {e:?}", ctx.addr);
+    }
+    if let Command::Alive = c {
+        return;
+    }
     ctx.stats.commands.inc();
     if let Value::ServerError(e) = &v {
         log::warn!(
@@ -79,13 +85,28 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             let result = script::decode_webhook_add(&v).map_err(|e| bad(ctx, e));
             (worker, ClusterEvent::WebhookAdded { ticket, result })
         }
-        Command::WebhookRemove { .. } => return,
+        Command::V1Publish { worker, req } => {
+            let result = super::v1::decode_pub(v).map_err(|e| bad(ctx, e));
+            let topic = req.topic;
+            (worker, ClusterEvent::V1Published { topic, result })
+        }
+        Command::V1Sub {
+            worker,
+            ticket: Some(ticket),
+            ..
+        } => {
+            let result = super::v1::decode_sub(v).map_err(|e| bad(ctx, e));
+            (worker, ClusterEvent::V1Taken { ticket, result })
+        }
+        Command::WebhookRemove { .. } | Command::V1Sub { .. } | Command::Alive => return,
     };
     if matches!(
         ev.1,
         ClusterEvent::Published { result: Err(_), .. }
             | ClusterEvent::History { result: Err(_), .. }
             | ClusterEvent::WebhookAdded { result: Err(_), .. }
+            | ClusterEvent::V1Published { result: Err(_), .. }
+            | ClusterEvent::V1Taken { result: Err(_), .. }
     ) {
         ctx.stats.unavailable.inc();
     }
@@ -99,6 +120,9 @@ fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {
 
 /// Answers a command `Unavailable`.
 pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
+    if let Command::Alive = c {
+        return;
+    }
     ctx.stats.unavailable.inc();
     let (worker, ev) = match c {
         Command::Publish { worker, ticket, .. } => (
@@ -122,7 +146,25 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
                 result: Err(Unavailable),
             },
         ),
-        Command::WebhookRemove { .. } => return,
+        Command::V1Publish { worker, req } => (
+            worker,
+            ClusterEvent::V1Published {
+                topic: req.topic,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::V1Sub {
+            worker,
+            ticket: Some(ticket),
+            ..
+        } => (
+            worker,
+            ClusterEvent::V1Taken {
+                ticket,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::WebhookRemove { .. } | Command::V1Sub { .. } | Command::Alive => return,
     };
     (ctx.events)(worker, ev);
 }

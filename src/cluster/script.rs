@@ -10,7 +10,8 @@
 //! `wr:{ns}:s:T` stream (id `<seq>-0`, fields `d` data, `x` expiry ms, `o` origin, `h` sha1
 //! of data), `wr:w:T` webhook set (per topic name, both
 //! namespaces: a `POST /subscribe` registration has none), `wr:webhooks` the shard's
-//! registration counter, `wr:ring` the shard-list fingerprint.
+//! registration counter, `wr:ring` the shard-list fingerprint; the WalletConnect 1.0 keys
+//! (`wr:1:v:T`, `wr:1:p:T`, `wr:node:<node>`) are described in `cluster::v1`.
 //! Channel: `wr:{db}:{ns}:T` (pub/sub is not per database, so the database is in the name).
 
 use bytes::Bytes;
@@ -27,8 +28,20 @@ pub const WEBHOOK_ADD: &str = include_str!("scripts/webhook_add.lua");
 /// `webhook_remove.lua`: drop a registration and its count.
 pub const WEBHOOK_REMOVE: &str = include_str!("scripts/webhook_remove.lua");
 
-/// The scripts in load order; [`Shas`] holds their digests in the same order.
-pub const ALL: [&str; 4] = [PUBLISH, READ, WEBHOOK_ADD, WEBHOOK_REMOVE];
+/// The scripts in load order; [`Shas`] holds their digests in the same order (the v1
+/// scripts are in `cluster::v1`).
+pub const ALL: [&str; 6] = [
+    PUBLISH,
+    READ,
+    WEBHOOK_ADD,
+    WEBHOOK_REMOVE,
+    super::v1::V1_PUB,
+    super::v1::V1_SUB,
+];
+/// Index of `v1_pub.lua` in [`ALL`] and [`Shas`].
+pub const V1_PUB_IDX: usize = 4;
+/// Index of `v1_sub.lua` in [`ALL`] and [`Shas`].
+pub const V1_SUB_IDX: usize = 5;
 
 /// The key holding the shard-list fingerprint.
 pub const RING_KEY: &[u8] = b"wr:ring";
@@ -37,7 +50,7 @@ const WEBHOOK_COUNT_KEY: &[u8] = b"wr:webhooks";
 
 /// SHA1 digests of the loaded scripts (what `EVALSHA` names), as returned by `SCRIPT LOAD`.
 #[derive(Debug, Clone, Default)]
-pub struct Shas(pub [String; 4]);
+pub struct Shas(pub [String; 6]);
 
 /// Appends RESP arrays of bulk strings to a buffer (a pipeline of commands).
 pub struct Packer<'a> {
@@ -382,7 +395,7 @@ mod tests {
     #[test]
     fn a_publish_group_packs_as_resp_and_parses_back() {
         let mut buf = Vec::new();
-        let shas = Shas(["a".into(), "b".into(), "c".into(), "d".into()]);
+        let shas = Shas(["a", "b", "c", "d", "e", "f"].map(String::from));
         pack_publish_group(
             &mut buf,
             &shas,

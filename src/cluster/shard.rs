@@ -1,8 +1,9 @@
 //! One shard's command thread: takes commands from the shard's bounded queue, writes them to
 //! Redis pipelined, reads the replies with a timeout and answers each through the event sink.
 //!
-//! Owns: the shard's command connection, its scripts' digests, reconnects with backoff, PING
-//! heartbeats while idle, the `command` half of the shard's health. Must not touch the
+//! Owns: the shard's command connection, its scripts' digests, reconnects with backoff, the
+//! heartbeat (the node's liveness key, `cluster::v1`, refreshed every `heartbeat`; while idle
+//! its reply is also the check that the connection is alive), the `command` half of the shard's health. Must not touch the
 //! subscriber connection (`pubsub`) or any worker state: it only calls the event sink.
 //!
 //! Failure rule: on any I/O error or timeout, every command in flight and every command
@@ -23,6 +24,7 @@ use super::reply::{answer_slot, unavailable, Slot};
 use super::ring::ShardAddr;
 use super::script::{self, PublishArgs, Shas};
 use super::stats::ShardStats;
+use super::v1::{self, V1PublishReq};
 use super::{ClusterConfig, EventSink, PublishReq};
 
 /// A request to a shard, with who asked (`worker`) and the caller's `ticket`.
@@ -52,6 +54,18 @@ pub(crate) enum Command {
     },
     /// Drop a webhook (no answer).
     WebhookRemove { topic: Arc<str>, url: Arc<str> },
+    /// A WalletConnect 1.0 `pub` (answered `V1Published`).
+    V1Publish { worker: usize, req: V1PublishReq },
+    /// A worker's v1 subscriber count of a topic, and its pending frames taken when
+    /// `ticket` is set (answered `V1Taken`).
+    V1Sub {
+        worker: usize,
+        ticket: Option<u64>,
+        topic: Arc<str>,
+        count: u32,
+    },
+    /// The node's liveness refresh (the heartbeat; no answer).
+    Alive,
 }
 
 impl Command {
@@ -63,6 +77,9 @@ impl Command {
             Command::WebhookAdd { topic, url, .. } | Command::WebhookRemove { topic, url } => {
                 topic.len() + url.len() + 96
             }
+            Command::V1Publish { req, .. } => req.frame.len() + 3 * req.topic.len() + 192,
+            Command::V1Sub { topic, .. } => 2 * topic.len() + 96,
+            Command::Alive => 64,
         }
     }
 }
@@ -105,6 +122,8 @@ pub(crate) fn set_health(slot: &Mutex<Option<String>>, v: Option<String>) {
 pub(crate) struct ShardCtx {
     /// Index in the `--redis` list.
     pub idx: usize,
+    /// This node (random per process start): its v1 subscriber counts and liveness key.
+    pub node: u64,
     /// Where the shard is.
     pub addr: ShardAddr,
     /// This node's shard-list fingerprint.
@@ -149,6 +168,8 @@ pub(crate) fn connect(ctx: &ShardCtx) -> Result<(Connection, Shas), ConnectError
         .cmd(2)
         .arg(b"GET")
         .arg(script::RING_KEY);
+    // Alive at once: a restarted Redis holds no liveness key until the first heartbeat.
+    v1::pack_alive(&mut buf, ctx.node);
     con.send_packed_command(&buf)?;
     let mut shas = Shas::default();
     for sha in shas.0.iter_mut() {
@@ -166,6 +187,9 @@ pub(crate) fn connect(ctx: &ShardCtx) -> Result<(Connection, Shas), ConnectError
         Value::ServerError(e) => return Err(RedisError::from(e).into()),
         _ => return Err(ConnectError::Setup("GET ring")),
     };
+    if let Value::ServerError(e) = con.recv_response()? {
+        return Err(RedisError::from(e).into());
+    }
     if theirs != ctx.fingerprint {
         return Err(ConnectError::Mismatch {
             ours: ctx.fingerprint.clone(),
@@ -196,6 +220,7 @@ pub(crate) fn spawn(
         slots: Vec::new(),
         inflight: VecDeque::new(),
         retry: Vec::new(),
+        alive_at: Instant::now(),
     };
     std::thread::Builder::new()
         .name(name)
@@ -220,6 +245,8 @@ struct Runner {
     inflight: VecDeque<Round>,
     /// Commands that met NOSCRIPT, run again after the scripts are reloaded.
     retry: Vec<Command>,
+    /// When the node's liveness key was last refreshed (queued).
+    alive_at: Instant,
 }
 
 /// Rounds written ahead of the replies: while Redis works through one, the next is already
@@ -260,13 +287,14 @@ impl Runner {
                         Err(_) => return,
                     },
                     recv(self.stop) -> _ => return,
-                    default(self.ctx.cfg.heartbeat) => {
-                        if let Err(e) = self.ping() {
-                            self.fail(&e);
-                        }
-                        continue;
-                    }
+                    // Idle: the liveness refresh is the heartbeat (its reply checks the
+                    // connection as a PING would).
+                    default(self.ctx.cfg.heartbeat) => {}
                 }
+            }
+            if self.alive_at.elapsed() >= self.ctx.cfg.heartbeat {
+                self.alive_at = Instant::now();
+                self.batch.push(Command::Alive);
             }
             if let Err(e) = self.step() {
                 self.fail(&e);
@@ -294,17 +322,6 @@ impl Runner {
             self.send(false)?;
         }
         self.recv_oldest()
-    }
-
-    fn ping(&mut self) -> Result<(), RedisError> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Ok(());
-        };
-        conn.send_packed_command(b"*1\r\n$4\r\nPING\r\n")?;
-        match conn.recv_response()? {
-            Value::ServerError(e) => Err(e.into()),
-            _ => Ok(()),
-        }
     }
 
     /// Packs the batch into `buf`: runs of publishes go as groups (one script call for up
@@ -377,6 +394,29 @@ impl Runner {
                 Command::WebhookRemove { topic, url } => {
                     script::pack_webhook_remove(buf, &self.shas, topic.as_bytes(), url.as_bytes())
                 }
+                Command::V1Publish { req, .. } => {
+                    let lim = v1::PubLimits {
+                        pending_ttl: cfg.v1_pending_ttl,
+                        cap: cfg.max_cached_per_topic as u64,
+                        alive: cfg.node_alive,
+                        db: self.ctx.addr.db,
+                    };
+                    v1::pack_pub(buf, &self.shas.0[script::V1_PUB_IDX], req, &lim)
+                }
+                Command::V1Sub {
+                    worker,
+                    ticket,
+                    topic,
+                    count,
+                } => v1::pack_sub(
+                    buf,
+                    &self.shas.0[script::V1_SUB_IDX],
+                    topic.as_bytes(),
+                    &v1::field(self.ctx.node, *worker),
+                    *count,
+                    ticket.is_some(),
+                ),
+                Command::Alive => v1::pack_alive(buf, self.ctx.node),
             }
             self.slots.push(Slot { n: 1, group: false });
         }
@@ -394,7 +434,9 @@ impl Runner {
     fn send(&mut self, retried: bool) -> Result<(), RedisError> {
         self.pack_all();
         let cmds = std::mem::take(&mut self.batch);
-        self.ctx.stats.in_flight.add(cmds.len() as u64);
+        // The liveness refresh is the node's own business: not a command in the metrics.
+        let counted = cmds.iter().filter(|c| !matches!(c, Command::Alive)).count();
+        self.ctx.stats.in_flight.add(counted as u64);
         // Queued before writing, so a failed write answers them too.
         self.inflight.push_back(Round {
             cmds,
@@ -424,8 +466,13 @@ impl Runner {
             return Ok(());
         };
         let conn = self.conn.as_mut().ok_or_else(not_connected)?;
-        let mut cmds = cmds.into_iter();
+        let mut cmds = cmds.into_iter().peekable();
         for slot in slots {
+            let counted = if let Some(Command::Alive) = cmds.peek() {
+                0
+            } else {
+                slot.n as u64
+            };
             match conn.recv_response() {
                 Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT" && !retried => {
                     self.retry.extend(cmds.by_ref().take(slot.n))
@@ -437,7 +484,7 @@ impl Runner {
                     return Err(e);
                 }
             }
-            self.ctx.stats.in_flight.sub(slot.n as u64);
+            self.ctx.stats.in_flight.sub(counted);
         }
         self.ctx.stats.observe_rtt(t0.elapsed());
         if !self.retry.is_empty() && self.inflight.is_empty() {

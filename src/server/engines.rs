@@ -154,6 +154,7 @@ fn redis(config: &Config, mailboxes: &Arc<Mailboxes>) -> Result<Built, StartErro
         max_cached_per_topic: limits.max_cached_per_topic,
         max_webhooks_per_topic: limits.max_webhooks_per_topic,
         max_webhooks: limits.max_webhooks,
+        v1_pending_ttl: std::time::Duration::from_secs(u64::from(limits.v1_pending_ttl)),
         ..ClusterConfig::default()
     };
     // Answers and live messages go to the worker's mailbox. The cluster threads may wait

@@ -4,6 +4,11 @@
 // bridge:
 //
 //   BRIDGE_URL=ws://127.0.0.1:PORT node session.mjs
+//   BRIDGE_URL=ws://127.0.0.1:P1,ws://127.0.0.1:P2,ws://127.0.0.1:P3 node session.mjs
+//
+// With several URLs (nodes of one cluster, DECISIONS §7) the dApp uses the first, the wallet
+// the second (its URI's bridge rewritten to it) and the returning wallet the third: the
+// pending request of step 5 is kept in Redis by node 1 and taken by node 3.
 //
 //   1. The dApp creates a session (`createSession`: a `wc_sessionRequest` published on a fresh
 //      handshake topic while nobody listens there, so the bridge keeps it pending) and shows
@@ -29,7 +34,11 @@ import { createRequire } from "node:module";
 const require = createRequire(import.meta.url);
 const WalletConnect = require("@walletconnect/client").default;
 
-const BRIDGE_URL = process.env.BRIDGE_URL;
+const BRIDGES = (process.env.BRIDGE_URL || "").split(",").map((u) => u.trim()).filter(Boolean);
+const BRIDGE_URL = BRIDGES[0];
+const WALLET_BRIDGE = BRIDGES[1] || BRIDGE_URL;
+const BACK_BRIDGE = BRIDGES[2] || WALLET_BRIDGE;
+const CLUSTER = BRIDGES.length > 1;
 const TIMEOUT_MS = Number(process.env.E2E_TIMEOUT_MS || 60000);
 const T0 = Date.now();
 
@@ -81,9 +90,9 @@ function within(ms, what, promise) {
   ]);
 }
 
-// A per-worker gauge of the bridge (`walletrelay_<name>`), summed over its workers.
-async function gauge(name) {
-  const url = BRIDGE_URL.replace(/^ws/, "http").replace(/\/?$/, "/metrics");
+// A per-worker (or per-shard) series of a bridge (`walletrelay_<name>`), summed.
+async function gauge(name, bridge = BRIDGE_URL) {
+  const url = bridge.replace(/^ws/, "http").replace(/\/?$/, "/metrics");
   const text = await (await fetch(url)).text();
   return text
     .split("\n")
@@ -92,10 +101,10 @@ async function gauge(name) {
 }
 
 // Polls the gauge until `ok` holds (10 s at most); returns its value.
-async function waitForGauge(name, ok, expected) {
+async function waitForGauge(name, ok, expected, bridge = BRIDGE_URL) {
   const end = Date.now() + 10000;
   for (;;) {
-    const n = await gauge(name);
+    const n = await gauge(name, bridge);
     if (ok(n)) return n;
     if (Date.now() > end) fail(`the bridge's ${name} is ${n}, expected ${expected}`);
     await new Promise((r) => setTimeout(r, 50));
@@ -134,7 +143,8 @@ async function main() {
   if (!dapp.uri.includes(encodeURIComponent(BRIDGE_URL))) fail(`the uri names another bridge: ${dapp.uri}`);
 
   // 2. The wallet connects with the URI and approves.
-  const wallet = new WalletConnect({ uri: dapp.uri, clientMeta: WALLET_META });
+  const walletUri = dapp.uri.replace(encodeURIComponent(BRIDGE_URL), encodeURIComponent(WALLET_BRIDGE));
+  const wallet = new WalletConnect({ uri: walletUri, clientMeta: WALLET_META });
   const [reqError, proposal] = await within(20000, "session_request", once(wallet, "session_request"));
   if (reqError) fail(`session_request error ${reqError}`);
   const peer = proposal.params[0].peerMeta;
@@ -155,18 +165,26 @@ async function main() {
 
   // 4. The wallet goes offline.
   const session = wallet.session;
-  const before = await gauge("subscriptions");
+  const before = await gauge("subscriptions", WALLET_BRIDGE);
   wallet.transportClose();
-  const after = await waitForGauge("subscriptions", (n) => n < before, `< ${before}`);
+  const after = await waitForGauge("subscriptions", (n) => n < before, `< ${before}`, WALLET_BRIDGE);
   log("wallet", `offline (bridge subscriptions ${before} -> ${after})`);
 
   // 5. A request while the wallet is offline: the bridge keeps it.
+  const published = await gauge("messages_published_total");
   const second = sign(dapp, "walletrelay e2e v1: request 2 (wallet offline)");
-  await waitForGauge("cached_messages", (n) => n === 1, "1 (the request, pending)");
+  if (CLUSTER) {
+    // Pending in Redis: the dApp's node handed the pub on and Redis answered it.
+    await waitForGauge("messages_published_total", (n) => n > published, `> ${published}`);
+    await waitForGauge("redis_queued", (n) => n === 0, "0");
+    await waitForGauge("redis_in_flight", (n) => n === 0, "0");
+  } else {
+    await waitForGauge("cached_messages", (n) => n === 1, "1 (the request, pending)");
+  }
   log("dapp", "request 2 is pending on the bridge");
 
   // 6. The wallet comes back with its saved session.
-  const back = new WalletConnect({ session, clientMeta: WALLET_META });
+  const back = new WalletConnect({ session: { ...session, bridge: BACK_BRIDGE }, clientMeta: WALLET_META });
   const seenBack = [];
   answerCalls(back, "wallet'", seenBack);
   const disconnected = once(back, "disconnect");

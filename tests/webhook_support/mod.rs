@@ -86,6 +86,17 @@ impl Receiver {
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
     }
+
+    /// Adds the POSTs seen so far to `counts`, by the topic their JSON body names.
+    pub fn count_by_topic(&self, counts: &mut std::collections::HashMap<String, usize>) {
+        while let Some(s) = self.next(Duration::from_millis(1)) {
+            assert_eq!(s.method, "POST");
+            let body: serde_json::Value = serde_json::from_slice(&s.body).expect("json body");
+            *counts
+                .entry(body["topic"].as_str().expect("topic").to_string())
+                .or_default() += 1;
+        }
+    }
 }
 
 fn serve(

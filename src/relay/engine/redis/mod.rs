@@ -13,7 +13,10 @@
 //! - **webhooks**: the publish script returns the topic's webhooks to the publishing node
 //!   only, which calls them: one POST per stored publish in the whole cluster;
 //! - a later `Resync` (a reconnect, an outage over) is passed on: subscriptions read again
-//!   after their positions.
+//!   after their positions;
+//! - **WalletConnect 1.0 frames** across the nodes: [`v1`].
+
+mod v1;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use super::{
     Done, Engine, EngineMsg, Event, Events, History, Message, Position, PublishReq, Stored, Ticket,
     V1Publish,
 };
-use crate::cluster::{self, ClusterEvent, ClusterHandle, PublishOutcome, WebhookAdd, NS_V2};
+use crate::cluster::{self, ClusterEvent, ClusterHandle, PublishOutcome, WebhookAdd, NS_V1, NS_V2};
 use crate::relay::error::RelayError;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
 
@@ -53,9 +56,11 @@ pub struct RedisEngine {
     /// Webhook registrations waiting for their answer: the topic (for the metrics).
     registering: HashMap<Ticket, Arc<str>, ahash::RandomState>,
     reading: HashMap<Ticket, Reading, ahash::RandomState>,
-    /// Watch requests refused (a full queue): asked again at the next tick.
-    unasked: Vec<Arc<str>>,
-    v1_warned: bool,
+    /// Watch requests refused (a full queue): namespace and topic, asked again at the next
+    /// tick.
+    unasked: Vec<(u8, Arc<str>)>,
+    /// WalletConnect 1.0 frames.
+    v1: v1::V1State,
 }
 
 impl RedisEngine {
@@ -69,7 +74,7 @@ impl RedisEngine {
             registering: HashMap::default(),
             reading: HashMap::default(),
             unasked: Vec::new(),
-            v1_warned: false,
+            v1: v1::V1State::default(),
         }
     }
 
@@ -209,7 +214,17 @@ impl RedisEngine {
                 },
             }),
             ClusterEvent::Resync { ns: NS_V2, topic } => self.on_resync(topic, out),
+            ClusterEvent::Live {
+                ns: NS_V1,
+                topic,
+                data,
+                origin,
+                ..
+            } => self.v1_live(topic, data, origin, out),
+            ClusterEvent::Resync { ns: NS_V1, topic } => self.v1_resync(topic, out),
             ClusterEvent::Live { .. } | ClusterEvent::Resync { .. } => {}
+            ClusterEvent::V1Published { topic, result } => self.v1_published(topic, result),
+            ClusterEvent::V1Taken { ticket, result } => self.v1_taken(ticket, result, out),
             ClusterEvent::WebhookAdded { ticket, result } => {
                 let topic = self.registering.remove(&ticket);
                 if let (Some(topic), Err(_)) = (&topic, &result) {
@@ -223,15 +238,6 @@ impl RedisEngine {
                 };
                 out.push(Event::WebhookAdded { ticket, result });
             }
-        }
-    }
-}
-
-impl RedisEngine {
-    fn v1_unsupported(&mut self) {
-        if !self.v1_warned {
-            self.v1_warned = true;
-            log::warn!("WalletConnect 1.0 frames are not relayed between nodes yet");
         }
     }
 }
@@ -274,7 +280,7 @@ impl Engine for RedisEngine {
     fn watch(&mut self, topic: &Arc<str>, _out: &mut Events) {
         self.watched.entry(topic.clone()).or_default();
         if self.handle.watch(NS_V2, topic).is_err() {
-            self.unasked.push(topic.clone());
+            self.unasked.push((NS_V2, topic.clone()));
         }
     }
 
@@ -307,19 +313,17 @@ impl Engine for RedisEngine {
         let _ = self.handle.remove_webhook(topic, url);
     }
 
-    fn v1_publish(&mut self, _req: V1Publish, _out: &mut Events) {
-        self.v1_unsupported();
+    fn v1_publish(&mut self, req: V1Publish, _out: &mut Events) {
+        self.v1_publish_req(req);
     }
 
-    fn v1_take(&mut self, _topic: &Arc<str>, ticket: Ticket, out: &mut Events) {
-        self.v1_unsupported();
-        out.push(Event::V1Pending {
-            ticket,
-            frames: Vec::new(),
-        });
+    fn v1_take(&mut self, topic: &Arc<str>, ticket: Ticket, out: &mut Events) {
+        self.v1_take_req(topic, ticket, out);
     }
 
-    fn v1_watch(&mut self, _topic: &Arc<str>, _delta: i32, _out: &mut Events) {}
+    fn v1_watch(&mut self, topic: &Arc<str>, delta: i32, out: &mut Events) {
+        self.v1_watch_req(topic, delta, out);
+    }
 
     fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
         if let EngineMsg::Cluster(ev) = msg {
@@ -327,13 +331,15 @@ impl Engine for RedisEngine {
         }
     }
 
-    fn tick(&mut self, _now: u64, _out: &mut Events) {
-        if self.unasked.is_empty() {
-            return;
-        }
-        for topic in std::mem::take(&mut self.unasked) {
-            if self.watched.contains_key(&topic) && self.handle.watch(NS_V2, &topic).is_err() {
-                self.unasked.push(topic);
+    fn tick(&mut self, now: u64, out: &mut Events) {
+        self.v1_tick(now, out);
+        for (ns, topic) in std::mem::take(&mut self.unasked) {
+            let wanted = match ns {
+                NS_V2 => self.watched.contains_key(&topic),
+                _ => self.v1_wanted(&topic),
+            };
+            if wanted && self.handle.watch(ns, &topic).is_err() {
+                self.unasked.push((ns, topic));
             }
         }
     }

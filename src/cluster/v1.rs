@@ -1,0 +1,244 @@
+//! WalletConnect 1.0 frames across the nodes (DECISIONS §8 "all cores, all nodes"): the
+//! scripts `v1_pub.lua` and `v1_sub.lua`, their keys, the RESP encoding of their calls and
+//! the decoding of their replies.
+//!
+//! Owns: the v1 key layout and the node liveness key. Pure: no I/O (the shard thread sends
+//! what this module packs). Must not touch v2 keys (`script`) or worker state.
+//!
+//! Key layout (T = topic bytes as they are): `wr:1:v:T` hash of v1 subscriber counts, one
+//! field `<node 16 hex>:<worker>` per worker with v1 subscribers of the topic (its absolute
+//! count: idempotent, re-sent after a reconnect), `wr:1:p:T` list of pending frames
+//! (`<expiry ms>:<frame>`, oldest first, at most `max_cached_per_topic`, expiring with its
+//! newest frame), `wr:node:<node 16 hex>` the node's liveness key (set at every heartbeat
+//! for [`NODE_FORGET`]). Live frames go on the topic's v1 channel `wr:{db}:1:T` in the v2
+//! payload format with epoch and seq 0 (`0:0:<origin 16 bytes><frame>`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::Value;
+
+use super::script::{channel, BadReply, Packer};
+use super::Origin;
+
+/// `v1_pub.lua`: live or pending, and the webhooks.
+pub const V1_PUB: &str = include_str!("scripts/v1_pub.lua");
+/// `v1_sub.lua`: a worker's subscriber count, and the pending frames taken.
+pub const V1_SUB: &str = include_str!("scripts/v1_sub.lua");
+
+/// Prefix of a node's liveness key.
+const NODE_PREFIX: &[u8] = b"wr:node:";
+
+/// How long a node's liveness key lives after its last refresh: a node silent that long
+/// (crashed, or cut off from the shard) has its subscriber counts removed by the next
+/// `pub` of their topics (a node cut off re-sends them when it reconnects).
+pub const NODE_FORGET: Duration = Duration::from_secs(60);
+
+/// A v1 `pub` for the shard.
+#[derive(Debug, Clone)]
+pub struct V1PublishReq {
+    /// The topic.
+    pub topic: std::sync::Arc<str>,
+    /// The frame subscribers get.
+    pub frame: Bytes,
+    /// The publishing connection is itself a v1 subscriber of the topic.
+    pub self_subscribed: bool,
+    /// Its publisher (carried on the channel, so its own connection is skipped).
+    pub origin: Origin,
+    /// Whether the topic's webhooks should be returned (the `pub` is not silent).
+    pub prompt: bool,
+}
+
+/// What became of a v1 `pub`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct V1Published {
+    /// Sent live (some node has another subscriber) rather than kept pending.
+    pub live: bool,
+    /// Webhook URLs to call (empty unless prompt).
+    pub webhooks: Vec<String>,
+}
+
+/// The hash field of worker `worker` of node `node`.
+pub fn field(node: u64, worker: usize) -> String {
+    format!("{node:016x}:{worker}")
+}
+
+/// The liveness key of node `node`.
+pub fn node_key(node: u64) -> Vec<u8> {
+    let mut k = NODE_PREFIX.to_vec();
+    k.extend_from_slice(format!("{node:016x}").as_bytes());
+    k
+}
+
+/// Packs `SET wr:node:<node> 1 PX <NODE_FORGET>` (the heartbeat's liveness refresh).
+pub fn pack_alive(buf: &mut Vec<u8>, node: u64) {
+    Packer::new(buf)
+        .cmd(5)
+        .arg(b"SET")
+        .arg(&node_key(node))
+        .arg(b"1")
+        .arg(b"PX")
+        .num(ms(NODE_FORGET));
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What the pub script needs besides the request.
+pub struct PubLimits {
+    /// How long a pending frame is kept.
+    pub pending_ttl: Duration,
+    /// Most pending frames per topic.
+    pub cap: u64,
+    /// A node counts while its key was refreshed within this time.
+    pub alive: Duration,
+    /// The database (channel names carry it).
+    pub db: i64,
+}
+
+/// Packs `EVALSHA v1_pub`.
+pub fn pack_pub(buf: &mut Vec<u8>, sha: &str, req: &V1PublishReq, lim: &PubLimits) {
+    let t = req.topic.as_bytes();
+    let mut pk = Packer::new(buf);
+    pk.cmd(16).arg(b"EVALSHA").arg(sha.as_bytes()).num(3);
+    pk.arg_parts(&[b"wr:1:v:", t])
+        .arg_parts(&[b"wr:1:p:", t])
+        .arg_parts(&[b"wr:w:", t]);
+    pk.arg(&req.frame)
+        .arg(if req.self_subscribed { b"1" } else { b"0" })
+        .arg(&req.origin.to_bytes())
+        .arg(if req.prompt { b"1" } else { b"0" })
+        .arg(&channel(lim.db, super::NS_V1, t))
+        .num(ms(lim.pending_ttl).clamp(1, 1 << 40))
+        .num(lim.cap.max(1))
+        .arg(NODE_PREFIX)
+        .num(ms(NODE_FORGET))
+        .num(ms(lim.alive).min(ms(NODE_FORGET)));
+}
+
+/// Packs `EVALSHA v1_sub`: worker `field`'s count of the topic, and the take.
+pub fn pack_sub(buf: &mut Vec<u8>, sha: &str, topic: &[u8], field: &str, count: u32, take: bool) {
+    let mut pk = Packer::new(buf);
+    pk.cmd(8).arg(b"EVALSHA").arg(sha.as_bytes()).num(2);
+    pk.arg_parts(&[b"wr:1:v:", topic])
+        .arg_parts(&[b"wr:1:p:", topic]);
+    pk.arg(field.as_bytes())
+        .num(u64::from(count))
+        .arg(if take { b"1" } else { b"0" });
+}
+
+/// Decodes the pub script's reply.
+pub fn decode_pub(v: Value) -> Result<V1Published, BadReply> {
+    let Value::Array(items) = v else {
+        return Err(BadReply("v1_pub: not an array"));
+    };
+    let mut it = items.into_iter();
+    let live = match it.next() {
+        Some(Value::Int(1)) => true,
+        Some(Value::Int(0)) => false,
+        _ => return Err(BadReply("v1_pub: kind")),
+    };
+    let mut webhooks = Vec::new();
+    for u in it {
+        match u {
+            Value::BulkString(b) => {
+                webhooks.push(String::from_utf8(b).map_err(|_| BadReply("v1_pub: url"))?)
+            }
+            _ => return Err(BadReply("v1_pub: url")),
+        }
+    }
+    Ok(V1Published { live, webhooks })
+}
+
+/// Decodes the sub script's reply: the frames taken.
+pub fn decode_sub(v: Value) -> Result<Vec<Bytes>, BadReply> {
+    let Value::Array(items) = v else {
+        return Err(BadReply("v1_sub: not an array"));
+    };
+    items
+        .into_iter()
+        .map(|f| match f {
+            Value::BulkString(b) => Ok(Bytes::from(b)),
+            _ => Err(BadReply("v1_sub: frame")),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(buf: &[u8]) -> Vec<Vec<u8>> {
+        let Value::Array(a) = redis::parse_redis_value(buf).unwrap() else {
+            panic!("not an array")
+        };
+        a.into_iter()
+            .map(|x| match x {
+                Value::BulkString(b) => b,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pub_packs_its_keys_frame_and_channel() {
+        let mut buf = Vec::new();
+        let req = V1PublishReq {
+            topic: "t\r\n".into(),
+            frame: Bytes::from_static(b"{\"x\":1}"),
+            self_subscribed: true,
+            origin: Origin { node: 1, conn: 2 },
+            prompt: false,
+        };
+        let lim = PubLimits {
+            pending_ttl: Duration::from_secs(6 * 3600),
+            cap: 1000,
+            alive: Duration::from_secs(3),
+            db: 4,
+        };
+        pack_pub(&mut buf, "sha", &req, &lim);
+        let s = strings(&buf);
+        assert_eq!(s.len(), 16);
+        assert_eq!(s[3], b"wr:1:v:t\r\n");
+        assert_eq!(s[4], b"wr:1:p:t\r\n");
+        assert_eq!(s[5], b"wr:w:t\r\n");
+        assert_eq!(s[6], b"{\"x\":1}");
+        assert_eq!((&s[7][..], &s[9][..]), (&b"1"[..], &b"0"[..]));
+        assert_eq!(s[10], channel(4, 1, b"t\r\n"));
+        assert_eq!(s[11], b"21600000");
+        assert_eq!(s[13], b"wr:node:");
+        assert_eq!((&s[14][..], &s[15][..]), (&b"60000"[..], &b"3000"[..]));
+    }
+
+    #[test]
+    fn a_sub_packs_the_field_count_and_take() {
+        let mut buf = Vec::new();
+        pack_sub(&mut buf, "sha", b"t", &field(0xab, 3), 2, true);
+        let s = strings(&buf);
+        assert_eq!(s[3], b"wr:1:v:t");
+        assert_eq!(s[5], b"00000000000000ab:3");
+        assert_eq!((&s[6][..], &s[7][..]), (&b"2"[..], &b"1"[..]));
+        let mut buf = Vec::new();
+        pack_alive(&mut buf, 0xab);
+        assert_eq!(strings(&buf)[1], b"wr:node:00000000000000ab");
+    }
+
+    #[test]
+    fn replies_decode_and_wrong_shapes_are_errors() {
+        let v = Value::Array(vec![Value::Int(1), Value::BulkString(b"http://x".to_vec())]);
+        assert_eq!(
+            decode_pub(v).unwrap(),
+            V1Published {
+                live: true,
+                webhooks: vec!["http://x".into()]
+            }
+        );
+        assert!(decode_pub(Value::Nil).is_err());
+        assert!(decode_pub(Value::Array(vec![Value::Int(7)])).is_err());
+        let v = Value::Array(vec![Value::BulkString(b"a".to_vec())]);
+        assert_eq!(decode_sub(v).unwrap(), vec![Bytes::from_static(b"a")]);
+        assert!(decode_sub(Value::Array(vec![Value::Int(1)])).is_err());
+        assert!(decode_sub(Value::Okay).is_err());
+    }
+}

@@ -124,7 +124,10 @@ fn topics_on_two_shards_each_live_on_their_own_redis_and_work_across_nodes() {
     let mut got: [Vec<String>; 2] = Default::default();
     for _ in 0..10 {
         let (t, m) = push(&mut sub);
-        let i = tps.iter().position(|x| *x == t).expect("a push of a subscribed topic");
+        let i = tps
+            .iter()
+            .position(|x| *x == t)
+            .expect("a push of a subscribed topic");
         got[i].push(m);
     }
     for (i, t) in tps.iter().enumerate() {

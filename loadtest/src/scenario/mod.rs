@@ -79,6 +79,7 @@ impl<'a> Ctx<'a> {
         Io::new(
             self.target,
             self.common.tls.clone(),
+            self.common.permessage_deflate,
             self.common.source_ips,
             self.epoch,
             t,

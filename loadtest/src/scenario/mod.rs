@@ -384,16 +384,17 @@ impl Wire {
     /// `--permessage-deflate`, the share of messages that travelled compressed.
     pub fn report(&self, r: &mut Report, deliveries: u64, publishes: u64, deflate: bool) {
         let per = |bytes: u64, n: u64| if n == 0 { 0.0 } else { bytes as f64 / n as f64 };
-        r.float(
-            "ws_bytes_in_per_delivery",
-            per(self.bytes_in, deliveries),
-            1,
-        )
-        .float(
-            "ws_bytes_out_per_publish",
-            per(self.bytes_out, publishes),
-            1,
-        );
+        r.text("permessage_deflate", if deflate { "on" } else { "off" })
+            .float(
+                "ws_bytes_in_per_delivery",
+                per(self.bytes_in, deliveries),
+                1,
+            )
+            .float(
+                "ws_bytes_out_per_publish",
+                per(self.bytes_out, publishes),
+                1,
+            );
         if deflate {
             let sent = self.compressed_out + self.uncompressed_out;
             r.float(

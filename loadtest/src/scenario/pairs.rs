@@ -72,15 +72,7 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
     .int("unacked", unacked)
     .int("send_refused", st.send_refused)
     .float("mib_in_per_s", st.bytes_in as f64 / secs / 1048576.0, 1)
-    .float("mib_out_per_s", st.bytes_out as f64 / secs / 1048576.0, 1)
-    .text(
-        "permessage_deflate",
-        if o.common.permessage_deflate {
-            "on"
-        } else {
-            "off"
-        },
-    );
+    .float("mib_out_per_s", st.bytes_out as f64 / secs / 1048576.0, 1);
     st.wire.report(
         &mut r,
         st.delivered_in_window,

@@ -216,7 +216,6 @@ pub struct Io {
 impl Io {
     /// A loop for connections to `target`; `thread`/`threads` interleave source addresses.
     /// `deflate`: WebSocket connections offer (and require) permessage-deflate.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         target: &crate::cli::Target,
         tls: Option<tls::Client>,

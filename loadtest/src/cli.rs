@@ -100,6 +100,11 @@ pub struct Common {
     /// Make a full TLS handshake on every connection (no session resumption).
     #[arg(long)]
     pub tls_no_resume: bool,
+    /// WebSocket scenarios: offer RFC 7692 permessage-deflate (both no-context-takeover
+    /// parameters) on every connection, compress every text message that shrinks, and
+    /// inflate what the server compresses. A connection whose server declines fails the run.
+    #[arg(long)]
+    pub permessage_deflate: bool,
     /// The TLS client built from the flags above (set by `main` for wss:// and https://).
     #[arg(skip)]
     pub tls: Option<crate::tls::Client>,

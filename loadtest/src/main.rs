@@ -5,6 +5,7 @@
 //! Every scenario is bounded in time and stops by itself. See `loadtest/README.md`.
 
 mod cli;
+mod deflate;
 mod net;
 mod proto;
 mod scenario;
@@ -34,6 +35,12 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    if let Command::Http(o) = &args.cmd {
+        if o.common.permessage_deflate {
+            eprintln!("loadtest: --permessage-deflate is for the WebSocket scenarios");
+            return ExitCode::from(2);
+        }
     }
     let common = match &mut args.cmd {
         Command::Pairs(o) => &mut o.common,

@@ -9,6 +9,11 @@
 //! A `wss://`/`https://` connection also holds its `rustls` client state; its bytes go
 //! through `tls::read`/`tls::write`, which are the socket's own calls without TLS.
 //!
+//! With `--permessage-deflate` every WebSocket upgrade offers it and must get it; scenarios
+//! still queue plain frames, which [`Io`] compresses (one [`deflate::Codec`] per loop) just
+//! before writing them, and RSV1 messages are inflated before the handler sees them. The
+//! byte counters count WebSocket bytes (after TLS, before inflation).
+//!
 //! Memory: an idle connection owns no buffers. Reads go into one per-loop scratch buffer and
 //! only the unparsed tail of a read is kept per connection; output buffers are released once
 //! they drain past a size.
@@ -22,7 +27,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use crate::{sys, tls, ws};
+use crate::{deflate, sys, tls, ws};
 
 /// A connection's slab key.
 pub type Key = usize;
@@ -125,6 +130,12 @@ struct Conn {
     /// A fragmented message being assembled.
     frag: Vec<u8>,
     frag_active: bool,
+    /// The message being assembled came with RSV1.
+    frag_compressed: bool,
+    /// permessage-deflate was agreed in the upgrade.
+    deflate: bool,
+    /// `out[plain_from..]`: frames queued by the scenario and not yet compressed.
+    plain_from: usize,
     out: Vec<u8>,
     out_pos: usize,
     /// False after a write hit WouldBlock, until the next writable event.
@@ -139,10 +150,19 @@ struct Conn {
 /// Byte and frame counters of one loop.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct IoStats {
-    /// Bytes read.
+    /// Bytes read (after TLS: upgrade answers and WebSocket frames as sent).
     pub bytes_in: u64,
-    /// Bytes written.
+    /// Bytes written (after compression, before TLS).
     pub bytes_out: u64,
+    /// WebSocket text and binary messages received, and how many of them came compressed.
+    pub messages_in: u64,
+    /// See [`IoStats::messages_in`].
+    pub compressed_in: u64,
+    /// Messages sent compressed (RSV1), and sent plain because compressing did not shrink
+    /// them (`--permessage-deflate` only).
+    pub compressed_out: u64,
+    /// See [`IoStats::compressed_out`].
+    pub uncompressed_out: u64,
     /// Connections opened (connect started).
     pub connects: u64,
     /// Pings answered.
@@ -178,6 +198,11 @@ pub struct Io {
     tls: Option<tls::Client>,
     /// Ciphertext read from TLS sockets before it is decrypted (allocated on first use).
     cipher: Vec<u8>,
+    /// `--permessage-deflate`: the loop's compressor and inflater.
+    codec: Option<Box<deflate::Codec>>,
+    /// An inflated message, and plain frames being compressed (reused).
+    inflated: Vec<u8>,
+    recode: Vec<u8>,
     upgrade_req: Vec<u8>,
     source_ips: u32,
     /// Global index of this loop's next connection, for spreading source addresses.
@@ -190,9 +215,11 @@ pub struct Io {
 
 impl Io {
     /// A loop for connections to `target`; `thread`/`threads` interleave source addresses.
+    /// `deflate`: WebSocket connections offer (and require) permessage-deflate.
     pub fn new(
         target: &crate::cli::Target,
         tls: Option<tls::Client>,
+        deflate: bool,
         source_ips: u32,
         epoch: Instant,
         thread: usize,
@@ -207,7 +234,10 @@ impl Io {
             target: target.addr,
             tls,
             cipher: Vec::new(),
-            upgrade_req: ws::upgrade_request(&target.host, &target.path),
+            codec: deflate.then(Box::default),
+            inflated: Vec::new(),
+            recode: Vec::new(),
+            upgrade_req: ws::upgrade_request(&target.host, &target.path, deflate),
             source_ips,
             next_conn_index: thread,
             conn_index_step: threads.max(1),
@@ -247,6 +277,9 @@ impl Io {
             pending: Vec::new(),
             frag: Vec::new(),
             frag_active: false,
+            frag_compressed: false,
+            deflate: false,
+            plain_from: 0,
             out: Vec::new(),
             out_pos: 0,
             writable: false,
@@ -337,6 +370,9 @@ impl Io {
             if c.phase == Phase::Dead || c.phase == Phase::Connecting || !c.writable {
                 continue;
             }
+            if let (true, Some(codec)) = (c.deflate, self.codec.as_deref_mut()) {
+                compress_queued(c, codec, &mut self.recode, &mut self.stats);
+            }
             let mut failed = None;
             while c.out_pos < c.out.len() {
                 match tls::write(&mut c.stream, c.tls.as_deref_mut(), &c.out[c.out_pos..]) {
@@ -378,6 +414,7 @@ impl Io {
                 c.out.drain(..c.out_pos);
                 c.out_pos = 0;
             }
+            c.plain_from = c.out.len();
             if let Some(why) = failed {
                 self.mark_dead(key, why);
             }
@@ -511,18 +548,22 @@ impl Io {
         };
         let tag = c.tag;
         match (c.proto, c.phase) {
-            (Proto::Ws, Phase::Upgrading) => match ws::parse_upgrade_response(buf) {
-                Ok(None) => 0,
-                Err(e) => {
-                    self.mark_dead(key, CloseWhy::Upgrade(e.to_string()));
-                    buf.len()
+            (Proto::Ws, Phase::Upgrading) => {
+                match ws::parse_upgrade_response(buf, self.codec.is_some()) {
+                    Ok(None) => 0,
+                    Err(e) => {
+                        self.mark_dead(key, CloseWhy::Upgrade(e.to_string()));
+                        buf.len()
+                    }
+                    Ok(Some(n)) => {
+                        c.phase = Phase::Open;
+                        c.deflate = self.codec.is_some();
+                        c.plain_from = c.out.len();
+                        h.on_open(self, key, tag, now);
+                        n + self.frames(h, key, tag, &buf[n..], now)
+                    }
                 }
-                Ok(Some(n)) => {
-                    c.phase = Phase::Open;
-                    h.on_open(self, key, tag, now);
-                    n + self.frames(h, key, tag, &buf[n..], now)
-                }
-            },
+            }
             (Proto::Ws, Phase::Open | Phase::Closing) => self.frames(h, key, tag, buf, now),
             (Proto::Http, Phase::Open) => self.http_responses(h, key, tag, buf, now),
             _ => buf.len(),
@@ -535,8 +576,9 @@ impl Io {
 
     fn frames<H: Handler>(&mut self, h: &mut H, key: Key, tag: u32, buf: &[u8], now: u64) -> usize {
         let mut off = 0;
+        let deflate = self.conns.get(key).is_some_and(|c| c.deflate);
         while self.alive(key) {
-            let head = match ws::parse_head(&buf[off..], MAX_MESSAGE) {
+            let head = match ws::parse_head(&buf[off..], MAX_MESSAGE, deflate) {
                 Ok(Some(hd)) => hd,
                 Ok(None) => return off,
                 Err(e) => {
@@ -567,9 +609,10 @@ impl Io {
                         return buf.len();
                     }
                     if head.fin {
-                        h.on_message(self, key, tag, payload, now);
+                        self.deliver(h, key, tag, payload, head.compressed, now);
                     } else {
                         c.frag_active = true;
+                        c.frag_compressed = head.compressed;
                         c.frag.extend_from_slice(payload);
                     }
                 }
@@ -591,8 +634,9 @@ impl Io {
                     c.frag.extend_from_slice(payload);
                     if head.fin {
                         c.frag_active = false;
+                        let compressed = mem::take(&mut c.frag_compressed);
                         let msg = mem::take(&mut c.frag);
-                        h.on_message(self, key, tag, &msg, now);
+                        self.deliver(h, key, tag, &msg, compressed, now);
                     }
                 }
                 ws::op::PING => {
@@ -630,6 +674,36 @@ impl Io {
             }
         }
         buf.len()
+    }
+
+    /// Hands one whole message to the handler, inflating it first if it came compressed.
+    fn deliver<H: Handler>(
+        &mut self,
+        h: &mut H,
+        key: Key,
+        tag: u32,
+        payload: &[u8],
+        compressed: bool,
+        now: u64,
+    ) {
+        self.stats.messages_in += 1;
+        if !compressed {
+            h.on_message(self, key, tag, payload, now);
+            return;
+        }
+        self.stats.compressed_in += 1;
+        let mut msg = mem::take(&mut self.inflated);
+        let inflated = match self.codec.as_deref_mut() {
+            Some(codec) => codec.inflate(payload, MAX_MESSAGE, &mut msg),
+            None => Err(deflate::InflateError::Invalid),
+        };
+        match inflated {
+            Ok(()) => h.on_message(self, key, tag, &msg, now),
+            Err(e) => self.mark_dead(key, CloseWhy::Protocol(e.to_string())),
+        }
+        if msg.capacity() <= READ_CHUNK {
+            self.inflated = msg;
+        }
     }
 
     fn http_responses<H: Handler>(
@@ -713,6 +787,29 @@ impl Io {
             }
         }
         off.min(buf.len())
+    }
+}
+
+/// Compresses the frames queued on `c` since the last write (`out[plain_from..]`).
+fn compress_queued(
+    c: &mut Conn,
+    codec: &mut deflate::Codec,
+    tmp: &mut Vec<u8>,
+    stats: &mut IoStats,
+) {
+    if c.plain_from >= c.out.len() {
+        return;
+    }
+    tmp.clear();
+    tmp.extend_from_slice(&c.out[c.plain_from..]);
+    c.out.truncate(c.plain_from);
+    let before = (codec.sent_compressed, codec.sent_plain);
+    codec.recode(tmp, &mut c.out);
+    stats.compressed_out += codec.sent_compressed - before.0;
+    stats.uncompressed_out += codec.sent_plain - before.1;
+    c.plain_from = c.out.len();
+    if tmp.capacity() > KEEP_OUT_CAPACITY {
+        *tmp = Vec::new();
     }
 }
 

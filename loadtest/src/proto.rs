@@ -54,6 +54,21 @@ impl Stamp {
     }
 }
 
+/// `size` lowercase hex characters that look random (the same for every run): real clients
+/// publish encrypted payloads, 4 bits of entropy per character, so permessage-deflate shrinks
+/// them to about half and no further. (A repeated pattern would compress to almost nothing.)
+pub fn filler(size: usize) -> Vec<u8> {
+    (0..size as u64)
+        .map(|i| {
+            // splitmix64 of the index.
+            let mut z = i.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            HEX[((z ^ (z >> 31)) >> 60) as usize]
+        })
+        .collect()
+}
+
 fn put_hex(out: &mut [u8], mut v: u64) {
     for b in out.iter_mut().rev() {
         *b = HEX[(v & 0xf) as usize];
@@ -122,7 +137,7 @@ impl PublishTemplate {
     fn build(head: &str, size: usize, tail: &str, id_in_json: Option<usize>) -> Self {
         let mut json = head.as_bytes().to_vec();
         let stamp_in_json = json.len();
-        json.extend((0..size).map(|i| HEX[i % 16]));
+        json.extend_from_slice(&filler(size));
         json.extend_from_slice(tail.as_bytes());
         let mut frame = Vec::with_capacity(json.len() + 14);
         ws::encode_client(&mut frame, ws::op::TEXT, &json);
@@ -374,7 +389,7 @@ mod tests {
     use crate::ws::{apply_mask, parse_head};
 
     fn unmasked_payload(frame: &[u8]) -> Vec<u8> {
-        let h = parse_head(frame, 1 << 24).unwrap().unwrap();
+        let h = parse_head(frame, 1 << 24, false).unwrap().unwrap();
         let mut p = frame[h.head_len..h.head_len + h.payload_len].to_vec();
         apply_mask(&mut p, h.mask.unwrap(), 0);
         p
@@ -412,7 +427,7 @@ mod tests {
         let msg = format!(
             "{{\"id\":1000000000005,\"jsonrpc\":\"2.0\",\"method\":\"waku_publish\",\"params\":{{\"topic\":\"abcd\",\"message\":\"{}{}\",\"ttl\":30}}}}",
             "00000000075bcd15000000030000002a",
-            &"0123456789abcdef".repeat(7)[32..100]
+            String::from_utf8_lossy(&filler(100)[32..])
         );
         assert_eq!(json, msg);
         // A second write differs only in the patched fields.
@@ -438,7 +453,7 @@ mod tests {
             format!(
                 "{{\"topic\":\"abcd\",\"type\":\"pub\",\"payload\":\"{}{}\",\"silent\":true}}",
                 "00000000000000070000000100000002",
-                &"0123456789abcdef"[..8]
+                String::from_utf8_lossy(&filler(40)[32..])
             )
         );
         // What the server sends on is the same object with `silent` as it came.

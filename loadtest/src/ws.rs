@@ -16,6 +16,10 @@ pub const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 /// The Sec-WebSocket-Accept that [`KEY`] must produce (RFC 6455 section 1.3).
 pub const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 
+/// The RSV1 bit of a frame's first byte: "compressed" on a data message's first frame when
+/// permessage-deflate was agreed (RFC 7692 §6).
+pub const RSV1: u8 = 0x40;
+
 /// Opcodes.
 pub mod op {
     /// Continuation frame.
@@ -35,7 +39,8 @@ pub mod op {
 /// A frame the server sent that breaks RFC 6455 (or our size cap).
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum FrameError {
-    /// RSV bits set without a negotiated extension.
+    /// RSV bits set without a negotiated extension (or RSV1 on a control or continuation
+    /// frame).
     #[error("reserved bits set (0x{0:02x})")]
     Reserved(u8),
     /// Opcode 3-7 or B-F.
@@ -57,6 +62,8 @@ pub enum FrameError {
 pub struct Head {
     /// FIN bit.
     pub fin: bool,
+    /// RSV1 bit: a compressed message (only when allowed, see [`parse_head`]).
+    pub compressed: bool,
     /// Opcode.
     pub opcode: u8,
     /// Bytes of head (2 to 14).
@@ -68,17 +75,26 @@ pub struct Head {
 }
 
 /// Parse a frame head from the start of `buf`. `Ok(None)` means more bytes are needed.
-pub fn parse_head(buf: &[u8], max_payload: usize) -> Result<Option<Head>, FrameError> {
+/// `rsv1_ok`: permessage-deflate was agreed, so RSV1 may mark the first frame of a text or
+/// binary message as compressed.
+pub fn parse_head(
+    buf: &[u8],
+    max_payload: usize,
+    rsv1_ok: bool,
+) -> Result<Option<Head>, FrameError> {
     if buf.len() < 2 {
         return Ok(None);
     }
     let b0 = buf[0];
     let b1 = buf[1];
-    if b0 & 0x70 != 0 {
-        return Err(FrameError::Reserved(b0 & 0x70));
+    let opcode = b0 & 0x0f;
+    let compressed = b0 & RSV1 != 0;
+    let rsv1_allowed = rsv1_ok && matches!(opcode, op::TEXT | op::BINARY);
+    let reserved = b0 & if rsv1_allowed { 0x30 } else { 0x70 };
+    if reserved != 0 {
+        return Err(FrameError::Reserved(reserved));
     }
     let fin = b0 & 0x80 != 0;
-    let opcode = b0 & 0x0f;
     match opcode {
         op::CONT | op::TEXT | op::BINARY => {}
         op::CLOSE | op::PING | op::PONG => {
@@ -129,6 +145,7 @@ pub fn parse_head(buf: &[u8], max_payload: usize) -> Result<Option<Head>, FrameE
     };
     Ok(Some(Head {
         fin,
+        compressed,
         opcode,
         head_len: at,
         payload_len: len as usize,
@@ -157,7 +174,12 @@ pub fn client_head_len(payload_len: usize) -> usize {
 
 /// Append one final, masked client frame (key [`MASK`]) to `out`.
 pub fn encode_client(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
-    out.push(0x80 | (opcode & 0x0f));
+    encode_client_first(out, 0x80 | (opcode & 0x0f), payload);
+}
+
+/// [`encode_client`] with the whole first byte given (FIN, RSV bits, opcode).
+pub fn encode_client_first(out: &mut Vec<u8>, b0: u8, payload: &[u8]) {
+    out.push(b0);
     let n = payload.len();
     if n < 126 {
         out.push(0x80 | n as u8);
@@ -179,11 +201,17 @@ pub fn encode_close(out: &mut Vec<u8>, code: u16) {
     encode_client(out, op::CLOSE, &code.to_be_bytes());
 }
 
-/// The upgrade request, as real WalletConnect clients send it (plus a fixed key).
-pub fn upgrade_request(host: &str, path: &str) -> Vec<u8> {
+/// The upgrade request, as real WalletConnect clients send it (plus a fixed key), offering
+/// permessage-deflate ([`crate::deflate::OFFER`]) when `deflate` is set.
+pub fn upgrade_request(host: &str, path: &str, deflate: bool) -> Vec<u8> {
+    let ext = if deflate {
+        format!("Sec-WebSocket-Extensions: {}\r\n", crate::deflate::OFFER)
+    } else {
+        String::new()
+    };
     format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nUser-Agent: walletrelay-loadtest\r\n\r\n"
+         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n{ext}User-Agent: walletrelay-loadtest\r\n\r\n"
     )
     .into_bytes()
 }
@@ -203,10 +231,15 @@ pub enum UpgradeError {
     /// The head is larger than we accept.
     #[error("upgrade answer head too large")]
     TooLarge,
+    /// The `Sec-WebSocket-Extensions` answer does not fit what we offered.
+    #[error(transparent)]
+    Extension(#[from] crate::deflate::AnswerError),
 }
 
 /// Parse the server's answer to the upgrade. `Ok(Some(n))`: upgraded, frames start at `n`.
-pub fn parse_upgrade_response(buf: &[u8]) -> Result<Option<usize>, UpgradeError> {
+/// `deflate`: we offered permessage-deflate, and the server must have agreed; without the
+/// offer, any extension in the answer is refused.
+pub fn parse_upgrade_response(buf: &[u8], deflate: bool) -> Result<Option<usize>, UpgradeError> {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(buf) {
@@ -224,12 +257,23 @@ pub fn parse_upgrade_response(buf: &[u8]) -> Result<Option<usize>, UpgradeError>
             }
             let mut accept_ok = false;
             let mut upgrade_ok = false;
+            let mut extensions = None;
             for h in resp.headers.iter() {
-                if h.name.eq_ignore_ascii_case("sec-websocket-accept") {
+                if h.name.eq_ignore_ascii_case("sec-websocket-extensions") {
+                    if extensions.replace(h.value).is_some() {
+                        return Err(UpgradeError::Malformed);
+                    }
+                } else if h.name.eq_ignore_ascii_case("sec-websocket-accept") {
                     accept_ok = h.value == ACCEPT.as_bytes();
                 } else if h.name.eq_ignore_ascii_case("upgrade") {
                     upgrade_ok = h.value.eq_ignore_ascii_case(b"websocket");
                 }
+            }
+            if deflate {
+                crate::deflate::check_answer(extensions)?;
+            } else if let Some(v) = extensions {
+                let v = String::from_utf8_lossy(v).into_owned();
+                return Err(crate::deflate::AnswerError::Unexpected(v).into());
             }
             if accept_ok && upgrade_ok {
                 Ok(Some(n))
@@ -273,9 +317,13 @@ mod tests {
                 _ => 10,
             };
             for cut in 0..head_len {
-                assert_eq!(parse_head(&f[..cut], 1 << 20), Ok(None), "n={n} cut={cut}");
+                assert_eq!(
+                    parse_head(&f[..cut], 1 << 20, false),
+                    Ok(None),
+                    "n={n} cut={cut}"
+                );
             }
-            let h = parse_head(&f, 1 << 20).unwrap().unwrap();
+            let h = parse_head(&f, 1 << 20, false).unwrap().unwrap();
             assert_eq!(h.head_len, head_len);
             assert_eq!(h.payload_len, n);
             assert!(h.fin);
@@ -287,23 +335,32 @@ mod tests {
     #[test]
     fn refuses_bad_frames() {
         assert_eq!(
-            parse_head(&[0xC1, 0x00], 100),
+            parse_head(&[0xC1, 0x00], 100, false),
             Err(FrameError::Reserved(0x40))
         );
-        assert_eq!(parse_head(&[0x83, 0x00], 100), Err(FrameError::Opcode(3)));
-        assert_eq!(parse_head(&[0x09, 0x00], 100), Err(FrameError::Control));
         assert_eq!(
-            parse_head(&[0x89, 126, 0, 200], 100),
+            parse_head(&[0x83, 0x00], 100, false),
+            Err(FrameError::Opcode(3))
+        );
+        assert_eq!(
+            parse_head(&[0x09, 0x00], 100, false),
             Err(FrameError::Control)
         );
-        assert_eq!(parse_head(&[0x81, 126, 0, 5], 100), Err(FrameError::Length));
         assert_eq!(
-            parse_head(&[0x81, 126, 1, 0], 100),
+            parse_head(&[0x89, 126, 0, 200], 100, false),
+            Err(FrameError::Control)
+        );
+        assert_eq!(
+            parse_head(&[0x81, 126, 0, 5], 100, false),
+            Err(FrameError::Length)
+        );
+        assert_eq!(
+            parse_head(&[0x81, 126, 1, 0], 100, false),
             Err(FrameError::TooLarge(256))
         );
         let mut big = vec![0x81, 127];
         big.extend_from_slice(&(1u64 << 63).to_be_bytes());
-        assert_eq!(parse_head(&big, 100), Err(FrameError::Length));
+        assert_eq!(parse_head(&big, 100, false), Err(FrameError::Length));
     }
 
     #[test]
@@ -313,7 +370,7 @@ mod tests {
             let mut out = Vec::new();
             encode_client(&mut out, op::TEXT, &payload);
             assert_eq!(out.len(), client_head_len(n) + n);
-            let h = parse_head(&out, 1 << 20).unwrap().unwrap();
+            let h = parse_head(&out, 1 << 20, false).unwrap().unwrap();
             assert_eq!(h.mask, Some(MASK));
             assert_eq!(h.payload_len, n);
             assert_eq!(h.head_len, client_head_len(n));
@@ -341,17 +398,22 @@ mod tests {
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
              Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n\x01\x00"
         );
-        let n = parse_upgrade_response(ok.as_bytes()).unwrap().unwrap();
+        let n = parse_upgrade_response(ok.as_bytes(), false)
+            .unwrap()
+            .unwrap();
         assert_eq!(&ok.as_bytes()[n..], b"\x01\x00");
-        assert_eq!(parse_upgrade_response(&ok.as_bytes()[..20]), Ok(None));
+        assert_eq!(
+            parse_upgrade_response(&ok.as_bytes()[..20], false),
+            Ok(None)
+        );
         let bad = "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n";
         assert_eq!(
-            parse_upgrade_response(bad.as_bytes()),
+            parse_upgrade_response(bad.as_bytes(), false),
             Err(UpgradeError::Status(404))
         );
         let wrong = "HTTP/1.1 101 OK\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: x\r\n\r\n";
         assert_eq!(
-            parse_upgrade_response(wrong.as_bytes()),
+            parse_upgrade_response(wrong.as_bytes(), false),
             Err(UpgradeError::Accept)
         );
     }

@@ -59,9 +59,15 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
     .int("messages_with_loss", lost_msgs)
     .int("unacked", unacked)
     .int("send_refused", st.send_refused)
-    .float("mib_in_per_s", st.bytes_in as f64 / secs / 1048576.0, 1)
-    .lat("publish_delivery", &st.delivery)
-    .lat("publish_ack", &st.ack);
+    .float("mib_in_per_s", st.bytes_in as f64 / secs / 1048576.0, 1);
+    st.wire.report(
+        &mut r,
+        st.delivered_in_window,
+        st.sent,
+        o.common.permessage_deflate,
+    );
+    r.lat("publish_delivery", &st.delivery)
+        .lat("publish_ack", &st.ack);
     if o.rate > 0 {
         r.lat("send_lag", &st.send_lag);
     }

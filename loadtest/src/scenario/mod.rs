@@ -21,8 +21,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
 use crate::cli::{Common, Target};
-use crate::net::{Io, Key, Proto};
-use crate::stats::{Counts, Lat};
+use crate::net::{Io, IoStats, Key, Proto};
+use crate::stats::{Counts, Lat, Report};
 
 /// Why a scenario could not run.
 #[derive(Debug, Error)]
@@ -79,6 +79,7 @@ impl<'a> Ctx<'a> {
         Io::new(
             self.target,
             self.common.tls.clone(),
+            self.common.permessage_deflate,
             self.common.source_ips,
             self.epoch,
             t,
@@ -333,6 +334,107 @@ pub struct MsgStats {
     pub bytes_in: u64,
     /// Bytes written.
     pub bytes_out: u64,
+    /// WebSocket traffic of the measured window.
+    pub wire: Wire,
+}
+
+/// WebSocket traffic of a measured window: frame bytes as on the wire after TLS (before
+/// inflation, after compression), and message counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Wire {
+    /// Bytes read.
+    pub bytes_in: u64,
+    /// Bytes written.
+    pub bytes_out: u64,
+    /// Text and binary messages received.
+    pub messages_in: u64,
+    /// Of those, compressed (RSV1).
+    pub compressed_in: u64,
+    /// Messages sent compressed.
+    pub compressed_out: u64,
+    /// Messages left uncompressed because compressing did not shrink them.
+    pub uncompressed_out: u64,
+}
+
+impl Wire {
+    /// The traffic between two readings of a loop's counters.
+    pub fn between(a: &IoStats, b: &IoStats) -> Wire {
+        Wire {
+            bytes_in: b.bytes_in.saturating_sub(a.bytes_in),
+            bytes_out: b.bytes_out.saturating_sub(a.bytes_out),
+            messages_in: b.messages_in.saturating_sub(a.messages_in),
+            compressed_in: b.compressed_in.saturating_sub(a.compressed_in),
+            compressed_out: b.compressed_out.saturating_sub(a.compressed_out),
+            uncompressed_out: b.uncompressed_out.saturating_sub(a.uncompressed_out),
+        }
+    }
+
+    /// Add another thread's figures.
+    pub fn merge(&mut self, o: &Wire) {
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+        self.messages_in += o.messages_in;
+        self.compressed_in += o.compressed_in;
+        self.compressed_out += o.compressed_out;
+        self.uncompressed_out += o.uncompressed_out;
+    }
+
+    /// Adds `ws_bytes_in_per_delivery` (all bytes read / deliveries: pushes, and the acks
+    /// of the publishes that caused them), `ws_bytes_out_per_publish`, and, with
+    /// `--permessage-deflate`, the share of messages that travelled compressed.
+    pub fn report(&self, r: &mut Report, deliveries: u64, publishes: u64, deflate: bool) {
+        let per = |bytes: u64, n: u64| if n == 0 { 0.0 } else { bytes as f64 / n as f64 };
+        r.text("permessage_deflate", if deflate { "on" } else { "off" })
+            .float(
+                "ws_bytes_in_per_delivery",
+                per(self.bytes_in, deliveries),
+                1,
+            )
+            .float(
+                "ws_bytes_out_per_publish",
+                per(self.bytes_out, publishes),
+                1,
+            );
+        if deflate {
+            let sent = self.compressed_out + self.uncompressed_out;
+            r.float(
+                "compressed_in_pct",
+                100.0 * per(self.compressed_in, self.messages_in),
+                1,
+            )
+            .float(
+                "compressed_out_pct",
+                100.0 * per(self.compressed_out, sent),
+                1,
+            );
+        }
+    }
+}
+
+/// Reads a loop's counters as the measured window opens and closes (from a handler's
+/// `tick`, so to within a loop turn).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WindowMark {
+    start: Option<IoStats>,
+    end: Option<IoStats>,
+}
+
+impl WindowMark {
+    /// Take the readings whose time has come.
+    pub fn observe(&mut self, s: &IoStats, now: u64, t_warm: u64, t_end: u64) {
+        if now >= t_warm && self.start.is_none() {
+            self.start = Some(*s);
+        }
+        if now >= t_end && self.end.is_none() {
+            self.end = Some(*s);
+        }
+    }
+
+    /// The window's traffic; `last` stands in for a reading not taken (a run cut short).
+    pub fn wire(&self, last: &IoStats) -> Wire {
+        let start = self.start.unwrap_or(*last);
+        Wire::between(&start, self.end.as_ref().unwrap_or(last))
+    }
 }
 
 impl MsgStats {
@@ -352,6 +454,7 @@ impl MsgStats {
         self.unacked += o.unacked;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
+        self.wire.merge(&o.wire);
     }
 
     /// Count one oddity.
@@ -384,6 +487,36 @@ mod tests {
                 assert_eq!(all, (0..n).collect::<Vec<_>>());
             }
         }
+    }
+
+    #[test]
+    fn window_mark_counts_only_the_window() {
+        let at = |bytes: u64| IoStats {
+            bytes_in: bytes,
+            bytes_out: 2 * bytes,
+            messages_in: bytes / 100,
+            ..Default::default()
+        };
+        let mut m = WindowMark::default();
+        m.observe(&at(100), 5, 10, 20); // warm-up: nothing read
+        m.observe(&at(300), 10, 10, 20); // window opens
+        m.observe(&at(800), 15, 10, 20);
+        m.observe(&at(1000), 21, 10, 20); // window closed
+        m.observe(&at(5000), 30, 10, 20); // drain: ignored
+        let w = m.wire(&at(9999));
+        assert_eq!((w.bytes_in, w.bytes_out, w.messages_in), (700, 1400, 7));
+        // A run cut short before the window closed ends at the last reading.
+        let mut short = WindowMark::default();
+        short.observe(&at(300), 10, 10, 20);
+        assert_eq!(short.wire(&at(500)).bytes_in, 200);
+        let mut r = Report::new("x");
+        w.report(&mut r, 7, 0, true);
+        let json = r.json();
+        assert!(
+            json.contains("\"ws_bytes_in_per_delivery\":100.0"),
+            "{json}"
+        );
+        assert!(json.contains("\"ws_bytes_out_per_publish\":0.0"), "{json}");
     }
 
     #[test]

@@ -45,7 +45,7 @@ fn open_one(addr: &SocketAddr, target: &Target, topic: &str) -> std::io::Result<
     sock.connect_timeout(&(*addr).into(), Duration::from_secs(5))?;
     let mut s: TcpStream = sock.into();
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(&ws::upgrade_request(&target.host, &target.path))?;
+    s.write_all(&ws::upgrade_request(&target.host, &target.path, false))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     let start = loop {
@@ -54,7 +54,7 @@ fn open_one(addr: &SocketAddr, target: &Target, topic: &str) -> std::io::Result<
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         buf.extend_from_slice(&chunk[..k]);
-        match ws::parse_upgrade_response(&buf) {
+        match ws::parse_upgrade_response(&buf, false) {
             Ok(Some(n)) => break n,
             Ok(None) => continue,
             Err(e) => return Err(std::io::Error::other(e.to_string())),

@@ -10,7 +10,7 @@ use crate::cli::Common;
 use crate::net::{self, CloseWhy, Handler, Io, Key, Proto};
 use crate::proto::{self, Classifier, Incoming, PublishTemplate, ResultValue, Stamp, ID_BASE};
 
-use super::{bump, split, Connector, Ctx, MsgStats, RunError, Schedule, Sender};
+use super::{bump, split, Connector, Ctx, MsgStats, RunError, Schedule, Sender, WindowMark};
 
 /// How connections sit on topics.
 #[derive(Debug, Clone, Copy)]
@@ -153,6 +153,8 @@ struct TopicsHandler<'a> {
     owed: Option<u64>,
     got: u64,
     window_acked: u64,
+    /// Byte counters as the window opened and closed.
+    mark: WindowMark,
     stats: MsgStats,
     setup_errors: crate::stats::Counts,
 }
@@ -397,6 +399,9 @@ impl Handler for TopicsHandler<'_> {
 
     fn tick(&mut self, io: &mut Io, now: u64) -> Option<u64> {
         self.now = now;
+        if self.phase == Phase::Measure {
+            self.mark.observe(&io.stats, now, self.t_warm, self.t_end);
+        }
         match self.phase {
             Phase::Setup => {
                 let keys = &mut self.keys;
@@ -534,6 +539,7 @@ pub fn run(
             owed: owed_known.then_some(0),
             got: 0,
             window_acked: 0,
+            mark: WindowMark::default(),
             stats: MsgStats::default(),
             setup_errors: Default::default(),
         };
@@ -577,6 +583,7 @@ pub fn run(
         let mut stats = h.stats;
         stats.bytes_in = io.stats.bytes_in;
         stats.bytes_out = io.stats.bytes_out;
+        stats.wire = h.mark.wire(&io.stats);
         let senders = h
             .senders
             .into_iter()

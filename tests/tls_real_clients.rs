@@ -1,12 +1,12 @@
 //! TLS with real clients over loopback: a small `mio` loop drives `walletrelay::tls`
 //! exactly as a worker will (read into a scratch buffer, `TlsSession::read_tls`, answer
-//! into an `OutBuf`, flush with `OutBuf::write_to` through a `TlsSink`), and `rustls`,
-//! `curl --cacert` and Python's `ssl` talk to it. The certificates come from a CA the test
-//! makes. It does not start the real server: conn/worker integration is tested there.
+//! into an `OutBuf`, flush with `OutBuf::write_to` through a `TlsSink`), and `rustls`
+//! clients talk to it. The certificates come from a CA the test
+//! makes. It does not start the real server: the real binary is tested with the same
+//! clients (and curl and Python's `ssl`) in `tls_serving.rs`.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -103,10 +103,6 @@ impl TlsServer {
 
     fn set_config(&self, config: Arc<ServerConfig>) {
         *self.config.lock().unwrap() = config;
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("https://127.0.0.1:{}{path}", self.addr.port())
     }
 
     /// Waits (bounded) until the server holds `n` connections.
@@ -258,20 +254,6 @@ fn server_for(ca: &TestCa, serial: u64) -> (TlsLoader, TlsServer, tempdir::Dir) 
     let loader = TlsLoader::new(TlsFiles { cert, key }).unwrap();
     let server = TlsServer::start(loader.load().unwrap());
     (loader, server, dir)
-}
-
-/// A server and its CA certificate in a file, for a client program; `None` (test skipped)
-/// when `tool` is not installed.
-fn server_for_tool(tool: &str) -> Option<(TlsServer, tempdir::Dir, std::path::PathBuf)> {
-    if Command::new(tool).arg("--version").output().is_err() {
-        eprintln!("{tool} not installed: SKIPPED");
-        return None;
-    }
-    let ca = TestCa::new();
-    let (_loader, server, dir) = server_for(&ca, 1);
-    let ca_file = dir.0.join("ca.pem");
-    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
-    Some((server, dir, ca_file))
 }
 
 mod tempdir {
@@ -442,68 +424,4 @@ fn plaintext_http_and_a_truncated_handshake_cost_one_connection_each() {
 
     assert_eq!(get(&mut good, "/hello").1, b"hello\n");
     assert_eq!(get(&mut connect(&server, &config), "/hello").1, b"hello\n");
-}
-
-/// `curl --cacert` over TLS 1.3 and 1.2: ALPN `http/1.1`, the right body.
-#[test]
-fn curl_with_the_test_ca_gets_answers_over_tls13_and_tls12() {
-    let Some((server, _dir, ca_file)) = server_for_tool("curl") else {
-        return;
-    };
-    for (flags, want) in [
-        (&["--tlsv1.3"][..], "TLSv1.3"),
-        (&["--tlsv1.2", "--tls-max", "1.2"][..], "TLSv1.2"),
-    ] {
-        let out = Command::new("curl")
-            .args(["-sS", "-v", "--max-time", "10", "--cacert"])
-            .arg(&ca_file)
-            .args(flags)
-            .arg(server.url("/hello"))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{err}");
-        assert_eq!(out.stdout, b"hello\n");
-        assert!(err.contains(want), "{err}");
-        assert!(
-            err.contains("ALPN: server accepted http/1.1")
-                || err.contains("ALPN, server accepted to use http/1.1"),
-            "{err}"
-        );
-    }
-}
-
-/// Python's `ssl` (OpenSSL): ALPN, TLS 1.3 and 1.2, the certificate, session reuse
-/// (`tests/tls-py/ssl_get.py`).
-#[test]
-fn python_ssl_clients_negotiate_and_resume() {
-    let Some((server, _dir, ca_file)) = server_for_tool("python3") else {
-        return;
-    };
-    for (tls12, want) in [("0", "TLSv1.3"), ("1", "TLSv1.2")] {
-        let out = Command::new("python3")
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/tls-py/ssl_get.py"
-            ))
-            .arg(server.addr.port().to_string())
-            .arg(&ca_file)
-            .args([tls12, "/hello", "/hello"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(
-            lines,
-            [
-                format!("{want} http/1.1 False 200 6"),
-                format!("{want} http/1.1 True 200 6")
-            ]
-        );
-    }
 }

@@ -90,7 +90,7 @@ impl Recovered {
         };
         match entry {
             Entry::Message {
-                ns: Ns::V2,
+                ns,
                 topic,
                 epoch,
                 seq,
@@ -102,7 +102,11 @@ impl Recovered {
                     self.expired += 1;
                     return;
                 }
-                share.messages.push(Found {
+                let list = match ns {
+                    Ns::V2 => &mut share.messages,
+                    Ns::V1 => &mut share.frames,
+                };
+                list.push(Found {
                     topic: Arc::from(topic),
                     pos: Position { epoch, seq },
                     expires_unix: expires_unix_ms,
@@ -119,27 +123,6 @@ impl Recovered {
                 share
                     .webhooks
                     .push(WebhookOp::Remove(Arc::from(topic), Arc::from(url), loc));
-            }
-            Entry::Message {
-                ns: Ns::V1,
-                topic,
-                epoch,
-                seq,
-                expires_unix_ms,
-                data,
-                ..
-            } => {
-                if expires_unix_ms <= now {
-                    self.expired += 1;
-                    return;
-                }
-                share.frames.push(Found {
-                    topic: Arc::from(topic),
-                    pos: Position { epoch, seq },
-                    expires_unix: expires_unix_ms,
-                    data: Bytes::copy_from_slice(data),
-                    loc,
-                });
             }
             Entry::Forget {
                 topic, epoch, seq, ..

@@ -242,8 +242,21 @@ impl HomeTopics {
         t.cached.push_back(key);
         t.note(hash);
         self.m().cached_messages.inc();
-        while self.topics[slot as usize].cached.len() > self.limits.max_cached_per_topic {
-            let Some(old) = self.topics[slot as usize].cached.front().copied() else {
+        self.bound(slot, false);
+        key
+    }
+
+    /// After an insert: the topic's queue (its v2 cache, or with `v1` its pending frames)
+    /// back within `--max-cached-per-topic`, then the whole cache within its byte budget,
+    /// oldest first.
+    fn bound(&mut self, slot: u32, v1: bool) {
+        loop {
+            let t = &self.topics[slot as usize];
+            let queue = if v1 { &t.v1_pending } else { &t.cached };
+            if queue.len() <= self.limits.max_cached_per_topic {
+                break;
+            }
+            let Some(old) = queue.front().copied() else {
                 break;
             };
             self.evict(old, DropReason::TopicCacheFull);
@@ -253,7 +266,6 @@ impl HomeTopics {
             self.evict(k, DropReason::CacheBytes);
         }
         self.m().cached_bytes.set(self.cache.bytes() as u64);
-        key
     }
 
     /// A message identical to `req` is cached on the topic.

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use super::HomeTopics;
-use crate::metrics::DropReason;
 use crate::relay::engine::{Origin, Position};
 use crate::store::Loc;
 
@@ -69,17 +68,7 @@ impl HomeTopics {
         self.cache.mark_v1(key);
         self.topics[slot as usize].v1_pending.push_back(key);
         self.m().cached_messages.inc();
-        while self.topics[slot as usize].v1_pending.len() > self.limits.max_cached_per_topic {
-            let Some(old) = self.topics[slot as usize].v1_pending.front().copied() else {
-                break;
-            };
-            self.evict(old, DropReason::TopicCacheFull);
-        }
-        while self.cache.bytes() > self.budget {
-            let Some(k) = self.cache.oldest() else { break };
-            self.evict(k, DropReason::CacheBytes);
-        }
-        self.m().cached_bytes.set(self.cache.bytes() as u64);
+        self.bound(slot, true);
         self.cache
             .get(key)
             .is_some_and(|m| m.v1 && m.topic == slot && m.topic_seq == seq)

@@ -331,10 +331,10 @@ impl Engine for LocalEngine {
         topic: &Arc<str>,
         url: Arc<str>,
         ticket: Ticket,
-        _out: &mut Events,
+        out: &mut Events,
     ) -> Done<Result<(), RelayError>> {
         if self.is_mine(topic) {
-            self.register_here(topic, url, self.me, ticket, _out);
+            self.register_here(topic, url, self.me, ticket, out);
             return Done::Later;
         }
         let reply = Reply {

@@ -199,9 +199,13 @@ impl Metrics {
             ("subscriptions", "gauge", "Subscriptions held", |c| {
                 &c.subscriptions
             }),
-            ("topics", "gauge", "Topics homed on the worker", |c| {
-                &c.topics
-            }),
+            (
+                "topics",
+                "gauge",
+                "Topics with state on their home worker (cached messages, webhooks, v1 frames, \
+                 subscribers on another worker)",
+                |c| &c.topics,
+            ),
             (
                 "messages_published_total",
                 "counter",

@@ -244,6 +244,11 @@ fn subscribe<S>(conn: &mut Conn<S>, topic: &str, ctx: &mut Ctx<'_>) -> Result<Su
     let id = ctx.ids.next_id();
     let me = ctx.conn_ref(conn);
     let slot = ctx.relay.subscribe(me, topic, id);
+    if conn.subs.capacity() == 0 {
+        // Most connections hold one or two subscriptions: a first push would make room
+        // for four (about 300 bytes per idle connection).
+        conn.subs.reserve_exact(1);
+    }
     conn.subs.push(ConnSub { slot, id });
     Ok(id)
 }

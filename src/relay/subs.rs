@@ -180,7 +180,9 @@ impl Subscriptions {
                 let name: Arc<str> = Arc::from(topic);
                 let slot = self.topics.insert(LocalTopic {
                     name: name.clone(),
-                    subs: Vec::new(),
+                    // Most topics have one subscriber here: room for exactly one (a
+                    // first push would make room for four).
+                    subs: Vec::with_capacity(1),
                     feed: Feed::default(),
                 }) as u32;
                 self.index.insert(name, slot);

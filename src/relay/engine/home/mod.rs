@@ -28,7 +28,8 @@ pub struct HomeTopic {
     epoch: u64,
     /// Position number of the last stored message (0 before the first).
     last_seq: u64,
-    /// Workers watching the topic (they have local subscribers), this one included.
+    /// The other workers watching the topic (they have local subscribers); the home is
+    /// not among them (see [`HomeTopics::watch`]).
     pub watchers: Vec<u16>,
     /// Cached message keys, oldest first.
     cached: VecDeque<usize>,
@@ -360,8 +361,16 @@ impl HomeTopics {
         History { last, messages }
     }
 
-    /// Worker `core` watches the topic.
+    /// Worker `core` watches the topic. The home itself is never recorded: every live
+    /// message of its topics goes to its own relay, which drops those of topics it has no
+    /// subscriber of. So a topic subscribed only on its home has no home state until it has
+    /// a message or a webhook (an idle subscription costs its connection's worker alone);
+    /// its first message then starts a new epoch at position 1, which a subscription at
+    /// [`Position::ZERO`] follows on from.
     pub fn watch(&mut self, topic: &Arc<str>, core: u16) {
+        if usize::from(core) == self.me {
+            return;
+        }
         let slot = self.slot_of(topic);
         let t = &mut self.topics[slot as usize];
         if !t.watchers.contains(&core) {
@@ -369,8 +378,11 @@ impl HomeTopics {
         }
     }
 
-    /// Worker `core` no longer watches the topic.
+    /// Worker `core` no longer watches the topic (see [`HomeTopics::watch`]).
     pub fn unwatch(&mut self, topic: &str, core: u16) {
+        if usize::from(core) == self.me {
+            return;
+        }
         if let Some(slot) = self.find(topic) {
             self.topics[slot as usize].watchers.retain(|&c| c != core);
             self.gc(slot);

@@ -123,3 +123,27 @@ fn webhooks_are_kept_once_and_bounded() {
     assert_eq!(h.remove_webhook("t", "http://a/"), None);
     assert_eq!(h.find("t"), None, "nothing left: forgotten");
 }
+
+#[test]
+fn the_home_keeps_no_state_for_a_topic_only_its_own_subscribers_watch() {
+    let mut h = topics(Limits::default());
+    let t: Arc<str> = Arc::from("t");
+    h.watch(&t, 0);
+    assert_eq!(h.find("t"), None, "watched by the home alone: nothing kept");
+    assert_eq!(h.read("t", Position::ZERO).last, Position::ZERO);
+    // Another worker's watch is kept, and goes with its unwatch.
+    h.watch(&t, 1);
+    let slot = h.find("t").unwrap();
+    assert_eq!(h.get(slot).unwrap().watchers, vec![1]);
+    h.unwatch("t", 0);
+    assert!(h.find("t").is_some(), "the home's unwatch leaves the others'");
+    h.unwatch("t", 1);
+    assert_eq!(h.find("t"), None);
+    // The first message of a topic nobody else watches starts a history that a
+    // subscription at ZERO follows on from (a new epoch, position 1).
+    let Stored::New(p) = h.store(&req(&t, "m"), 9, 1).stored else {
+        panic!()
+    };
+    assert_eq!(p.seq, 1);
+    assert!(p.epoch > Position::ZERO.epoch);
+}

@@ -165,20 +165,16 @@ impl LocalEngine {
                 return (Err(RelayError::StorageUnavailable), None);
             }
         }
+        let msg = Message {
+            pos,
+            data: req.data,
+            origin: req.origin,
+        };
         if let Some(t) = o.slot.and_then(|slot| self.home.get(slot)) {
-            let msg = Message {
-                pos,
-                data: req.data,
-                origin: req.origin,
-            };
             for &w in &t.watchers {
                 let (topic, msg) = (t.name.clone(), msg.clone());
-                if w == self.me {
-                    out.push(Event::Live { topic, msg });
-                } else {
-                    self.outbox
-                        .push(usize::from(w), HomeMsg::Live { topic, msg });
-                }
+                self.outbox
+                    .push(usize::from(w), HomeMsg::Live { topic, msg });
             }
             if req.prompt {
                 for w in &t.webhooks {
@@ -189,6 +185,12 @@ impl LocalEngine {
                 }
             }
         }
+        // This worker's own subscribers (the home never watches its topics: see
+        // `HomeTopics::watch`); its relay drops it when it has none.
+        out.push(Event::Live {
+            topic: req.topic,
+            msg,
+        });
         (Ok(o.stored), wait)
     }
 

@@ -5,7 +5,6 @@
 
 use super::{Compaction, Journal, Tombstone, COMPACT_KEYS, COMPACT_SEGMENTS, REPAIR_KEYS};
 use crate::relay::engine::home::HomeTopics;
-use crate::relay::engine::Position;
 use crate::store::entry::Entry;
 use crate::store::{SegmentId, StoreError};
 
@@ -136,10 +135,8 @@ impl Journal {
         let Some((t, m)) = home.message(key) else {
             return;
         };
-        let pos = Position {
-            epoch: t.last().epoch,
-            seq: m.topic_seq,
-        };
+        // The position it was recorded at (a Forget names it when a v1 frame is taken).
+        let pos = t.position(m);
         let (topic, expires, data, v1) = (t.name.clone(), m.expires, m.data.clone(), m.v1);
         if let Some(a) = self.message(v1, &topic, pos, expires, false, &data) {
             home.set_record(key, a.loc);

@@ -114,6 +114,10 @@ impl Journal {
     /// segments of earlier runs (the worker layout changed: records must be in their
     /// topics' homes' logs).
     pub fn rewrite(&mut self, home: &mut HomeTopics) -> Result<(), StoreError> {
+        // What the restore dropped lies in the earlier layout's logs, deleted below: not
+        // places in this log, whose live bytes they would lower.
+        let mut earlier = Vec::new();
+        home.take_released(&mut earlier);
         for key in 0..home.key_bound() {
             self.copy_message(home, key);
         }

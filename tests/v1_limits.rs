@@ -192,9 +192,6 @@ fn pending_frames_expire_after_the_pending_ttl() {
 }
 
 #[test]
-#[ignore = "intermittent (1 run in ~9 under load): a frame taken before a layout-changing \
-            restart came back; open defect in issue 17's note (rewrite vs Forget epochs). \
-            Run: cargo test --test v1_limits -- --ignored pending_frames"]
 fn pending_frames_survive_kill_9_and_a_taken_one_does_not_come_back() {
     let dir = std::env::temp_dir().join(format!("walletrelay-v1-{}", topic()));
     let d = dir.to_str().expect("temporary directory name");

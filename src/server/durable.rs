@@ -357,6 +357,9 @@ fn restore_frames(
         let expires = now + f.expires_unix.saturating_sub(unix_now);
         home.v1_restore(&f.topic, f.pos, f.data, expires, f.loc);
     }
+    for (topic, pos) in gone.keys() {
+        home.v1_forgotten(topic, *pos);
+    }
 }
 
 /// Replays the webhook changes of one worker in log order.

@@ -42,6 +42,9 @@ pub struct HomeTopic {
     v1_watchers: Vec<(u16, u32)>,
     /// WalletConnect 1.0: pending frames (cache keys), oldest first.
     v1_pending: VecDeque<usize>,
+    /// WalletConnect 1.0: the history of the pending frames' positions, apart from the v2
+    /// cache's (a restart restores each from its own records).
+    v1_epoch: u64,
     /// WalletConnect 1.0: number of the last pending frame (the `seq` of its position).
     v1_seq: u64,
 }
@@ -69,9 +72,10 @@ pub struct StoreOutcome {
 
 impl HomeTopic {
     fn new(name: Arc<str>) -> HomeTopic {
+        let epoch = new_epoch();
         HomeTopic {
             name,
-            epoch: new_epoch(),
+            epoch,
             last_seq: 0,
             watchers: Vec::new(),
             cached: VecDeque::new(),
@@ -79,6 +83,7 @@ impl HomeTopic {
             webhooks: Vec::new(),
             v1_watchers: Vec::new(),
             v1_pending: VecDeque::new(),
+            v1_epoch: epoch,
             v1_seq: 0,
         }
     }
@@ -97,6 +102,15 @@ impl HomeTopic {
         Position {
             epoch: self.epoch,
             seq: self.last_seq,
+        }
+    }
+
+    /// The position of `m`, a cached message or a pending v1 frame of this topic: the one
+    /// its record names.
+    pub fn position(&self, m: &Cached) -> Position {
+        Position {
+            epoch: if m.v1 { self.v1_epoch } else { self.epoch },
+            seq: m.topic_seq,
         }
     }
 

@@ -147,3 +147,119 @@ fn the_home_keeps_no_state_for_a_topic_only_its_own_subscribers_watch() {
     assert_eq!(p.seq, 1);
     assert!(p.epoch > Position::ZERO.epoch);
 }
+
+/// A record's place in a log that no test reads (the home only hands it back).
+fn loc(n: u32) -> Loc {
+    Loc {
+        segment: 1,
+        offset: n * 64,
+        len: 64,
+    }
+}
+
+fn pos(epoch: u64, seq: u64) -> Position {
+    Position { epoch, seq }
+}
+
+/// What `v1_take` gave: (frame, position).
+fn taken(h: &mut HomeTopics, topic: &str) -> Vec<(String, Position)> {
+    h.v1_take(topic)
+        .into_iter()
+        .map(|(f, p, _)| (String::from_utf8_lossy(&f).into_owned(), p))
+        .collect()
+}
+
+fn restore_frame(h: &mut HomeTopics, t: &Arc<str>, at: Position, body: &'static str, n: u32) {
+    h.v1_restore(t, at, Bytes::from_static(body.as_bytes()), 60_000, loc(n));
+}
+
+// Epochs of an earlier run are far smaller than the ones this process makes (`new_epoch`).
+const EARLIER: u64 = 1_000;
+
+#[test]
+fn a_restored_v1_frame_is_taken_at_the_position_its_record_names() {
+    let mut h = topics(Limits::default());
+    let t: Arc<str> = Arc::from("t");
+    restore_frame(&mut h, &t, pos(EARLIER, 3), "a", 0);
+    restore_frame(&mut h, &t, pos(EARLIER, 4), "b", 1);
+    // A frame kept after the restart goes on in the same history.
+    let kept = h.v1_keep(&t, Bytes::from_static(b"c"), 60_000, Origin::NONE);
+    assert_eq!(kept.map(|k| k.1), Some(pos(EARLIER, 5)));
+    // The positions a take reports are the ones the Forget records name: they must be the
+    // records' own, or the frames come back at the next start.
+    assert_eq!(
+        taken(&mut h, "t"),
+        [
+            ("a".to_string(), pos(EARLIER, 3)),
+            ("b".to_string(), pos(EARLIER, 4)),
+            ("c".to_string(), pos(EARLIER, 5)),
+        ]
+    );
+}
+
+#[test]
+fn restoring_v1_frames_keeps_one_copy_of_a_position_and_only_the_newest_history() {
+    let mut h = topics(Limits::default());
+    let t: Arc<str> = Arc::from("t");
+    // In position order, as recovery sorts them: a frame left from an older history (its
+    // topic was forgotten since: it was not pending any more), then two frames of the
+    // newest one, the second also in a compaction's copy that a kill left beside it.
+    restore_frame(&mut h, &t, pos(EARLIER, 1), "old", 0);
+    restore_frame(&mut h, &t, pos(EARLIER + 1, 1), "x", 1);
+    restore_frame(&mut h, &t, pos(EARLIER + 1, 2), "y", 2);
+    restore_frame(&mut h, &t, pos(EARLIER + 1, 2), "y", 3);
+    let mut released = Vec::new();
+    h.take_released(&mut released);
+    released.sort_by_key(|l| l.offset);
+    assert_eq!(released, [loc(0), loc(3)], "the stale frame and the copy");
+    assert_eq!(
+        taken(&mut h, "t"),
+        [
+            ("x".to_string(), pos(EARLIER + 1, 1)),
+            ("y".to_string(), pos(EARLIER + 1, 2)),
+        ]
+    );
+}
+
+#[test]
+fn v1_frames_keep_their_own_history_beside_the_v2_cache() {
+    let mut h = topics(Limits::default());
+    let t: Arc<str> = Arc::from("t");
+    let m = |seq, body: &'static str| Message {
+        pos: pos(EARLIER, seq),
+        data: Bytes::from_static(body.as_bytes()),
+        origin: Origin::NONE,
+    };
+    assert!(h.restore(&t, m(1, "m1"), 1, 60_000, loc(0)));
+    assert!(h.restore(&t, m(2, "m2"), 2, 60_000, loc(1)));
+    // No frame came back, but Forgets of this epoch may still be on disk (positions 1 and 2
+    // of the topic's v1 frames, taken before the restart): a new frame must not take one
+    // of their positions, or the next start would cancel it.
+    let (_, p) = h
+        .v1_keep(&t, Bytes::from_static(b"f"), 60_000, Origin::NONE)
+        .unwrap();
+    assert!(p.epoch > EARLIER, "{p:?}");
+    // And frames do not move the v2 cache's history.
+    let hist = h.read("t", Position::ZERO);
+    assert_eq!(hist.last, pos(EARLIER, 2));
+    let Stored::New(next) = h.store(&req(&t, "m3"), 3, 1).stored else {
+        panic!()
+    };
+    assert_eq!(next, pos(EARLIER, 3));
+}
+
+#[test]
+fn a_frame_kept_after_a_restart_comes_after_every_forgotten_position_of_its_history() {
+    let mut h = topics(Limits::default());
+    let t: Arc<str> = Arc::from("t");
+    restore_frame(&mut h, &t, pos(EARLIER, 2), "a", 0);
+    // Frames 3 and 4 were taken (their Forgets were read back), frame 2 was not (it came
+    // back): the next frame is 5, never a position a Forget on disk names.
+    h.v1_forgotten("t", pos(EARLIER, 3));
+    h.v1_forgotten("t", pos(EARLIER, 4));
+    h.v1_forgotten("t", pos(EARLIER - 1, 9));
+    h.v1_forgotten("unknown", pos(EARLIER, 9));
+    assert_eq!(h.find("unknown"), None, "a Forget creates no topic");
+    let kept = h.v1_keep(&t, Bytes::from_static(b"b"), 60_000, Origin::NONE);
+    assert_eq!(kept.map(|k| k.1), Some(pos(EARLIER, 5)));
+}

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::HomeTopics;
+use crate::metrics::DropReason;
 use crate::relay::engine::{Origin, Position};
 use crate::store::Loc;
 
@@ -49,7 +50,7 @@ impl HomeTopics {
         let t = &mut self.topics[slot as usize];
         t.v1_seq += 1;
         let pos = Position {
-            epoch: t.epoch,
+            epoch: t.v1_epoch,
             seq: t.v1_seq,
         };
         self.insert_v1(slot, pos.seq, frame, expires, origin)
@@ -81,12 +82,13 @@ impl HomeTopics {
             return Vec::new();
         };
         let t = &mut self.topics[slot as usize];
-        let epoch = t.epoch;
+        let epoch = t.v1_epoch;
         let keys: Vec<usize> = t.v1_pending.drain(..).collect();
         let mut frames = Vec::with_capacity(keys.len());
         for k in keys {
             if let Some(m) = self.cache.remove(k) {
                 self.m().cached_messages.sub(1);
+                // The position its record names: the Forget must name the same.
                 let pos = Position {
                     epoch,
                     seq: m.topic_seq,
@@ -99,7 +101,11 @@ impl HomeTopics {
         frames
     }
 
-    /// Restores a pending v1 frame at start (frames of a topic in position order).
+    /// Restores a pending v1 frame at start, at the position its record names (frames of a
+    /// topic in position order). A frame of an older history than the next one is dropped:
+    /// a topic starts a new history only when none of its frames is pending, so such a
+    /// frame was gone (taken, evicted) and only its record was left. A second record of
+    /// the same position (a compaction's copy beside the original) is dropped too.
     pub fn v1_restore(
         &mut self,
         topic: &Arc<str>,
@@ -108,15 +114,40 @@ impl HomeTopics {
         expires: u64,
         record: Loc,
     ) {
-        let slot = self.slot_of(topic);
-        let t = &mut self.topics[slot as usize];
-        if t.v1_pending.is_empty() && t.cached.is_empty() {
-            t.epoch = t.epoch.max(pos.epoch);
+        let mut slot = self.slot_of(topic);
+        let t = &self.topics[slot as usize];
+        let first = t.v1_pending.is_empty() && t.v1_seq == 0;
+        if first || pos.epoch > t.v1_epoch {
+            let stale: Vec<usize> = t.v1_pending.iter().copied().collect();
+            for k in stale {
+                self.evict(k, DropReason::Expired);
+            }
+            slot = self.slot_of(topic);
+            let t = &mut self.topics[slot as usize];
+            t.v1_epoch = pos.epoch;
+            t.v1_seq = 0;
         }
-        t.v1_seq = t.v1_seq.max(pos.seq);
+        let t = &mut self.topics[slot as usize];
+        if pos.epoch != t.v1_epoch || pos.seq <= t.v1_seq {
+            self.released.push(record);
+            self.gc(slot);
+            return;
+        }
+        t.v1_seq = pos.seq;
         match self.insert_v1(slot, pos.seq, frame, expires, Origin::NONE) {
             Some(key) => self.cache.set_record(key, record),
             None => self.released.push(record),
+        }
+    }
+
+    /// A `Forget` read back at start names frame `pos` of `topic` (once every frame is
+    /// restored): a frame kept from now on in that history takes a later position, or the
+    /// next start would take that Forget for its own.
+    pub fn v1_forgotten(&mut self, topic: &str, pos: Position) {
+        let Some(slot) = self.find(topic) else { return };
+        let t = &mut self.topics[slot as usize];
+        if pos.epoch == t.v1_epoch {
+            t.v1_seq = t.v1_seq.max(pos.seq);
         }
     }
 }

@@ -5,7 +5,6 @@
 
 use super::{Compaction, Journal, Tombstone, COMPACT_KEYS, COMPACT_SEGMENTS, REPAIR_KEYS};
 use crate::relay::engine::home::HomeTopics;
-use crate::relay::engine::Position;
 use crate::store::entry::Entry;
 use crate::store::{SegmentId, StoreError};
 
@@ -115,6 +114,10 @@ impl Journal {
     /// segments of earlier runs (the worker layout changed: records must be in their
     /// topics' homes' logs).
     pub fn rewrite(&mut self, home: &mut HomeTopics) -> Result<(), StoreError> {
+        // What the restore dropped lies in the earlier layout's logs, deleted below: not
+        // places in this log, whose live bytes they would lower.
+        let mut earlier = Vec::new();
+        home.take_released(&mut earlier);
         for key in 0..home.key_bound() {
             self.copy_message(home, key);
         }
@@ -136,10 +139,8 @@ impl Journal {
         let Some((t, m)) = home.message(key) else {
             return;
         };
-        let pos = Position {
-            epoch: t.last().epoch,
-            seq: m.topic_seq,
-        };
+        // The position it was recorded at (a Forget names it when a v1 frame is taken).
+        let pos = t.position(m);
         let (topic, expires, data, v1) = (t.name.clone(), m.expires, m.data.clone(), m.v1);
         if let Some(a) = self.message(v1, &topic, pos, expires, false, &data) {
             home.set_record(key, a.loc);

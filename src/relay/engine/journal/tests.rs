@@ -213,3 +213,83 @@ fn with_fsync_always_a_duplicate_waits_for_its_originals_sync() {
     r.sync_until(|e| matches!(e, SyncEvent::Synced(n) if *n >= lsn));
     assert_eq!(r.j.unsynced(), None);
 }
+
+/// Every record of the directory as (kind, epoch, seq, body), in log order.
+fn records(dir: &std::path::Path) -> Vec<(&'static str, u64, u64, String)> {
+    let mut out = Vec::new();
+    store::recover(dir, |_, _, p| {
+        let text = |d: &[u8]| String::from_utf8_lossy(d).into_owned();
+        match Entry::decode(p).unwrap() {
+            Entry::Message {
+                ns: Ns::V2,
+                epoch,
+                seq,
+                data,
+                ..
+            } => out.push(("v2", epoch, seq, text(data))),
+            Entry::Message {
+                ns: Ns::V1,
+                epoch,
+                seq,
+                data,
+                ..
+            } => out.push(("v1", epoch, seq, text(data))),
+            Entry::Forget { epoch, seq, .. } => out.push(("forget", epoch, seq, String::new())),
+            _ => {}
+        }
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn a_rewrite_records_every_message_and_frame_at_its_own_position_and_a_take_forgets_it_there() {
+    let mut r = rig("rewrite", FsyncMode::Off);
+    let t = r.topic.clone();
+    let far = crate::clock::now_ms() + 3_600_000;
+    // Read back from another layout's logs (places in a log this journal does not have):
+    // the v2 cache of one history, v1 frames of another, as two earlier runs left them.
+    let elsewhere = |n: u32| Loc {
+        segment: 9_000,
+        offset: n * 64,
+        len: 64,
+    };
+    for (seq, body) in [(4, "m4"), (5, "m5")] {
+        let msg = crate::relay::engine::Message {
+            pos: Position { epoch: 70, seq },
+            data: Bytes::from_static(body.as_bytes()),
+            origin: Origin::NONE,
+        };
+        assert!(r.home.restore(&t, msg, seq, far, elsewhere(seq as u32)));
+    }
+    for (seq, body) in [(2, "f2"), (3, "f3")] {
+        let at = Position { epoch: 50, seq };
+        let frame = Bytes::from_static(body.as_bytes());
+        r.home
+            .v1_restore(&t, at, frame, far, elsewhere(10 + seq as u32));
+    }
+    r.j.rewrite(&mut r.home).unwrap();
+    // The frames are delivered: each Forget must name its frame's record.
+    for (_, at, record) in r.home.v1_take(&t) {
+        r.j.frame_taken(&t, at, record.expect("rewritten"));
+    }
+    r.flush();
+    let Rig { dir, j, .. } = r;
+    drop(j);
+    let mut got = records(&dir.0);
+    got.sort();
+    let want = [
+        ("forget", 50, 2, ""),
+        ("forget", 50, 3, ""),
+        ("v1", 50, 2, "f2"),
+        ("v1", 50, 3, "f3"),
+        ("v2", 70, 4, "m4"),
+        ("v2", 70, 5, "m5"),
+    ];
+    let want: Vec<_> = want
+        .iter()
+        .map(|&(k, e, s, b)| (k, e, s, b.to_string()))
+        .collect();
+    assert_eq!(got, want);
+}

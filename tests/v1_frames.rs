@@ -326,3 +326,21 @@ fn a_pub_right_after_the_last_subscriber_left_is_kept_for_the_next_sub() {
         next.expect_text(&sent_pub(&tp, "after", false), &format!("round {i}"));
     }
 }
+
+#[test]
+fn a_connection_that_pubs_then_subs_gets_its_own_pending_frame_at_any_worker_count() {
+    // One write carries the `pub` and the `sub`, so the worker reads both in one round;
+    // sixteen topics put some of them on the connection's own worker (its home), where the
+    // `sub` once took effect before the `pub` it follows.
+    each_server(&[], |s| {
+        let mut a = RawWs::open(s);
+        for i in 0..16 {
+            let tp = topic();
+            let mut both = a.masked_frame(0x81, client_frame(&tp, "pub", "mine", None).as_bytes());
+            both.extend(a.masked_frame(0x81, client_frame(&tp, "sub", "", None).as_bytes()));
+            a.send_raw(&both);
+            a.expect_text(&sent_pub(&tp, "mine", false), &format!("topic {i}"));
+        }
+        a.settled("the connection");
+    });
+}

@@ -136,7 +136,10 @@ fn the_home_keeps_no_state_for_a_topic_only_its_own_subscribers_watch() {
     let slot = h.find("t").unwrap();
     assert_eq!(h.get(slot).unwrap().watchers, vec![1]);
     h.unwatch("t", 0);
-    assert!(h.find("t").is_some(), "the home's unwatch leaves the others'");
+    assert!(
+        h.find("t").is_some(),
+        "the home's unwatch leaves the others'"
+    );
     h.unwatch("t", 1);
     assert_eq!(h.find("t"), None);
     // The first message of a topic nobody else watches starts a history that a

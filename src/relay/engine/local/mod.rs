@@ -373,7 +373,9 @@ impl Engine for LocalEngine {
     }
 
     fn v1_take(&mut self, topic: &Arc<str>, ticket: Ticket, out: &mut Events) {
-        if self.is_mine(topic) {
+        // Through the home's mailbox like a `pub` (see `v1_publish`), even from the home's
+        // own connections: a `pub` then a `sub` of one connection take effect in that order.
+        if self.shared.mailboxes.len() == 1 {
             let frames = self.v1_take_here(topic);
             out.push(Event::V1Pending { ticket, frames });
         } else {
@@ -387,7 +389,8 @@ impl Engine for LocalEngine {
     }
 
     fn v1_watch(&mut self, topic: &Arc<str>, delta: i32, _out: &mut Events) {
-        if self.is_mine(topic) {
+        // In the order of the connection's `pub`s (see `v1_take`).
+        if self.shared.mailboxes.len() == 1 {
             self.home.v1_watch(topic, self.me, delta);
         } else {
             let (home, core, topic) = (self.home_of(topic), self.me, topic.clone());

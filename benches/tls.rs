@@ -146,10 +146,13 @@ fn exchange(c: &mut ClientConnection, s: &mut TlsSession, spent: &mut Duration) 
     }
 }
 
-/// Server handshakes per second of server CPU (one core), and how many resumed.
+/// Server handshakes per second of server CPU (one core), and how many resumed. Each
+/// connection then gets a one-byte answer, not measured, which carries the TLS 1.3
+/// tickets (the session holds them until its first answer).
 fn handshakes(config: &Arc<ServerConfig>, cc: &Arc<ClientConfig>, n: usize) -> (f64, usize) {
     let mut spent = Duration::ZERO;
     let mut resumed = 0;
+    let mut scratch = TlsScratch::default();
     for _ in 0..n {
         let mut c = client(cc);
         let t0 = cpu_now();
@@ -157,6 +160,7 @@ fn handshakes(config: &Arc<ServerConfig>, cc: &Arc<ClientConfig>, n: usize) -> (
         spent += cpu_now() - t0;
         exchange(&mut c, &mut s, &mut spent);
         assert!(s.handshake_done());
+        answer(&mut s, &mut scratch, &mut c, 1);
         if s.handshake_kind() == Some(HandshakeKind::Resumed) {
             resumed += 1;
         }
@@ -189,7 +193,8 @@ fn bench_handshakes(ca: &TestCa, n: usize) {
     }
 }
 
-/// Heap per idle `TlsSession`, just after the handshake and after one request and answer.
+/// Heap per idle `TlsSession`, just after the handshake (TLS 1.3: with the tickets it
+/// holds until its first answer) and after one request and answer.
 fn idle_session_heap(
     config: &Arc<ServerConfig>,
     cc: &Arc<ClientConfig>,
@@ -216,7 +221,7 @@ fn idle_session_heap(
         servers.push(s);
     }
     let per = (live() - base) as f64 / k as f64;
-    assert!(servers.iter().all(|s| s.buffered_capacity() == 0));
+    assert!(!traffic || servers.iter().all(|s| s.buffered_capacity() == 0));
     per
 }
 

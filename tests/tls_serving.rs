@@ -7,7 +7,9 @@
 
 mod common;
 
+use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use common::http::HttpConn;
 use common::tls::{Stream, TlsSetup};
@@ -177,6 +179,43 @@ fn the_relay_works_over_wss_as_over_ws() {
         raw.send_close(Some(1000), "");
         assert_eq!(raw.close_code_then_eof(), 1000);
     }
+}
+
+/// A client whose `Finished` and first request leave in one TCP write (the server reads
+/// them in one read): the request is answered, and the session ticket, which the server
+/// holds until its first answer, comes with it, so the next connection resumes.
+#[test]
+fn finished_and_the_first_request_in_one_write_are_answered_with_the_ticket() {
+    let tls = TlsSetup::new();
+    let s = tls.start(&["--threads", "1"]);
+    let config = tls.ca.client_config(&[&rustls::version::TLS13]);
+    let name = "localhost".try_into().unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::clone(&config), name).unwrap();
+    // Written before the handshake ends: `rustls` sends it right behind its `Finished`.
+    conn.writer()
+        .write_all(get_req("/hello", "").as_bytes())
+        .unwrap();
+    let mut sock = s.tls_tcp();
+    let mut flights = 0;
+    while conn.wants_write() {
+        // Each flight in one write: the ClientHello, then `Finished` and the request.
+        let mut out = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut out).unwrap();
+        }
+        sock.write_all(&out).unwrap();
+        flights += 1;
+        while conn.is_handshaking() && !conn.wants_write() {
+            conn.read_tls(&mut sock).unwrap();
+            conn.process_new_packets().unwrap();
+        }
+    }
+    assert_eq!(flights, 2);
+    let mut http = HttpConn::new(rustls::StreamOwned::new(conn, sock));
+    assert_eq!(http.response(false).body_str(), checks::HELLO);
+    let again = s.tls(&config);
+    assert_eq!(again.conn.handshake_kind(), Some(HandshakeKind::Resumed));
+    assert_eq!(ask(again, &get_req("/hello", "")).body_str(), checks::HELLO);
 }
 
 #[test]
@@ -364,10 +403,13 @@ fn websockets_python() -> Result<std::path::PathBuf, String> {
 
 /// Python's `websockets` client over `wss://` (`tests/tls-py/wss_pubsub.py`): subscribe,
 /// publish, push. Skipped, saying why, when the package cannot be installed.
+///
+/// That client reads its socket from a thread while writing from another, which OpenSSL
+/// does not support: a TLS 1.3 session ticket arriving while it writes its upgrade
+/// request lost the request about one time in a hundred (a hang, "timed out during
+/// handshake"). The server holds its tickets until its first answer (`tls::session`), and
+/// the client is waiting for that answer, not writing, when they arrive.
 #[test]
-#[ignore = "intermittent: about 1 run in 5 (1 in 30 standalone) the client times out in its \
-            opening handshake; cause not found yet (server stall or client): see issue 18's note. \
-            Run: cargo test --test tls_serving -- --ignored python_websockets"]
 fn python_websockets_client_uses_the_relay_over_wss() {
     let python = match websockets_python() {
         Ok(p) => p,

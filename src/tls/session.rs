@@ -1,11 +1,22 @@
 //! One connection's TLS state, sans-IO: [`TlsSession`] wraps `rustls`'s unbuffered server
 //! connection, so every buffer is either the caller's (the worker's read scratch, its
-//! plaintext vector, the [`TlsScratch`] the write path encrypts into) or one of two small
+//! plaintext vector, the [`TlsScratch`] the write path encrypts into) or one of three small
 //! vectors the session owns only while they hold bytes: `carry` (the start of a record
-//! that has not fully arrived) and `pending` (ciphertext the socket has not taken yet).
-//! An idle session owns neither, only `rustls`'s connection state.
+//! that has not fully arrived), `pending` (ciphertext the socket has not taken yet) and
+//! `held` (TLS 1.3 session tickets waiting for the first answer, see below). An idle
+//! session owns none of them, only `rustls`'s connection state.
 //!
-//! It owns records, handshake progress and those two buffers; it must not touch the
+//! TLS 1.3 session tickets (and any other message `rustls` sends after the handshake) are
+//! not sent as soon as the client's `Finished` is read, but held and sent in the same
+//! write as the connection's next application data (or its `close_notify`), just ahead of
+//! it. A ticket sent at once reaches the client while it writes its first request, and
+//! clients that read and write one OpenSSL connection from two threads (Python's
+//! `websockets` sync client among them: OpenSSL does not support it, but it is common)
+//! then lose that request about one time in a hundred and hang in their opening handshake.
+//! Held until the answer, the ticket arrives while the client waits for it, reading only.
+//! RFC 8446 §4.6.1 lets the server send a ticket at any time after the client's `Finished`.
+//!
+//! It owns records, handshake progress and those three buffers; it must not touch the
 //! socket's readiness, HTTP/WebSocket state or the connection's lifetime (the worker
 //! decides when to close, using [`TlsSession::handshake_done`] for the head timeout).
 
@@ -84,6 +95,10 @@ pub struct TlsSession {
     pending: Vec<u8>,
     /// Bytes of `pending` already written.
     sent: usize,
+    /// TLS 1.3 records made after the handshake (the session tickets), held until the
+    /// next application data or `close_notify` and moved into `pending` just ahead of it
+    /// (see the module's doc). Holds no allocation when empty.
+    held: Vec<u8>,
     /// The peer sent `close_notify`: further input is ignored.
     peer_closed: bool,
     /// `close_notify` has been queued.
@@ -112,6 +127,7 @@ impl TlsSession {
             carry: Vec::new(),
             pending: Vec::new(),
             sent: 0,
+            held: Vec::new(),
             peer_closed: false,
             close_queued: false,
             failed: false,
@@ -180,21 +196,22 @@ impl TlsSession {
 
     /// Ciphertext waits for the socket (handshake messages, an alert, `close_notify`, or
     /// the part of a write the socket did not take): call [`TlsSession::send_pending`]
-    /// (or flush through a [`super::TlsSink`]) when the socket is writable.
+    /// (or flush through a [`super::TlsSink`]) when the socket is writable. Held session
+    /// tickets do not count: they go out with the next write of application data.
     pub fn wants_write(&self) -> bool {
         self.sent < self.pending.len()
     }
 
-    /// Bytes of ciphertext waiting for the socket (count them with the connection's
-    /// outbound bytes).
+    /// Bytes of ciphertext waiting for the socket, held session tickets included (count
+    /// them with the connection's outbound bytes).
     pub fn pending_len(&self) -> usize {
-        self.pending.len() - self.sent
+        self.pending.len() - self.sent + self.held.len()
     }
 
-    /// Heap bytes the session's own buffers hold now (`carry` and `pending`; `rustls`'s
-    /// connection state is not counted). Zero when idle.
+    /// Heap bytes the session's own buffers hold now (`carry`, `pending` and `held`;
+    /// `rustls`'s connection state is not counted). Zero when idle.
     pub fn buffered_capacity(&self) -> usize {
-        self.carry.capacity() + self.pending.capacity()
+        self.carry.capacity() + self.pending.capacity() + self.held.capacity()
     }
 
     /// The peer sent `close_notify`: it sends nothing more (treat like end of input).
@@ -243,6 +260,7 @@ impl TlsSession {
             return;
         }
         self.close_queued = true;
+        self.release_held();
         let mut carry = std::mem::take(&mut self.carry);
         // An error here leaves the session failed; the caller is closing anyway.
         let _ = self.pump_checked(&mut carry, Want::CloseNotify);
@@ -260,6 +278,8 @@ impl TlsSession {
         if self.failed || self.close_queued {
             return Err(TlsError::Encrypt("connection is closing".into()));
         }
+        // Held tickets go first: the caller sends `pending` ahead of this ciphertext.
+        self.release_held();
         let mut carry = std::mem::take(&mut self.carry);
         let res = self.pump_checked(&mut carry, Want::Encrypt(plain, cipher));
         self.carry = carry;
@@ -273,6 +293,21 @@ impl TlsSession {
     /// Appends ciphertext to `pending` (after what is there).
     pub(super) fn push_pending(&mut self, cipher: &[u8]) {
         self.pending.extend_from_slice(cipher);
+    }
+
+    /// Moves the held records to the end of `pending`: they were encrypted after
+    /// everything already there and before anything encrypted from now on, and the peer
+    /// decrypts records in that order (each one's sequence number is in its nonce).
+    fn release_held(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        if self.pending.is_empty() {
+            self.pending = held;
+        } else {
+            self.pending.extend_from_slice(&held);
+        }
     }
 
     fn fail_input(&mut self, len: usize) -> TlsError {
@@ -295,8 +330,10 @@ impl TlsSession {
         }
     }
 
-    /// After an error, moves the alert `rustls` queued (if any) into `pending`.
+    /// After an error, moves the alert `rustls` queued (if any) into `pending`, behind
+    /// the held records (encrypted before it: record sequence numbers keep the order).
     fn queue_alert(&mut self) {
+        self.release_held();
         // An alert takes one encode and one transmit; a few more rounds are harmless.
         for _ in 0..4 {
             let UnbufferedStatus { state, .. } = self.conn.process_tls_records(&mut []);
@@ -312,15 +349,25 @@ impl TlsSession {
         }
     }
 
+    /// Messages `rustls` makes now are held (see the module's doc): TLS 1.3, after the
+    /// handshake. A TLS 1.2 server's last flight is made as its handshake ends, and the
+    /// client needs it to finish: it is never held.
+    fn holds_post_handshake(&self) -> bool {
+        !self.conn.is_handshaking()
+            && self.conn.protocol_version() == Some(ProtocolVersion::TLSv1_3)
+    }
+
     /// Runs the state machine over `buf` (the incoming ciphertext: all of it is the
     /// stream's unconsumed input) until it needs more input or has done `want`; returns
     /// the bytes of `buf` consumed and why it stopped.
     fn pump(&mut self, buf: &mut [u8], mut want: Want<'_>) -> Result<(usize, Stop), rustls::Error> {
         let mut start = 0;
+        let reading = matches!(want, Want::Read(_));
         loop {
             let UnbufferedStatus { discard, state } =
                 self.conn.process_tls_records(&mut buf[start..]);
             let mut extra = 0;
+            let mut encoded = None;
             let stop = match state? {
                 ConnectionState::ReadTraffic(mut rt) => {
                     let Want::Read(plain) = &mut want else {
@@ -338,6 +385,7 @@ impl TlsSession {
                     None
                 }
                 ConnectionState::EncodeTlsData(mut enc) => {
+                    encoded = Some(self.pending.len());
                     encode_into(&mut self.pending, |b| enc.encode(b))?;
                     None
                 }
@@ -373,6 +421,15 @@ impl TlsSession {
                 // before this; anything newer is refused too.
                 _ => return Err(rustls::Error::General("unexpected TLS state".into())),
             };
+            if let Some(at) = encoded.filter(|_| reading && self.holds_post_handshake()) {
+                // Only a read holds: a write or close sends what it made right away.
+                self.held.extend_from_slice(&self.pending[at..]);
+                if at == 0 {
+                    self.pending = Vec::new();
+                } else {
+                    self.pending.truncate(at);
+                }
+            }
             start += discard + extra;
             if let Some(stop) = stop {
                 // After `close_notify` the rest of the input means nothing.

@@ -151,6 +151,19 @@ fn handshakes_with_tls13_and_tls12_negotiate_http11_and_carry_data_both_ways() {
     }
 }
 
+/// Writes `plain` through a `TlsSink` as the worker does; returns the bytes put on the
+/// wire.
+fn answer(s: &mut TlsSession, plain: &[u8]) -> Vec<u8> {
+    let mut out = OutBuf::default();
+    out.extend(plain);
+    let mut wire = Vec::new();
+    let mut scratch = TlsScratch::default();
+    let mut sink = TlsSink::new(s, &mut wire, &mut scratch);
+    assert_eq!(out.write_to(&mut sink).unwrap(), Flush::Done);
+    assert_eq!(sink.finish().unwrap(), Flush::Done);
+    wire
+}
+
 #[test]
 fn a_second_connection_resumes_with_tls13_and_tls12() {
     let ca = TestCa::new();
@@ -161,6 +174,8 @@ fn a_second_connection_resumes_with_tls13_and_tls12() {
         let mut s1 = TlsSession::new(Arc::clone(&config)).unwrap();
         exchange(&mut first, &mut s1).unwrap();
         assert_eq!(s1.handshake_kind(), Some(HandshakeKind::Full));
+        // A TLS 1.3 ticket comes with the first answer.
+        assert_eq!(feed_client(&mut first, &answer(&mut s1, b"hi")), b"hi");
         let mut second = client_with(cc);
         let mut s2 = TlsSession::new(Arc::clone(&config)).unwrap();
         exchange(&mut second, &mut s2).unwrap();
@@ -170,6 +185,81 @@ fn a_second_connection_resumes_with_tls13_and_tls12() {
             "{versions:?}"
         );
         assert_eq!(second.handshake_kind(), Some(HandshakeKind::Resumed));
+    }
+}
+
+/// TLS 1.3 session tickets are not sent when the client's `Finished` is read (a client
+/// writing its first request from one thread while another reads would receive them in
+/// the middle of that write: Python's `websockets` then loses the request), but held and
+/// sent in the same write as the first answer, ahead of it; the client resumes with them.
+#[test]
+fn tls13_tickets_wait_for_the_first_answer_and_go_out_ahead_of_it() {
+    let ca = TestCa::new();
+    let (_, config) = loader_with(&ca, 1);
+    let cc = ca.client_config(V13);
+    let mut c = client_with(Arc::clone(&cc));
+    let mut s = TlsSession::new(Arc::clone(&config)).unwrap();
+    let mut plain = Vec::new();
+    // ClientHello in, the server's flight out, the client's Finished in.
+    s.read_tls(&mut client_out(&mut c), &mut plain).unwrap();
+    let mut flight = Vec::new();
+    s.send_pending(&mut flight).unwrap();
+    feed_client(&mut c, &flight);
+    assert!(!c.is_handshaking());
+    s.read_tls(&mut client_out(&mut c), &mut plain).unwrap();
+    assert!(s.handshake_done());
+    // Nothing to send, though the tickets are made (and counted as outbound bytes).
+    assert!(!s.wants_write());
+    let mut wire = Vec::new();
+    assert_eq!(s.send_pending(&mut wire).unwrap(), Flush::Done);
+    assert!(wire.is_empty());
+    assert!(s.pending_len() > 0);
+
+    // The request comes; still nothing until the answer, then both in one write.
+    c.writer().write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    s.read_tls(&mut client_out(&mut c), &mut plain).unwrap();
+    assert_eq!(plain, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(!s.wants_write());
+    let wire = answer(&mut s, b"HTTP/1.1 200 OK\r\n\r\n");
+    // Records: the ticket(s) first (handshake messages, encrypted: the client decrypts
+    // them before the answer), then the answer.
+    assert_eq!(feed_client(&mut c, &wire), b"HTTP/1.1 200 OK\r\n\r\n");
+    assert_eq!(s.pending_len(), 0);
+    assert_eq!(s.buffered_capacity(), 0);
+    let mut again = client_with(Arc::clone(&cc));
+    let mut s2 = TlsSession::new(Arc::clone(&config)).unwrap();
+    exchange(&mut again, &mut s2).unwrap();
+    assert_eq!(again.handshake_kind(), Some(HandshakeKind::Resumed));
+}
+
+/// The client's `Finished` and its first request in one read: the handshake ends and the
+/// request comes out of that same read (nothing is left in the carry for a readiness
+/// event that will not come).
+#[test]
+fn finished_and_the_first_request_in_one_read_are_both_taken() {
+    for versions in [V13, V12] {
+        let ca = TestCa::new();
+        let (_, config) = loader_with(&ca, 1);
+        let mut c = client(&ca, versions);
+        let mut s = TlsSession::new(config).unwrap();
+        // Written before the handshake ends: `rustls` sends it right after `Finished`.
+        c.writer()
+            .write_all(b"GET /early HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let mut plain = Vec::new();
+        for _ in 0..4 {
+            let mut ct = client_out(&mut c);
+            if ct.is_empty() {
+                break;
+            }
+            s.read_tls(&mut ct, &mut plain).unwrap();
+            let mut back = Vec::new();
+            s.send_pending(&mut back).unwrap();
+            feed_client(&mut c, &back);
+        }
+        assert!(s.handshake_done(), "{versions:?}");
+        assert_eq!(plain, b"GET /early HTTP/1.1\r\n\r\n", "{versions:?}");
+        assert_eq!(feed_client(&mut c, &answer(&mut s, b"ok")), b"ok");
     }
 }
 
@@ -272,6 +362,8 @@ fn a_handshake_arriving_a_byte_at_a_time_completes() {
 fn records_cut_across_reads_arrive_whole() {
     let (mut c, mut s) = fresh_pair();
     exchange(&mut c, &mut s).unwrap();
+    // The held tickets go out with a first answer: what stays after is carry only.
+    feed_client(&mut c, &answer(&mut s, b"go"));
     let want: Vec<u8> = (0..300_000u32).map(|i| (i % 239) as u8).collect();
     c.set_buffer_limit(None);
     c.writer().write_all(&want).unwrap();

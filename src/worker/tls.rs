@@ -66,7 +66,8 @@ impl Worker {
             self.shared.metrics.cores[self.id].tls_handshakes.inc();
         }
         if tls.wants_write() {
-            // Handshake messages, session tickets or a key update wait for the socket.
+            // Handshake messages or an alert wait for the socket (TLS 1.3 session tickets
+            // are held by the session until the first answer, and go out with it).
             self.mark_dirty(key);
         }
         (Ok(n), asked)

@@ -44,11 +44,13 @@ impl Relay {
             if self.queue.is_empty() {
                 break;
             }
-            let list = std::mem::take(&mut self.queue);
+            let mut list =
+                std::mem::replace(&mut self.queue, std::mem::take(&mut self.spare_queue));
             self.pending_pushes = 0;
-            for d in list {
+            for d in list.drain(..) {
                 self.deliver_one(d, to);
             }
+            self.spare_queue = super::recycle(list);
             self.absorb();
         }
     }

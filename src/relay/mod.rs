@@ -131,10 +131,18 @@ pub struct Relay {
     engine: Box<dyn Engine>,
     /// What the engine said and the relay has not looked at yet.
     events: Vec<Event>,
+    /// An empty vector with room, swapped with `events` while they are looked at (so a
+    /// round does not allocate them again); see [`recycle`].
+    spare_events: Vec<Event>,
     /// What each ticket waits for.
     waiters: Slab<Waiter>,
     /// Deliveries decided since the worker last carried them out.
     queue: Vec<Delivery>,
+    /// An empty vector with room, swapped with `queue` while it is carried out.
+    spare_queue: Vec<Delivery>,
+    /// The local slot of the topic last published from here, if it has subscriptions here
+    /// (see `absorb`).
+    live_hint: Option<u32>,
     /// Pushes the queued deliveries will make: input processing pauses once this reaches
     /// the round's budget (`Limits::fanout_min`).
     pending_pushes: usize,
@@ -160,8 +168,11 @@ impl Relay {
             v1: subs::V1Subscriptions::default(),
             engine,
             events: Vec::new(),
+            spare_events: Vec::new(),
             waiters: Slab::new(),
             queue: Vec::new(),
+            spare_queue: Vec::new(),
+            live_hint: None,
             pending_pushes: 0,
             fanout_budget: limits.fanout_min,
             retries: Vec::new(),
@@ -251,7 +262,11 @@ impl Relay {
         prompt: bool,
     ) -> Done<Result<(), RelayError>> {
         self.m().published.inc();
-        let topic = self.subs.name(topic).unwrap_or_else(|| Arc::from(topic));
+        let (topic, hint) = match self.subs.name_and_slot(topic) {
+            Some((name, slot)) => (name, Some(slot)),
+            None => (Arc::from(topic), None),
+        };
+        self.live_hint = hint;
         let req = PublishReq {
             topic,
             data,
@@ -335,17 +350,30 @@ impl Relay {
 
     /// Turns the engine's events into deliveries.
     fn absorb(&mut self) {
-        for ev in std::mem::take(&mut self.events) {
+        let mut events =
+            std::mem::replace(&mut self.events, std::mem::take(&mut self.spare_events));
+        for ev in events.drain(..) {
             let d = match ev {
                 Event::Live { topic, msg } => {
-                    let Some(slot) = self.subs.find(&topic) else {
+                    // The topic just published here is found without hashing it again
+                    // (the name's pointer proves the slot still holds it).
+                    let hinted = self.live_hint.filter(|&s| {
+                        self.subs
+                            .get(s)
+                            .is_some_and(|t| Arc::ptr_eq(&t.name, &topic))
+                    });
+                    let Some(slot) = hinted.or_else(|| self.subs.find(&topic)) else {
                         continue;
                     };
                     let Some(t) = self.subs.get(slot) else {
                         continue;
                     };
                     self.pending_pushes += t.subs.len();
-                    let topic = t.name.clone();
+                    let topic = if Arc::ptr_eq(&t.name, &topic) {
+                        topic
+                    } else {
+                        t.name.clone()
+                    };
                     Delivery::Live { slot, topic, msg }
                 }
                 Event::Published { ticket, result } => {
@@ -404,5 +432,23 @@ impl Relay {
             };
             self.queue.push(d);
         }
+        self.spare_events = recycle(events);
+    }
+}
+
+/// Most entries an emptied event or delivery vector keeps room for (past a bigger burst,
+/// its memory goes back). A closed-loop round of thousands of publishes fills them with
+/// thousands of entries: growing them again each round (by doubling, copying) cost ~125
+/// instructions a message. At most ~400 KB per vector and worker, and only once a round
+/// that large has happened.
+const RECYCLE_MAX: usize = 4096;
+
+/// `v`, emptied, to be used again: kept with its room unless a burst made it large.
+fn recycle<T>(mut v: Vec<T>) -> Vec<T> {
+    v.clear();
+    if v.capacity() > RECYCLE_MAX {
+        Vec::new()
+    } else {
+        v
     }
 }

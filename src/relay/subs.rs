@@ -166,9 +166,11 @@ impl Subscriptions {
         self.index.get(topic).copied()
     }
 
-    /// The shared name of `topic` if this worker knows it (saves an allocation).
-    pub fn name(&self, topic: &str) -> Option<Arc<str>> {
-        self.index.get_key_value(topic).map(|(k, _)| k.clone())
+    /// The shared name and slot of `topic` if some subscription of this worker is on it.
+    pub fn name_and_slot(&self, topic: &str) -> Option<(Arc<str>, u32)> {
+        self.index
+            .get_key_value(topic)
+            .map(|(name, &slot)| (name.clone(), slot))
     }
 
     /// Adds a subscription; returns the topic's slot and whether it is the topic's first

@@ -161,6 +161,9 @@ impl Placement {
 
     /// The home worker of `topic`.
     pub fn of(&self, topic: &str) -> usize {
+        if self.workers <= 1 {
+            return 0;
+        }
         (self.hasher.hash_one(topic) % self.workers as u64) as usize
     }
 

@@ -20,6 +20,9 @@ pub struct Outboxes {
     resync_owed: Vec<Vec<Arc<str>>>,
     /// `--core-queue`.
     cap: usize,
+    /// Something may wait in `batches` or `resync_owed` (a round with nothing to send
+    /// skips the walk over every destination).
+    any: bool,
 }
 
 impl Outboxes {
@@ -29,6 +32,7 @@ impl Outboxes {
             batches: (0..workers).map(|_| Vec::new()).collect(),
             resync_owed: (0..workers).map(|_| Vec::new()).collect(),
             cap,
+            any: false,
         }
     }
 
@@ -36,12 +40,16 @@ impl Outboxes {
     pub fn push(&mut self, to: usize, msg: HomeMsg) {
         if let Some(o) = self.batches.get_mut(to) {
             o.push(CoreMsg::Engine(EngineMsg::Local(msg)));
+            self.any = true;
         }
     }
 
     /// Sends every waiting batch; a batch that finds its queue full is kept (within the
     /// bound) for the next round. Returns `true` when something is still waiting.
     pub fn flush(&mut self, mailboxes: &Mailboxes, m: &CoreMetrics, out: &mut Events) -> bool {
+        if !self.any {
+            return false;
+        }
         let mut waiting = false;
         for to in 0..self.batches.len() {
             for topic in std::mem::take(&mut self.resync_owed[to]) {
@@ -57,6 +65,8 @@ impl Outboxes {
                 waiting = true;
             }
         }
+        // What `shed` kept or owes is in `batches` / `resync_owed` again: look next round.
+        self.any = waiting;
         waiting
     }
 

@@ -140,6 +140,8 @@ pub struct Journal {
     /// them.
     settled: Vec<Settled>,
     scratch: Vec<Loc>,
+    /// See [`unix_offset`]; refreshed by [`Journal::tick`].
+    unix_offset: i64,
 }
 
 impl Drop for Journal {
@@ -151,11 +153,12 @@ impl Drop for Journal {
     }
 }
 
-/// Milliseconds since the Unix epoch at which a message expiring at `expires` (worker
-/// clock) expires.
-fn unix_expiry(expires: u64) -> u64 {
-    let now = crate::clock::now_ms();
-    crate::clock::unix_ms() + expires.saturating_sub(now)
+/// Wall clock minus worker clock (ms), to turn a worker-clock expiry into the Unix time a
+/// record keeps. Read once per tick, not per record: two clock reads a record were ~140
+/// instructions of a publish, and a wall clock that moves within a tick moves expiries by
+/// that much at most.
+fn unix_offset() -> i64 {
+    crate::clock::unix_ms() as i64 - crate::clock::now_ms() as i64
 }
 
 impl Journal {
@@ -169,6 +172,7 @@ impl Journal {
             held: VecDeque::new(),
             tombstones: Vec::new(),
             unrecorded: Vec::new(),
+            unix_offset: unix_offset(),
             compaction: None,
             health,
             part,
@@ -252,6 +256,11 @@ impl Journal {
         }
     }
 
+    /// Once per worker tick: the clock offset of the records written until the next.
+    pub fn tick(&mut self) {
+        self.unix_offset = unix_offset();
+    }
+
     /// Records a stored message (`v1`: a pending WalletConnect 1.0 frame); returns its
     /// location and log sequence number.
     pub fn message(
@@ -268,7 +277,7 @@ impl Journal {
             topic,
             epoch: pos.epoch,
             seq: pos.seq,
-            expires_unix_ms: unix_expiry(expires),
+            expires_unix_ms: expires.saturating_add_signed(self.unix_offset),
             prompt,
             data,
         })

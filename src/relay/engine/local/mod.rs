@@ -407,6 +407,7 @@ impl Engine for LocalEngine {
     fn tick(&mut self, now: u64, _out: &mut Events) {
         self.home.sweep(now);
         if let Some(j) = self.journal.as_mut() {
+            j.tick();
             j.compact_step(&mut self.home);
         }
     }

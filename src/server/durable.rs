@@ -19,7 +19,7 @@ use super::StartError;
 use crate::config::{Config, Fsync};
 use crate::health::Health;
 use crate::relay::engine::home::HomeTopics;
-use crate::relay::engine::journal::Journal;
+use crate::relay::engine::journal::{Cancels, Journal};
 use crate::relay::engine::local::{HomeMsg, LocalEngine};
 use crate::relay::engine::{EngineMsg, Message, Origin, Position};
 use crate::relay::{CoreMsg, Mailboxes, Placement};
@@ -347,7 +347,11 @@ fn restore_frames(
             // Delivered before the restart: the Forget stays live while this record is on
             // disk.
             if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
-                j.restore_forget(f.topic.clone(), f.pos, tomb, f.loc.segment);
+                let what = Cancels::Frame {
+                    topic: f.topic.clone(),
+                    pos: f.pos,
+                };
+                j.restore_tombstone(what, tomb, f.loc.segment);
             }
             continue;
         }
@@ -382,7 +386,7 @@ fn restore_webhooks(
                     let cancels = live.remove(&(topic.clone(), url.clone()));
                     // The tombstone stays live while the record it cancels is on disk.
                     if let (true, Some(j), Some(c)) = (keep, journal.as_deref_mut(), cancels) {
-                        j.restore_tombstone(topic, url, loc, c.segment);
+                        j.restore_tombstone(Cancels::Webhook { topic, url }, loc, c.segment);
                     }
                 }
             }

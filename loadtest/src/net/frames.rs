@@ -159,12 +159,12 @@ impl Io {
         compressed: bool,
         now: u64,
     ) {
-        self.stats.messages_in += 1;
+        self.stats.wire.messages_in += 1;
         if !compressed {
             h.on_message(self, key, tag, payload, now);
             return;
         }
-        self.stats.compressed_in += 1;
+        self.stats.wire.compressed_in += 1;
         let mut msg = mem::take(&mut self.inflated);
         let inflated = match self.codec.as_deref_mut() {
             Some(codec) => codec.inflate(payload, MAX_MESSAGE, &mut msg),

@@ -149,22 +149,30 @@ struct Conn {
     http: HttpState,
 }
 
-/// Byte and frame counters of one loop.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IoStats {
+/// WebSocket traffic: frame bytes as on the wire after TLS (before inflation, after
+/// compression), and message counts; a loop's running totals, or a measured window's share
+/// (`scenario::Wire::between`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Wire {
     /// Bytes read (after TLS: upgrade answers and WebSocket frames as sent).
     pub bytes_in: u64,
     /// Bytes written (after compression, before TLS).
     pub bytes_out: u64,
-    /// WebSocket text and binary messages received, and how many of them came compressed.
+    /// Text and binary messages received.
     pub messages_in: u64,
-    /// See [`IoStats::messages_in`].
+    /// Of those, compressed (RSV1).
     pub compressed_in: u64,
-    /// Messages sent compressed (RSV1), and sent plain because compressing did not shrink
-    /// them (`--permessage-deflate` only).
+    /// Messages sent compressed (`--permessage-deflate` only).
     pub compressed_out: u64,
-    /// See [`IoStats::compressed_out`].
+    /// Messages sent plain because compressing did not shrink them.
     pub uncompressed_out: u64,
+}
+
+/// Byte and frame counters of one loop.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IoStats {
+    /// Bytes and messages.
+    pub wire: Wire,
     /// Connections opened (connect started).
     pub connects: u64,
     /// Pings answered.

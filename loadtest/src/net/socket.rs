@@ -52,7 +52,7 @@ impl Io {
                     }
                     Ok(n) => {
                         c.out_pos += n;
-                        self.stats.bytes_out += n as u64;
+                        self.stats.wire.bytes_out += n as u64;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         c.writable = false;
@@ -193,7 +193,7 @@ impl Io {
             scratch[..kept].copy_from_slice(&c.pending);
             c.pending.clear();
             let room = scratch.len() - kept;
-            self.stats.bytes_in += n as u64;
+            self.stats.wire.bytes_in += n as u64;
             let end = kept + n;
             let now = self.now_ns();
             let used = self.process(h, key, &scratch[..end], now);
@@ -233,8 +233,8 @@ fn compress_queued(
     c.out.truncate(c.plain_from);
     let before = (codec.sent_compressed, codec.sent_plain);
     codec.recode(tmp, &mut c.out);
-    stats.compressed_out += codec.sent_compressed - before.0;
-    stats.uncompressed_out += codec.sent_plain - before.1;
+    stats.wire.compressed_out += codec.sent_compressed - before.0;
+    stats.wire.uncompressed_out += codec.sent_plain - before.1;
     c.plain_from = c.out.len();
     if tmp.capacity() > KEEP_OUT_CAPACITY {
         *tmp = Vec::new();

@@ -60,26 +60,43 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
     .int("unacked", unacked)
     .int("send_refused", st.send_refused)
     .float("mib_in_per_s", st.bytes_in as f64 / secs / 1048576.0, 1);
-    st.wire.report(
+    figures(
         &mut r,
-        st.delivered_in_window,
-        st.sent,
+        &st,
+        o.rate,
         o.common.permessage_deflate,
+        secs,
+        lost,
+        unacked,
     );
+    Ok(r)
+}
+
+/// The figures `pairs` and `fanout` share after their own: wire bytes, latencies, error
+/// and close counts, then [`notes`].
+pub fn figures(
+    r: &mut Report,
+    st: &super::MsgStats,
+    rate: u64,
+    deflate: bool,
+    secs: f64,
+    lost: u64,
+    unacked: u64,
+) {
+    st.wire.report(r, st.delivered_in_window, st.sent, deflate);
     r.lat("publish_delivery", &st.delivery)
         .lat("publish_ack", &st.ack);
-    if o.rate > 0 {
+    if rate > 0 {
         r.lat("send_lag", &st.send_lag);
     }
     r.counts("error_codes", &st.errors)
         .counts("anomalies", &st.anomalies)
         .counts("closes", &st.closes);
-    notes(&mut r, o.rate, st.sent, secs, &st.send_lag, lost, unacked);
-    Ok(r)
+    notes(r, rate, st.sent, secs, &st.send_lag, lost, unacked);
 }
 
 /// Warnings that make a figure untrustworthy, printed under the table.
-pub fn notes(r: &mut Report, rate: u64, sent: u64, secs: f64, lag: &Lat, lost: u64, unacked: u64) {
+fn notes(r: &mut Report, rate: u64, sent: u64, secs: f64, lag: &Lat, lost: u64, unacked: u64) {
     if rate > 0 {
         let achieved = sent as f64 / secs;
         if achieved < rate as f64 * 0.97 {

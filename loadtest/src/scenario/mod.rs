@@ -21,6 +21,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
 use crate::cli::{Common, Target};
+pub use crate::net::Wire;
 use crate::net::{Io, IoStats, Key, Proto};
 use crate::stats::{Counts, Lat, Report};
 
@@ -338,27 +339,10 @@ pub struct MsgStats {
     pub wire: Wire,
 }
 
-/// WebSocket traffic of a measured window: frame bytes as on the wire after TLS (before
-/// inflation, after compression), and message counts.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Wire {
-    /// Bytes read.
-    pub bytes_in: u64,
-    /// Bytes written.
-    pub bytes_out: u64,
-    /// Text and binary messages received.
-    pub messages_in: u64,
-    /// Of those, compressed (RSV1).
-    pub compressed_in: u64,
-    /// Messages sent compressed.
-    pub compressed_out: u64,
-    /// Messages left uncompressed because compressing did not shrink them.
-    pub uncompressed_out: u64,
-}
-
 impl Wire {
     /// The traffic between two readings of a loop's counters.
     pub fn between(a: &IoStats, b: &IoStats) -> Wire {
+        let (a, b) = (&a.wire, &b.wire);
         Wire {
             bytes_in: b.bytes_in.saturating_sub(a.bytes_in),
             bytes_out: b.bytes_out.saturating_sub(a.bytes_out),
@@ -492,9 +476,12 @@ mod tests {
     #[test]
     fn window_mark_counts_only_the_window() {
         let at = |bytes: u64| IoStats {
-            bytes_in: bytes,
-            bytes_out: 2 * bytes,
-            messages_in: bytes / 100,
+            wire: Wire {
+                bytes_in: bytes,
+                bytes_out: 2 * bytes,
+                messages_in: bytes / 100,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let mut m = WindowMark::default();

@@ -73,21 +73,15 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
     .int("send_refused", st.send_refused)
     .float("mib_in_per_s", st.bytes_in as f64 / secs / 1048576.0, 1)
     .float("mib_out_per_s", st.bytes_out as f64 / secs / 1048576.0, 1);
-    st.wire.report(
+    super::fanout::figures(
         &mut r,
-        st.delivered_in_window,
-        st.sent,
+        &st,
+        o.rate,
         o.common.permessage_deflate,
+        secs,
+        lost,
+        unacked,
     );
-    r.lat("publish_delivery", &st.delivery)
-        .lat("publish_ack", &st.ack);
-    if o.rate > 0 {
-        r.lat("send_lag", &st.send_lag);
-    }
-    r.counts("error_codes", &st.errors)
-        .counts("anomalies", &st.anomalies)
-        .counts("closes", &st.closes);
-    super::fanout::notes(&mut r, o.rate, st.sent, secs, &st.send_lag, lost, unacked);
     drop(stalled);
     Ok(r)
 }

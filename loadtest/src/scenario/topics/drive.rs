@@ -470,8 +470,8 @@ pub fn run(
         let until = h.t_stop;
         net::run(&mut io, &mut h, until)?;
         let mut stats = h.stats;
-        stats.bytes_in = io.stats.bytes_in;
-        stats.bytes_out = io.stats.bytes_out;
+        stats.bytes_in = io.stats.wire.bytes_in;
+        stats.bytes_out = io.stats.wire.bytes_out;
         stats.wire = h.mark.wire(&io.stats);
         let senders = h
             .senders

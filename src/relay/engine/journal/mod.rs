@@ -65,11 +65,21 @@ pub struct Settled {
 
 /// What a tombstone cancels.
 #[derive(Debug, Clone)]
-enum Cancels {
+pub enum Cancels {
     /// A webhook registration (`WebhookRemove`).
-    Webhook { topic: Arc<str>, url: Arc<str> },
+    Webhook {
+        /// Its topic.
+        topic: Arc<str>,
+        /// Its address.
+        url: Arc<str>,
+    },
     /// A v1 pending frame, delivered (`Forget`).
-    Frame { topic: Arc<str>, pos: Position },
+    Frame {
+        /// Its topic.
+        topic: Arc<str>,
+        /// Its position.
+        pos: Position,
+    },
 }
 
 impl Cancels {
@@ -436,35 +446,14 @@ impl Journal {
         }
     }
 
-    /// A tombstone read back at start that still cancels a record in segment `cancels`.
-    pub fn restore_tombstone(
-        &mut self,
-        topic: Arc<str>,
-        url: Arc<str>,
-        record: Loc,
-        cancels: SegmentId,
-    ) {
+    /// A tombstone (`WebhookRemove` or `Forget`) read back at start that still cancels a
+    /// record in segment `cancels`: kept, with its own record, until that one is gone.
+    pub fn restore_tombstone(&mut self, what: Cancels, record: Loc, cancels: SegmentId) {
         self.log.keep(record);
         self.tombstones.push(Tombstone {
             record,
             cancels,
-            what: Cancels::Webhook { topic, url },
-        });
-    }
-
-    /// A `Forget` read back at start that still cancels a frame's record in `cancels`.
-    pub fn restore_forget(
-        &mut self,
-        topic: Arc<str>,
-        pos: Position,
-        record: Loc,
-        cancels: SegmentId,
-    ) {
-        self.log.keep(record);
-        self.tombstones.push(Tombstone {
-            record,
-            cancels,
-            what: Cancels::Frame { topic, pos },
+            what,
         });
     }
 

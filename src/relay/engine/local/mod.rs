@@ -119,6 +119,16 @@ impl LocalEngine {
         self.shared.placement.of(topic)
     }
 
+    /// Whether a v1 step (pub, watch, take) is carried out at once: only with one worker.
+    /// With several, every step goes through its home's mailbox, even from the home's own
+    /// connections: the home reads its sockets before its mailbox in a round, so a step
+    /// handed on earlier by another worker, or an earlier step of the same connection,
+    /// could otherwise take effect after a later one (a v1 frame has no position to catch
+    /// up from).
+    fn v1_at_once(&self) -> bool {
+        self.shared.mailboxes.len() == 1
+    }
+
     fn is_mine(&self, topic: &str) -> bool {
         self.home_of(topic) == usize::from(self.me)
     }
@@ -360,11 +370,7 @@ impl Engine for LocalEngine {
     }
 
     fn v1_publish(&mut self, req: V1Publish, out: &mut Events) {
-        // With other workers, a `pub` reaches its home through the home's mailbox even from
-        // the home's own connections: the home reads its sockets before its mailbox in a
-        // round, so a `sub` another worker handed on before this `pub` was read could
-        // otherwise take effect after it (a v1 frame has no position to catch up from).
-        if self.shared.mailboxes.len() == 1 {
+        if self.v1_at_once() {
             self.v1_publish_here(req, out);
         } else {
             let home = self.home_of(&req.topic);
@@ -373,9 +379,7 @@ impl Engine for LocalEngine {
     }
 
     fn v1_take(&mut self, topic: &Arc<str>, ticket: Ticket, out: &mut Events) {
-        // Through the home's mailbox like a `pub` (see `v1_publish`), even from the home's
-        // own connections: a `pub` then a `sub` of one connection take effect in that order.
-        if self.shared.mailboxes.len() == 1 {
+        if self.v1_at_once() {
             let frames = self.v1_take_here(topic);
             out.push(Event::V1Pending { ticket, frames });
         } else {
@@ -389,8 +393,7 @@ impl Engine for LocalEngine {
     }
 
     fn v1_watch(&mut self, topic: &Arc<str>, delta: i32, _out: &mut Events) {
-        // In the order of the connection's `pub`s (see `v1_take`).
-        if self.shared.mailboxes.len() == 1 {
+        if self.v1_at_once() {
             self.home.v1_watch(topic, self.me, delta);
         } else {
             let (home, core, topic) = (self.home_of(topic), self.me, topic.clone());

@@ -71,7 +71,7 @@ fn a_message_published_on_two_nodes_is_stored_and_delivered_once() {
     late.subscribe(&tp);
     assert_eq!(pushes(&mut late, &tp, 2), ["same", "after"]);
     let len: i64 = redis::cmd("XLEN")
-        .arg(format!("wr:2:s:{tp}"))
+        .arg(format!("wr:0:2:{tp}"))
         .query(&mut r.conn())
         .unwrap();
     assert_eq!(len, 2, "one cached copy in Redis");
@@ -140,7 +140,7 @@ fn topics_on_two_shards_each_live_on_their_own_redis_and_work_across_nodes() {
     for (i, t) in tps.iter().enumerate() {
         for (j, r) in [&r0, &r1].into_iter().enumerate() {
             let exists: bool = redis::cmd("EXISTS")
-                .arg(format!("wr:2:s:{t}"))
+                .arg(format!("wr:0:2:{t}"))
                 .query(&mut r.conn())
                 .unwrap();
             assert_eq!(exists, i == j, "topic of shard {i} in Redis {j}");

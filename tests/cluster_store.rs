@@ -93,12 +93,12 @@ fn expired_messages_are_not_read_nor_deduplicated_and_keys_expire_with_the_last(
     assert_eq!(stored(n.publish("t", "short", MIN)).1, 3);
     // Keys live until the topic's last message would expire.
     let mut c = r.conn();
-    let ttl: i64 = redis::cmd("PTTL").arg("wr:2:s:t").query(&mut c).unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg("wr:0:2:t").query(&mut c).unwrap();
     // (extended in steps of min(ttl, 10 s): at most that long after the last message)
     assert!(ttl > 50_000 && ttl <= 70_000, "stream ttl {ttl}");
     stored(n.publish("gone", "x", short));
     std::thread::sleep(Duration::from_millis(900));
-    let keys: Vec<String> = redis::cmd("KEYS").arg("wr:2:*:gone").query(&mut c).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("wr:*gone").query(&mut c).unwrap();
     assert!(keys.is_empty(), "{keys:?}");
     // History lost: the topic starts a new epoch.
     let (e2, s, _) = stored(n.publish("gone", "y", MIN));
@@ -312,7 +312,7 @@ fn topics_spread_over_two_shards_and_each_lives_on_its_own() {
     }
     let exists = |r: &RedisServer, t: &str| -> bool {
         redis::cmd("EXISTS")
-            .arg(format!("wr:2:s:{t}"))
+            .arg(format!("wr:0:2:{t}"))
             .query(&mut r.conn())
             .unwrap()
     };

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::script;
 use super::shard::{Command, ShardCtx};
-use super::{ClusterEvent, Unavailable};
+use super::{ClusterEvent, PublishOutcome, Unavailable};
 
 /// One script call of a round: how many commands it answers, and whether it is a publish
 /// group (its reply then holds one reply per message).
@@ -31,9 +31,16 @@ pub(crate) fn answer_slot(
         return;
     }
     match v {
-        Value::Array(items) if items.len() == slot.n => {
-            cmds.zip(items).for_each(|(c, item)| answer(ctx, c, item));
-        }
+        Value::Array(_) => match script::decode_publish_group(v, slot.n) {
+            Ok(outcomes) => cmds.zip(outcomes).for_each(|(c, o)| {
+                ctx.stats.commands.inc();
+                published(ctx, c, Ok(o));
+            }),
+            Err(e) => {
+                log::error!("redis shard {}: {e}", ctx.addr);
+                cmds.for_each(|c| unavailable(ctx, c));
+            }
+        },
         Value::ServerError(e) => {
             log::warn!(
                 "redis shard {}: {} {}",
@@ -73,9 +80,12 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
         return unavailable(ctx, c);
     }
     let ev = match c {
-        Command::Publish { worker, ticket, .. } => {
-            let result = script::decode_publish(v).map_err(|e| bad(ctx, e));
-            (worker, ClusterEvent::Published { ticket, result })
+        Command::Publish { .. } => {
+            // (Publishes go in groups: a lone one is a group of one.)
+            let result = script::decode_publish_group(v, 1)
+                .map_err(|e| bad(ctx, e))
+                .and_then(|mut o| o.pop().ok_or(Unavailable));
+            return published(ctx, c, result);
         }
         Command::Read { worker, ticket, .. } => {
             let result = script::decode_read(v).map_err(|e| bad(ctx, e));
@@ -111,6 +121,17 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
         ctx.stats.unavailable.inc();
     }
     (ctx.events)(ev.0, ev.1);
+}
+
+/// Answers a publish with its outcome.
+fn published(ctx: &ShardCtx, c: Command, result: Result<PublishOutcome, Unavailable>) {
+    let Command::Publish { worker, ticket, .. } = c else {
+        return unavailable(ctx, c);
+    };
+    if result.is_err() {
+        ctx.stats.unavailable.inc();
+    }
+    (ctx.events)(worker, ClusterEvent::Published { ticket, result });
 }
 
 fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {

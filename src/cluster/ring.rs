@@ -5,16 +5,19 @@
 //! into every shard. Must not touch sockets: the shard thread does the `SET NX` / `GET`.
 //!
 //! The hash and the fingerprint are part of the cluster's wire contract: two builds that
-//! place a topic differently must never share a cluster, so both carry a version
-//! ([`RING_VERSION`]) that is part of the fingerprint.
+//! place a topic differently, or lay its data out differently in Redis, must never share a
+//! cluster, so both carry a version ([`RING_VERSION`]) that is part of the fingerprint.
 
 use std::fmt;
 
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-/// Version of the placement rule (hash + jump). Changing either bumps it, so nodes of old and
-/// new builds refuse to share shards instead of disagreeing about where topics live.
-pub const RING_VERSION: u32 = 1;
+/// Version of the placement rule (hash + jump) and of the data layout in Redis (key names,
+/// the scripts' arguments and replies, the channel payload). Changing any of them bumps it,
+/// so nodes of old and new builds refuse to share shards instead of disagreeing about where
+/// a topic lives or how it is stored. 2: the stream's key became its channel's name and the
+/// dedup digest binary (`cluster::script`).
+pub const RING_VERSION: u32 = 2;
 
 /// FNV-1a over the bytes, finished with the splitmix64 mixer: a fixed function (same on
 /// every node, build and run; never the process-random `std` hasher).
@@ -232,7 +235,7 @@ mod tests {
         assert_eq!(l[0].password.as_deref(), Some("secret"));
         assert_eq!(l[1].to_string(), "h2:6379/0");
         let f = fingerprint(&l);
-        assert_eq!(f, "walletrelay-ring v1:localhost:7000/3,h2:6379/0");
+        assert_eq!(f, "walletrelay-ring v2:localhost:7000/3,h2:6379/0");
         assert!(!format!("{:?}", l[0]).contains("secret"));
     }
 

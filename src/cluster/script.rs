@@ -4,15 +4,17 @@
 //! Owns: `scripts/*.lua` (embedded), key layout, the channel payload format. Pure: no I/O
 //! (the shard thread sends what this module packs, and hands back what it read).
 //!
-//! Key layout (ns = namespace digit, T = topic bytes as they are):
+//! Key layout (ns = namespace digit, db = the Redis database, T = topic bytes as they are):
 //! `wr:{ns}:m:T` meta hash (`e` epoch, `s` last seq, `f` first seq, `x` the keys' expiry ms,
-//! and the dedup state: one field per cached message, sha1 of its data -> its seq),
-//! `wr:{ns}:s:T` stream (id `<seq>-0`, fields `d` data, `x` expiry ms, `o` origin, `h` sha1
-//! of data), `wr:w:T` webhook set (per topic name, both
-//! namespaces: a `POST /subscribe` registration has none), `wr:webhooks` the shard's
-//! registration counter, `wr:ring` the shard-list fingerprint; the WalletConnect 1.0 keys
-//! (`wr:1:v:T`, `wr:1:p:T`, `wr:node:<node>`) are described in `cluster::v1`.
-//! Channel: `wr:{db}:{ns}:T` (pub/sub is not per database, so the database is in the name).
+//! and the dedup state: one field per cached message, its [`digest`] -> its seq),
+//! `wr:{db}:{ns}:T` stream (id `<seq>-0`, fields `d` data, `x` expiry ms, `o` origin, `h`
+//! digest), `wr:w:T` webhook set (per topic name, both namespaces: a `POST /subscribe`
+//! registration has none), `wr:webhooks` the shard's registration counter, `wr:ring` the
+//! shard-list fingerprint; the WalletConnect 1.0 keys (`wr:1:v:T`, `wr:1:p:T`,
+//! `wr:node:<node>`) are described in `cluster::v1`.
+//! Channel: `wr:{db}:{ns}:T` (pub/sub is not per database, so the database is in the name),
+//! the same string as the stream's key: the publish script names both with one argument,
+//! and each string handed to Redis's Lua costs a hash over all its bytes.
 
 use bytes::Bytes;
 use redis::Value;
@@ -127,25 +129,20 @@ pub struct PublishArgs<'a> {
     pub prompt: bool,
 }
 
-/// The dedup digest of a message: xxh3-128 of its bytes, 32 lowercase hex digits. Computed
-/// here rather than in Lua (where SHA1 costs microseconds of the server's single thread); a
-/// fixed function, so every node computes the same. Only a hint: the script confirms a hit
-/// by comparing the bytes, so a collision can at worst store a duplicate, never drop a
-/// message.
-pub fn digest(data: &[u8]) -> [u8; 32] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let h = xxhash_rust::xxh3::xxh3_128(data).to_be_bytes();
-    let mut out = [0u8; 32];
-    for (i, b) in h.iter().enumerate() {
-        out[2 * i] = HEX[usize::from(b >> 4)];
-        out[2 * i + 1] = HEX[usize::from(b & 15)];
-    }
-    out
+/// The dedup digest of a message: xxh3-128 of its bytes, 16 bytes big-endian (binary: a
+/// hash field name and a stream field value are binary-safe, and half the bytes of hex to
+/// hash in Lua). Computed here rather than in Lua (where SHA1 costs microseconds of the
+/// server's single thread); a fixed function, so every node computes the same. Only a hint:
+/// the script confirms a hit by comparing the bytes, so a collision can at worst store a
+/// duplicate, never drop a message.
+pub fn digest(data: &[u8]) -> [u8; 16] {
+    xxhash_rust::xxh3::xxh3_128(data).to_be_bytes()
 }
 
-/// Packs one `EVALSHA publish` for a group of messages (one reply: an array with one reply
-/// per message, in order). `cap` is the cache cap per topic, `db` the database number (for
-/// the channel names).
+/// Packs one `EVALSHA publish` for a group of messages (one reply: a flat array, per
+/// message its epoch, seq and webhooks; see [`decode_publish_group`]). `cap` is the cache
+/// cap per topic, `db` the database number (in the stream's and channel's name). A message
+/// passes its webhook set's key only when it asks for its webhooks.
 pub fn pack_publish_group(
     buf: &mut Vec<u8>,
     shas: &Shas,
@@ -153,27 +150,29 @@ pub fn pack_publish_group(
     db: i64,
     msgs: &[PublishArgs<'_>],
 ) {
-    let k = msgs.len();
+    let keys = msgs
+        .iter()
+        .map(|a| 2 + usize::from(a.prompt))
+        .sum::<usize>();
     let mut pk = Packer::new(buf);
-    pk.cmd(3 + 3 * k + 1 + 6 * k)
+    pk.cmd(3 + keys + 1 + 5 * msgs.len())
         .arg(b"EVALSHA")
         .arg(shas.0[0].as_bytes())
-        .num(3 * k as u64);
+        .num(keys as u64);
     for a in msgs {
-        let p = ns_prefix(a.ns);
-        pk.arg_parts(&[&p, b"m:", a.topic])
-            .arg_parts(&[&p, b"s:", a.topic])
-            .arg_parts(&[b"wr:w:", a.topic]);
+        let mut chan = [0u8; 32];
+        pk.arg_parts(&[&ns_prefix(a.ns), b"m:", a.topic])
+            .arg_parts(&[channel_head(&mut chan, db, a.ns), a.topic]);
+        if a.prompt {
+            pk.arg_parts(&[b"wr:w:", a.topic]);
+        }
     }
     pk.num(cap);
     for a in msgs {
-        let mut chan = [0u8; 32];
-        let chan_head = channel_head(&mut chan, db, a.ns);
         pk.arg(a.data)
             .num(a.ttl_ms)
             .arg(&a.origin.to_bytes())
             .arg(if a.prompt { b"1" } else { b"0" })
-            .arg_parts(&[chan_head, a.topic])
             .arg(&digest(a.data));
     }
 }
@@ -187,24 +186,30 @@ fn channel_head(out: &mut [u8; 32], db: i64, ns: u8) -> &[u8] {
     &out[..n]
 }
 
-/// Packs `EVALSHA read`.
-#[allow(clippy::too_many_arguments)]
-pub fn pack_read(
-    buf: &mut Vec<u8>,
-    shas: &Shas,
-    ns: u8,
-    topic: &[u8],
-    epoch: u64,
-    after: u64,
-    max_bytes: u64,
-    max_count: u64,
-) {
-    let p = ns_prefix(ns);
+/// Where a read starts and how much it may return.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadArgs {
+    /// The reader's epoch (0: none).
+    pub epoch: u64,
+    /// The last seq the reader has.
+    pub after: u64,
+    /// Most data bytes in one reply.
+    pub max_bytes: u64,
+    /// Most entries scanned.
+    pub max_count: u64,
+}
+
+/// Packs `EVALSHA read` (`db`: the database, in the stream's name).
+pub fn pack_read(buf: &mut Vec<u8>, shas: &Shas, db: i64, ns: u8, topic: &[u8], r: ReadArgs) {
+    let mut chan = [0u8; 32];
     let mut pk = Packer::new(buf);
     pk.cmd(9).arg(b"EVALSHA").arg(shas.0[1].as_bytes()).num(2);
-    pk.arg_parts(&[&p, b"m:", topic])
-        .arg_parts(&[&p, b"s:", topic]);
-    pk.num(epoch).num(after).num(max_bytes).num(max_count);
+    pk.arg_parts(&[&ns_prefix(ns), b"m:", topic])
+        .arg_parts(&[channel_head(&mut chan, db, ns), topic]);
+    pk.num(r.epoch)
+        .num(r.after)
+        .num(r.max_bytes)
+        .num(r.max_count);
 }
 
 /// Packs `EVALSHA webhook_add`.
@@ -255,39 +260,53 @@ fn text(v: Value) -> Option<String> {
     }
 }
 
-/// Decodes the publish script's reply.
-pub fn decode_publish(v: Value) -> Result<PublishOutcome, BadReply> {
+/// Decodes the publish script's reply for a group of `n` messages: a flat array, per
+/// message its epoch, its seq (negative: a duplicate of the message still cached at -seq),
+/// a count k and k webhook urls.
+pub fn decode_publish_group(v: Value, n: usize) -> Result<Vec<PublishOutcome>, BadReply> {
     let Value::Array(items) = v else {
         return Err(BadReply("publish: not an array"));
     };
     let mut it = items.into_iter();
-    let kind = it
-        .next()
-        .as_ref()
-        .and_then(int)
-        .ok_or(BadReply("publish: kind"))?;
-    let epoch = it
-        .next()
-        .as_ref()
-        .and_then(uint)
-        .ok_or(BadReply("publish: epoch"))?;
-    let seq = it
-        .next()
-        .as_ref()
-        .and_then(uint)
-        .ok_or(BadReply("publish: seq"))?;
-    match kind {
-        0 => Ok(PublishOutcome::Duplicate { epoch, seq }),
-        1 => {
-            let webhooks = it.filter_map(text).collect();
-            Ok(PublishOutcome::Stored {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let epoch = it
+            .next()
+            .as_ref()
+            .and_then(uint)
+            .ok_or(BadReply("publish: epoch"))?;
+        let seq = it
+            .next()
+            .as_ref()
+            .and_then(int)
+            .ok_or(BadReply("publish: seq"))?;
+        let k = it
+            .next()
+            .as_ref()
+            .and_then(uint)
+            .and_then(|k| usize::try_from(k).ok())
+            .ok_or(BadReply("publish: webhook count"))?;
+        let webhooks = (0..k)
+            .map(|_| it.next().and_then(text))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(BadReply("publish: webhook"))?;
+        out.push(match seq {
+            1.. => PublishOutcome::Stored {
                 epoch,
-                seq,
+                seq: seq.unsigned_abs(),
                 webhooks,
-            })
-        }
-        _ => Err(BadReply("publish: kind")),
+            },
+            ..0 => PublishOutcome::Duplicate {
+                epoch,
+                seq: seq.unsigned_abs(),
+            },
+            0 => return Err(BadReply("publish: seq")),
+        });
     }
+    if it.next().is_some() {
+        return Err(BadReply("publish: length"));
+    }
+    Ok(out)
 }
 
 /// Decodes the read script's reply.
@@ -396,13 +415,11 @@ mod tests {
     fn a_publish_group_packs_as_resp_and_parses_back() {
         let mut buf = Vec::new();
         let shas = Shas(["a", "b", "c", "d", "e", "f"].map(String::from));
-        pack_publish_group(
-            &mut buf,
-            &shas,
-            1000,
-            3,
-            &[args(b"t\r\n", b"{}"), args(b"u", b"x")],
-        );
+        let quiet = PublishArgs {
+            prompt: false,
+            ..args(b"u", b"x")
+        };
+        pack_publish_group(&mut buf, &shas, 1000, 3, &[args(b"t\r\n", b"{}"), quiet]);
         let v = redis::parse_redis_value(&buf).unwrap();
         let Value::Array(a) = v else { panic!() };
         let s: Vec<Vec<u8>> = a
@@ -412,27 +429,69 @@ mod tests {
                 _ => panic!(),
             })
             .collect();
-        assert_eq!(s.len(), 3 + 6 + 1 + 12);
+        // 3 keys for the prompt message, 2 for the quiet one; 5 arguments each.
+        assert_eq!(s.len(), 3 + 5 + 1 + 10);
         assert_eq!(s[0], b"EVALSHA");
-        assert_eq!(s[2], b"6");
+        assert_eq!(s[2], b"5");
         assert_eq!(s[3], b"wr:2:m:t\r\n");
+        assert_eq!(s[4], b"wr:3:2:t\r\n");
+        assert_eq!(channel(3, 2, b"t\r\n"), s[4], "the stream is the channel");
         assert_eq!(s[5], b"wr:w:t\r\n");
-        assert_eq!(s[7], b"wr:2:s:u");
-        assert_eq!(s[9], b"1000");
-        assert_eq!(s[10], b"{}");
-        assert_eq!(s[11], b"5000");
-        assert_eq!(s[12], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
-        assert_eq!(s[14], b"wr:3:2:t\r\n");
-        assert_eq!(channel(3, 2, b"t\r\n"), s[14]);
-        assert_eq!(s[15], digest(b"{}"));
-        assert_eq!(s[16], b"x");
+        assert_eq!(s[6], b"wr:2:m:u");
+        assert_eq!(s[7], b"wr:3:2:u");
+        assert_eq!(s[8], b"1000");
+        assert_eq!(s[9], b"{}");
+        assert_eq!(s[10], b"5000");
+        assert_eq!(s[11], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
+        assert_eq!(s[12], b"1");
+        assert_eq!(s[13], digest(b"{}"));
+        assert_eq!(s[14], b"x");
+        assert_eq!(s[17], b"0");
     }
 
     #[test]
-    fn the_digest_is_fixed_hex() {
+    fn the_digest_is_fixed() {
         // xxh3-128 of "" (the reference value), so every node and build agrees.
-        assert_eq!(&digest(b""), b"99aa06d3014798d86001c324468d497f");
+        let want = 0x99aa_06d3_0147_98d8_6001_c324_468d_497f_u128.to_be_bytes();
+        assert_eq!(digest(b""), want);
         assert_ne!(digest(b"a"), digest(b"b"));
+    }
+
+    #[test]
+    fn a_group_reply_decodes_per_message() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let v = Value::Array(vec![
+            b("17"),
+            Value::Int(3),
+            Value::Int(2),
+            b("http://a/"),
+            b("http://b/"),
+            b("17"),
+            Value::Int(-2),
+            Value::Int(0),
+        ]);
+        let got = decode_publish_group(v, 2).unwrap();
+        assert_eq!(
+            got,
+            [
+                PublishOutcome::Stored {
+                    epoch: 17,
+                    seq: 3,
+                    webhooks: vec!["http://a/".into(), "http://b/".into()],
+                },
+                PublishOutcome::Duplicate { epoch: 17, seq: 2 },
+            ]
+        );
+        // Short, long, a zero seq, a missing url: errors, never a guess.
+        let one = || vec![b("1"), Value::Int(1), Value::Int(0)];
+        assert!(decode_publish_group(Value::Array(one()), 2).is_err());
+        let mut long = one();
+        long.push(Value::Int(0));
+        assert!(decode_publish_group(Value::Array(long), 1).is_err());
+        let zero = vec![b("1"), Value::Int(0), Value::Int(0)];
+        assert!(decode_publish_group(Value::Array(zero), 1).is_err());
+        let url = vec![b("1"), Value::Int(1), Value::Int(1)];
+        assert!(decode_publish_group(Value::Array(url), 1).is_err());
     }
 
     #[test]
@@ -457,8 +516,8 @@ mod tests {
 
     #[test]
     fn replies_of_the_wrong_shape_are_errors() {
-        assert!(decode_publish(Value::Nil).is_err());
-        assert!(decode_publish(Value::Array(vec![Value::Int(5)])).is_err());
+        assert!(decode_publish_group(Value::Nil, 1).is_err());
+        assert!(decode_publish_group(Value::Array(vec![Value::Int(5)]), 1).is_err());
         assert!(decode_read(Value::Array(vec![Value::Int(1)])).is_err());
         assert!(decode_webhook_add(&Value::Int(9)).is_err());
         let ok = decode_read(Value::Array(vec![

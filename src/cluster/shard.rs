@@ -376,12 +376,15 @@ impl Runner {
                 } => script::pack_read(
                     buf,
                     &self.shas,
+                    self.ctx.addr.db,
                     *ns,
                     topic.as_bytes(),
-                    *epoch,
-                    *after,
-                    cfg.read_max_bytes as u64,
-                    cfg.read_max_count.max(1) as u64,
+                    script::ReadArgs {
+                        epoch: *epoch,
+                        after: *after,
+                        max_bytes: cfg.read_max_bytes as u64,
+                        max_count: cfg.read_max_count.max(1) as u64,
+                    },
                 ),
                 Command::WebhookAdd { topic, url, .. } => script::pack_webhook_add(
                     buf,

@@ -1,19 +1,25 @@
 -- publish: for each of a group of messages (one or more, any topics), dedup + store +
 -- publish, atomically and in order, so history and live messages share one order.
--- Per message i (0-based), KEYS[3i+1..3i+3]: 1 meta hash: e epoch, s last seq, f first seq,
---   x the keys' expiry (ms), and per cached message one field digest(data) -> seq (the
---   dedup state); 2 stream (id <seq>-0; fields d data, x expiry ms, o origin, h digest);
---   3 the topic's webhook set.
--- ARGV[1] max cached per topic; per message i, ARGV[6i+2..6i+7]: data, ttl ms, origin (16
---   bytes), prompt ("1"/"0"), pub/sub channel, digest of data (xxh3-128, hex; a hint only:
---   a hit is confirmed by comparing the data).
--- Returns one reply per message: {1, epoch, seq, url...} stored (urls only when prompt),
--- {0, epoch, seq} a duplicate of a message still cached (seq of that message).
--- Cost matters: the steady state per message is HMGET, XADD, HSET, PUBLISH.
+-- Per message, KEYS: 1 meta hash: e epoch, s last seq, f first seq, x the keys' expiry (ms),
+--   and per cached message one field digest(data) -> seq (the dedup state); 2 the stream,
+--   whose name is also the topic's pub/sub channel (id <seq>-0; fields d data, x expiry ms,
+--   o origin, h digest); 3 the topic's webhook set, passed only when the message asks for
+--   its webhooks (prompt).
+-- ARGV[1] max cached per topic; per message 5: data, ttl ms, origin (16 bytes), prompt
+--   ("1"/"0"), digest of data (xxh3-128, 16 bytes; a hint only: a hit is confirmed by
+--   comparing the data).
+-- Returns one flat array, per message: epoch, seq (negative: a duplicate of the message
+--   still cached at -seq, nothing stored), n, then n webhook urls (n is 0 unless prompt).
+-- Cost matters (Redis's one thread runs this for every publish of the cluster): the steady
+-- state per message is HMGET, XADD, HSET, PUBLISH; every string made here is hashed byte by
+-- byte by this Lua, so the script makes one big string per message (the live payload);
+-- numbers go to redis.call as strings formatted once with %d (a Lua number argument costs
+-- a %.17g sprintf per use), and strings are parsed only when needed (tonumber is strtod).
 local cap = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local new_epoch = t[1] .. string.format('%06d', tonumber(t[2]))
+local out, n = {}, 0
 
 -- Drops messages at the head of a stream: the `over` oldest, then expired ones (at most 4).
 local function trim(meta, stream, over)
@@ -28,35 +34,42 @@ local function trim(meta, stream, over)
     drop = tonumber(s)
   end
   if drop == 0 then return nil end
-  redis.call('XTRIM', stream, 'MINID', string.format('%d', drop + 1) .. '-0')
-  return string.format('%d', drop + 1)
+  local f = string.format('%d', drop + 1)
+  redis.call('XTRIM', stream, 'MINID', f)
+  return f
 end
 
-local function publish(meta, stream, hooks, data, ttl, origin, prompt, channel, digest)
+local function publish(meta, stream, hooks, data, ttl, origin, digest)
   local m = redis.call('HMGET', meta, 'e', 's', 'f', 'x', digest)
-  local epoch, seq, first, keyx, hit = m[1], tonumber(m[2]), tonumber(m[3]) or 1, tonumber(m[4]) or 0, m[5]
+  local epoch, seq, hit = m[1], tonumber(m[2]), m[5]
   local extra = nil -- meta fields other than s and the digest, rarely written
   if epoch then
     if hit then
-      local e = redis.call('XRANGE', stream, hit .. '-0', hit .. '-0')
+      local e = redis.call('XRANGE', stream, hit, hit)
       local f = e[1] and e[1][2]
       if f and f[2] == data and tonumber(f[4]) > now then
-        return {0, epoch, tonumber(hit)}
+        out[n + 1], out[n + 2], out[n + 3] = epoch, -tonumber(hit), 0
+        n = n + 3
+        return
       end
     end
   else
     -- No history (never, expired, or lost): a new epoch; clear any remains.
-    epoch, seq, first, keyx = new_epoch, 0, 1, 0
+    epoch, seq = new_epoch, 0
+    m[3], m[4] = '1', nil
     redis.call('DEL', stream, meta)
     extra = {'e', epoch, 'f', '1'}
   end
   seq = seq + 1
   local sseq = string.format('%d', seq)
   local exp = now + ttl
-  redis.call('XADD', stream, sseq .. '-0', 'd', data, 'x', string.format('%d', exp), 'o', origin, 'h', digest)
+  local sexp = string.format('%d', exp)
+  redis.call('XADD', stream, sseq, 'd', data, 'x', sexp, 'o', origin, 'h', digest)
   redis.call('HSET', meta, 's', sseq, digest, sseq)
-  -- Past the cap, and on every 32nd message (expired ones at the head), trim.
-  local over = seq - first + 1 - cap
+  -- Past the cap, and on every 32nd message (expired ones at the head), trim. (The first
+  -- seq is >= 1, so below the cap there is no need to read it.)
+  local over = 0
+  if seq > cap then over = seq - (tonumber(m[3]) or 1) + 1 - cap end
   if over > 0 or seq % 32 == 0 then
     local f = trim(meta, stream, over)
     if f then
@@ -67,7 +80,9 @@ local function publish(meta, stream, hooks, data, ttl, origin, prompt, channel, 
   end
   -- The keys (not the webhook set) live until the last message would expire, extended in
   -- steps of min(ttl, 10 s) so a busy topic does not pay two PEXPIREATs per message.
-  if exp > keyx then
+  -- (Both are ms in decimal with no leading zero: the longer, or else the greater, is later.)
+  local keyx = m[4] or ''
+  if #sexp > #keyx or (#sexp == #keyx and sexp > keyx) then
     local sx = string.format('%d', exp + math.min(ttl, 10000))
     extra = extra or {}
     extra[#extra + 1] = 'x'
@@ -78,19 +93,24 @@ local function publish(meta, stream, hooks, data, ttl, origin, prompt, channel, 
   elseif extra then
     redis.call('HSET', meta, unpack(extra))
   end
-  redis.call('PUBLISH', channel, epoch .. ':' .. sseq .. ':' .. origin .. data)
-  local out = {1, epoch, seq}
-  if prompt == '1' then
+  redis.call('PUBLISH', stream, epoch .. ':' .. sseq .. ':' .. origin .. data)
+  out[n + 1], out[n + 2] = epoch, seq
+  if hooks then
     local urls = redis.call('SMEMBERS', hooks)
-    for i = 1, #urls do out[i + 3] = urls[i] end
+    out[n + 3] = #urls
+    for i = 1, #urls do out[n + 3 + i] = urls[i] end
+    n = n + 3 + #urls
+  else
+    out[n + 3] = 0
+    n = n + 3
   end
-  return out
 end
 
-local replies = {}
-for i = 0, #KEYS / 3 - 1 do
-  local k, a = 3 * i, 6 * i + 1
-  replies[i + 1] = publish(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a + 1],
-    tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+local k, a = 1, 2
+while a <= #ARGV do
+  local hooks, nk = nil, 2
+  if ARGV[a + 3] == '1' then hooks, nk = KEYS[k + 2], 3 end
+  publish(KEYS[k], KEYS[k + 1], hooks, ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 4])
+  k, a = k + nk, a + 5
 end
-return replies
+return out

@@ -274,14 +274,17 @@ impl Relay {
             prompt,
             origin: self.origin_of(conn.uid),
         };
-        let ticket = self.waiters.insert(Waiter::Publish { conn, answer }) as Ticket;
-        let done = self.engine.publish(req, ticket, &mut self.events);
-        let done = match done {
-            Done::Now(r) => {
-                self.waiters.remove(ticket as usize);
-                Done::Now(r.map(|_| ()))
+        // The ticket is taken only for an answer that comes later: most publishes are
+        // answered at once (their topic's home is this worker), and their event, if any,
+        // is looked at only after this (`absorb`).
+        let entry = self.waiters.vacant_entry();
+        let ticket = entry.key() as Ticket;
+        let done = match self.engine.publish(req, ticket, &mut self.events) {
+            Done::Now(r) => Done::Now(r.map(|_| ())),
+            Done::Later => {
+                entry.insert(Waiter::Publish { conn, answer });
+                Done::Later
             }
-            Done::Later => Done::Later,
         };
         self.absorb();
         done

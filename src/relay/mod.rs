@@ -353,89 +353,97 @@ impl Relay {
 
     /// Turns the engine's events into deliveries.
     fn absorb(&mut self) {
+        // Mostly one event (a publish's own live message) or none: taken as it is, without
+        // swapping the vectors.
+        if self.events.len() <= 1 {
+            if let Some(ev) = self.events.pop() {
+                self.absorb_one(ev);
+            }
+            return;
+        }
         let mut events =
             std::mem::replace(&mut self.events, std::mem::take(&mut self.spare_events));
         for ev in events.drain(..) {
-            let d = match ev {
-                Event::Live { topic, msg } => {
-                    // The topic just published here is found without hashing it again
-                    // (the name's pointer proves the slot still holds it).
-                    let hinted = self.live_hint.filter(|&s| {
-                        self.subs
-                            .get(s)
-                            .is_some_and(|t| Arc::ptr_eq(&t.name, &topic))
-                    });
-                    let Some(slot) = hinted.or_else(|| self.subs.find(&topic)) else {
-                        continue;
-                    };
-                    let Some(t) = self.subs.get(slot) else {
-                        continue;
-                    };
-                    self.pending_pushes += t.subs.len();
-                    let topic = if Arc::ptr_eq(&t.name, &topic) {
-                        topic
-                    } else {
-                        t.name.clone()
-                    };
-                    Delivery::Live { slot, topic, msg }
-                }
-                Event::Published { ticket, result } => {
-                    match self.waiters.try_remove(ticket as usize) {
-                        Some(Waiter::Publish { conn, answer }) => Delivery::Answer {
-                            conn,
-                            answer,
-                            result: result.map(|_| ()),
-                        },
-                        _ => continue,
+            self.absorb_one(ev);
+        }
+        self.spare_events = recycle(events);
+    }
+
+    /// Turns one event into a delivery (or nothing: a topic without subscriptions here, a
+    /// ticket nobody waits for).
+    fn absorb_one(&mut self, ev: Event) {
+        let d = match ev {
+            Event::Live { topic, msg } => {
+                // The topic just published here is found without hashing it again
+                // (the name's pointer proves the slot still holds it).
+                let hinted = self.live_hint.filter(|&s| {
+                    self.subs
+                        .get(s)
+                        .is_some_and(|t| Arc::ptr_eq(&t.name, &topic))
+                });
+                let Some(slot) = hinted.or_else(|| self.subs.find(&topic)) else {
+                    return;
+                };
+                let Some(t) = self.subs.get(slot) else {
+                    return;
+                };
+                self.pending_pushes += t.subs.len();
+                let topic = if Arc::ptr_eq(&t.name, &topic) {
+                    topic
+                } else {
+                    t.name.clone()
+                };
+                Delivery::Live { slot, topic, msg }
+            }
+            Event::Published { ticket, result } => match self.waiters.try_remove(ticket as usize) {
+                Some(Waiter::Publish { conn, answer }) => Delivery::Answer {
+                    conn,
+                    answer,
+                    result: result.map(|_| ()),
+                },
+                _ => return,
+            },
+            Event::History { ticket, result } => match self.waiters.try_remove(ticket as usize) {
+                Some(Waiter::Read { topic }) => {
+                    if let Ok(h) = &result {
+                        self.pending_pushes += h.messages.len();
+                    }
+                    Delivery::History {
+                        topic,
+                        ticket,
+                        result,
                     }
                 }
-                Event::History { ticket, result } => {
-                    match self.waiters.try_remove(ticket as usize) {
-                        Some(Waiter::Read { topic }) => {
-                            if let Ok(h) = &result {
-                                self.pending_pushes += h.messages.len();
-                            }
-                            Delivery::History {
-                                topic,
-                                ticket,
-                                result,
-                            }
-                        }
-                        _ => continue,
-                    }
+                _ => return,
+            },
+            Event::WebhookAdded { ticket, result } => {
+                match self.waiters.try_remove(ticket as usize) {
+                    Some(Waiter::Webhook { conn }) => Delivery::WebhookAnswer { conn, result },
+                    _ => return,
                 }
-                Event::WebhookAdded { ticket, result } => {
-                    match self.waiters.try_remove(ticket as usize) {
-                        Some(Waiter::Webhook { conn }) => Delivery::WebhookAnswer { conn, result },
-                        _ => continue,
-                    }
-                }
-                Event::Resync { topic } => Delivery::Resync { topic },
-                Event::V1Live {
+            }
+            Event::Resync { topic } => Delivery::Resync { topic },
+            Event::V1Live {
+                topic,
+                frame,
+                origin,
+            } => {
+                self.pending_pushes += self.v1.of(&topic).len();
+                Delivery::V1Live {
                     topic,
                     frame,
                     origin,
-                } => {
-                    self.pending_pushes += self.v1.of(&topic).len();
-                    Delivery::V1Live {
-                        topic,
-                        frame,
-                        origin,
-                    }
                 }
-                Event::V1Pending { ticket, frames } => {
-                    match self.waiters.try_remove(ticket as usize) {
-                        Some(Waiter::V1Take { conn }) => {
-                            self.pending_pushes += frames.len();
-                            Delivery::V1Frames { conn, frames }
-                        }
-                        _ => continue,
-                    }
+            }
+            Event::V1Pending { ticket, frames } => match self.waiters.try_remove(ticket as usize) {
+                Some(Waiter::V1Take { conn }) => {
+                    self.pending_pushes += frames.len();
+                    Delivery::V1Frames { conn, frames }
                 }
-            };
-            self.queue.push(d);
-        }
-        self.spare_events = recycle(events);
+                _ => return,
+            },
+        };
+        self.queue.push(d);
     }
 }
 

@@ -61,10 +61,12 @@ fn block<const N: usize>(c: &[u8; N]) -> bool {
     c.iter().fold(0u8, |a, &x| a | u8::from(escaped(x))) != 0
 }
 
-/// A control character, a quote or a backslash.
+/// A control character, a quote or a backslash. Flipping bit 1 keeps the control
+/// characters below 0x20 and moves the quote (0x22), and only it, to 0x20: one comparison
+/// for both.
 #[inline(always)]
 fn escaped(x: u8) -> bool {
-    (x < 0x20) | (x == b'"') | (x == b'\\')
+    ((x ^ 0x02) <= 0x20) | (x == b'\\')
 }
 
 /// Appends `{"id":<id>,"jsonrpc":"2.0","result":<result_json>}`.
@@ -150,6 +152,9 @@ mod tests {
             }
         }
         assert!(!needs_escape("é\u{1F600} ~\u{7f}".repeat(20).as_bytes()));
+        for x in 0..=255u8 {
+            assert_eq!(escaped(x), x < 0x20 || x == b'"' || x == b'\\', "{x}");
+        }
     }
 
     #[test]

@@ -278,7 +278,8 @@ impl HomeTopics {
 
     /// After an insert: the topic's queue (its v2 cache, or with `v1` its pending frames)
     /// back within `--max-cached-per-topic`, then the whole cache within its byte budget,
-    /// oldest first.
+    /// oldest first. Inlined into `insert` (once per stored message).
+    #[inline]
     fn bound(&mut self, slot: u32, v1: bool) {
         loop {
             let t = &self.topics[slot as usize];

@@ -139,6 +139,8 @@ impl<S> Conn<S> {
         clippy::too_many_arguments,
         reason = "one push, named at the two callers"
     )]
+    // Inlined into its two callers (one push each, per subscriber).
+    #[inline]
     fn deliver_push(
         &mut self,
         id: &SubId,

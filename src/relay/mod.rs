@@ -274,14 +274,17 @@ impl Relay {
             prompt,
             origin: self.origin_of(conn.uid),
         };
-        let ticket = self.waiters.insert(Waiter::Publish { conn, answer }) as Ticket;
-        let done = self.engine.publish(req, ticket, &mut self.events);
-        let done = match done {
-            Done::Now(r) => {
-                self.waiters.remove(ticket as usize);
-                Done::Now(r.map(|_| ()))
+        // The ticket is taken only for an answer that comes later: most publishes are
+        // answered at once (their topic's home is this worker), and their event, if any,
+        // is looked at only after this (`absorb`).
+        let entry = self.waiters.vacant_entry();
+        let ticket = entry.key() as Ticket;
+        let done = match self.engine.publish(req, ticket, &mut self.events) {
+            Done::Now(r) => Done::Now(r.map(|_| ())),
+            Done::Later => {
+                entry.insert(Waiter::Publish { conn, answer });
+                Done::Later
             }
-            Done::Later => Done::Later,
         };
         self.absorb();
         done
@@ -350,89 +353,97 @@ impl Relay {
 
     /// Turns the engine's events into deliveries.
     fn absorb(&mut self) {
+        // Mostly one event (a publish's own live message) or none: taken as it is, without
+        // swapping the vectors.
+        if self.events.len() <= 1 {
+            if let Some(ev) = self.events.pop() {
+                self.absorb_one(ev);
+            }
+            return;
+        }
         let mut events =
             std::mem::replace(&mut self.events, std::mem::take(&mut self.spare_events));
         for ev in events.drain(..) {
-            let d = match ev {
-                Event::Live { topic, msg } => {
-                    // The topic just published here is found without hashing it again
-                    // (the name's pointer proves the slot still holds it).
-                    let hinted = self.live_hint.filter(|&s| {
-                        self.subs
-                            .get(s)
-                            .is_some_and(|t| Arc::ptr_eq(&t.name, &topic))
-                    });
-                    let Some(slot) = hinted.or_else(|| self.subs.find(&topic)) else {
-                        continue;
-                    };
-                    let Some(t) = self.subs.get(slot) else {
-                        continue;
-                    };
-                    self.pending_pushes += t.subs.len();
-                    let topic = if Arc::ptr_eq(&t.name, &topic) {
-                        topic
-                    } else {
-                        t.name.clone()
-                    };
-                    Delivery::Live { slot, topic, msg }
-                }
-                Event::Published { ticket, result } => {
-                    match self.waiters.try_remove(ticket as usize) {
-                        Some(Waiter::Publish { conn, answer }) => Delivery::Answer {
-                            conn,
-                            answer,
-                            result: result.map(|_| ()),
-                        },
-                        _ => continue,
+            self.absorb_one(ev);
+        }
+        self.spare_events = recycle(events);
+    }
+
+    /// Turns one event into a delivery (or nothing: a topic without subscriptions here, a
+    /// ticket nobody waits for).
+    fn absorb_one(&mut self, ev: Event) {
+        let d = match ev {
+            Event::Live { topic, msg } => {
+                // The topic just published here is found without hashing it again
+                // (the name's pointer proves the slot still holds it).
+                let hinted = self.live_hint.filter(|&s| {
+                    self.subs
+                        .get(s)
+                        .is_some_and(|t| Arc::ptr_eq(&t.name, &topic))
+                });
+                let Some(slot) = hinted.or_else(|| self.subs.find(&topic)) else {
+                    return;
+                };
+                let Some(t) = self.subs.get(slot) else {
+                    return;
+                };
+                self.pending_pushes += t.subs.len();
+                let topic = if Arc::ptr_eq(&t.name, &topic) {
+                    topic
+                } else {
+                    t.name.clone()
+                };
+                Delivery::Live { slot, topic, msg }
+            }
+            Event::Published { ticket, result } => match self.waiters.try_remove(ticket as usize) {
+                Some(Waiter::Publish { conn, answer }) => Delivery::Answer {
+                    conn,
+                    answer,
+                    result: result.map(|_| ()),
+                },
+                _ => return,
+            },
+            Event::History { ticket, result } => match self.waiters.try_remove(ticket as usize) {
+                Some(Waiter::Read { topic }) => {
+                    if let Ok(h) = &result {
+                        self.pending_pushes += h.messages.len();
+                    }
+                    Delivery::History {
+                        topic,
+                        ticket,
+                        result,
                     }
                 }
-                Event::History { ticket, result } => {
-                    match self.waiters.try_remove(ticket as usize) {
-                        Some(Waiter::Read { topic }) => {
-                            if let Ok(h) = &result {
-                                self.pending_pushes += h.messages.len();
-                            }
-                            Delivery::History {
-                                topic,
-                                ticket,
-                                result,
-                            }
-                        }
-                        _ => continue,
-                    }
+                _ => return,
+            },
+            Event::WebhookAdded { ticket, result } => {
+                match self.waiters.try_remove(ticket as usize) {
+                    Some(Waiter::Webhook { conn }) => Delivery::WebhookAnswer { conn, result },
+                    _ => return,
                 }
-                Event::WebhookAdded { ticket, result } => {
-                    match self.waiters.try_remove(ticket as usize) {
-                        Some(Waiter::Webhook { conn }) => Delivery::WebhookAnswer { conn, result },
-                        _ => continue,
-                    }
-                }
-                Event::Resync { topic } => Delivery::Resync { topic },
-                Event::V1Live {
+            }
+            Event::Resync { topic } => Delivery::Resync { topic },
+            Event::V1Live {
+                topic,
+                frame,
+                origin,
+            } => {
+                self.pending_pushes += self.v1.of(&topic).len();
+                Delivery::V1Live {
                     topic,
                     frame,
                     origin,
-                } => {
-                    self.pending_pushes += self.v1.of(&topic).len();
-                    Delivery::V1Live {
-                        topic,
-                        frame,
-                        origin,
-                    }
                 }
-                Event::V1Pending { ticket, frames } => {
-                    match self.waiters.try_remove(ticket as usize) {
-                        Some(Waiter::V1Take { conn }) => {
-                            self.pending_pushes += frames.len();
-                            Delivery::V1Frames { conn, frames }
-                        }
-                        _ => continue,
-                    }
+            }
+            Event::V1Pending { ticket, frames } => match self.waiters.try_remove(ticket as usize) {
+                Some(Waiter::V1Take { conn }) => {
+                    self.pending_pushes += frames.len();
+                    Delivery::V1Frames { conn, frames }
                 }
-            };
-            self.queue.push(d);
-        }
-        self.spare_events = recycle(events);
+                _ => return,
+            },
+        };
+        self.queue.push(d);
     }
 }
 

@@ -35,7 +35,7 @@ pub struct V1Frame<'a> {
 /// Whether an object without `method` is meant as a v1 frame (it has `type` and no
 /// `jsonrpc`): then it must be a valid one.
 pub(super) fn is_v1(e: &Envelope<'_>) -> bool {
-    e.kind.is_some() && e.jsonrpc.is_none()
+    e.v1.as_ref().is_some_and(|v| v.kind.is_some()) && e.jsonrpc.is_none()
 }
 
 fn invalid(what: &'static str) -> RpcError {
@@ -44,6 +44,7 @@ fn invalid(what: &'static str) -> RpcError {
 
 /// Validates an object meant as a v1 frame.
 pub(super) fn frame<'a>(e: Envelope<'a>) -> Result<V1Frame<'a>, RpcError> {
+    let e = *e.v1.unwrap_or_default();
     let kind = match &e.kind {
         Some(Loose::Str(k)) if k == "pub" => V1Kind::Pub,
         Some(Loose::Str(k)) if k == "sub" => V1Kind::Sub,

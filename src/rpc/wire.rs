@@ -46,16 +46,24 @@ pub(super) struct Envelope<'a> {
     pub(super) id: Option<Loose<'a>>,
     pub(super) method: Option<Loose<'a>>,
     pub(super) params: Option<ParamsField<'a>>,
-    /// Top-level `topic` (a v1 frame).
-    pub(super) topic: Option<Loose<'a>>,
-    /// Top-level `type` (a v1 frame).
-    pub(super) kind: Option<Loose<'a>>,
-    /// Top-level `payload` (a v1 frame).
-    pub(super) payload: Option<Loose<'a>>,
-    /// Top-level `silent` (a v1 frame).
-    pub(super) silent: Option<Loose<'a>>,
+    /// The members of a v1 frame, when the object has any: apart, so that a JSON-RPC
+    /// element (every publish) does not carry and move their room.
+    pub(super) v1: Option<Box<V1Members<'a>>>,
     /// False when the element is not a JSON object at all.
     pub(super) is_object: bool,
+}
+
+/// The top-level members of a WalletConnect 1.0 frame.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct V1Members<'a> {
+    /// `topic`.
+    pub(super) topic: Option<Loose<'a>>,
+    /// `type`.
+    pub(super) kind: Option<Loose<'a>>,
+    /// `payload`.
+    pub(super) payload: Option<Loose<'a>>,
+    /// `silent`.
+    pub(super) silent: Option<Loose<'a>>,
 }
 
 /// A whole message: one element or a batch.
@@ -128,12 +136,16 @@ impl Envelope<'_> {
             id: None,
             method: None,
             params: None,
-            topic: None,
-            kind: None,
-            payload: None,
-            silent: None,
+            v1: None,
             is_object: true,
         }
+    }
+}
+
+impl<'a> Envelope<'a> {
+    /// The v1 members, made room for.
+    fn v1_mut(&mut self) -> &mut V1Members<'a> {
+        self.v1.get_or_insert_with(Box::default)
     }
 }
 
@@ -171,10 +183,10 @@ fn envelope_from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Envelope<'de>
             "id" => e.id = Some(map.next_value()?),
             "method" => e.method = Some(map.next_value()?),
             "params" => e.params = Some(map.next_value()?),
-            "topic" => e.topic = Some(map.next_value()?),
-            "type" => e.kind = Some(map.next_value()?),
-            "payload" => e.payload = Some(map.next_value()?),
-            "silent" => e.silent = Some(map.next_value()?),
+            "topic" => e.v1_mut().topic = Some(map.next_value()?),
+            "type" => e.v1_mut().kind = Some(map.next_value()?),
+            "payload" => e.v1_mut().payload = Some(map.next_value()?),
+            "silent" => e.v1_mut().silent = Some(map.next_value()?),
             _ => {
                 map.next_value::<IgnoredAny>()?;
             }

@@ -18,6 +18,7 @@ use crate::config::Limits;
 use crate::metrics::{CoreMetrics, DropReason, Metrics};
 use crate::relay::error::RelayError;
 use crate::store::Loc;
+use by_name::ByName;
 
 /// One home topic.
 #[derive(Debug)]
@@ -138,6 +139,8 @@ pub struct HomeTopics {
     me: usize,
     topics: Slab<HomeTopic>,
     index: HashMap<Arc<str>, u32, ahash::RandomState>,
+    /// `index` without hashing, for the names handed in as the topics' own `Arc`s.
+    by_name: ByName,
     cache: Cache,
     /// This worker's share of `--max-cache-bytes`.
     budget: usize,
@@ -164,6 +167,7 @@ impl HomeTopics {
             me,
             topics: Slab::new(),
             index: HashMap::default(),
+            by_name: ByName::new(),
             cache: Cache::with_capacity(presize),
             budget: budget.max(1),
             limits,
@@ -188,12 +192,23 @@ impl HomeTopics {
     }
 
     fn slot_of(&mut self, topic: &Arc<str>) -> u32 {
-        if let Some(&s) = self.index.get(&**topic) {
-            return s;
+        let hint = self.by_name.candidate(topic);
+        let named = |t: &HomeTopic| Arc::ptr_eq(&t.name, topic);
+        if self.topics.get(hint as usize).is_some_and(named) {
+            return hint;
         }
-        let slot = self.topics.insert(HomeTopic::new(topic.clone())) as u32;
-        self.index.insert(topic.clone(), slot);
-        self.m().topics.inc();
+        let slot = match self.index.get(&**topic) {
+            Some(&s) => s,
+            None => {
+                let slot = self.topics.insert(HomeTopic::new(topic.clone())) as u32;
+                self.index.insert(topic.clone(), slot);
+                self.m().topics.inc();
+                slot
+            }
+        };
+        if self.topics.get(slot as usize).is_some_and(named) {
+            self.by_name.set(topic, slot);
+        }
         slot
     }
 
@@ -263,7 +278,8 @@ impl HomeTopics {
 
     /// After an insert: the topic's queue (its v2 cache, or with `v1` its pending frames)
     /// back within `--max-cached-per-topic`, then the whole cache within its byte budget,
-    /// oldest first.
+    /// oldest first. Inlined into `insert` (once per stored message).
+    #[inline]
     fn bound(&mut self, slot: u32, v1: bool) {
         loop {
             let t = &self.topics[slot as usize];
@@ -456,5 +472,6 @@ impl HomeTopics {
 #[cfg(test)]
 mod tests;
 
+mod by_name;
 mod durable;
 mod v1;

@@ -69,6 +69,32 @@ fn a_forgotten_topic_comes_back_in_a_new_epoch() {
 }
 
 #[test]
+fn a_topic_is_found_by_its_name_whichever_allocation_carries_it() {
+    let mut h = topics(Limits::default());
+    let (a1, a2): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("a"));
+    let seq = |h: &mut HomeTopics, t: &Arc<str>, body: &str, now: u64| match h
+        .store(&req(t, body), body.len() as u64, now)
+        .stored
+    {
+        Stored::New(p) => p.seq,
+        Stored::Duplicate => 0,
+    };
+    // Created by a1 (the shortcut knows a1), then found by a2 as well: one topic.
+    assert_eq!(seq(&mut h, &a1, "x", 1), 1);
+    assert_eq!(seq(&mut h, &a2, "yy", 2), 2);
+    assert_eq!(seq(&mut h, &a1, "zzz", 3), 3);
+    // Forgotten, its slot reused by another topic: a1 still means "a", and "b" keeps its own.
+    h.sweep(3 + 60_000);
+    assert_eq!(h.find("a"), None);
+    let b: Arc<str> = Arc::from("b");
+    assert_eq!(seq(&mut h, &b, "x", 70_000), 1);
+    assert_eq!(seq(&mut h, &a1, "x", 70_001), 1);
+    assert_eq!(seq(&mut h, &b, "yy", 70_002), 2);
+    assert_eq!(h.read("a", Position::ZERO).messages.len(), 1);
+    assert_eq!(h.read("b", Position::ZERO).messages.len(), 2);
+}
+
+#[test]
 fn the_per_topic_cap_evicts_the_oldest_but_positions_go_on() {
     let mut h = topics(Limits {
         max_cached_per_topic: 2,

@@ -108,7 +108,8 @@ fn ns_prefix(ns: u8) -> [u8; 5] {
 
 /// The pub/sub channel of a topic: `wr:{db}:{ns}:T`.
 pub fn channel(db: i64, ns: u8, topic: &[u8]) -> Vec<u8> {
-    let mut c = format!("wr:{db}:{}:", ns % 10).into_bytes();
+    let mut head = [0u8; 32];
+    let mut c = channel_head(&mut head, db, ns).to_vec();
     c.extend_from_slice(topic);
     c
 }

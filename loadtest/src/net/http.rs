@@ -27,7 +27,8 @@ impl Io {
             let Some(c) = self.conns.get_mut(key) else {
                 return buf.len();
             };
-            if let Some((status, total, left)) = c.http.body_left {
+            // Each pass ends one whole response (status, body length), or returns.
+            let (status, body_len) = if let Some((status, total, left)) = c.http.body_left {
                 let take = left.min(buf.len() - off);
                 off += take;
                 if take < left {
@@ -35,64 +36,40 @@ impl Io {
                     return off;
                 }
                 c.http.body_left = None;
-                h.on_http(
-                    self,
-                    key,
-                    tag,
-                    HttpResp {
-                        status,
-                        body_len: total,
-                    },
-                    now,
-                );
-                continue;
-            }
-            match parse_http_head(&buf[off..]) {
-                Ok(None) => return off,
-                Err(e) => {
-                    self.mark_dead(key, CloseWhy::Protocol(e));
-                    return buf.len();
-                }
-                Ok(Some(head)) => match head.body {
+                (status, total)
+            } else {
+                let head = match parse_http_head(&buf[off..]) {
+                    Ok(None) => return off,
+                    Ok(Some(head)) => head,
+                    Err(e) => {
+                        self.mark_dead(key, CloseWhy::Protocol(e));
+                        return buf.len();
+                    }
+                };
+                match head.body {
                     Body::Length(0) => {
                         off += head.head_len;
-                        h.on_http(
-                            self,
-                            key,
-                            tag,
-                            HttpResp {
-                                status: head.status,
-                                body_len: 0,
-                            },
-                            now,
-                        );
+                        (head.status, 0)
                     }
                     Body::Length(n) => {
                         off += head.head_len;
                         c.http.body_left = Some((head.status, n, n));
+                        continue;
                     }
                     Body::Chunked => match chunked_len(&buf[off + head.head_len..]) {
                         Ok(None) => return off,
                         Ok(Some((wire, body))) => {
                             off += head.head_len + wire;
-                            h.on_http(
-                                self,
-                                key,
-                                tag,
-                                HttpResp {
-                                    status: head.status,
-                                    body_len: body,
-                                },
-                                now,
-                            );
+                            (head.status, body)
                         }
                         Err(e) => {
                             self.mark_dead(key, CloseWhy::Protocol(e));
                             return buf.len();
                         }
                     },
-                },
-            }
+                }
+            };
+            h.on_http(self, key, tag, HttpResp { status, body_len }, now);
         }
         off.min(buf.len())
     }

@@ -1,0 +1,541 @@
+#!/usr/bin/env node
+// End-to-end tests of walletrelay with today's WalletConnect SDK, @walletconnect/sign-client
+// 2.25.0 from npm (irn_* relay protocol, wc_proposeSession / wc_approveSession, JWT relay auth),
+// used unchanged. A dApp client and a wallet client run in this one process (two SignClients,
+// each with its own customStoragePrefix and in-memory storage).
+//
+//   SCENARIO=session RELAY_URL=ws://127.0.0.1:PORT node sdk.mjs
+//
+// Scenarios (SCENARIO, default "session"):
+//   session  connect/pair/approve; personal_sign request + respond; emit (session_event);
+//            update (session_update); extend (session_extend); ping; wallet disconnect
+//            (session_delete). Every step's payloads are checked.
+//   offline  session; the wallet goes offline (relayer.transportClose()); the dApp sends a
+//            request (its publish is acknowledged by the relay); the wallet comes back
+//            (transportOpen()), gets session_request from the relay's store and answers.
+//   restart  like offline, but once the dApp's request publish was acknowledged the script prints
+//            a line READY_FOR_RESTART and waits for a line RESTARTED on stdin (the Rust test
+//            SIGKILLs the relay and restarts it on the same port and --data-dir meanwhile).
+//   cluster  RELAY_URL=URL1,URL2 (two nodes of one cluster): dApp on URL1, wallet on URL2;
+//            session and one request/response.
+//   idle     session, then IDLE_SECONDS (default 70) without app traffic, counting transport
+//            disconnects/reconnects of both clients (must be none: the relay's pings must keep
+//            the SDK's 35 s stall timer from firing), then one request/response.
+//
+// In every scenario globalThis.fetch is replaced by a recorder that throws, and the script fails
+// if anything outside loopback was fetched; IS_VITEST=true is set before the SDK is imported;
+// unhandled rejections are logged (and counted in the summary).
+//
+// Env: RELAY_URL (required; comma-separated: dApp URL, wallet URL; one URL serves both),
+// PROJECT_ID (default "walletrelay-test"), E2E_TIMEOUT_MS (overall timeout, default 120000 plus
+// IDLE_SECONDS for idle), WC_LOG_LEVEL (SDK logger: silent|error|warn|info|debug|trace; default
+// "error"), WIRE_LOG=1 (print every WebSocket frame both clients send and receive, and the
+// upgrade URLs), IDLE_SECONDS.
+//
+// Exit status 0 on success; 1 with "FAIL: <reason>" on stderr otherwise, also on the timeout.
+
+import { createRequire } from "node:module";
+import readline from "node:readline";
+
+const SCENARIO = process.env.SCENARIO || "session";
+const RELAY_URLS = (process.env.RELAY_URL || "")
+  .split(",")
+  .map((u) => u.trim())
+  .filter(Boolean);
+const PROJECT_ID = process.env.PROJECT_ID || "walletrelay-test";
+const LOG_LEVEL = process.env.WC_LOG_LEVEL || "error";
+const WIRE_LOG = process.env.WIRE_LOG === "1";
+const IDLE_SECONDS = Number(process.env.IDLE_SECONDS || 70);
+const TIMEOUT_MS = Number(
+  process.env.E2E_TIMEOUT_MS || 120000 + (SCENARIO === "idle" ? IDLE_SECONDS * 1000 : 0),
+);
+const T0 = Date.now();
+
+const CHAIN = "eip155:1";
+const METHODS = ["personal_sign", "eth_sendTransaction"];
+const EVENTS = ["chainChanged", "accountsChanged"];
+const ADDRESS = "0x8fd379246834eac74b8419ffda202cf8051f7a03";
+const ADDRESS2 = "0x1111111111111111111111111111111111111111";
+const ACCOUNT = `${CHAIN}:${ADDRESS}`;
+const ACCOUNT2 = `${CHAIN}:${ADDRESS2}`;
+const SIGNATURE = "0x" + "ab".repeat(65);
+const DAPP_METADATA = {
+  name: "walletrelay sdk e2e dApp",
+  description: "dApp side of the walletrelay SDK end-to-end test",
+  url: "https://dapp.example.org",
+  icons: ["https://dapp.example.org/icon.png"],
+};
+const WALLET_METADATA = {
+  name: "walletrelay sdk e2e wallet",
+  description: "Wallet side of the walletrelay SDK end-to-end test",
+  url: "https://wallet.example.org",
+  icons: ["https://wallet.example.org/icon.png"],
+};
+
+// ---------------------------------------------------------------------------------------------
+// Logging, failure, overall timeout
+
+function log(who, msg) {
+  const t = ((Date.now() - T0) / 1000).toFixed(3).padStart(8);
+  console.log(`[${t}s] ${who.padEnd(7)} ${msg}`);
+}
+
+let failing = false;
+async function fail(msg) {
+  if (failing) return;
+  failing = true;
+  console.error(`FAIL (${SCENARIO}): ${msg}`);
+  console.error(`fetch calls recorded: ${JSON.stringify(fetched)}`);
+  console.error(`unhandled rejections: ${unhandled.length}`);
+  await cleanup().catch(() => {});
+  process.exit(1);
+}
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+function assertEq(actual, expected, what) {
+  const a = JSON.stringify(actual);
+  const e = JSON.stringify(expected);
+  if (a !== e) throw new Error(`assertion failed: ${what}: expected ${e}, got ${a}`);
+}
+
+const overall = setTimeout(
+  () => fail(`overall timeout of ${TIMEOUT_MS} ms passed (last step: ${step})`),
+  TIMEOUT_MS,
+);
+let step = "start";
+function begin(name) {
+  step = name;
+  log("test", `--- ${name}`);
+}
+
+/** Resolves with `p`, or rejects after `ms` naming `what`. */
+function within(p, ms, what) {
+  let t;
+  const timer = new Promise((_, reject) => {
+    t = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
+  });
+  return Promise.race([p, timer]).finally(() => clearTimeout(t));
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// ---------------------------------------------------------------------------------------------
+// The environment the SDK runs in: no network besides the relay
+
+const fetched = [];
+globalThis.fetch = async (input) => {
+  const url = typeof input === "string" ? input : (input?.url ?? String(input));
+  fetched.push(url);
+  throw new Error(`fetch is disabled in this test (${url})`);
+};
+const unhandled = [];
+process.on("unhandledRejection", (reason) => {
+  unhandled.push(String(reason?.message ?? reason));
+  log("process", `unhandledRejection: ${reason?.stack ?? reason}`);
+});
+process.env.IS_VITEST = "true";
+
+// Node 20 has no global WebSocket, so @walletconnect/jsonrpc-ws-connection uses the `ws` package;
+// with WIRE_LOG=1 every frame is printed (frames are tagged with the connection's own number).
+const require = createRequire(import.meta.url);
+if (WIRE_LOG) {
+  if (typeof globalThis.WebSocket !== "undefined") {
+    log("wire", "note: this Node has a global WebSocket; the SDK uses it and WIRE_LOG sees nothing");
+  }
+  const WS = require("ws");
+  let conns = 0;
+  const origSend = WS.prototype.send;
+  WS.prototype.send = function (data, ...rest) {
+    log("wire", `#${this.__n} >> ${data}`);
+    return origSend.call(this, data, ...rest);
+  };
+  const origEmit = WS.prototype.emit;
+  WS.prototype.emit = function (ev, ...args) {
+    if (ev === "open") {
+      this.__n = ++conns;
+      log("wire", `#${this.__n} open ${this.url}`);
+    } else if (ev === "message") {
+      log("wire", `#${this.__n} << ${args[0]}`);
+    } else if (ev === "close") {
+      log("wire", `#${this.__n} close ${args[0]} ${args[1] ?? ""}`);
+    } else if (ev === "ping") {
+      log("wire", `#${this.__n} << ping`);
+    }
+    return origEmit.call(this, ev, ...args);
+  };
+}
+
+const { SignClient } = await import("@walletconnect/sign-client");
+
+// ---------------------------------------------------------------------------------------------
+// Clients and their events
+
+const clients = [];
+
+/** A SignClient with its events queued, so that no event is missed between steps. */
+async function makeClient(role, relayUrl) {
+  const client = await SignClient.init({
+    projectId: PROJECT_ID,
+    relayUrl,
+    customStoragePrefix: `walletrelay-e2e-${role}-${process.pid}-${T0}`,
+    logger: LOG_LEVEL,
+    telemetryEnabled: false,
+    metadata: role === "dapp" ? DAPP_METADATA : WALLET_METADATA,
+  });
+  const c = { role, client, queues: new Map(), waiters: new Map(), transport: [] };
+  for (const ev of [
+    "session_proposal",
+    "session_request",
+    "session_event",
+    "session_update",
+    "session_extend",
+    "session_ping",
+    "session_delete",
+    "session_expire",
+    "proposal_expire",
+  ]) {
+    client.on(ev, (payload) => {
+      log(role, `event ${ev} ${JSON.stringify(payload).slice(0, 300)}`);
+      push(c, ev, payload);
+    });
+  }
+  for (const ev of [
+    "relayer_connect",
+    "relayer_disconnect",
+    "relayer_transport_closed",
+    "relayer_connection_stalled",
+    "relayer_error",
+  ]) {
+    client.core.relayer.on(ev, (e) => {
+      c.transport.push({ ev, at: Date.now() });
+      log(role, `relayer ${ev}${e?.message ? `: ${e.message}` : ""}`);
+    });
+  }
+  clients.push(c);
+  log(role, `SignClient ready, relayUrl ${relayUrl}, client id ${await client.core.crypto.getClientId()}`);
+  return c;
+}
+
+function push(c, ev, payload) {
+  const w = c.waiters.get(ev);
+  if (w && w.length) return w.shift()(payload);
+  if (!c.queues.has(ev)) c.queues.set(ev, []);
+  c.queues.get(ev).push(payload);
+}
+
+/** The next `ev` of client `c` (already queued or yet to come), within `ms`. */
+function next(c, ev, ms = 30000) {
+  const q = c.queues.get(ev);
+  if (q && q.length) return Promise.resolve(q.shift());
+  const p = new Promise((resolve) => {
+    if (!c.waiters.has(ev)) c.waiters.set(ev, []);
+    c.waiters.get(ev).push(resolve);
+  });
+  return within(p, ms, `${c.role} waiting for ${ev}`);
+}
+
+async function cleanup() {
+  for (const { client } of clients) {
+    try {
+      client.core.heartbeat.stop();
+    } catch {}
+    try {
+      await within(client.core.relayer.transportClose(), 3000, "transportClose");
+    } catch {}
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps
+
+const NAMESPACES = { eip155: { chains: [CHAIN], methods: METHODS, events: EVENTS } };
+
+/** connect (dApp) + pair (wallet) + approve (wallet) -> the session both sides agree on. */
+async function makeSession(dapp, wallet) {
+  begin("connect / pair / approve");
+  const { uri, approval } = await within(
+    dapp.client.connect({ requiredNamespaces: NAMESPACES, optionalNamespaces: NAMESPACES }),
+    30000,
+    "dApp connect()",
+  );
+  assert(uri && uri.startsWith("wc:"), `pairing URI ${uri}`);
+  log("dapp", `pairing URI ${uri}`);
+  const sessionP = within(approval(), 60000, "dApp approval() (the session settlement)");
+  sessionP.catch(() => {});
+  await within(wallet.client.pair({ uri }), 30000, "wallet pair({uri})");
+  const proposal = await next(wallet, "session_proposal", 30000);
+  const { params } = proposal;
+  assertEq(params.proposer.metadata.name, DAPP_METADATA.name, "proposer metadata name");
+  const all = { ...params.requiredNamespaces, ...params.optionalNamespaces };
+  assert(all.eip155, `proposal namespaces ${JSON.stringify(all)}`);
+  const chains = [
+    ...(params.requiredNamespaces?.eip155?.chains || []),
+    ...(params.optionalNamespaces?.eip155?.chains || []),
+  ];
+  assert(chains.includes(CHAIN), `proposal chains ${JSON.stringify(chains)}`);
+  const methods = [
+    ...(params.requiredNamespaces?.eip155?.methods || []),
+    ...(params.optionalNamespaces?.eip155?.methods || []),
+  ];
+  for (const m of METHODS) assert(methods.includes(m), `proposal methods include ${m}`);
+  const { topic, acknowledged } = await within(
+    wallet.client.approve({
+      id: proposal.id,
+      namespaces: { eip155: { chains: [CHAIN], accounts: [ACCOUNT], methods: METHODS, events: EVENTS } },
+    }),
+    30000,
+    "wallet approve()",
+  );
+  log("wallet", `approved, session topic ${topic}`);
+  const walletAck = within(acknowledged(), 30000, "wallet approve's acknowledged()");
+  walletAck.catch(() => {});
+  const session = await sessionP;
+  assertEq(session.topic, topic, "dApp's session topic");
+  assertEq(session.namespaces.eip155.accounts, [ACCOUNT], "dApp's session accounts");
+  assertEq(session.peer.metadata.name, WALLET_METADATA.name, "dApp's session peer name");
+  const walletSession = await walletAck;
+  assertEq(walletSession.topic, topic, "wallet's session topic");
+  assertEq(walletSession.peer.metadata.name, DAPP_METADATA.name, "wallet's session peer name");
+  log("test", `session settled on both sides: ${topic}`);
+  return topic;
+}
+
+/** The wallet answers the next personal_sign with `sig`. */
+async function answerNextRequest(wallet, topic, message, sig, ms = 30000) {
+  const ev = await next(wallet, "session_request", ms);
+  assertEq(ev.topic, topic, "session_request topic");
+  assertEq(ev.params.chainId, CHAIN, "session_request chainId");
+  assertEq(ev.params.request.method, "personal_sign", "session_request method");
+  assertEq(ev.params.request.params, [message, ADDRESS], "session_request params");
+  await within(
+    wallet.client.respond({ topic, response: { id: ev.id, jsonrpc: "2.0", result: sig } }),
+    30000,
+    "wallet respond()",
+  );
+  log("wallet", `answered request ${ev.id}`);
+  return ev;
+}
+
+function hexMessage(text) {
+  return "0x" + Buffer.from(text, "utf8").toString("hex");
+}
+
+function sendRequest(dapp, topic, message) {
+  return dapp.client.request({
+    topic,
+    chainId: CHAIN,
+    request: { method: "personal_sign", params: [message, ADDRESS] },
+  });
+}
+
+/** One personal_sign round trip while both are online. */
+async function roundTrip(dapp, wallet, topic, n) {
+  begin(`personal_sign request #${n}`);
+  const message = hexMessage(`walletrelay sdk e2e request #${n}`);
+  const sig = SIGNATURE.slice(0, -2) + String(n).padStart(2, "0");
+  const resultP = within(sendRequest(dapp, topic, message), 60000, `dApp request #${n}`);
+  resultP.catch(() => {});
+  await answerNextRequest(wallet, topic, message, sig);
+  const result = await resultP;
+  assertEq(result, sig, `dApp's result of request #${n}`);
+  log("dapp", `got result of request #${n}`);
+}
+
+/** Resolves when the relay acknowledged (answered `true` to) a publish of `c` with tag `tag`. */
+function publishAcked(c, tag, ms = 30000) {
+  const p = new Promise((resolve) => {
+    const h = (req) => {
+      if (req?.params?.tag === tag) {
+        c.client.core.relayer.events.removeListener("relayer_publish", h);
+        resolve(req);
+      }
+    };
+    c.client.core.relayer.events.on("relayer_publish", h);
+  });
+  return within(p, ms, `the relay acknowledging ${c.role}'s publish with tag ${tag}`);
+}
+
+/** The request while the wallet is offline; `whileOffline` runs once the relay has it. */
+async function offlineRequest(dapp, wallet, topic, whileOffline) {
+  begin("wallet goes offline (transportClose)");
+  await within(wallet.client.core.relayer.transportClose(), 10000, "wallet transportClose()");
+  await sleep(500);
+  begin("dApp sends a request while the wallet is offline");
+  const message = hexMessage("walletrelay sdk e2e request while the wallet is offline");
+  const sig = SIGNATURE.slice(0, -2) + "ff";
+  const acked = publishAcked(dapp, 1108);
+  const resultP = within(sendRequest(dapp, topic, message), 120000, "dApp's offline request");
+  resultP.catch(() => {});
+  await acked;
+  log("dapp", "request publish acknowledged by the relay");
+  assertEq(wallet.queues.get("session_request")?.length ?? 0, 0, "requests the offline wallet got");
+  if (whileOffline) await whileOffline();
+  begin("wallet comes back (transportOpen)");
+  await within(wallet.client.core.relayer.transportOpen(), 30000, "wallet transportOpen()");
+  await answerNextRequest(wallet, topic, message, sig, 45000);
+  const result = await resultP;
+  assertEq(result, sig, "dApp's result of the offline request");
+  log("dapp", "got the result of the request made while the wallet was offline");
+}
+
+function readLine(expected, ms) {
+  const rl = readline.createInterface({ input: process.stdin });
+  const p = new Promise((resolve, reject) => {
+    rl.on("line", (line) => {
+      if (line.trim() === expected) {
+        rl.close();
+        resolve();
+      }
+    });
+    rl.on("close", () => reject(new Error(`stdin closed before ${expected}`)));
+  });
+  return within(p, ms, `line ${expected} on stdin`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+async function scenarioSession(dapp, wallet) {
+  const topic = await makeSession(dapp, wallet);
+  await roundTrip(dapp, wallet, topic, 1);
+
+  begin("wallet emit -> dApp session_event");
+  await within(
+    wallet.client.emit({ topic, chainId: CHAIN, event: { name: "accountsChanged", data: [ADDRESS2] } }),
+    30000,
+    "wallet emit()",
+  );
+  const ev = await next(dapp, "session_event");
+  assertEq(ev.topic, topic, "session_event topic");
+  assertEq(ev.params.chainId, CHAIN, "session_event chainId");
+  assertEq(ev.params.event, { name: "accountsChanged", data: [ADDRESS2] }, "session_event event");
+
+  begin("wallet update -> dApp session_update");
+  const namespaces = {
+    eip155: { chains: [CHAIN], accounts: [ACCOUNT, ACCOUNT2], methods: METHODS, events: EVENTS },
+  };
+  // acknowledged() must be called at once: the SDK's delayed promise drops a resolve() that
+  // comes before it (utils createDelayedPromise), so a late call would wait for its 5 min expiry
+  const upd = await within(wallet.client.update({ topic, namespaces }), 30000, "wallet update()");
+  const updAck = within(upd.acknowledged(), 30000, "update acknowledged()");
+  updAck.catch(() => {});
+  const up = await next(dapp, "session_update");
+  assertEq(up.topic, topic, "session_update topic");
+  assertEq(up.params.namespaces.eip155.accounts, [ACCOUNT, ACCOUNT2], "session_update accounts");
+  await updAck;
+  assertEq(
+    dapp.client.session.get(topic).namespaces.eip155.accounts,
+    [ACCOUNT, ACCOUNT2],
+    "dApp's stored session accounts after update",
+  );
+
+  begin("wallet extend -> dApp session_extend");
+  const before = dapp.client.session.get(topic).expiry;
+  await sleep(1100); // expiries are in seconds: make the extended one differ
+  const ext = await within(wallet.client.extend({ topic }), 30000, "wallet extend()");
+  const extAck = within(ext.acknowledged(), 30000, "extend acknowledged()");
+  extAck.catch(() => {});
+  const ex = await next(dapp, "session_extend");
+  assertEq(ex.topic, topic, "session_extend topic");
+  await extAck;
+  const after = dapp.client.session.get(topic).expiry;
+  assert(after > before, `dApp's session expiry grew on extend (${before} -> ${after})`);
+
+  begin("dApp ping");
+  await within(dapp.client.ping({ topic }), 30000, "dApp ping()");
+  const ping = await next(wallet, "session_ping");
+  assertEq(ping.topic, topic, "session_ping topic");
+
+  begin("wallet disconnect -> dApp session_delete");
+  await within(
+    wallet.client.disconnect({ topic, reason: { code: 6000, message: "User disconnected." } }),
+    30000,
+    "wallet disconnect()",
+  );
+  const del = await next(dapp, "session_delete");
+  assertEq(del.topic, topic, "session_delete topic");
+  await sleep(200);
+  assertEq(dapp.client.session.keys.includes(topic), false, "dApp still holds the deleted session");
+}
+
+async function scenarioOffline(dapp, wallet) {
+  const topic = await makeSession(dapp, wallet);
+  await roundTrip(dapp, wallet, topic, 1);
+  await offlineRequest(dapp, wallet, topic);
+}
+
+async function scenarioRestart(dapp, wallet) {
+  const topic = await makeSession(dapp, wallet);
+  await roundTrip(dapp, wallet, topic, 1);
+  await offlineRequest(dapp, wallet, topic, async () => {
+    begin("relay restart");
+    console.log("READY_FOR_RESTART");
+    await readLine("RESTARTED", 60000);
+    log("test", "the relay was restarted");
+  });
+}
+
+async function scenarioCluster(dapp, wallet) {
+  const topic = await makeSession(dapp, wallet);
+  await roundTrip(dapp, wallet, topic, 1);
+}
+
+async function scenarioIdle(dapp, wallet) {
+  const topic = await makeSession(dapp, wallet);
+  await roundTrip(dapp, wallet, topic, 1);
+  begin(`idle for ${IDLE_SECONDS} s`);
+  const from = Date.now();
+  await sleep(IDLE_SECONDS * 1000);
+  const drops = [dapp, wallet].flatMap((c) =>
+    c.transport.filter((t) => t.at >= from).map((t) => `${c.role} ${t.ev} at +${((t.at - from) / 1000).toFixed(1)}s`),
+  );
+  assertEq(drops, [], "transport events while idle");
+  await roundTrip(dapp, wallet, topic, 2);
+}
+
+const SCENARIOS = {
+  session: scenarioSession,
+  offline: scenarioOffline,
+  restart: scenarioRestart,
+  cluster: scenarioCluster,
+  idle: scenarioIdle,
+};
+
+// ---------------------------------------------------------------------------------------------
+
+async function main() {
+  const run = SCENARIOS[SCENARIO];
+  if (!run) throw new Error(`unknown SCENARIO ${SCENARIO} (one of ${Object.keys(SCENARIOS)})`);
+  if (RELAY_URLS.length === 0) throw new Error("RELAY_URL is not set");
+  if (SCENARIO === "cluster" && RELAY_URLS.length < 2) {
+    throw new Error("SCENARIO=cluster needs two comma-separated RELAY_URLs");
+  }
+  const dappUrl = RELAY_URLS[0];
+  const walletUrl = RELAY_URLS[1] ?? RELAY_URLS[0];
+  log("test", `scenario ${SCENARIO}, dApp on ${dappUrl}, wallet on ${walletUrl}, project ${PROJECT_ID}`);
+  const dapp = await makeClient("dapp", dappUrl);
+  const wallet = await makeClient("wallet", walletUrl);
+  await run(dapp, wallet);
+
+  begin("checks after the scenario");
+  const outside = fetched.filter((u) => {
+    try {
+      const h = new URL(u).hostname;
+      return !(h === "localhost" || h === "127.0.0.1" || h === "[::1]" || h === "::1");
+    } catch {
+      return true;
+    }
+  });
+  log("test", `fetch calls recorded: ${fetched.length} ${JSON.stringify(fetched)}`);
+  assertEq(outside, [], "URLs fetched outside loopback");
+  log("test", `unhandled rejections: ${unhandled.length}`);
+  await cleanup();
+  clearTimeout(overall);
+  log("test", `PASS ${SCENARIO}`);
+}
+
+main().then(
+  () => process.exit(0),
+  (e) => fail(e?.stack ?? String(e)),
+);

@@ -1,7 +1,7 @@
 //! Node.js scripts against the real binary: the real WalletConnect clients from npm, installed
 //! on first run from a committed lockfile (`npm ci`) into the script's own directory, and a
 //! script run with a deadline, its output kept for the failure message. Used by the
-//! real-client tests (`tests/e2e-js/`, `tests/e2e-js-v1/`).
+//! real-client tests (`tests/e2e-js/`, `tests/e2e-js-v1/`, `tests/e2e-sdk/`).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -121,6 +121,101 @@ pub fn run_script(
         std::thread::sleep(Duration::from_millis(50));
     };
     let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    let report =
+        format!("{what}\n--- {script} stdout ---\n{stdout}--- {script} stderr ---\n{stderr}");
+    match status {
+        Some(status) if status.success() => println!("{report}"),
+        Some(status) => {
+            panic!("the real WalletConnect client failed against the relay: {status}\n{report}")
+        }
+        None => panic!("{script} did not finish within {deadline:?}\n{report}"),
+    }
+    stdout
+}
+
+/// Like [`run_script`], with the script's standard input open: every line it prints on
+/// standard output is given to `on_line` as it comes, and a line `on_line` returns is written
+/// to the script's standard input (how `tests/e2e-sdk/sdk.mjs` waits while the test restarts
+/// the relay). Panics unless the script exited 0 within `deadline`; returns its standard
+/// output.
+pub fn run_script_interactive(
+    name: &str,
+    script: &str,
+    env: &[(&str, &str)],
+    deadline: Duration,
+    what: &str,
+    mut on_line: impl FnMut(&str) -> Option<String>,
+) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::mpsc;
+    let dir = script_dir(name);
+    let mut child = Command::new("node")
+        .arg(dir.join(script))
+        .envs(env.iter().copied())
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn node");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let (tx, rx) = mpsc::channel::<String>();
+    let out = BufReader::new(child.stdout.take().expect("stdout"));
+    let reader = std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut err = child.stderr.take().expect("stderr");
+    let stderr = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = err.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    });
+    let started = Instant::now();
+    let mut stdout = String::new();
+    let mut take = |line: String, stdout: &mut String, stdin: &mut std::process::ChildStdin| {
+        stdout.push_str(&line);
+        stdout.push('\n');
+        if let Some(reply) = on_line(&line) {
+            let _ = writeln!(stdin, "{reply}");
+            let _ = stdin.flush();
+        }
+    };
+    let status = loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) => take(line, &mut stdout, &mut stdin),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // stdout closed: the script is exiting
+                if let Some(status) = child.try_wait().expect("wait for node") {
+                    break Some(status);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        if let Some(status) = child.try_wait().expect("wait for node") {
+            // what it printed last, before it exited
+            while let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+                take(line, &mut stdout, &mut stdin);
+            }
+            break Some(status);
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            while let Ok(line) = rx.try_recv() {
+                stdout.push_str(&line);
+                stdout.push('\n');
+            }
+            break None;
+        }
+    };
+    drop(stdin);
+    let _ = reader.join();
     let stderr = stderr.join().unwrap_or_default();
     let report =
         format!("{what}\n--- {script} stdout ---\n{stdout}--- {script} stderr ---\n{stderr}");

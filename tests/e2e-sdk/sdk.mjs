@@ -166,6 +166,24 @@ if (WIRE_LOG) {
   };
 }
 
+// stdin, for SCENARIO=restart: lines are kept from the start so that none is missed.
+const stdinLines = [];
+const stdinWaiters = [];
+let stdinClosed = false;
+if (SCENARIO === "restart") {
+  const rl = readline.createInterface({ input: process.stdin });
+  const wake = () => stdinWaiters.splice(0).forEach((w) => w());
+  rl.on("line", (line) => {
+    log("stdin", line);
+    stdinLines.push(line.trim());
+    wake();
+  });
+  rl.on("close", () => {
+    stdinClosed = true;
+    wake();
+  });
+}
+
 const { SignClient } = await import("@walletconnect/sign-client");
 
 // ---------------------------------------------------------------------------------------------
@@ -379,16 +397,15 @@ async function offlineRequest(dapp, wallet, topic, whileOffline) {
   log("dapp", "got the result of the request made while the wallet was offline");
 }
 
+/** Resolves when a line `expected` came on stdin (read only in SCENARIO=restart). */
 function readLine(expected, ms) {
-  const rl = readline.createInterface({ input: process.stdin });
   const p = new Promise((resolve, reject) => {
-    rl.on("line", (line) => {
-      if (line.trim() === expected) {
-        rl.close();
-        resolve();
-      }
-    });
-    rl.on("close", () => reject(new Error(`stdin closed before ${expected}`)));
+    const check = () => {
+      if (stdinLines.includes(expected)) return resolve();
+      if (stdinClosed) return reject(new Error(`stdin closed before a line ${expected}`));
+      stdinWaiters.push(check);
+    };
+    check();
   });
   return within(p, ms, `line ${expected} on stdin`);
 }

@@ -86,6 +86,9 @@ async function fail(msg) {
   failing = true;
   console.error(`FAIL (${SCENARIO}): ${msg}`);
   console.error(`fetch calls recorded: ${JSON.stringify(fetched)}`);
+  console.error(
+    `relay errors and closes seen on the wire (${wireTrouble.length}):\n  ${wireTrouble.slice(-20).join("\n  ") || "none"}`,
+  );
   console.error(`unhandled rejections: ${unhandled.length}`);
   await cleanup().catch(() => {});
   process.exit(1);
@@ -131,35 +134,62 @@ globalThis.fetch = async (input) => {
 };
 const unhandled = [];
 process.on("unhandledRejection", (reason) => {
-  unhandled.push(String(reason?.message ?? reason));
-  log("process", `unhandledRejection: ${reason?.stack ?? reason}`);
+  const text = reason instanceof Error ? reason.stack : JSON.stringify(reason);
+  unhandled.push(text);
+  log("process", `unhandledRejection: ${text}`);
 });
 process.env.IS_VITEST = "true";
 
-// Node 20 has no global WebSocket, so @walletconnect/jsonrpc-ws-connection uses the `ws` package;
-// with WIRE_LOG=1 every frame is printed (frames are tagged with the connection's own number).
+// Node 20 has no global WebSocket, so @walletconnect/jsonrpc-ws-connection uses the `ws` package.
+// Its frames are watched (always): requests sent, error answers and closes are kept for the
+// failure message; with WIRE_LOG=1 every frame is printed (tagged with the connection's number).
 const require = createRequire(import.meta.url);
-if (WIRE_LOG) {
+const wireTrouble = []; // error answers and closes, for the failure message
+{
   if (typeof globalThis.WebSocket !== "undefined") {
-    log("wire", "note: this Node has a global WebSocket; the SDK uses it and WIRE_LOG sees nothing");
+    log("wire", "note: this Node has a global WebSocket; the SDK uses it and the frame watch sees nothing");
   }
   const WS = require("ws");
   let conns = 0;
+  const sent = new Map(); // request id -> method
   const origSend = WS.prototype.send;
   WS.prototype.send = function (data, ...rest) {
-    log("wire", `#${this.__n} >> ${data}`);
+    if (WIRE_LOG) log("wire", `#${this.__n} >> ${data}`);
+    try {
+      const m = JSON.parse(String(data));
+      if (m.method) sent.set(String(m.id), m.method);
+    } catch {}
     return origSend.call(this, data, ...rest);
   };
   const origEmit = WS.prototype.emit;
   WS.prototype.emit = function (ev, ...args) {
     if (ev === "open") {
       this.__n = ++conns;
-      log("wire", `#${this.__n} open ${this.url}`);
+      if (WIRE_LOG) log("wire", `#${this.__n} open ${this.url}`);
     } else if (ev === "message") {
-      log("wire", `#${this.__n} << ${args[0]}`);
+      if (WIRE_LOG) log("wire", `#${this.__n} << ${args[0]}`);
+      try {
+        const m = JSON.parse(String(args[0]));
+        if (m.error) {
+          const what = `#${this.__n} ${sent.get(String(m.id)) ?? "?"} (id ${m.id}) answered with error ${JSON.stringify(m.error)}`;
+          wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
+          log("wire", what);
+        }
+      } catch {}
     } else if (ev === "close") {
-      log("wire", `#${this.__n} close ${args[0]} ${args[1] ?? ""}`);
-    } else if (ev === "ping") {
+      const what = `#${this.__n} closed: code ${args[0]} ${args[1] ?? ""}`;
+      wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
+      if (WIRE_LOG) log("wire", what);
+    } else if (ev === "unexpected-response") {
+      const res = args[1];
+      const what = `upgrade of ${this.url} refused: HTTP ${res?.statusCode}`;
+      wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
+      log("wire", what);
+    } else if (ev === "error") {
+      const what = `#${this.__n ?? "-"} socket error: ${args[0]?.message ?? args[0]}`;
+      wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
+      if (WIRE_LOG) log("wire", what);
+    } else if (ev === "ping" && WIRE_LOG) {
       log("wire", `#${this.__n} << ping`);
     }
     return origEmit.call(this, ev, ...args);

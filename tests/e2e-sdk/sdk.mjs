@@ -145,6 +145,7 @@ process.env.IS_VITEST = "true";
 // failure message; with WIRE_LOG=1 every frame is printed (tagged with the connection's number).
 const require = createRequire(import.meta.url);
 const wireTrouble = []; // error answers and closes, for the failure message
+const tagged = []; // {conn, tag, kind: "sent" | "answered" | "pushed", at}: publishes and pushes by tag
 {
   if (typeof globalThis.WebSocket !== "undefined") {
     log("wire", "note: this Node has a global WebSocket; the SDK uses it and the frame watch sees nothing");
@@ -152,12 +153,17 @@ const wireTrouble = []; // error answers and closes, for the failure message
   const WS = require("ws");
   let conns = 0;
   const sent = new Map(); // request id -> method
+  const sentTag = new Map(); // irn_publish id -> tag
   const origSend = WS.prototype.send;
   WS.prototype.send = function (data, ...rest) {
     if (WIRE_LOG) log("wire", `#${this.__n} >> ${data}`);
     try {
       const m = JSON.parse(String(data));
       if (m.method) sent.set(String(m.id), m.method);
+      if (m.method === "irn_publish" && m.params?.tag !== undefined) {
+        sentTag.set(String(m.id), m.params.tag);
+        tagged.push({ conn: this.__n, tag: m.params.tag, kind: "sent", at: Date.now() });
+      }
     } catch {}
     return origSend.call(this, data, ...rest);
   };
@@ -170,6 +176,12 @@ const wireTrouble = []; // error answers and closes, for the failure message
       if (WIRE_LOG) log("wire", `#${this.__n} << ${args[0]}`);
       try {
         const m = JSON.parse(String(args[0]));
+        if (m.result !== undefined && sentTag.has(String(m.id))) {
+          tagged.push({ conn: this.__n, tag: sentTag.get(String(m.id)), kind: "answered", at: Date.now() });
+        }
+        if (m.method === "irn_subscription" && m.params?.data?.tag !== undefined) {
+          tagged.push({ conn: this.__n, tag: m.params.data.tag, kind: "pushed", at: Date.now() });
+        }
         if (m.error) {
           const what = `#${this.__n} ${sent.get(String(m.id)) ?? "?"} (id ${m.id}) answered with error ${JSON.stringify(m.error)}`;
           wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
@@ -390,6 +402,23 @@ async function roundTrip(dapp, wallet, topic, n) {
   log("dapp", `got result of request #${n}`);
 }
 
+/**
+ * What the wire showed of a request (tag `reqTag`) and its answer (`resTag`): when the relay
+ * answered the publish of the request and when the answer was pushed back. The SDK's
+ * update()/extend() `acknowledged()` is lost when the answer comes before the relay's `true`
+ * to the publish has been handled.
+ */
+function ackOrder(reqTag, resTag) {
+  const t = (e) => (e ? `+${e.at - T0} ms on #${e.conn}` : "never");
+  const find = (tag, kind) => [...tagged].reverse().find((e) => e.tag === tag && e.kind === kind);
+  const sent = find(reqTag, "sent");
+  const answered = find(reqTag, "answered");
+  const pushed = find(resTag, "pushed");
+  const race = answered && pushed && pushed.at - answered.at <= 2 ? " (the peer's answer came with or right after the relay's true: the relay answered the publish late, after delivering it)" : "";
+  const order = answered && pushed && pushed.at < answered.at ? " (the peer's answer came BEFORE the relay's true to the publish)" : race;
+  return `publish tag ${reqTag} sent ${t(sent)}, answered true ${t(answered)}; the peer's answer (tag ${resTag}) pushed ${t(pushed)}${order}`;
+}
+
 /** Resolves when the relay acknowledged (answered `true` to) a publish of `c` with tag `tag`. */
 function publishAcked(c, tag, ms = 30000) {
   const p = new Promise((resolve) => {
@@ -465,7 +494,9 @@ async function scenarioSession(dapp, wallet) {
   // acknowledged() must be called at once: the SDK's delayed promise drops a resolve() that
   // comes before it (utils createDelayedPromise), so a late call would wait for its 5 min expiry
   const upd = await within(wallet.client.update({ topic, namespaces }), 30000, "wallet update()");
-  const updAck = within(upd.acknowledged(), 30000, "update acknowledged()");
+  const updAck = within(upd.acknowledged(), 30000, "update acknowledged()").catch((e) => {
+    throw new Error(`${e.message}; ${ackOrder(1104, 1105)}`);
+  });
   updAck.catch(() => {});
   const up = await next(dapp, "session_update");
   assertEq(up.topic, topic, "session_update topic");
@@ -481,7 +512,9 @@ async function scenarioSession(dapp, wallet) {
   const before = dapp.client.session.get(topic).expiry;
   await sleep(1100); // expiries are in seconds: make the extended one differ
   const ext = await within(wallet.client.extend({ topic }), 30000, "wallet extend()");
-  const extAck = within(ext.acknowledged(), 30000, "extend acknowledged()");
+  const extAck = within(ext.acknowledged(), 30000, "extend acknowledged()").catch((e) => {
+    throw new Error(`${e.message}; ${ackOrder(1106, 1107)}`);
+  });
   extAck.catch(() => {});
   const ex = await next(dapp, "session_extend");
   assertEq(ex.topic, topic, "session_extend topic");

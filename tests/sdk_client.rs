@@ -12,7 +12,10 @@
 //!   restarted on the same port and `--data-dir`;
 //! - `cluster`: the dApp on node 1 and the wallet on node 2 of a cluster on a real Redis;
 //! - `idle`: 70 s without app traffic, no transport drop (the SDK terminates a socket that has
-//!   seen no frame for 35 s), then a request still works.
+//!   seen no frame for 35 s), then a request still works;
+//! - `unsubscribe`: after `disconnect` both clients `irn_unsubscribe` the session topic with
+//!   the id the SDK computes itself (`sha256_hex(topic ‖ client id)`); a message published
+//!   there afterwards reaches neither.
 //!
 //! In every scenario the script replaces `fetch` with a recorder that throws and fails if the
 //! SDK fetched anything outside loopback.
@@ -87,6 +90,11 @@ fn sdk_session_lifecycle_over_wss_threads_2() {
         SCRIPT_DEADLINE,
         "--threads 2, TLS",
     );
+}
+
+#[test]
+fn sdk_unsubscribe_after_disconnect_stops_the_session_topic_for_both_clients() {
+    run_plain("unsubscribe", "2", &[], SCRIPT_DEADLINE);
 }
 
 #[test]

@@ -21,6 +21,9 @@
 //   idle     session, then IDLE_SECONDS (default 70) without app traffic, counting transport
 //            disconnects/reconnects of both clients (must be none: the relay's pings must keep
 //            the SDK's 35 s stall timer from firing), then one request/response.
+//   unsubscribe  session, one request, wallet disconnect; both clients then irn_unsubscribe the
+//            session topic with the id the SDK computes itself (sha256_hex(topic + clientId));
+//            a third connection publishes on that topic and neither client may get it.
 //
 // In every scenario globalThis.fetch is replaced by a recorder that throws, and the script fails
 // if anything outside loopback was fetched; IS_VITEST=true is set before the SDK is imported;
@@ -419,6 +422,38 @@ function ackOrder(reqTag, resTag) {
   return `publish tag ${reqTag} sent ${t(sent)}, answered true ${t(answered)}; the peer's answer (tag ${resTag}) pushed ${t(pushed)}${order}`;
 }
 
+/**
+ * Waits (30 s) until the peer's answer to `c`'s request `id` (an update or an extend) reached
+ * `c`: its `acknowledged()` promise `ack` resolves, or `c`'s JSON-RPC history holds the answer.
+ *
+ * `acknowledged()` is called as soon as update()/extend() return, but the SDK still loses it
+ * when the peer's answer is handled before the relay's `true` to the request's publish (both
+ * read in one chunk: utils createDelayedPromise drops a resolve() that comes before done()).
+ * That is noted in the log with the wire order, and the history is what counts.
+ */
+async function answered(c, id, ack, what, reqTag, resTag) {
+  let acked = false;
+  ack.then(() => (acked = true), () => {});
+  const end = Date.now() + 30000;
+  for (;;) {
+    if (acked) return;
+    const rec = c.client.core.history.records.get(id);
+    const pushed = tagged.some((e) => e.tag === resTag && e.kind === "pushed");
+    if (pushed && (rec === undefined || rec.response !== undefined)) {
+      await sleep(200);
+      if (acked) return;
+      if (rec?.response?.error) throw new Error(`${what} answered with an error: ${JSON.stringify(rec.response)}`);
+      log(
+        c.role,
+        `note: ${what}'s answer arrived (history), but the SDK's acknowledged() did not resolve: ${ackOrder(reqTag, resTag)}`,
+      );
+      return;
+    }
+    if (Date.now() > end) throw new Error(`${what} was never answered: ${ackOrder(reqTag, resTag)}`);
+    await sleep(50);
+  }
+}
+
 /** Resolves when the relay acknowledged (answered `true` to) a publish of `c` with tag `tag`. */
 function publishAcked(c, tag, ms = 30000) {
   const p = new Promise((resolve) => {
@@ -491,17 +526,12 @@ async function scenarioSession(dapp, wallet) {
   const namespaces = {
     eip155: { chains: [CHAIN], accounts: [ACCOUNT, ACCOUNT2], methods: METHODS, events: EVENTS },
   };
-  // acknowledged() must be called at once: the SDK's delayed promise drops a resolve() that
-  // comes before it (utils createDelayedPromise), so a late call would wait for its 5 min expiry
   const upd = await within(wallet.client.update({ topic, namespaces }), 30000, "wallet update()");
-  const updAck = within(upd.acknowledged(), 30000, "update acknowledged()").catch((e) => {
-    throw new Error(`${e.message}; ${ackOrder(1104, 1105)}`);
-  });
-  updAck.catch(() => {});
+  const updAck = upd.acknowledged();
   const up = await next(dapp, "session_update");
   assertEq(up.topic, topic, "session_update topic");
   assertEq(up.params.namespaces.eip155.accounts, [ACCOUNT, ACCOUNT2], "session_update accounts");
-  await updAck;
+  await answered(wallet, up.id, updAck, "update", 1104, 1105);
   assertEq(
     dapp.client.session.get(topic).namespaces.eip155.accounts,
     [ACCOUNT, ACCOUNT2],
@@ -512,13 +542,10 @@ async function scenarioSession(dapp, wallet) {
   const before = dapp.client.session.get(topic).expiry;
   await sleep(1100); // expiries are in seconds: make the extended one differ
   const ext = await within(wallet.client.extend({ topic }), 30000, "wallet extend()");
-  const extAck = within(ext.acknowledged(), 30000, "extend acknowledged()").catch((e) => {
-    throw new Error(`${e.message}; ${ackOrder(1106, 1107)}`);
-  });
-  extAck.catch(() => {});
+  const extAck = ext.acknowledged();
   const ex = await next(dapp, "session_extend");
   assertEq(ex.topic, topic, "session_extend topic");
-  await extAck;
+  await answered(wallet, ex.id, extAck, "extend", 1106, 1107);
   const after = dapp.client.session.get(topic).expiry;
   assert(after > before, `dApp's session expiry grew on extend (${before} -> ${after})`);
 
@@ -537,6 +564,62 @@ async function scenarioSession(dapp, wallet) {
   assertEq(del.topic, topic, "session_delete topic");
   await sleep(200);
   assertEq(dapp.client.session.keys.includes(topic), false, "dApp still holds the deleted session");
+}
+
+/** Session, disconnect, then a message on the old session topic reaches neither client. */
+async function scenarioUnsubscribe(dapp, wallet) {
+  const topic = await makeSession(dapp, wallet);
+  await roundTrip(dapp, wallet, topic, 1);
+  begin("wallet disconnect -> dApp session_delete");
+  await within(
+    wallet.client.disconnect({ topic, reason: { code: 6000, message: "User disconnected." } }),
+    30000,
+    "wallet disconnect()",
+  );
+  const del = await next(dapp, "session_delete");
+  assertEq(del.topic, topic, "session_delete topic");
+  begin("after the delete both clients are unsubscribed from the session topic");
+  // Both sent irn_unsubscribe {topic, id} with the id the SDK computes itself,
+  // sha256_hex(topic + clientId). A third connection publishes on the old topic: neither
+  // client's socket may get it.
+  await sleep(500); // the unsubscribes are answered
+  await publishFromOutside(RELAY_URLS[0], topic, STRAY_TAG);
+  await sleep(1000);
+  const strays = tagged.filter((e) => e.tag === STRAY_TAG && e.kind === "pushed");
+  assertEq(
+    strays.map((e) => `pushed on #${e.conn}`),
+    [],
+    "pushes of a message published on the session topic after both clients unsubscribed " +
+      "(the relay kept a subscription the SDK's irn_unsubscribe named by its own id)",
+  );
+}
+
+const STRAY_TAG = 4242;
+
+/** Publishes a dummy message on `topic` from a connection of its own, without auth. */
+async function publishFromOutside(url, topic, tag) {
+  const WS = require("ws");
+  const ws = new WS(url);
+  await within(new Promise((resolve, reject) => {
+    ws.once("open", resolve);
+    ws.once("error", reject);
+  }), 10000, `a third connection to ${url}`);
+  const id = 4242;
+  const answer = new Promise((resolve) => {
+    ws.on("message", (data) => {
+      const m = JSON.parse(String(data));
+      if (m.id === id) resolve(m);
+    });
+  });
+  ws.send(JSON.stringify({
+    id,
+    jsonrpc: "2.0",
+    method: "irn_publish",
+    params: { topic, message: Buffer.from("walletrelay e2e stray").toString("base64"), ttl: 300, tag, prompt: false },
+  }));
+  const m = await within(answer, 10000, "the answer to the third connection's irn_publish");
+  assertEq(m.result, true, "the third connection's irn_publish answer");
+  ws.close();
 }
 
 async function scenarioOffline(dapp, wallet) {
@@ -580,6 +663,7 @@ const SCENARIOS = {
   restart: scenarioRestart,
   cluster: scenarioCluster,
   idle: scenarioIdle,
+  unsubscribe: scenarioUnsubscribe,
 };
 
 // ---------------------------------------------------------------------------------------------

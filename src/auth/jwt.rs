@@ -110,10 +110,9 @@ struct Header<'a> {
 struct Payload<'a> {
     #[serde(borrow)]
     iss: Cow<'a, str>,
-    // Required as the SDK always sends it, but the relay has no use for it.
-    #[serde(borrow)]
-    #[allow(dead_code)]
-    sub: Cow<'a, str>,
+    /// Required (the SDK always sends it) but unused by the relay.
+    #[serde(borrow, rename = "sub")]
+    _sub: Cow<'a, str>,
     #[serde(borrow)]
     aud: Cow<'a, str>,
     iat: u64,

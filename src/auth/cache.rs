@@ -119,3 +119,102 @@ fn key_of(token: &str) -> [u8; 32] {
     key.copy_from_slice(digest(&SHA256, token.as_bytes()).as_ref());
     key
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::test_signer::Signer;
+    use super::super::tests::{cfg, vectors, with_aud, OTHER_AUD, SDK_AUD};
+    use super::super::verify;
+    use super::*;
+
+    #[test]
+    fn cache_hit_skips_verification_and_shares_the_client_id() {
+        let v = vectors();
+        let mut c = TokenCache::default();
+        let now = v.valid.iat;
+        let a = c.check(&v.valid.token, now, &cfg()).unwrap();
+        let b = c.check(&v.valid.token, now + 60, &cfg()).unwrap();
+        assert_eq!(c.verifications(), 1);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(&*a, v.iss);
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn cached_token_still_expires_and_checks_the_audience() {
+        let v = vectors();
+        let mut c = TokenCache::default();
+        assert!(c.check(&v.valid.token, v.valid.iat, &cfg()).is_ok());
+        assert!(c.check(&v.valid.token, v.valid.exp + 120, &cfg()).is_ok());
+        assert_eq!(
+            c.check(&v.valid.token, v.valid.exp + 121, &cfg()),
+            Err(AuthError::Expired)
+        );
+        assert_eq!(
+            c.check(&v.valid.token, v.valid.iat, &with_aud(&[OTHER_AUD])),
+            Err(AuthError::Audience)
+        );
+        assert_eq!(c.verifications(), 1);
+        // A hit answers what verify answers.
+        for now in [0, v.valid.iat - 121, v.valid.iat, v.valid.exp + 121] {
+            for cfg in [cfg(), with_aud(&[SDK_AUD]), with_aud(&[OTHER_AUD])] {
+                let hit = c.check(&v.valid.token, now, &cfg).map(|id| id.to_string());
+                let fresh = verify(&v.valid.token, now, &cfg).map(|cl| cl.client_id.to_string());
+                assert_eq!(hit, fresh, "now {now}");
+            }
+        }
+        assert_eq!(c.verifications(), 1);
+    }
+
+    #[test]
+    fn failures_are_not_cached() {
+        let v = vectors();
+        let mut c = TokenCache::default();
+        for _ in 0..3 {
+            assert_eq!(
+                c.check(&v.expired.token, v.valid.iat, &cfg()),
+                Err(AuthError::Expired)
+            );
+        }
+        assert_eq!(c.verifications(), 3);
+        assert!(c.is_empty());
+        let big = "A".repeat(MAX_TOKEN_LEN + 1);
+        assert_eq!(c.check(&big, 0, &cfg()), Err(AuthError::TooLong));
+        assert_eq!(c.verifications(), 3);
+    }
+
+    #[test]
+    fn cache_is_bounded_and_evicts_the_oldest() {
+        let s = Signer::random();
+        let tokens: Vec<String> = (0..10)
+            .map(|i| s.sign(&format!("{i}"), "a", 100, 200))
+            .collect();
+        let mut c = TokenCache::new(4);
+        for t in &tokens {
+            c.check(t, 150, &cfg()).unwrap();
+            assert!(c.len() <= 4);
+        }
+        assert_eq!(c.len(), 4);
+        assert_eq!(c.verifications(), 10);
+        // The last four are cached, the first six were evicted.
+        for t in &tokens[6..] {
+            c.check(t, 150, &cfg()).unwrap();
+        }
+        assert_eq!(c.verifications(), 10);
+        c.check(&tokens[0], 150, &cfg()).unwrap();
+        assert_eq!(c.verifications(), 11);
+        assert_eq!(c.len(), 4);
+        // Expired entries stay until their turn (refusing), never growing the cache.
+        for (i, t) in tokens.iter().enumerate() {
+            let r = c.check(t, 1_000, &cfg());
+            assert_eq!(r, Err(AuthError::Expired), "{i}");
+            assert!(c.len() <= 4);
+        }
+        let mut tiny = TokenCache::new(0);
+        tiny.check(&tokens[0], 150, &cfg()).unwrap();
+        tiny.check(&tokens[1], 150, &cfg()).unwrap();
+        assert_eq!(tiny.len(), 1);
+    }
+}

@@ -1,8 +1,6 @@
-//! Tests of [`verify`] and [`TokenCache`]: the SDK's own tokens (`vectors.json`, made by
+//! Tests of [`verify`] (the cache's are in `cache.rs`, on these helpers): the SDK's own tokens (`vectors.json`, made by
 //! `tests/auth-vectors/make-vectors.mjs` with `@walletconnect/relay-auth@1.1.0`), tampered
 //! and malformed tokens, and tokens of many shapes signed here with ring.
-
-use std::sync::Arc;
 
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine as _;
@@ -11,24 +9,25 @@ use serde_json::Value;
 use super::test_signer::{Signer, HEADER};
 use super::*;
 
-const SDK_AUD: &str = "wss://relay.walletconnect.org";
-const OTHER_AUD: &str = "wss://relay.example.com";
+pub(super) const SDK_AUD: &str = "wss://relay.walletconnect.org";
+pub(super) const OTHER_AUD: &str = "wss://relay.example.com";
 
-struct Vector {
-    token: String,
-    iat: u64,
-    exp: u64,
+pub(super) struct Vector {
+    pub(super) token: String,
+    pub(super) iat: u64,
+    pub(super) exp: u64,
 }
 
-struct Vectors {
+pub(super) struct Vectors {
     all: Value,
-    iss: String,
-    valid: Vector,
+    pub(super) iss: String,
+    pub(super) valid: Vector,
     other_aud: Vector,
-    expired: Vector,
+    pub(super) expired: Vector,
 }
 
-fn vectors() -> Vectors {
+/// The SDK's tokens from `vectors.json`.
+pub(super) fn vectors() -> Vectors {
     let all: Value = serde_json::from_str(include_str!("vectors.json")).unwrap();
     let get = |name: &str| {
         let v = all["vectors"]
@@ -52,11 +51,11 @@ fn vectors() -> Vectors {
     }
 }
 
-fn cfg() -> AuthConfig {
+pub(super) fn cfg() -> AuthConfig {
     AuthConfig::default()
 }
 
-fn with_aud(auds: &[&str]) -> AuthConfig {
+pub(super) fn with_aud(auds: &[&str]) -> AuthConfig {
     AuthConfig {
         audiences: auds.iter().map(|s| s.to_string()).collect(),
         ..AuthConfig::default()
@@ -513,95 +512,4 @@ fn reasons_match_display() {
         assert_eq!(e.to_string(), e.reason());
         assert!(e.reason().len() < 64);
     }
-}
-
-// ---- TokenCache ----
-
-#[test]
-fn cache_hit_skips_verification_and_shares_the_client_id() {
-    let v = vectors();
-    let mut c = TokenCache::default();
-    let now = v.valid.iat;
-    let a = c.check(&v.valid.token, now, &cfg()).unwrap();
-    let b = c.check(&v.valid.token, now + 60, &cfg()).unwrap();
-    assert_eq!(c.verifications(), 1);
-    assert!(Arc::ptr_eq(&a, &b));
-    assert_eq!(&*a, v.iss);
-    assert_eq!(c.len(), 1);
-}
-
-#[test]
-fn cached_token_still_expires_and_checks_the_audience() {
-    let v = vectors();
-    let mut c = TokenCache::default();
-    assert!(c.check(&v.valid.token, v.valid.iat, &cfg()).is_ok());
-    assert!(c.check(&v.valid.token, v.valid.exp + 120, &cfg()).is_ok());
-    assert_eq!(
-        c.check(&v.valid.token, v.valid.exp + 121, &cfg()),
-        Err(AuthError::Expired)
-    );
-    assert_eq!(
-        c.check(&v.valid.token, v.valid.iat, &with_aud(&[OTHER_AUD])),
-        Err(AuthError::Audience)
-    );
-    assert_eq!(c.verifications(), 1);
-    // A hit answers what verify answers.
-    for now in [0, v.valid.iat - 121, v.valid.iat, v.valid.exp + 121] {
-        for cfg in [cfg(), with_aud(&[SDK_AUD]), with_aud(&[OTHER_AUD])] {
-            let hit = c.check(&v.valid.token, now, &cfg).map(|id| id.to_string());
-            let fresh = verify(&v.valid.token, now, &cfg).map(|cl| cl.client_id.to_string());
-            assert_eq!(hit, fresh, "now {now}");
-        }
-    }
-    assert_eq!(c.verifications(), 1);
-}
-
-#[test]
-fn failures_are_not_cached() {
-    let v = vectors();
-    let mut c = TokenCache::default();
-    for _ in 0..3 {
-        assert_eq!(
-            c.check(&v.expired.token, v.valid.iat, &cfg()),
-            Err(AuthError::Expired)
-        );
-    }
-    assert_eq!(c.verifications(), 3);
-    assert!(c.is_empty());
-    let big = "A".repeat(MAX_TOKEN_LEN + 1);
-    assert_eq!(c.check(&big, 0, &cfg()), Err(AuthError::TooLong));
-    assert_eq!(c.verifications(), 3);
-}
-
-#[test]
-fn cache_is_bounded_and_evicts_the_oldest() {
-    let s = Signer::random();
-    let tokens: Vec<String> = (0..10)
-        .map(|i| s.sign(&format!("{i}"), "a", 100, 200))
-        .collect();
-    let mut c = TokenCache::new(4);
-    for t in &tokens {
-        c.check(t, 150, &cfg()).unwrap();
-        assert!(c.len() <= 4);
-    }
-    assert_eq!(c.len(), 4);
-    assert_eq!(c.verifications(), 10);
-    // The last four are cached, the first six were evicted.
-    for t in &tokens[6..] {
-        c.check(t, 150, &cfg()).unwrap();
-    }
-    assert_eq!(c.verifications(), 10);
-    c.check(&tokens[0], 150, &cfg()).unwrap();
-    assert_eq!(c.verifications(), 11);
-    assert_eq!(c.len(), 4);
-    // Expired entries stay until their turn (refusing), never growing the cache.
-    for (i, t) in tokens.iter().enumerate() {
-        let r = c.check(t, 1_000, &cfg());
-        assert_eq!(r, Err(AuthError::Expired), "{i}");
-        assert!(c.len() <= 4);
-    }
-    let mut tiny = TokenCache::new(0);
-    tiny.check(&tokens[0], 150, &cfg()).unwrap();
-    tiny.check(&tokens[1], 150, &cfg()).unwrap();
-    assert_eq!(tiny.len(), 1);
 }

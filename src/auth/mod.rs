@@ -5,6 +5,7 @@
 //! what a refusal looks like on the wire (401/403, close 3000) is the caller's.
 
 mod cache;
+mod gate;
 mod jwt;
 mod project;
 mod upgrade;
@@ -15,6 +16,7 @@ mod test_signer;
 mod tests;
 
 pub use cache::{TokenCache, DEFAULT_CAPACITY};
+pub use gate::{Gate, Verdict};
 pub use jwt::{issuer_of, verify, AuthError, Claims, MAX_TOKEN_LEN};
 pub use project::ProjectIds;
 pub use upgrade::UpgradeAuth;

@@ -219,7 +219,7 @@ fn jsonrpc(c: &mut Criterion) {
         let mut out = Vec::with_capacity(1024);
         b.iter(|| {
             out.clear();
-            rpc::write_push_prefix(&mut out, 1637012345678901, &id);
+            rpc::write_push_prefix(&mut out, rpc::Dialect::Waku, 1637012345678901, &id);
             out.extend_from_slice(&data);
             out.extend_from_slice(rpc::PUSH_SUFFIX);
             black_box(&out);

@@ -105,7 +105,12 @@ fn push_data() -> Vec<u8> {
 fn prefix(i: usize, out: &mut Vec<u8>) {
     out.clear();
     let sub = hex(64, 1000 + i as u64);
-    rpc::write_push_prefix(out, 1_637_012_345_678_901 + i as u64, sub.as_bytes());
+    rpc::write_push_prefix(
+        out,
+        rpc::Dialect::Waku,
+        1_637_012_345_678_901 + i as u64,
+        sub.as_bytes(),
+    );
 }
 
 fn frame_into(sink: &mut Vec<u8>, payload_parts: &[&[u8]]) {

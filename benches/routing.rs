@@ -12,8 +12,10 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use walletrelay::config::Limits;
 use walletrelay::metrics::Metrics;
 use walletrelay::relay::engine::local::{LocalEngine, LocalShared};
+use walletrelay::relay::engine::History;
 use walletrelay::relay::{
-    ConnRef, CoreMsg, Done, Mailboxes, Placement, PushKind, Recipients, Relay, RelayError, SubId,
+    Body, ConnRef, CoreMsg, Dialect, Done, Mailboxes, Meta, Placement, Position, PushKind,
+    Recipients, Relay, RelayError, SubId,
 };
 use walletrelay::webhook::WebhookPool;
 
@@ -25,8 +27,18 @@ struct Count {
 }
 
 impl Recipients for Count {
-    fn push(&mut self, _: ConnRef, _: &SubId, _: &Bytes, _: PushKind) {
+    fn push(&mut self, _: ConnRef, _: &SubId, _: Dialect, _: &Body, _: PushKind) {
         self.pushes += 1;
+    }
+    fn fetched(
+        &mut self,
+        _: ConnRef,
+        _: u64,
+        _: &Arc<str>,
+        _: Position,
+        _: Result<History, RelayError>,
+    ) {
+        self.answers += 1;
     }
     fn answer(&mut self, _: ConnRef, _: u64, _: Result<(), RelayError>) {
         self.answers += 1;
@@ -98,15 +110,13 @@ fn routing(c: &mut Criterion) {
     g.bench_function("same_worker", |b| {
         let (mut rs, rx, _, _p) = relays(1);
         let topic = "f".repeat(64);
-        rs[0].subscribe(sub, &topic, SubId::from_bytes(&[7; 32]));
+        rs[0].subscribe(sub, &topic, SubId::from_bytes(&[7; 32]), Dialect::Waku);
         let mut out = Count::default();
         pump(&mut rs, &rx, &mut out);
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
-            let data = Bytes::from(format!(
-                "{{\"topic\":\"{topic}\",\"message\":\"{msg}{i}\"}}"
-            ));
+            let data = Body::encode(&topic, &format!("{msg}{i}"), Meta::default());
             let done = rs[0].publish(publisher, 1, &topic, data, 21600, false);
             assert_eq!(done, Done::Now(Ok(())));
             rs[0].deliver(&mut out);
@@ -120,15 +130,13 @@ fn routing(c: &mut Criterion) {
             .map(|k| format!("{k:064x}"))
             .find(|t| placement.of(t) == 1)
             .unwrap();
-        rs[0].subscribe(sub, &topic, SubId::from_bytes(&[7; 32]));
+        rs[0].subscribe(sub, &topic, SubId::from_bytes(&[7; 32]), Dialect::Waku);
         let mut out = Count::default();
         pump(&mut rs, &rx, &mut out);
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
-            let data = Bytes::from(format!(
-                "{{\"topic\":\"{topic}\",\"message\":\"{msg}{i}\"}}"
-            ));
+            let data = Body::encode(&topic, &format!("{msg}{i}"), Meta::default());
             let (pushes, answers) = (out.pushes, out.answers);
             assert_eq!(
                 rs[0].publish(publisher, 1, &topic, data, 21600, false),

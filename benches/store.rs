@@ -69,6 +69,7 @@ fn message(seq: u64, data: &[u8]) -> Entry<'_> {
         seq,
         expires_unix_ms: 1_900_000_000_000,
         prompt: true,
+        body: true,
         data,
     }
 }

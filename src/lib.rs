@@ -20,6 +20,7 @@ pub mod config;
 pub mod conn;
 pub mod health;
 pub mod http;
+pub mod message;
 pub mod metrics;
 pub mod outbuf;
 pub mod registry;

@@ -296,6 +296,20 @@ impl OutBuf {
         self.chunks.push_back(Chunk::Mem(data.clone()));
     }
 
+    /// [`OutBuf::push_shared`] of `data[..len]`.
+    pub fn push_shared_prefix(&mut self, data: &Bytes, len: usize, min: usize) {
+        if len >= data.len() {
+            return self.push_shared(data, min);
+        }
+        if len < min {
+            self.extend(data.get(..len).unwrap_or(&[]));
+            return;
+        }
+        self.cover_tail();
+        self.len += len;
+        self.chunks.push_back(Chunk::Mem(data.slice(..len)));
+    }
+
     /// Queues a file range by reference; it is sent with [`Sink::send_file`].
     pub fn push_file(&mut self, range: FileRange) {
         if range.len == 0 {

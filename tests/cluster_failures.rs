@@ -20,7 +20,7 @@ fn req(topic: &str, msg: &str) -> PublishReq {
     PublishReq {
         ns: NS_V2,
         topic: topic.into(),
-        data: data(topic, msg),
+        body: data(topic, msg),
         ttl: MIN,
         origin: Origin { node: 1, conn: 1 },
         prompt: false,
@@ -128,7 +128,7 @@ fn redis_killed_under_load_loses_no_acknowledged_publish_and_resyncs_after_resta
     loop {
         let h = publisher.read("busy", epoch, after).unwrap();
         for m in &h.messages {
-            stored.insert(m.seq, m.data.clone());
+            stored.insert(m.seq, m.body.clone());
         }
         (epoch, after) = (h.epoch, h.scanned_to);
         if !h.more() {

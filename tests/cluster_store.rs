@@ -58,7 +58,7 @@ fn publishes_are_numbered_deduplicated_and_read_in_order_after_a_position() {
     let all = n.read("t", 0, 0).unwrap();
     assert_eq!((all.epoch, all.last_seq, all.more()), (e1, 4, false));
     assert_eq!(seqs(&all), [1, 2, 3, 4]);
-    assert_eq!(all.messages[1].data, data("t", "b"));
+    assert_eq!(all.messages[1].body, data("t", "b"));
     assert_eq!(all.messages[3].origin, o);
     assert_eq!(seqs(&n.read("t", e1, 2).unwrap()), [3, 4]);
     assert!(n.read("t", e1, 4).unwrap().messages.is_empty());
@@ -170,16 +170,9 @@ fn two_nodes_see_each_others_publishes_live_and_in_history() {
     let (epoch, seq, _) = stored(a.publish_as("shared", data("shared", "hi"), MIN, o, true));
     for w in [0, 1] {
         let (e, s, d, org) = b.wait("live", |wk, e| match e {
-            ClusterEvent::Live {
-                epoch,
-                seq,
-                data,
-                origin,
-                topic,
-                ns,
-            } if wk == w => {
-                assert_eq!((&**topic, *ns), ("shared", NS_V2));
-                Some((*epoch, *seq, data.clone(), *origin))
+            ClusterEvent::Live { topic, msg } if wk == w => {
+                assert_eq!(&**topic, "shared");
+                Some((msg.pos.epoch, msg.pos.seq, msg.body.clone(), msg.origin))
             }
             _ => None,
         });
@@ -196,7 +189,7 @@ fn two_nodes_see_each_others_publishes_live_and_in_history() {
         let mut got = Vec::new();
         while got.len() < 50 {
             got.push(b.wait("live", |wk, e| match e {
-                ClusterEvent::Live { seq, .. } if wk == w => Some(*seq),
+                ClusterEvent::Live { msg, .. } if wk == w => Some(msg.pos.seq),
                 _ => None,
             }));
         }
@@ -272,7 +265,7 @@ fn webhooks_register_once_are_capped_and_come_back_once_per_stored_publish() {
     let req = walletrelay::cluster::PublishReq {
         ns: NS_V1,
         topic: "u".into(),
-        data: data("u", "v1"),
+        body: data("u", "v1"),
         ttl: MIN,
         origin: Origin::default(),
         prompt: true,
@@ -307,7 +300,8 @@ fn topics_spread_over_two_shards_and_each_lives_on_its_own() {
         stored(n.publish(t, "x", MIN));
         assert_eq!(seqs(&n.read(t, 0, 0).unwrap()), [1]);
         watcher.wait("live", |_, e| {
-            matches!(e, ClusterEvent::Live { topic, seq: 1, .. } if **topic == **t).then_some(())
+            matches!(e, ClusterEvent::Live { topic, msg } if **topic == **t && msg.pos.seq == 1)
+                .then_some(())
         });
     }
     let exists = |r: &RedisServer, t: &str| -> bool {
@@ -346,7 +340,7 @@ fn big_messages_travel_whole_in_bounded_rounds() {
         let req = walletrelay::cluster::PublishReq {
             ns: NS_V2,
             topic: Arc::clone(&topic),
-            data: data("big", m),
+            body: data("big", m),
             ttl: MIN,
             origin: Origin::default(),
             prompt: false,
@@ -362,7 +356,7 @@ fn big_messages_travel_whole_in_bounded_rounds() {
         });
         assert_eq!(stored(r).1, i + 1);
         let d = w.wait("big live", |_, e| match e {
-            ClusterEvent::Live { seq, data, .. } if *seq == i + 1 => Some(data.clone()),
+            ClusterEvent::Live { msg, .. } if msg.pos.seq == i + 1 => Some(msg.body.clone()),
             _ => None,
         });
         assert_eq!(d, data("big", &msgs[i as usize]));

@@ -67,11 +67,16 @@ fn stored_publishes_per_second_through_one_redis() {
     let mut retries = 0u64;
     for i in 0..n {
         let topic = &names[(i % topics) as usize];
-        let msg = format!("{{\"topic\":\"{topic}\",\"message\":\"{i:016}{pad}\"}}");
+        let meta = walletrelay::message::Meta {
+            published_at: walletrelay::clock::unix_ms(),
+            tag: 1108,
+            attestation: None,
+        };
+        let body = walletrelay::message::Body::encode(topic, &format!("{i:016}{pad}"), meta);
         let req = PublishReq {
             ns: NS_V2,
             topic: Arc::clone(topic),
-            data: msg.into(),
+            body,
             ttl: Duration::from_secs(300),
             origin: Origin { node: 1, conn: i },
             prompt: false,

@@ -79,6 +79,7 @@ fn push(i: u64) -> (Vec<u8>, Vec<u8>) {
     let mut prefix = Vec::new();
     rpc::write_push_prefix(
         &mut prefix,
+        rpc::Dialect::Waku,
         1_637_012_345_678_901 + i,
         hex(64, 100 + i).as_bytes(),
     );

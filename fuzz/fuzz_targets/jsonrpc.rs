@@ -34,17 +34,29 @@ fn item(it: Item<'_>) {
             let res = call.op(MAX_TOPIC);
             let id = id.unwrap_or(rpc::Id::Null);
             match res {
-                Ok(op) => {
+                Ok(req) => {
                     if let Op::Publish {
                         topic,
                         message,
                         ttl,
+                        tag,
+                        attestation,
                         ..
-                    } = &op
+                    } = &req.op
                     {
                         assert!(!topic.is_empty() && topic.len() <= MAX_TOPIC);
                         assert!((1..=rpc::MAX_TTL).contains(&u64::from(*ttl)));
                         valid_json(&rpc::encode_data(topic, message));
+                        // The stored body is JSON in both shapes, and reads back as itself.
+                        let meta = walletrelay::message::Meta {
+                            published_at: 1_700_000_000_000,
+                            tag: *tag,
+                            attestation: attestation.as_deref(),
+                        };
+                        let body = walletrelay::message::Body::encode(topic, message, meta);
+                        valid_json(body.irn());
+                        let back = walletrelay::message::Body::from_stored(body.irn().clone());
+                        assert_eq!(back.as_ref(), Some(&body));
                     }
                     rpc::write_result(&mut out, &id, b"true");
                 }

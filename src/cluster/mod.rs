@@ -134,7 +134,8 @@ impl Default for ClusterConfig {
 
 /// Who published a message: the node (random per process) and its connection (the relay's
 /// own [`crate::relay::Origin`]; stored and published as 16 bytes).
-pub use crate::relay::engine::Origin;
+pub use crate::message::Origin;
+use crate::message::{Body, Message};
 
 /// A message to store and publish.
 #[derive(Debug, Clone)]
@@ -143,9 +144,8 @@ pub struct PublishReq {
     pub ns: u8,
     /// Topic.
     pub topic: Arc<str>,
-    /// The bytes to store and relay (the encoded `{"topic":..,"message":..}`); dedup compares
-    /// these.
-    pub data: Bytes,
+    /// The message's content; dedup compares its beta part.
+    pub body: Body,
     /// Time to live (at least 1 ms is stored).
     pub ttl: Duration,
     /// Who publishes it.
@@ -187,8 +187,8 @@ pub enum PublishOutcome {
 pub struct HistoryMessage {
     /// Its sequence number.
     pub seq: u64,
-    /// The stored bytes.
-    pub data: Bytes,
+    /// Its content.
+    pub body: Body,
     /// Who published it.
     pub origin: Origin,
     /// When it expires, ms since the Unix epoch (Redis's clock).
@@ -246,19 +246,20 @@ pub enum ClusterEvent {
         /// The messages, or unavailable.
         result: Result<History, Unavailable>,
     },
-    /// A message stored on a watched topic (on any node, this one included), in seq order
-    /// per topic.
+    /// A message stored on a watched v2 topic (on any node, this one included), in
+    /// position order per topic.
     Live {
-        /// Namespace.
-        ns: u8,
         /// Topic.
         topic: Arc<str>,
-        /// The topic's epoch.
-        epoch: u64,
-        /// Its sequence number.
-        seq: u64,
-        /// The stored bytes.
-        data: Bytes,
+        /// The message.
+        msg: Message,
+    },
+    /// A v1 frame published on a watched v1 topic.
+    V1Live {
+        /// Topic.
+        topic: Arc<str>,
+        /// The frame.
+        frame: Bytes,
         /// Who published it.
         origin: Origin,
     },

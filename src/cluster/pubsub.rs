@@ -33,6 +33,7 @@ use redis::Value;
 use super::script::{self, Packer};
 use super::shard::{set_health, ShardCtx};
 use super::{ClusterConfig, ClusterEvent};
+use crate::message::{Body, Message, Position};
 
 /// Most channels in one SUBSCRIBE / UNSUBSCRIBE command.
 const CHANNELS_PER_COMMAND: usize = 256;
@@ -309,18 +310,40 @@ fn forward(sh: &Shared, chan: &[u8], payload: Vec<u8>, targets: &mut Vec<usize>)
         targets.extend_from_slice(&t.watchers);
         (t.ns, Arc::clone(&t.topic))
     };
+    let msg = if ns == super::NS_V1 {
+        None
+    } else {
+        let Some(body) = Body::from_stored(m.data.clone()) else {
+            log::warn!(
+                "redis shard {}: a message on a channel is not a stored message body",
+                sh.ctx.addr
+            );
+            return;
+        };
+        let pos = Position {
+            epoch: m.epoch,
+            seq: m.seq,
+        };
+        Some(Message {
+            pos,
+            body,
+            origin: m.origin,
+        })
+    };
     for &w in targets.iter() {
-        (sh.ctx.events)(
-            w,
-            ClusterEvent::Live {
-                ns,
-                topic: Arc::clone(&topic),
-                epoch: m.epoch,
-                seq: m.seq,
-                data: m.data.clone(),
+        let topic = Arc::clone(&topic);
+        let ev = match &msg {
+            Some(msg) => ClusterEvent::Live {
+                topic,
+                msg: msg.clone(),
+            },
+            None => ClusterEvent::V1Live {
+                topic,
+                frame: m.data.clone(),
                 origin: m.origin,
             },
-        );
+        };
+        (sh.ctx.events)(w, ev);
     }
 }
 

@@ -16,8 +16,10 @@ use redis::{ConnectionAddr, IntoConnectionInfo};
 /// the scripts' arguments and replies, the channel payload). Changing any of them bumps it,
 /// so nodes of old and new builds refuse to share shards instead of disagreeing about where
 /// a topic lives or how it is stored. 2: the stream's key became its channel's name and the
-/// dedup digest binary (`cluster::script`).
-pub const RING_VERSION: u32 = 2;
+/// dedup digest binary (`cluster::script`). 3: a stored message is a `message::Body` (the
+/// `irn` object with `publishedAt`, `tag`, `attestation`), deduplicated on its beta part
+/// (docs/SCALING.md, "Upgrading across a layout").
+pub const RING_VERSION: u32 = 3;
 
 /// FNV-1a over the bytes, finished with the splitmix64 mixer: a fixed function (same on
 /// every node, build and run; never the process-random `std` hasher).
@@ -235,7 +237,7 @@ mod tests {
         assert_eq!(l[0].password.as_deref(), Some("secret"));
         assert_eq!(l[1].to_string(), "h2:6379/0");
         let f = fingerprint(&l);
-        assert_eq!(f, "walletrelay-ring v2:localhost:7000/3,h2:6379/0");
+        assert_eq!(f, "walletrelay-ring v3:localhost:7000/3,h2:6379/0");
         assert!(!format!("{:?}", l[0]).contains("secret"));
     }
 

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
+use crate::message::Body;
 
 /// `publish.lua`: dedup + store + trim + expiry + PUBLISH, returns position and webhooks.
 pub const PUBLISH: &str = include_str!("scripts/publish.lua");
@@ -120,8 +121,8 @@ pub struct PublishArgs<'a> {
     pub ns: u8,
     /// Topic.
     pub topic: &'a [u8],
-    /// The encoded message bytes.
-    pub data: &'a [u8],
+    /// The message's body.
+    pub body: &'a Body,
     /// Time to live, ms.
     pub ttl_ms: u64,
     /// Who published it.
@@ -156,7 +157,7 @@ pub fn pack_publish_group(
         .map(|a| 2 + usize::from(a.prompt))
         .sum::<usize>();
     let mut pk = Packer::new(buf);
-    pk.cmd(3 + keys + 1 + 5 * msgs.len())
+    pk.cmd(3 + keys + 1 + 6 * msgs.len())
         .arg(b"EVALSHA")
         .arg(shas.0[0].as_bytes())
         .num(keys as u64);
@@ -170,11 +171,12 @@ pub fn pack_publish_group(
     }
     pk.num(cap);
     for a in msgs {
-        pk.arg(a.data)
+        pk.arg(a.body.irn())
             .num(a.ttl_ms)
             .arg(&a.origin.to_bytes())
             .arg(if a.prompt { b"1" } else { b"0" })
-            .arg(&digest(a.data));
+            .arg(&digest(a.body.beta_bytes()))
+            .num(u64::from(a.body.beta_len()));
     }
 }
 
@@ -333,9 +335,10 @@ pub fn decode_read(v: Value) -> Result<History, BadReply> {
         };
         let origin = Origin::from_bytes(&o).ok_or(BadReply("read: origin"))?;
         let expires_ms = uint(&x).ok_or(BadReply("read: expiry"))?;
+        let body = Body::from_stored(Bytes::from(data)).ok_or(BadReply("read: data"))?;
         messages.push(HistoryMessage {
             seq,
-            data: Bytes::from(data),
+            body,
             origin,
             expires_ms,
         });
@@ -401,11 +404,15 @@ pub fn decode_live(payload: Vec<u8>) -> Option<LivePayload> {
 mod tests {
     use super::*;
 
-    fn args<'a>(topic: &'a [u8], data: &'a [u8]) -> PublishArgs<'a> {
+    fn body(message: &str) -> Body {
+        Body::encode("t", message, crate::message::Meta::default())
+    }
+
+    fn args<'a>(topic: &'a [u8], body: &'a Body) -> PublishArgs<'a> {
         PublishArgs {
             ns: 2,
             topic,
-            data,
+            body,
             ttl_ms: 5000,
             origin: Origin { node: 1, conn: 2 },
             prompt: true,
@@ -416,11 +423,12 @@ mod tests {
     fn a_publish_group_packs_as_resp_and_parses_back() {
         let mut buf = Vec::new();
         let shas = Shas(["a", "b", "c", "d", "e", "f"].map(String::from));
+        let (b1, b2) = (body("{}"), body("x"));
         let quiet = PublishArgs {
             prompt: false,
-            ..args(b"u", b"x")
+            ..args(b"u", &b2)
         };
-        pack_publish_group(&mut buf, &shas, 1000, 3, &[args(b"t\r\n", b"{}"), quiet]);
+        pack_publish_group(&mut buf, &shas, 1000, 3, &[args(b"t\r\n", &b1), quiet]);
         let v = redis::parse_redis_value(&buf).unwrap();
         let Value::Array(a) = v else { panic!() };
         let s: Vec<Vec<u8>> = a
@@ -430,8 +438,8 @@ mod tests {
                 _ => panic!(),
             })
             .collect();
-        // 3 keys for the prompt message, 2 for the quiet one; 5 arguments each.
-        assert_eq!(s.len(), 3 + 5 + 1 + 10);
+        // 3 keys for the prompt message, 2 for the quiet one; 6 arguments each.
+        assert_eq!(s.len(), 3 + 5 + 1 + 12);
         assert_eq!(s[0], b"EVALSHA");
         assert_eq!(s[2], b"5");
         assert_eq!(s[3], b"wr:2:m:t\r\n");
@@ -441,13 +449,14 @@ mod tests {
         assert_eq!(s[6], b"wr:2:m:u");
         assert_eq!(s[7], b"wr:3:2:u");
         assert_eq!(s[8], b"1000");
-        assert_eq!(s[9], b"{}");
+        assert_eq!(s[9], &b1.irn()[..]);
         assert_eq!(s[10], b"5000");
         assert_eq!(s[11], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
         assert_eq!(s[12], b"1");
-        assert_eq!(s[13], digest(b"{}"));
-        assert_eq!(s[14], b"x");
-        assert_eq!(s[17], b"0");
+        assert_eq!(s[13], digest(br#"{"topic":"t","message":"{}""#));
+        assert_eq!(s[14], b1.beta_len().to_string().as_bytes());
+        assert_eq!(s[15], &b2.irn()[..]);
+        assert_eq!(s[18], b"0");
     }
 
     #[test]

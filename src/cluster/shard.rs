@@ -72,7 +72,7 @@ impl Command {
     /// Roughly the bytes it takes on the wire (bounds a round's buffer).
     fn size(&self) -> usize {
         match self {
-            Command::Publish { req, .. } => req.data.len() + 2 * req.topic.len() + 128,
+            Command::Publish { req, .. } => req.body.len() + 2 * req.topic.len() + 128,
             Command::Read { topic, .. } => topic.len() + 96,
             Command::WebhookAdd { topic, url, .. } | Command::WebhookRemove { topic, url } => {
                 topic.len() + url.len() + 96
@@ -337,7 +337,7 @@ impl Runner {
                 group.push(PublishArgs {
                     ns: req.ns,
                     topic: req.topic.as_bytes(),
-                    data: &req.data,
+                    body: &req.body,
                     // 1 ms to 2^40 ms (35 years): exact in Lua's doubles.
                     ttl_ms: u64::try_from(req.ttl.as_millis())
                         .unwrap_or(u64::MAX)

@@ -14,6 +14,7 @@
 //! plaintext.
 
 pub mod bridge;
+pub mod fetch;
 pub mod http;
 pub mod outbound;
 pub mod upgrade;

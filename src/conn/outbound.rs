@@ -14,16 +14,21 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use super::{Conn, Phase};
+use crate::message::Body;
 use crate::relay::{RelayError, SubId};
-use crate::rpc::{self, Id, RpcError};
+use crate::rpc::{self, Dialect, Id, RpcError};
 use crate::ws::{self, Opcode};
 
 /// A push waiting in a connection's backlog.
 #[derive(Debug)]
 struct QueuedPush {
     id: SubId,
-    /// The data object, or (`compressed`) the shared compressed `data` + suffix.
+    dialect: Dialect,
+    /// The data object is `data[..len]` then `suffix`; or (`compressed`) `data` is the
+    /// shared compressed `data` + suffix.
     data: Bytes,
+    len: usize,
+    suffix: &'static [u8],
     live: bool,
     compressed: bool,
 }
@@ -33,15 +38,56 @@ struct QueuedPush {
 pub enum Part {
     /// Bytes known now.
     Bytes(Vec<u8>),
-    /// The answer of a publish whose store has not answered yet.
+    /// An answer that waits for the relay (a publish's store, a fetch's reads).
     Pending {
         /// The connection's number for it.
         answer: u64,
         /// The request's id, echoed back.
         id: Id<'static>,
-        /// Its outcome, once known.
-        result: Option<Result<(), RelayError>>,
+        /// Results still to come (a session method waits for two publishes, a batch fetch
+        /// for one read per topic).
+        left: u32,
+        /// What came so far.
+        outcome: Outcome,
     },
+}
+
+/// What a pending answer has gathered.
+#[derive(Debug)]
+pub enum Outcome {
+    /// `true` so far.
+    Done,
+    /// A refusal (the first one is answered).
+    Failed(RelayError),
+    /// A fetch's messages.
+    Fetch(Fetched),
+}
+
+/// A fetch answer being gathered: `{"messages":[items],"hasMore":more}`.
+#[derive(Debug, Default)]
+pub struct Fetched {
+    /// The messages' objects so far, comma-separated.
+    pub items: Vec<u8>,
+    /// How many.
+    pub count: usize,
+    /// Some were left for the next call.
+    pub more: bool,
+}
+
+impl Part {
+    /// A pending answer waiting for `left` results.
+    pub fn pending(answer: u64, id: Id<'static>, left: u32, outcome: Outcome) -> Part {
+        Part::Pending {
+            answer,
+            id,
+            left,
+            outcome,
+        }
+    }
+
+    fn is_pending(&self) -> bool {
+        matches!(self, Part::Pending { left, .. } if *left > 0)
+    }
 }
 
 /// A queued item.
@@ -107,66 +153,88 @@ impl<S> Conn<S> {
         self.out.len() + self.backlog.live + self.tls.as_ref().map_or(0, |t| t.pending_len())
     }
 
-    /// Delivers a push: encoded into `out` while it holds less than `fill_mark` bytes and
-    /// nothing waits before it, else queued (by reference) in the backlog.
+    /// Delivers a push of `body` in the shape of `dialect`: encoded into `out` while it
+    /// holds less than `fill_mark` bytes and nothing waits before it, else queued (by
+    /// reference) in the backlog.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one push; the worker's delivery is its one caller"
+    )]
+    // Inlined into its caller (one push per subscriber).
+    #[inline]
     pub fn deliver(
         &mut self,
         id: &SubId,
-        data: &Bytes,
+        dialect: Dialect,
+        body: &Body,
         live: bool,
         fill_mark: usize,
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
-        self.deliver_push(id, data, false, live, fill_mark, share_min, scratch);
+        let (data, len, suffix) = rpc::push_shape(body, dialect);
+        let q = QueuedPush {
+            id: *id,
+            dialect,
+            data: Bytes::new(),
+            len,
+            suffix,
+            live,
+            compressed: false,
+        };
+        self.deliver_push(q, data, fill_mark, share_min, scratch);
     }
 
     /// Delivers a permessage-deflate push: `z` is the push's `data` + suffix compressed once
-    /// for every subscriber on this worker (`ws::deflate::Shared`).
+    /// for every subscriber of its dialect on this worker (`ws::deflate::Shared`).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one push; the worker's delivery is its one caller"
+    )]
     pub fn deliver_compressed(
         &mut self,
         id: &SubId,
+        dialect: Dialect,
         z: &Bytes,
         live: bool,
         fill_mark: usize,
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
-        self.deliver_push(id, z, true, live, fill_mark, share_min, scratch);
+        let q = QueuedPush {
+            id: *id,
+            dialect,
+            data: Bytes::new(),
+            len: z.len(),
+            suffix: b"",
+            live,
+            compressed: true,
+        };
+        self.deliver_push(q, z, fill_mark, share_min, scratch);
     }
 
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one push, named at the two callers"
-    )]
-    // Inlined into its two callers (one push each, per subscriber).
+    /// `q` (its `data` still empty) with `data`: written now or queued.
     #[inline]
     fn deliver_push(
         &mut self,
-        id: &SubId,
+        mut q: QueuedPush,
         data: &Bytes,
-        compressed: bool,
-        live: bool,
         fill_mark: usize,
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
         if self.backlog.is_empty() && self.out.len() < fill_mark {
-            if compressed {
-                self.push_compressed(id, data, share_min, scratch);
+            if q.compressed {
+                self.push_compressed(&q.id, q.dialect, data, share_min, scratch);
             } else {
-                self.push_message(id, data, share_min, scratch);
+                self.push_message(&q, data, share_min, scratch);
             }
         } else {
-            if live {
-                self.backlog.live += data.len();
+            if q.live {
+                self.backlog.live += q.len;
             }
-            self.backlog.items.push_back(Queued::Push(QueuedPush {
-                id: *id,
-                data: data.clone(),
-                live,
-                compressed,
-            }));
+            q.data = data.clone();
+            self.backlog.items.push_back(Queued::Push(q));
         }
     }
 
@@ -195,10 +263,7 @@ impl<S> Conn<S> {
     /// Queues a text message made of `parts`: sent at once when every part is known and
     /// nothing waits before it, else kept in order in the backlog.
     pub fn answer(&mut self, parts: Vec<Part>) {
-        let pending = parts
-            .iter()
-            .filter(|p| matches!(p, Part::Pending { result: None, .. }))
-            .count();
+        let pending = parts.iter().filter(|p| p.is_pending()).count();
         if pending == 0 && self.backlog.is_empty() {
             let mut text = Vec::new();
             for p in parts {
@@ -227,18 +292,35 @@ impl<S> Conn<S> {
         }
     }
 
-    /// Records the outcome of pending answer `answer`; returns whether it was found.
-    pub fn resolve(&mut self, answer: u64, outcome: Result<(), RelayError>) -> bool {
+    /// Records one result of pending answer `answer` (a publish's store): a refusal
+    /// makes the answer that error; returns whether it was found.
+    pub fn resolve(&mut self, answer: u64, result: Result<(), RelayError>) -> bool {
+        self.resolve_with(answer, |o| {
+            if let (Err(e), Outcome::Done | Outcome::Fetch(_)) = (result, &*o) {
+                *o = Outcome::Failed(e);
+            }
+        })
+    }
+
+    /// Records one result of pending answer `answer`, as `f` folds it into what the
+    /// answer gathered; returns whether it was found.
+    pub fn resolve_with(&mut self, answer: u64, f: impl FnOnce(&mut Outcome)) -> bool {
         for item in self.backlog.items.iter_mut() {
             let Queued::Text(parts) = item else { continue };
             for p in parts.iter_mut() {
                 if let Part::Pending {
-                    answer: a, result, ..
+                    answer: a,
+                    left,
+                    outcome,
+                    ..
                 } = p
                 {
-                    if *a == answer && result.is_none() {
-                        *result = Some(outcome);
-                        self.backlog.pending -= 1;
+                    if *a == answer && *left > 0 {
+                        f(outcome);
+                        *left -= 1;
+                        if *left == 0 {
+                            self.backlog.pending -= 1;
+                        }
                         return true;
                     }
                 }
@@ -260,13 +342,13 @@ impl<S> Conn<S> {
             match self.backlog.items.pop_front() {
                 Some(Queued::Push(q)) => {
                     if q.live {
-                        self.backlog.live -= q.data.len();
+                        self.backlog.live -= q.len;
                     }
                     let min = crate::outbuf::PUSH_SHARE_MIN;
                     if q.compressed {
-                        self.push_compressed(&q.id, &q.data, min, scratch);
+                        self.push_compressed(&q.id, q.dialect, &q.data, min, scratch);
                     } else {
-                        self.push_message(&q.id, &q.data, min, scratch);
+                        self.push_message(&q, &q.data, min, scratch);
                     }
                 }
                 Some(Queued::Raw { data, live }) => {
@@ -300,10 +382,10 @@ impl<S> Conn<S> {
         self.out.extend(payload);
     }
 
-    /// Queues a `waku_subscription` push of `data` for subscription `id`.
-    pub fn push_message(
+    /// Queues the push `q` describes, its data object `data[..q.len]` then `q.suffix`.
+    fn push_message(
         &mut self,
-        id: &SubId,
+        q: &QueuedPush,
         data: &Bytes,
         share_min: usize,
         scratch: &mut Vec<u8>,
@@ -312,27 +394,34 @@ impl<S> Conn<S> {
             return;
         };
         scratch.clear();
-        rpc::write_push_prefix(scratch, w.next_push_id, id.hex());
+        rpc::write_push_prefix(scratch, q.dialect, w.next_push_id, q.id.hex());
         w.next_push_id += 1;
-        let len = scratch.len() + data.len() + rpc::PUSH_SUFFIX.len();
+        let len = scratch.len() + q.len + q.suffix.len();
         let mut h = [0u8; 10];
         let n = ws::write_head(&mut h, true, Opcode::Text, len);
         self.out.extend(&h[..n]);
         self.out.extend(scratch);
-        self.out.push_shared(data, share_min);
-        self.out.extend(rpc::PUSH_SUFFIX);
+        self.out.push_shared_prefix(data, q.len, share_min);
+        self.out.extend(q.suffix);
     }
 }
 
 impl<S> Conn<S> {
     /// Queues a compressed `waku_subscription` push: the frame header and the subscriber's
     /// own prefix as a stored block, then the shared compressed bytes by reference.
-    fn push_compressed(&mut self, id: &SubId, z: &Bytes, share_min: usize, scratch: &mut Vec<u8>) {
+    fn push_compressed(
+        &mut self,
+        id: &SubId,
+        dialect: Dialect,
+        z: &Bytes,
+        share_min: usize,
+        scratch: &mut Vec<u8>,
+    ) {
         let Phase::Ws(w) = &mut self.phase else {
             return;
         };
         scratch.clear();
-        rpc::write_push_prefix(scratch, w.next_push_id, id.hex());
+        rpc::write_push_prefix(scratch, dialect, w.next_push_id, id.hex());
         w.next_push_id += 1;
         let mut head = Vec::with_capacity(scratch.len() + 16);
         crate::ws::deflate::push_head(scratch, z, &mut head);
@@ -342,9 +431,7 @@ impl<S> Conn<S> {
 }
 
 fn has_pending(parts: &[Part]) -> bool {
-    parts
-        .iter()
-        .any(|p| matches!(p, Part::Pending { result: None, .. }))
+    parts.iter().any(Part::is_pending)
 }
 
 /// Writes a complete text message's parts.
@@ -352,12 +439,20 @@ fn render(parts: &[Part], out: &mut Vec<u8>) {
     for p in parts {
         match p {
             Part::Bytes(b) => out.extend_from_slice(b),
-            Part::Pending {
-                id,
-                result: Some(r),
-                ..
-            } => write_publish_answer(out, id, r),
-            Part::Pending { result: None, .. } => {}
+            Part::Pending { left: 1.., .. } => {}
+            Part::Pending { id, outcome, .. } => match outcome {
+                Outcome::Done => write_publish_answer(out, id, &Ok(())),
+                Outcome::Failed(e) => write_publish_answer(out, id, &Err(*e)),
+                Outcome::Fetch(f) => {
+                    let mut r = Vec::with_capacity(f.items.len() + 40);
+                    r.extend_from_slice(b"{\"messages\":[");
+                    r.extend_from_slice(&f.items);
+                    r.extend_from_slice(b"],\"hasMore\":");
+                    r.extend_from_slice(if f.more { b"true" } else { b"false" });
+                    r.push(b'}');
+                    rpc::write_result(out, id, &r);
+                }
+            },
         }
     }
 }

@@ -15,8 +15,8 @@ use crate::registry::Registry;
 use crate::relay::engine::local::HomeMsg;
 use crate::relay::engine::{EngineMsg, Events, History};
 use crate::relay::{
-    ConnRef, CoreMsg, Done, Engine, Event, Position, PublishReq, PushKind, Recipients, Relay,
-    RelayError, Stored, SubId, Ticket,
+    Body, ConnRef, CoreMsg, Dialect, Done, Engine, Event, Origin, Position, PublishReq, PushKind,
+    Recipients, Relay, RelayError, Stored, SubId, Ticket,
 };
 use crate::webhook::WebhookPool;
 
@@ -88,9 +88,19 @@ struct Bench {
 }
 
 impl Recipients for Conn<()> {
-    fn push(&mut self, _: ConnRef, id: &SubId, data: &Bytes, _: PushKind) {
+    fn push(&mut self, _: ConnRef, id: &SubId, d: Dialect, body: &Body, _: PushKind) {
         let mut enc = Vec::new();
-        self.deliver(id, data, true, 1 << 16, 1 << 16, &mut enc);
+        self.deliver(id, d, body, true, 1 << 16, 1 << 16, &mut enc);
+    }
+    fn fetched(
+        &mut self,
+        _: ConnRef,
+        answer: u64,
+        topic: &Arc<str>,
+        after: Position,
+        result: Result<crate::relay::engine::History, RelayError>,
+    ) {
+        super::fetch::resolve(self, answer, topic, after, Origin::NONE, result);
     }
     fn answer(&mut self, _: ConnRef, answer: u64, result: Result<(), RelayError>) {
         self.resolve(answer, result);
@@ -319,7 +329,8 @@ fn input_waits_past_the_pending_answers_limit_and_a_half_close_keeps_the_answers
     // The peer half-closes: the answers it is owed still go out, pushes do not.
     b.conn.deliver(
         &SubId::from_bytes(&[1; 32]),
-        &Bytes::from_static(b"{}"),
+        Dialect::Waku,
+        &crate::message::Body::encode("t", "{}", crate::message::Meta::default()),
         true,
         0,
         0,
@@ -354,7 +365,11 @@ fn a_live_message_that_comes_before_the_history_is_pushed_after_it() {
     let pos = |seq| Position { epoch: 4, seq };
     let msg = |seq: u64| crate::relay::Message {
         pos: pos(seq),
-        data: Bytes::from(format!("{{\"n\":{seq}}}")),
+        body: crate::message::Body::encode(
+            "t",
+            &format!("n{seq}"),
+            crate::message::Meta::default(),
+        ),
         origin: crate::relay::Origin::NONE,
     };
     let topic: Arc<str> = Arc::from("t");
@@ -374,6 +389,7 @@ fn a_live_message_that_comes_before_the_history_is_pushed_after_it() {
     });
     let texts = b.texts();
     assert_eq!(texts.len(), 2, "{texts:?}");
-    assert!(texts[0].ends_with(r#""data":{"n":1}}}"#), "{}", texts[0]);
-    assert!(texts[1].ends_with(r#""data":{"n":2}}}"#), "{}", texts[1]);
+    let data = |n| format!(r#""data":{{"topic":"t","message":"n{n}"}}}}}}"#);
+    assert!(texts[0].ends_with(&data(1)), "{}", texts[0]);
+    assert!(texts[1].ends_with(&data(2)), "{}", texts[1]);
 }

@@ -8,12 +8,11 @@
 
 use std::borrow::Cow;
 
-use bytes::Bytes;
-
-use super::outbound::{write_publish_answer, Part};
+use super::outbound::{self, write_publish_answer, Part};
 use super::{Conn, ConnSub, Ctx, Phase};
+use crate::message::{Body, Meta};
 use crate::relay::{Done, RelayError, SubId};
-use crate::rpc::{self, Id, Incoming, Item, Op, RpcError};
+use crate::rpc::{self, Dialect, Id, Incoming, Item, Op, Request, RpcError};
 
 /// The JSON-RPC error a relay refusal is answered with.
 pub fn rpc_error(e: &RelayError) -> RpcError {
@@ -27,17 +26,15 @@ struct Answer<'s> {
 }
 
 impl Answer<'_> {
-    /// A publish answered later: its part waits for answer number `answer`.
-    fn pending(&mut self, answer: u64, id: &Id<'_>) {
+    /// An answer that comes later: its part waits for `left` results of answer number
+    /// `answer`.
+    fn pending(&mut self, answer: u64, id: &Id<'_>, left: u32, outcome: outbound::Outcome) {
         if !self.cur.is_empty() {
             self.parts.push(Part::Bytes(self.cur.clone()));
             self.cur.clear();
         }
-        self.parts.push(Part::Pending {
-            answer,
-            id: owned(id),
-            result: None,
-        });
+        self.parts
+            .push(Part::pending(answer, owned(id), left, outcome));
     }
 }
 
@@ -139,7 +136,7 @@ fn run_item<S>(conn: &mut Conn<S>, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut
             };
             let result = call
                 .op(ctx.shared.config.limits.max_topic)
-                .and_then(|op| execute(conn, op, answer, ctx));
+                .and_then(|req| execute(conn, req, answer, ctx));
             let Some(id) = id else { return false };
             match result {
                 Ok(Outcome::Done) => write_publish_answer(a.cur, &id, &Ok(())),
@@ -148,7 +145,21 @@ fn run_item<S>(conn: &mut Conn<S>, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut
                     r[1..65].copy_from_slice(sub.hex());
                     rpc::write_result(a.cur, &id, &r);
                 }
-                Ok(Outcome::Pending) => a.pending(answer, &id),
+                Ok(Outcome::SubscribedMany(subs)) => {
+                    let mut r = Vec::with_capacity(subs.len() * 67 + 2);
+                    r.push(b'[');
+                    for (i, s) in subs.iter().enumerate() {
+                        if i > 0 {
+                            r.push(b',');
+                        }
+                        r.push(b'"');
+                        r.extend_from_slice(s.hex());
+                        r.push(b'"');
+                    }
+                    r.push(b']');
+                    rpc::write_result(a.cur, &id, &r);
+                }
+                Ok(Outcome::Pending(left, outcome)) => a.pending(answer, &id, left, outcome),
                 Err(e) => {
                     ctx.metrics().rpc_errors.inc();
                     rpc::write_error(a.cur, &id, &e);
@@ -176,58 +187,170 @@ enum Outcome {
     Done,
     /// A subscription id.
     Subscribed(SubId),
-    /// Answered later (answer number given to `execute`).
-    Pending,
+    /// Subscription ids, in request order.
+    SubscribedMany(Vec<SubId>),
+    /// Answered later: this many results of the answer number given to `execute` are still
+    /// to come, and what the ones known now gave.
+    Pending(u32, outbound::Outcome),
 }
 
-/// Runs a validated operation.
+/// Folds publishes' results into one answer (`true` when every one stored, else the first
+/// refusal): at once when all were answered at once.
+fn publishes(results: &[Done<Result<(), RelayError>>]) -> Result<Outcome, RpcError> {
+    let later = results.iter().filter(|d| matches!(d, Done::Later)).count() as u32;
+    let failed = results.iter().find_map(|d| match d {
+        Done::Now(Err(e)) => Some(*e),
+        _ => None,
+    });
+    match (later, failed) {
+        (0, None) => Ok(Outcome::Done),
+        (0, Some(e)) => Err(rpc_error(&e)),
+        (n, None) => Ok(Outcome::Pending(n, outbound::Outcome::Done)),
+        (n, Some(e)) => Ok(Outcome::Pending(n, outbound::Outcome::Failed(e))),
+    }
+}
+
+/// A publish from this connection; `tag`/`attestation` as the request gave them.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a publish's fields, named at each caller"
+)]
+fn publish<S>(
+    conn: &Conn<S>,
+    topic: &str,
+    message: &str,
+    ttl: u32,
+    prompt: bool,
+    tag: u32,
+    attestation: Option<&str>,
+    answer: u64,
+    ctx: &mut Ctx<'_>,
+) -> Done<Result<(), RelayError>> {
+    let meta = Meta {
+        published_at: crate::clock::unix_ms(),
+        tag,
+        attestation,
+    };
+    let body = Body::encode(topic, message, meta);
+    let me = ctx.conn_ref(conn);
+    ctx.relay.publish(me, answer, topic, body, ttl, prompt)
+}
+
+/// sign-client's tags of the session set-up (DECISIONS §10).
+const TAG_PROPOSE: u32 = 1100;
+const TAG_PROPOSE_RESPONSE: u32 = 1101;
+const TAG_SETTLE: u32 = 1102;
+
+/// Runs a validated request.
 fn execute<S>(
     conn: &mut Conn<S>,
-    op: Op<'_>,
+    req: Request<'_>,
     answer: u64,
     ctx: &mut Ctx<'_>,
 ) -> Result<Outcome, RpcError> {
     if !matches!(conn.phase, Phase::Ws(_)) {
         return Err(rpc_error(&RelayError::Closing));
     }
-    let me = ctx.conn_ref(conn);
-    match op {
-        Op::Subscribe { topic } => subscribe(conn, &topic, ctx).map(Outcome::Subscribed),
+    let dialect = req.dialect;
+    match req.op {
+        Op::Subscribe { topic } => subscribe(conn, &topic, dialect, ctx).map(Outcome::Subscribed),
+        Op::BatchSubscribe { topics } => {
+            let mut ids = Vec::with_capacity(topics.len());
+            for t in &topics {
+                ids.push(subscribe(conn, t, dialect, ctx)?);
+            }
+            Ok(Outcome::SubscribedMany(ids))
+        }
         Op::Publish {
             topic,
             message,
             ttl,
             prompt,
+            tag,
+            attestation,
         } => {
-            let data = Bytes::from(rpc::encode_data(&topic, &message));
-            match ctx.relay.publish(me, answer, &topic, data, ttl, prompt) {
-                Done::Now(Ok(())) => Ok(Outcome::Done),
-                Done::Now(Err(e)) => Err(rpc_error(&e)),
-                Done::Later => Ok(Outcome::Pending),
-            }
+            let a = attestation.as_deref();
+            let done = publish(conn, &topic, &message, ttl, prompt, tag, a, answer, ctx);
+            publishes(&[done])
         }
         Op::Unsubscribe { topic, id } => {
-            if let Some(id) = SubId::from_hex(&id) {
-                let relay = &*ctx.relay;
-                let pos = conn.subs.iter().position(|s| {
-                    s.id == id
-                        && topic
-                            .as_ref()
-                            .is_none_or(|t| relay.topic_name(s.slot).is_some_and(|x| **x == **t))
-                });
-                if let Some(p) = pos {
-                    let s = conn.subs.swap_remove(p);
-                    ctx.relay.unsubscribe(s.slot, me);
-                }
+            unsubscribe(conn, topic.as_deref(), &id, ctx);
+            Ok(Outcome::Done)
+        }
+        Op::BatchUnsubscribe { subs } => {
+            for (topic, id) in &subs {
+                unsubscribe(conn, Some(topic), id, ctx);
             }
             Ok(Outcome::Done)
+        }
+        Op::Fetch { topics, .. } => {
+            super::fetch::start(conn, &topics, answer, ctx);
+            let gathered = outbound::Outcome::Fetch(Default::default());
+            Ok(Outcome::Pending(topics.len() as u32, gathered))
+        }
+        Op::ProposeSession {
+            pairing_topic,
+            proposal,
+            ttl,
+        } => {
+            subscribe(conn, &pairing_topic, dialect, ctx)?;
+            let (t, p) = (&*pairing_topic, &*proposal);
+            let done = publish(conn, t, p, ttl, true, TAG_PROPOSE, None, answer, ctx);
+            publishes(&[done])
+        }
+        Op::ApproveSession {
+            session_topic,
+            pairing_topic,
+            response,
+            settlement,
+            ttl,
+        } => {
+            subscribe(conn, &session_topic, dialect, ctx)?;
+            let (pt, st) = (&*pairing_topic, &*session_topic);
+            let r = TAG_PROPOSE_RESPONSE;
+            let first = publish(conn, pt, &response, ttl, false, r, None, answer, ctx);
+            let second = publish(
+                conn,
+                st,
+                &settlement,
+                ttl,
+                false,
+                TAG_SETTLE,
+                None,
+                answer,
+                ctx,
+            );
+            publishes(&[first, second])
         }
     }
 }
 
-/// `waku_subscribe`: the existing id for a topic this connection already follows (the
-/// reference relay made duplicates), else a new subscription.
-fn subscribe<S>(conn: &mut Conn<S>, topic: &str, ctx: &mut Ctx<'_>) -> Result<SubId, RpcError> {
+/// `*_unsubscribe`: removes the connection's subscription `id` (of `topic`, when given);
+/// an unknown id is no error.
+fn unsubscribe<S>(conn: &mut Conn<S>, topic: Option<&str>, id: &str, ctx: &mut Ctx<'_>) {
+    let Some(id) = SubId::from_hex(id) else {
+        return;
+    };
+    let me = ctx.conn_ref(conn);
+    let relay = &*ctx.relay;
+    let pos = conn.subs.iter().position(|s| {
+        s.id == id && topic.is_none_or(|t| relay.topic_name(s.slot).is_some_and(|x| **x == *t))
+    });
+    if let Some(p) = pos {
+        let s = conn.subs.swap_remove(p);
+        ctx.relay.unsubscribe(s.slot, me);
+    }
+}
+
+/// `*_subscribe`: the existing id for a topic this connection already follows (the
+/// reference relay made duplicates), else a new subscription whose pushes use `dialect`.
+/// Its id is the one an authenticated client computes itself, else random.
+fn subscribe<S>(
+    conn: &mut Conn<S>,
+    topic: &str,
+    dialect: Dialect,
+    ctx: &mut Ctx<'_>,
+) -> Result<SubId, RpcError> {
     let relay = &*ctx.relay;
     let existing = conn
         .subs
@@ -241,9 +364,12 @@ fn subscribe<S>(conn: &mut Conn<S>, topic: &str, ctx: &mut Ctx<'_>) -> Result<Su
     if conn.subs.len() + conn.v1_topics.len() >= max {
         return Err(rpc_error(&RelayError::TooManySubscriptions(max)));
     }
-    let id = ctx.ids.next_id();
+    let id = match conn.ws().and_then(|w| w.client.as_deref()) {
+        Some(client) => SubId::for_client(topic, client),
+        None => ctx.ids.next_id(),
+    };
     let me = ctx.conn_ref(conn);
-    let slot = ctx.relay.subscribe(me, topic, id);
+    let slot = ctx.relay.subscribe(me, topic, id, dialect);
     if conn.subs.capacity() == 0 {
         // Most connections hold one or two subscriptions: a first push would make room
         // for four (about 300 bytes per idle connection).

@@ -18,8 +18,9 @@ pub struct DeflateKit {
     inflated: Vec<u8>,
     /// The last compressed answer.
     z: Vec<u8>,
-    /// The push being fanned out, compressed once for all its subscribers on this worker.
-    pub push: Option<Shared>,
+    /// The push being fanned out, compressed once for all its subscribers on this worker:
+    /// in the beta shape (0) and the `irn` shape (1).
+    pub push: [Option<Shared>; 2],
 }
 
 impl DeflateKit {
@@ -51,6 +52,11 @@ pub struct WsState {
     pub last_rx: u64,
     /// When the server sends its next ping (ms).
     pub next_ping: u64,
+    /// The client id a valid relay-auth JWT gave (DECISIONS §10): subscription ids are
+    /// then the ones the client computes itself. Shared by the connections of one token.
+    pub client: Option<std::sync::Arc<str>>,
+    /// What fetches gave the connection, per topic (made on its first fetch).
+    pub cursors: Option<Box<super::fetch::Cursors>>,
 }
 
 impl WsState {
@@ -73,6 +79,8 @@ impl WsState {
             next_answer: 1,
             last_rx: now,
             next_ping: first_ping,
+            client: None,
+            cursors: None,
         }
     }
 }

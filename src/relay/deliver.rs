@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::feed::{Feed, SubState, UNASKED};
 use super::subs::LocalSub;
 use super::{
@@ -89,6 +87,13 @@ impl Relay {
                     }
                 }
             }
+            Delivery::Fetched {
+                conn,
+                answer,
+                topic,
+                after,
+                result,
+            } => to.fetched(conn, answer, &topic, after, result),
             Delivery::V1Frames { conn, frames } => {
                 for f in &frames {
                     to.push_text(conn, f, PushKind::Replay);
@@ -112,16 +117,16 @@ impl Relay {
         // A big fan-out queues the body by reference in every connection (a reference
         // count bumped per subscriber): this worker takes its own copy, once, so that
         // count's cache line does not bounce between the cores sharing the original.
-        if n > 1 && fanout_shares_body(n, msg.data.len()) {
-            msg.data = Bytes::copy_from_slice(&msg.data);
+        if n > 1 && fanout_shares_body(n, msg.body.len()) {
+            msg.body = msg.body.detached();
         }
         let kind = PushKind::Live {
-            share_min: fanout_share_min(n, msg.data.len()),
+            share_min: fanout_share_min(n, msg.body.len()),
         };
         let again = t
             .feed
             .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
-                to.push(s.conn, &s.id, &m.data, kind)
+                to.push(s.conn, &s.id, s.dialect, &m.body, kind)
             });
         if let Some(from) = again {
             self.ask(topic, from);
@@ -155,7 +160,9 @@ impl Relay {
             &mut t.subs,
             ticket,
             &history,
-            &mut |s: &mut LocalSub, m: &Message| to.push(s.conn, &s.id, &m.data, PushKind::Replay),
+            &mut |s: &mut LocalSub, m: &Message| {
+                to.push(s.conn, &s.id, s.dialect, &m.body, PushKind::Replay)
+            },
         );
         if let Some(from) = again {
             Feed::retag(&mut t.subs, ticket, UNASKED);

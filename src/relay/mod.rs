@@ -26,6 +26,8 @@ use slab::Slab;
 use crate::config::Limits;
 use crate::metrics::{CoreMetrics, Metrics};
 
+pub use crate::message::{Body, Meta};
+pub use crate::rpc::Dialect;
 pub use engine::{Done, Engine, Event, Message, Origin, Position, PublishReq, Stored, Ticket};
 pub use error::RelayError;
 pub use subs::{ConnRef, SubId};
@@ -38,8 +40,18 @@ use subs::{LocalSub, Removed, Subscriptions};
 /// Every call names the connection by [`ConnRef`]; a connection that is gone (or not in a
 /// state to take it) ignores the call.
 pub trait Recipients {
-    /// Queues a `waku_subscription` push of `data` for subscription `id`.
-    fn push(&mut self, conn: ConnRef, id: &SubId, data: &Bytes, kind: PushKind);
+    /// Queues a push of `body` for subscription `id`, in the shape of its `dialect`.
+    fn push(&mut self, conn: ConnRef, id: &SubId, dialect: Dialect, body: &Body, kind: PushKind);
+    /// Resolves the connection's pending fetch answer `answer` with a topic's history after
+    /// `after` (or the read's failure).
+    fn fetched(
+        &mut self,
+        conn: ConnRef,
+        answer: u64,
+        topic: &Arc<str>,
+        after: Position,
+        result: Result<engine::History, RelayError>,
+    );
     /// Resolves the answer `answer` of a `waku_publish` the connection is waiting for.
     fn answer(&mut self, conn: ConnRef, answer: u64, result: Result<(), RelayError>);
     /// Answers the connection's `POST /subscribe`.
@@ -72,6 +84,13 @@ enum Waiter {
     Webhook { conn: ConnRef },
     /// A connection's v1 `sub`: the topic's pending frames.
     V1Take { conn: ConnRef },
+    /// A connection's fetch of a topic after a position.
+    Fetch {
+        conn: ConnRef,
+        answer: u64,
+        topic: Arc<str>,
+        after: Position,
+    },
 }
 
 /// A delivery decided and not yet carried out.
@@ -107,6 +126,13 @@ enum Delivery {
     V1Frames {
         conn: ConnRef,
         frames: Vec<Bytes>,
+    },
+    Fetched {
+        conn: ConnRef,
+        answer: u64,
+        topic: Arc<str>,
+        after: Position,
+        result: Result<engine::History, RelayError>,
     },
 }
 
@@ -185,6 +211,11 @@ impl Relay {
         &self.metrics.cores[usize::from(self.me)]
     }
 
+    /// This process's node id (see `Origin`).
+    pub fn node(&self) -> u64 {
+        self.node
+    }
+
     /// The origin of what connection `uid` of this worker publishes.
     pub fn origin_of(&self, uid: u64) -> Origin {
         Subscriptions::owner(self.node, self.me, uid)
@@ -210,7 +241,7 @@ impl Relay {
 
     /// Adds a subscription of a local connection; its history follows as pushes, then the
     /// live messages. Returns the topic's slot.
-    pub fn subscribe(&mut self, conn: ConnRef, topic: &str, id: SubId) -> u32 {
+    pub fn subscribe(&mut self, conn: ConnRef, topic: &str, id: SubId, dialect: Dialect) -> u32 {
         let owner = self.origin_of(conn.uid);
         let entry = self.waiters.vacant_entry();
         let ticket = entry.key() as Ticket;
@@ -221,7 +252,13 @@ impl Relay {
             },
             owner,
         };
-        let (slot, first) = self.subs.add(topic, LocalSub { conn, id, follow });
+        let sub = LocalSub {
+            conn,
+            id,
+            dialect,
+            follow,
+        };
+        let (slot, first) = self.subs.add(topic, sub);
         let name = self
             .subs
             .get(slot)
@@ -250,14 +287,41 @@ impl Relay {
         self.absorb();
     }
 
-    /// Publishes `data` (the encoded `{"topic":..,"message":..}`) from a local connection,
-    /// whose `answer`-th reply waits for the outcome when it is not known at once.
+    /// Where connection `conn`'s subscription on `slot` stands: everything up to this
+    /// position was given to it (`None` when it has none there).
+    pub fn sub_position(&self, slot: u32, conn: ConnRef) -> Option<Position> {
+        let s = self.subs.get(slot)?.subs.iter().find(|s| s.conn == conn)?;
+        Some(match s.follow.state {
+            SubState::Active(at) => at,
+            SubState::Syncing { from, .. } => from,
+        })
+    }
+
+    /// Reads `topic` after `after` for a local connection's fetch; answered through
+    /// [`Recipients::fetched`] with the connection's answer number `answer`.
+    pub fn fetch(&mut self, conn: ConnRef, answer: u64, topic: &str, after: Position) {
+        let topic: Arc<str> = match self.subs.name_and_slot(topic) {
+            Some((name, _)) => name,
+            None => Arc::from(topic),
+        };
+        let ticket = self.waiters.insert(Waiter::Fetch {
+            conn,
+            answer,
+            topic: topic.clone(),
+            after,
+        }) as Ticket;
+        self.engine.read(&topic, after, ticket, &mut self.events);
+        self.absorb();
+    }
+
+    /// Publishes `body` from a local connection, whose `answer`-th reply waits for the
+    /// outcome when it is not known at once.
     pub fn publish(
         &mut self,
         conn: ConnRef,
         answer: u64,
         topic: &str,
-        data: Bytes,
+        body: Body,
         ttl: u32,
         prompt: bool,
     ) -> Done<Result<(), RelayError>> {
@@ -269,7 +333,7 @@ impl Relay {
         self.live_hint = hint;
         let req = PublishReq {
             topic,
-            data,
+            body,
             ttl,
             prompt,
             origin: self.origin_of(conn.uid),
@@ -414,6 +478,18 @@ impl Relay {
                         result,
                     }
                 }
+                Some(Waiter::Fetch {
+                    conn,
+                    answer,
+                    topic,
+                    after,
+                }) => Delivery::Fetched {
+                    conn,
+                    answer,
+                    topic,
+                    after,
+                    result,
+                },
                 _ => return,
             },
             Event::WebhookAdded { ticket, result } => {

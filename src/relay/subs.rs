@@ -45,6 +45,18 @@ impl SubId {
         &self.0
     }
 
+    /// The id an authenticated client computes for itself (DECISIONS §10): the lowercase
+    /// hex SHA-256 of `topic ‖ client_id`.
+    pub fn for_client(topic: &str, client_id: &str) -> SubId {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(topic.as_bytes());
+        ctx.update(client_id.as_bytes());
+        let d = ctx.finish();
+        let mut raw = [0u8; 32];
+        raw.copy_from_slice(d.as_ref());
+        SubId::from_bytes(&raw)
+    }
+
     /// Parses the hex form (any case); `None` when it is not 64 hex characters.
     pub fn from_hex(s: &str) -> Option<SubId> {
         let s = s.as_bytes();
@@ -66,6 +78,8 @@ pub struct LocalSub {
     pub conn: ConnRef,
     /// Subscription id.
     pub id: SubId,
+    /// The prefix of the method that made it (its pushes use it).
+    pub dialect: crate::rpc::Dialect,
     /// Where it stands in the topic's feed.
     pub follow: Follow,
 }
@@ -234,6 +248,7 @@ mod tests {
         LocalSub {
             conn: ConnRef { key, uid: 1 },
             id: SubId::from_bytes(&[key as u8; 32]),
+            dialect: crate::rpc::Dialect::Waku,
             follow: Follow {
                 state: SubState::Active(Position::ZERO),
                 owner: Origin::NONE,
@@ -253,6 +268,16 @@ mod tests {
         assert_eq!(SubId::from_hex(&upper), Some(id));
         assert_eq!(SubId::from_hex(std::str::from_utf8(&h).unwrap()), Some(id));
         assert_eq!(SubId::from_hex("xyz"), None);
+    }
+
+    #[test]
+    fn a_client_id_gives_the_sdk_s_own_subscription_id() {
+        // sha256("abc" ‖ "did:key:z6Mk"), computed independently (sha256sum).
+        let id = SubId::for_client("abc", "did:key:z6Mk");
+        let want = "52bafd0fe70f4a02bb50cced37b4c66537d92a556349b2a13bc2e7b0008680b7";
+        assert_eq!(&id.hex()[..], want.as_bytes());
+        assert_eq!(SubId::for_client("abc", "did:key:z6Mk"), id);
+        assert_ne!(SubId::for_client("abd", "did:key:z6Mk"), id);
     }
 
     #[test]

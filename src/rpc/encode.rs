@@ -2,7 +2,7 @@
 //! pieces (a prefix per subscriber, the `data` object encoded once per publish, a suffix).
 //! Writers append to a caller's buffer and never fail.
 
-use super::{Id, RpcError};
+use super::{Dialect, Id, RpcError};
 
 /// Appends `id` as JSON.
 pub fn write_id(out: &mut Vec<u8>, id: &Id<'_>) {
@@ -111,31 +111,49 @@ pub fn write_error(out: &mut Vec<u8>, id: &Id<'_>, err: &RpcError) {
     out.extend_from_slice(b"}}");
 }
 
-/// Encodes the `data` object of a push, `{"topic":..,"message":..}`, once per publish.
+/// Encodes the beta `data` object of a push, `{"topic":..,"message":..}` (tests and
+/// benchmarks; the relay encodes a `message::Body` once per publish).
 pub fn encode_data(topic: &str, message: &str) -> Vec<u8> {
-    let mut v = Vec::with_capacity(topic.len() + message.len() + 32);
-    v.extend_from_slice(b"{\"topic\":");
-    write_str(&mut v, topic);
-    v.extend_from_slice(b",\"message\":");
-    write_str(&mut v, message);
+    let b = crate::message::Body::encode(topic, message, crate::message::Meta::default());
+    let (buf, n) = b.beta();
+    let mut v = buf[..n].to_vec();
     v.push(b'}');
     v
 }
 
-/// The bytes of a `waku_subscription` request that precede the shared `data` object.
+/// The bytes of a `*_subscription` request that precede the shared `data` object.
 /// The push is `prefix ++ data ++ "}}"`.
-pub fn write_push_prefix(out: &mut Vec<u8>, rpc_id: u64, sub_id_hex: &[u8]) {
+pub fn write_push_prefix(out: &mut Vec<u8>, dialect: Dialect, rpc_id: u64, sub_id_hex: &[u8]) {
     out.extend_from_slice(b"{\"id\":");
     out.extend_from_slice(itoa::Buffer::new().format(rpc_id).as_bytes());
-    out.extend_from_slice(
-        b",\"jsonrpc\":\"2.0\",\"method\":\"waku_subscription\",\"params\":{\"id\":\"",
-    );
+    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"method\":\"");
+    out.extend_from_slice(dialect.push_method().as_bytes());
+    out.extend_from_slice(b"\",\"params\":{\"id\":\"");
     out.extend_from_slice(sub_id_hex);
     out.extend_from_slice(b"\",\"data\":");
 }
 
 /// What closes a push after its `data` object.
 pub const PUSH_SUFFIX: &[u8] = b"}}";
+
+/// What closes a beta push after the beta part of a body (`Body::beta`): the data object's
+/// `}` and [`PUSH_SUFFIX`].
+pub const BETA_PUSH_SUFFIX: &[u8] = b"}}}";
+
+/// A push's `data` object for a subscription of `dialect`: the first `n` bytes of the
+/// returned buffer, then the returned suffix closes the push.
+pub fn push_shape(
+    body: &crate::message::Body,
+    dialect: Dialect,
+) -> (&bytes::Bytes, usize, &'static [u8]) {
+    match dialect {
+        Dialect::Waku => {
+            let (b, n) = body.beta();
+            (b, n, BETA_PUSH_SUFFIX)
+        }
+        Dialect::Irn | Dialect::Iridium => (body.irn(), body.irn().len(), PUSH_SUFFIX),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,8 @@ mod wire;
 
 pub use decode::{decode, decode_serde_json};
 pub use encode::{
-    encode_data, write_error, write_id, write_push_prefix, write_result, write_str, PUSH_SUFFIX,
+    encode_data, push_shape, write_error, write_id, write_push_prefix, write_result, write_str,
+    BETA_PUSH_SUFFIX, PUSH_SUFFIX,
 };
 
 use wire::ParamsField;
@@ -128,15 +129,54 @@ pub struct Call<'a> {
     params: Option<ParamsField<'a>>,
 }
 
+/// The method prefix a request used (DECISIONS §10: one API under three prefixes). A
+/// subscription's pushes use the prefix of the method that made it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// `waku_` (the 2021 beta): pushes carry `{topic, message}`.
+    #[default]
+    Waku,
+    /// `irn_` (today's SDK, and `wc_*Session`): pushes carry `{topic, message, publishedAt,
+    /// tag}` (+ `attestation`).
+    Irn,
+    /// `iridium_` (between the two): pushes as `irn_`.
+    Iridium,
+}
+
+impl Dialect {
+    /// The push method's name.
+    pub fn push_method(self) -> &'static str {
+        match self {
+            Dialect::Waku => "waku_subscription",
+            Dialect::Irn => "irn_subscription",
+            Dialect::Iridium => "iridium_subscription",
+        }
+    }
+}
+
+/// A validated request: its operation and the prefix it came under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// The method prefix.
+    pub dialect: Dialect,
+    /// The operation.
+    pub op: Op<'a>,
+}
+
 /// A validated relay operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op<'a> {
-    /// `waku_subscribe`.
+    /// `*_subscribe`.
     Subscribe {
         /// Topic.
         topic: Cow<'a, str>,
     },
-    /// `waku_publish`.
+    /// `*_batchSubscribe`: 1 to 500 topics, answered with their ids in order.
+    BatchSubscribe {
+        /// Topics.
+        topics: Vec<Cow<'a, str>>,
+    },
+    /// `*_publish`.
     Publish {
         /// Topic.
         topic: Cow<'a, str>,
@@ -146,13 +186,52 @@ pub enum Op<'a> {
         ttl: u32,
         /// `false` suppresses push notifications.
         prompt: bool,
+        /// `tag` (0 when absent).
+        tag: u32,
+        /// `attestation`, stored and pushed with the message.
+        attestation: Option<Cow<'a, str>>,
     },
-    /// `waku_unsubscribe`.
+    /// `*_unsubscribe`.
     Unsubscribe {
         /// Topic, when given (older clients send only the id).
         topic: Option<Cow<'a, str>>,
         /// Subscription id.
         id: Cow<'a, str>,
+    },
+    /// `*_batchUnsubscribe`: `(topic, id)` pairs.
+    BatchUnsubscribe {
+        /// The subscriptions.
+        subs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    },
+    /// `*_fetchMessages` (one topic) or `*_batchFetchMessages`.
+    Fetch {
+        /// Topics.
+        topics: Vec<Cow<'a, str>>,
+        /// Asked as a batch.
+        batch: bool,
+    },
+    /// `wc_proposeSession`: subscribe to the pairing topic, publish the proposal there.
+    ProposeSession {
+        /// Pairing topic.
+        pairing_topic: Cow<'a, str>,
+        /// The proposal message.
+        proposal: Cow<'a, str>,
+        /// Seconds to keep it.
+        ttl: u32,
+    },
+    /// `wc_approveSession`: subscribe to the session topic, publish the response on the
+    /// pairing topic and the settlement on the session topic.
+    ApproveSession {
+        /// Session topic.
+        session_topic: Cow<'a, str>,
+        /// Pairing topic.
+        pairing_topic: Cow<'a, str>,
+        /// The proposal's response.
+        response: Cow<'a, str>,
+        /// The settlement request.
+        settlement: Cow<'a, str>,
+        /// Seconds to keep them.
+        ttl: u32,
     },
 }
 

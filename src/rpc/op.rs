@@ -4,8 +4,109 @@
 
 use std::borrow::Cow;
 
-use super::wire::{Loose, Params, ParamsField};
-use super::{code, Call, Op, RpcError, MAX_TTL};
+use super::wire::{Elem, List, Loose, Params, ParamsField};
+use super::{code, Call, Dialect, Op, Request, RpcError, MAX_TTL};
+
+/// Shortest `irn_` ttl, seconds (DECISIONS §10).
+pub const IRN_MIN_TTL: u64 = 10;
+
+/// Longest `attestation`, bytes (DECISIONS §10).
+pub const MAX_ATTESTATION: usize = 4096;
+
+/// Which method a call names.
+#[derive(Clone, Copy)]
+enum Kind {
+    Subscribe,
+    BatchSubscribe,
+    Publish,
+    Unsubscribe,
+    BatchUnsubscribe,
+    Fetch,
+    BatchFetch,
+    Propose,
+    Approve,
+}
+
+/// The dialect and method of a method name; `None` for an unknown method.
+fn method(name: &str) -> Option<(Dialect, Kind)> {
+    let (dialect, rest) = if let Some(r) = name.strip_prefix("waku_") {
+        (Dialect::Waku, r)
+    } else if let Some(r) = name.strip_prefix("irn_") {
+        (Dialect::Irn, r)
+    } else if let Some(r) = name.strip_prefix("iridium_") {
+        (Dialect::Iridium, r)
+    } else {
+        return match name {
+            "wc_proposeSession" => Some((Dialect::Irn, Kind::Propose)),
+            "wc_approveSession" => Some((Dialect::Irn, Kind::Approve)),
+            _ => None,
+        };
+    };
+    let kind = match rest {
+        "subscribe" => Kind::Subscribe,
+        "publish" => Kind::Publish,
+        "unsubscribe" => Kind::Unsubscribe,
+        "batchSubscribe" => Kind::BatchSubscribe,
+        "batchUnsubscribe" => Kind::BatchUnsubscribe,
+        "fetchMessages" => Kind::Fetch,
+        "batchFetchMessages" => Kind::BatchFetch,
+        _ => return None,
+    };
+    Some((dialect, kind))
+}
+
+/// The rules a dialect's params follow.
+#[derive(Clone, Copy)]
+struct Rules {
+    max_topic: usize,
+    /// `irn_`: topics are exactly 64 hex characters, ttl at least [`IRN_MIN_TTL`].
+    irn: bool,
+}
+
+impl Rules {
+    fn topic<'a>(self, v: Option<Loose<'a>>, name: &str) -> Result<Cow<'a, str>, RpcError> {
+        match v {
+            Some(Loose::Str(s)) if self.topic_ok(&s) => Ok(s),
+            _ => Err(RpcError::param(name)),
+        }
+    }
+
+    fn topic_ok(self, s: &str) -> bool {
+        if self.irn {
+            s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+        } else {
+            !s.is_empty() && s.len() <= self.max_topic
+        }
+    }
+
+    fn ttl(self, v: Option<Loose<'_>>) -> Result<u32, RpcError> {
+        let min = if self.irn { IRN_MIN_TTL } else { 1 };
+        match v {
+            Some(Loose::U64(n)) if (min..=MAX_TTL).contains(&n) => Ok(n as u32),
+            Some(Loose::F64(f)) if f.fract() == 0.0 && f >= min as f64 && f <= MAX_TTL as f64 => {
+                Ok(f as u32)
+            }
+            _ => Err(RpcError::param("ttl")),
+        }
+    }
+
+    /// A list of topics, 1 to 500.
+    fn topics<'a>(self, v: Option<List<'a>>) -> Result<Vec<Cow<'a, str>>, RpcError> {
+        let Some(List::Items(items)) = v else {
+            return Err(RpcError::param("topics"));
+        };
+        if items.is_empty() {
+            return Err(RpcError::param("topics"));
+        }
+        items
+            .into_iter()
+            .map(|e| match e {
+                Elem::Str(s) if self.topic_ok(&s) => Ok(s),
+                _ => Err(RpcError::param("topics")),
+            })
+            .collect()
+    }
+}
 
 fn string_param<'a>(
     v: Option<Loose<'a>>,
@@ -18,23 +119,48 @@ fn string_param<'a>(
     }
 }
 
+fn prompt(v: Option<Loose<'_>>) -> Result<bool, RpcError> {
+    match v {
+        None | Some(Loose::Null) => Ok(true),
+        Some(Loose::Bool(b)) => Ok(b),
+        Some(_) => Err(RpcError::param("prompt")),
+    }
+}
+
+fn tag(v: Option<Loose<'_>>) -> Result<u32, RpcError> {
+    match v {
+        None | Some(Loose::Null) => Ok(0),
+        Some(Loose::U64(n)) => u32::try_from(n).map_err(|_| RpcError::param("tag")),
+        Some(Loose::F64(f)) if f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&f) => {
+            Ok(f as u32)
+        }
+        Some(_) => Err(RpcError::param("tag")),
+    }
+}
+
+fn attestation(v: Option<Loose<'_>>) -> Result<Option<Cow<'_, str>>, RpcError> {
+    match v {
+        None | Some(Loose::Null) => Ok(None),
+        Some(Loose::Str(s)) if s.len() <= MAX_ATTESTATION => Ok(Some(s)),
+        Some(_) => Err(RpcError::param("attestation")),
+    }
+}
+
 impl<'a> Call<'a> {
     /// The method name.
     pub fn method(&self) -> &str {
         &self.method
     }
 
-    /// Validates method and params into an operation. `max_topic` bounds topic length.
-    /// Inlined: the call (168 bytes) is then not copied to be handed over.
+    /// Validates method and params into a request. `max_topic` bounds topic length (beta
+    /// topics; `irn_` topics are 64 hex characters).
+    /// Inlined: the call is then not copied to be handed over.
     #[inline]
-    pub fn op(self, max_topic: usize) -> Result<Op<'a>, RpcError> {
-        let kind = match &*self.method {
-            "waku_subscribe" => 0,
-            "waku_publish" => 1,
-            "waku_unsubscribe" => 2,
-            _ => return Err(RpcError::new(code::METHOD_NOT_FOUND, "Method not found")),
+    pub fn op(self, max_topic: usize) -> Result<Request<'a>, RpcError> {
+        let Some((dialect, kind)) = method(&self.method) else {
+            return Err(RpcError::new(code::METHOD_NOT_FOUND, "Method not found"));
         };
-        let p = match self.params {
+        let mut p = match self.params {
             Some(ParamsField::Object(p)) => p,
             None => Params::default(),
             Some(ParamsField::Other) => {
@@ -44,41 +170,76 @@ impl<'a> Call<'a> {
                 ))
             }
         };
-        match kind {
-            0 => Ok(Op::Subscribe {
-                topic: string_param(p.topic, "topic", max_topic)?,
-            }),
-            1 => {
-                let topic = string_param(p.topic, "topic", max_topic)?;
-                let message = string_param(p.message, "message", usize::MAX)?;
-                let ttl = match p.ttl {
-                    Some(Loose::U64(n)) if (1..=MAX_TTL).contains(&n) => n as u32,
-                    Some(Loose::F64(f)) if f.fract() == 0.0 && f >= 1.0 && f <= MAX_TTL as f64 => {
-                        f as u32
-                    }
-                    _ => return Err(RpcError::param("ttl")),
-                };
-                let prompt = match p.prompt {
-                    None | Some(Loose::Null) => true,
-                    Some(Loose::Bool(b)) => b,
-                    Some(_) => return Err(RpcError::param("prompt")),
-                };
-                Ok(Op::Publish {
-                    topic,
-                    message,
-                    ttl,
-                    prompt,
-                })
-            }
-            _ => {
+        let r = Rules {
+            max_topic,
+            irn: dialect == Dialect::Irn,
+        };
+        let x = p.extra.take().map(|b| *b).unwrap_or_default();
+        let op = match kind {
+            Kind::Subscribe => Op::Subscribe {
+                topic: r.topic(p.topic, "topic")?,
+            },
+            Kind::Publish => Op::Publish {
+                topic: r.topic(p.topic, "topic")?,
+                message: string_param(p.message, "message", usize::MAX)?,
+                ttl: r.ttl(p.ttl)?,
+                prompt: prompt(p.prompt)?,
+                tag: tag(p.tag)?,
+                attestation: attestation(p.attestation)?,
+            },
+            Kind::Unsubscribe => {
                 let id = string_param(p.id, "id", 1024)?;
                 let topic = match p.topic {
                     None | Some(Loose::Null) => None,
-                    t => Some(string_param(t, "topic", max_topic)?),
+                    t => Some(r.topic(t, "topic")?),
                 };
-                Ok(Op::Unsubscribe { topic, id })
+                Op::Unsubscribe { topic, id }
             }
-        }
+            Kind::BatchSubscribe => Op::BatchSubscribe {
+                topics: r.topics(x.topics)?,
+            },
+            Kind::BatchUnsubscribe => {
+                let Some(List::Items(items)) = x.subscriptions else {
+                    return Err(RpcError::param("subscriptions"));
+                };
+                let subs = items
+                    .into_iter()
+                    .map(|e| match e {
+                        Elem::Sub { topic, id } => Ok((
+                            r.topic(topic, "subscriptions")?,
+                            string_param(id, "subscriptions", 1024)?,
+                        )),
+                        _ => Err(RpcError::param("subscriptions")),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Op::BatchUnsubscribe { subs }
+            }
+            Kind::Fetch => Op::Fetch {
+                topics: vec![r.topic(p.topic, "topic")?],
+                batch: false,
+            },
+            Kind::BatchFetch => Op::Fetch {
+                topics: r.topics(x.topics)?,
+                batch: true,
+            },
+            Kind::Propose => Op::ProposeSession {
+                pairing_topic: r.topic(x.pairing_topic, "pairingTopic")?,
+                proposal: string_param(x.session_proposal, "sessionProposal", usize::MAX)?,
+                ttl: r.ttl(p.ttl)?,
+            },
+            Kind::Approve => Op::ApproveSession {
+                session_topic: r.topic(x.session_topic, "sessionTopic")?,
+                pairing_topic: r.topic(x.pairing_topic, "pairingTopic")?,
+                response: string_param(x.proposal_response, "sessionProposalResponse", usize::MAX)?,
+                settlement: string_param(
+                    x.settlement_request,
+                    "sessionSettlementRequest",
+                    usize::MAX,
+                )?,
+                ttl: r.ttl(p.ttl)?,
+            },
+        };
+        Ok(Request { dialect, op })
     }
 }
 
@@ -90,7 +251,7 @@ mod tests {
 
     fn op(s: &str) -> Result<Op<'static>, RpcError> {
         match one(s) {
-            Item::Call(c) => c.op(256),
+            Item::Call(c) => c.op(256).map(|r| r.op),
             other => panic!("not a call: {other:?}"),
         }
     }
@@ -106,7 +267,9 @@ mod tests {
                 topic: "t\"1".into(),
                 message: "a\nb".into(),
                 ttl: 21600,
-                prompt: true
+                prompt: true,
+                tag: 0,
+                attestation: None,
             })
         );
     }

@@ -31,6 +31,60 @@ pub(super) struct Params<'a> {
     pub(super) ttl: Option<Loose<'a>>,
     pub(super) prompt: Option<Loose<'a>>,
     pub(super) id: Option<Loose<'a>>,
+    /// `irn_publish`'s `tag`.
+    pub(super) tag: Option<Loose<'a>>,
+    /// `irn_publish`'s `attestation`.
+    pub(super) attestation: Option<Loose<'a>>,
+    /// The members of batch and session methods, when the object has any: apart, so that
+    /// a publish's params do not carry their room.
+    pub(super) extra: Option<Box<Extra<'a>>>,
+}
+
+/// The members of `*_batch*` and `wc_*Session` params.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct Extra<'a> {
+    pub(super) topics: Option<List<'a>>,
+    pub(super) subscriptions: Option<List<'a>>,
+    pub(super) pairing_topic: Option<Loose<'a>>,
+    pub(super) session_topic: Option<Loose<'a>>,
+    pub(super) session_proposal: Option<Loose<'a>>,
+    pub(super) proposal_response: Option<Loose<'a>>,
+    pub(super) settlement_request: Option<Loose<'a>>,
+}
+
+impl<'a> Params<'a> {
+    fn extra_mut(&mut self) -> &mut Extra<'a> {
+        self.extra.get_or_insert_with(Box::default)
+    }
+}
+
+/// Most elements a list member keeps (`topics`, `subscriptions`); a longer list is
+/// [`List::TooLong`] (DECISIONS §10: batches of at most 500).
+pub(super) const MAX_LIST: usize = 500;
+
+/// An array member of params.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum List<'a> {
+    /// Its elements.
+    Items(Vec<Elem<'a>>),
+    /// More than [`MAX_LIST`] elements.
+    TooLong,
+    /// Not an array.
+    NotArray,
+}
+
+/// An element of a list member.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Elem<'a> {
+    /// A string (a topic).
+    Str(Cow<'a, str>),
+    /// An object (a subscription: `topic`, `id`).
+    Sub {
+        topic: Option<Loose<'a>>,
+        id: Option<Loose<'a>>,
+    },
+    /// Anything else.
+    Other,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -253,6 +307,21 @@ impl<'de> Deserialize<'de> for ParamsField<'de> {
                         "ttl" => p.ttl = Some(map.next_value()?),
                         "prompt" => p.prompt = Some(map.next_value()?),
                         "id" => p.id = Some(map.next_value()?),
+                        "tag" => p.tag = Some(map.next_value()?),
+                        "attestation" => p.attestation = Some(map.next_value()?),
+                        "topics" => p.extra_mut().topics = Some(map.next_value()?),
+                        "subscriptions" => p.extra_mut().subscriptions = Some(map.next_value()?),
+                        "pairingTopic" => p.extra_mut().pairing_topic = Some(map.next_value()?),
+                        "sessionTopic" => p.extra_mut().session_topic = Some(map.next_value()?),
+                        "sessionProposal" => {
+                            p.extra_mut().session_proposal = Some(map.next_value()?)
+                        }
+                        "sessionProposalResponse" => {
+                            p.extra_mut().proposal_response = Some(map.next_value()?)
+                        }
+                        "sessionSettlementRequest" => {
+                            p.extra_mut().settlement_request = Some(map.next_value()?)
+                        }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
@@ -336,6 +405,112 @@ impl<'de> Deserialize<'de> for Loose<'de> {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Loose::Array)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for List<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = List<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = seq.next_element::<Elem<'de>>()? {
+                    if v.len() == MAX_LIST {
+                        while seq.next_element::<IgnoredAny>()?.is_some() {}
+                        return Ok(List::TooLong);
+                    }
+                    v.push(e);
+                }
+                Ok(List::Items(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(List::NotArray)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(List::NotArray)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(List::NotArray)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(List::NotArray)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(List::NotArray)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(List::NotArray)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(List::NotArray)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(List::NotArray)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Elem<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Elem<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list element")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Elem::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Elem::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Elem::Str(Cow::Owned(v)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let (mut topic, mut id) = (None, None);
+                while let Some(k) = map.next_key::<Key<'de>>()? {
+                    match &*k.0 {
+                        "topic" => topic = Some(map.next_value()?),
+                        "id" => id = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Elem::Sub { topic, id })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Elem::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Elem::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Elem::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Elem::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Elem::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Elem::Other)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Elem::Other)
             }
         }
         d.deserialize_any(V)

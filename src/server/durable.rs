@@ -18,6 +18,7 @@ use bytes::Bytes;
 use super::StartError;
 use crate::config::{Config, Fsync};
 use crate::health::Health;
+use crate::message::{Body, Meta};
 use crate::relay::engine::home::HomeTopics;
 use crate::relay::engine::journal::{Cancels, Journal};
 use crate::relay::engine::local::{HomeMsg, LocalEngine};
@@ -33,7 +34,10 @@ struct Found {
     topic: Arc<str>,
     pos: Position,
     expires_unix: u64,
+    /// A v2 message's `Body` (its parts), or a v1 frame.
     data: Bytes,
+    /// A v2 message's `Body::beta_len`; 0 for a v1 frame.
+    beta_len: u32,
     loc: Loc,
 }
 
@@ -66,6 +70,21 @@ struct Recovered {
     undecodable: u64,
 }
 
+/// A v2 message's content as a record holds it: this build's `Body`, or (`body` false) the
+/// `{"topic":..,"message":..}` of a build before `irn`, given `publishedAt` = the time it is
+/// read back (`now`, ms) and tag 0 (docs/DECISIONS.md, "Stored messages before irn").
+fn stored_body(body: bool, data: &[u8], now: u64) -> Option<Body> {
+    if body {
+        Body::from_stored(Bytes::copy_from_slice(data))
+    } else {
+        let meta = Meta {
+            published_at: now,
+            ..Meta::default()
+        };
+        Body::from_beta(data, meta)
+    }
+}
+
 /// The owner name of worker `i`'s log.
 pub fn owner(i: usize) -> String {
     format!("w{i}")
@@ -95,6 +114,7 @@ impl Recovered {
                 epoch,
                 seq,
                 expires_unix_ms,
+                body,
                 data,
                 ..
             } => {
@@ -102,15 +122,23 @@ impl Recovered {
                     self.expired += 1;
                     return;
                 }
-                let list = match ns {
-                    Ns::V2 => &mut share.messages,
-                    Ns::V1 => &mut share.frames,
+                let (list, data, beta_len) = match ns {
+                    Ns::V2 => match stored_body(body, data, now) {
+                        Some(b) => (&mut share.messages, b.irn().clone(), b.beta_len()),
+                        None => {
+                            self.undecodable += 1;
+                            log::warn!("data directory: message of {owner} at {loc:?} is not a stored message body");
+                            return;
+                        }
+                    },
+                    Ns::V1 => (&mut share.frames, Bytes::copy_from_slice(data), 0),
                 };
                 list.push(Found {
                     topic: Arc::from(topic),
                     pos: Position { epoch, seq },
                     expires_unix: expires_unix_ms,
-                    data: Bytes::copy_from_slice(data),
+                    data,
+                    beta_len,
                     loc,
                 });
             }
@@ -300,7 +328,7 @@ fn restore(engine: &mut LocalEngine, mut share: Share, keep: bool) -> (usize, us
     let hashes: Vec<u64> = share
         .messages
         .iter()
-        .map(|f| engine.content_hash(&f.data))
+        .map(|f| engine.content_hash(f.data.get(..f.beta_len as usize).unwrap_or(&[])))
         .collect();
     let (home, mut journal) = engine.parts_mut();
     let mut kept = 0;
@@ -308,9 +336,12 @@ fn restore(engine: &mut LocalEngine, mut share: Share, keep: bool) -> (usize, us
         if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
             j.log_mut().keep(f.loc);
         }
+        let Some(body) = Body::from_parts(f.data, f.beta_len) else {
+            continue;
+        };
         let msg = Message {
             pos: f.pos,
-            data: f.data,
+            body,
             origin: Origin::NONE,
         };
         let expires = now + f.expires_unix.saturating_sub(unix_now);

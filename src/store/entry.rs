@@ -2,12 +2,18 @@
 //!
 //! ```text
 //! Message        1 ns flags epoch:u64 seq:u64 expires_unix_ms:u64 topic:str16 data:bytes32
+//! MessageBody    5 (as Message)
 //! Forget         2 ns epoch:u64 seq:u64 topic:str16
 //! WebhookAdd     3 topic:str16 url:str16
 //! WebhookRemove  4 topic:str16 url:str16
 //! ```
 //! Integers are little-endian; `str16` is a u16 length then UTF-8 bytes, `bytes32` a u32
 //! length then bytes; `flags` bit 0 is `prompt`, other bits must be zero.
+//!
+//! `MessageBody` (this build's v2 messages) holds the message's `message::Body`, the `irn`
+//! object with `publishedAt`, `tag` and `attestation`. `Message` holds a v1 frame, or a v2
+//! message written by a build before `irn` (`{"topic":..,"message":..}`, which recovery
+//! upgrades: docs/DECISIONS.md, "Stored messages before irn").
 //!
 //! Owns only the encoding: [`Entry::decode`] is pure and returns a typed [`EntryError`] on
 //! anything malformed (never panics). What an entry means for the cache (replay order,
@@ -39,6 +45,8 @@ pub enum Entry<'a> {
         expires_unix_ms: u64,
         /// The publish's `prompt` (false: no webhook push).
         prompt: bool,
+        /// `data` is a `message::Body` (kind 5); else a v1 frame or a pre-`irn` v2 object.
+        body: bool,
         /// The stored payload.
         data: &'a [u8],
     },
@@ -100,6 +108,7 @@ const MESSAGE: u8 = 1;
 const FORGET: u8 = 2;
 const WEBHOOK_ADD: u8 = 3;
 const WEBHOOK_REMOVE: u8 = 4;
+const MESSAGE_BODY: u8 = 5;
 
 fn put_str16(out: &mut Vec<u8>, s: &str, what: &'static str) -> Result<(), EntryError> {
     let n = u16::try_from(s.len()).map_err(|_| EntryError::TooLong(what))?;
@@ -149,9 +158,11 @@ impl<'a> Entry<'a> {
                 seq,
                 expires_unix_ms,
                 prompt,
+                body,
                 data,
             } => {
-                out.extend_from_slice(&[MESSAGE, ns as u8, u8::from(prompt)]);
+                let kind = if body { MESSAGE_BODY } else { MESSAGE };
+                out.extend_from_slice(&[kind, ns as u8, u8::from(prompt)]);
                 for v in [epoch, seq, expires_unix_ms] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
@@ -189,7 +200,7 @@ impl<'a> Entry<'a> {
     pub fn decode(buf: &'a [u8]) -> Result<Entry<'a>, EntryError> {
         let mut r = Reader { buf };
         let e = match r.u8()? {
-            MESSAGE => {
+            kind @ (MESSAGE | MESSAGE_BODY) => {
                 let ns = r.ns()?;
                 let flags = r.u8()?;
                 if flags & !1 != 0 {
@@ -205,6 +216,7 @@ impl<'a> Entry<'a> {
                     seq,
                     expires_unix_ms,
                     prompt: flags & 1 != 0,
+                    body: kind == MESSAGE_BODY,
                     data: r.take(n)?,
                 }
             }
@@ -292,6 +304,7 @@ mod tests {
                 seq: u64::MAX,
                 expires_unix_ms: 1_800_000_000_000,
                 prompt: true,
+                body: true,
                 data: b"{\"x\":1}",
             },
             Entry::Message {
@@ -301,6 +314,7 @@ mod tests {
                 seq: 0,
                 expires_unix_ms: 0,
                 prompt: false,
+                body: false,
                 data: b"",
             },
             Entry::Forget {
@@ -366,10 +380,10 @@ mod tests {
 
         #[test]
         fn messages_round_trip(v1 in any::<bool>(), topic in ".{0,40}", epoch in any::<u64>(),
-                               seq in any::<u64>(), exp in any::<u64>(), prompt in any::<bool>(),
+                               seq in any::<u64>(), exp in any::<u64>(), prompt in any::<bool>(), body in any::<bool>(),
                                data in proptest::collection::vec(any::<u8>(), 0..100)) {
             let e = Entry::Message { ns: if v1 { Ns::V1 } else { Ns::V2 }, topic: &topic, epoch,
-                                     seq, expires_unix_ms: exp, prompt, data: &data };
+                                     seq, expires_unix_ms: exp, prompt, body, data: &data };
             let mut buf = Vec::new();
             e.encode(&mut buf).unwrap();
             prop_assert_eq!(Entry::decode(&buf), Ok(e));

@@ -424,6 +424,7 @@ fn entries_written_by_the_log_decode_after_recovery() {
         seq: 77,
         expires_unix_ms: 1_900_000_000_000,
         prompt: false,
+        body: false,
         data: &[7u8; 600],
     };
     let a = log.append_entry(&msg).unwrap();

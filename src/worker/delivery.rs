@@ -14,7 +14,11 @@ use crate::conn::{self, http::webhook_answer, Conn, DeflateKit, HttpWait, Phase}
 use crate::http::response;
 use crate::metrics::CoreMetrics;
 use crate::outbuf::SHARE_THRESHOLD;
-use crate::relay::{ConnRef, PushKind, Recipients, RelayError, SubId};
+use std::sync::Arc;
+
+use crate::message::{Body, Origin, Position};
+use crate::relay::engine::History;
+use crate::relay::{ConnRef, Dialect, PushKind, Recipients, RelayError, SubId};
 use crate::ws::deflate::Shared;
 
 /// The worker's connections as the relay's deliveries reach them.
@@ -32,6 +36,10 @@ struct Conns<'a> {
     fill_mark: usize,
     max_outbound: usize,
     max_pending: usize,
+    /// This process (see `Origin`).
+    node: u64,
+    /// This worker.
+    me: u16,
 }
 
 impl Conns<'_> {
@@ -59,8 +67,37 @@ impl Conns<'_> {
     }
 }
 
+impl Conns<'_> {
+    /// Resolves one result of the connection's pending answer `answer` with `f`, then
+    /// resumes its input if the answer was what held it.
+    fn resolve(&mut self, r: ConnRef, answer: u64, f: impl FnOnce(&mut Conn) -> bool) {
+        let max_pending = self.max_pending;
+        let Some(c) = self.live(r) else { return };
+        if answer == 0 {
+            return;
+        }
+        let was_blocked = c.input_blocked(max_pending);
+        if !f(c) {
+            return;
+        }
+        let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
+        self.mark_dirty(r.key);
+        if resume {
+            self.resume(r);
+        }
+    }
+
+    /// The origin of what the connection `r` publishes.
+    fn origin_of(&self, r: ConnRef) -> Origin {
+        Origin {
+            node: self.node,
+            conn: Origin::conn_id(self.me, r.uid),
+        }
+    }
+}
+
 impl Recipients for Conns<'_> {
-    fn push(&mut self, r: ConnRef, id: &SubId, data: &Bytes, kind: PushKind) {
+    fn push(&mut self, r: ConnRef, id: &SubId, dialect: Dialect, body: &Body, kind: PushKind) {
         let (fill, max_out) = (self.fill_mark, self.max_outbound);
         let Some(c) = conn::live(self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_))) else {
             return;
@@ -68,26 +105,30 @@ impl Recipients for Conns<'_> {
         let deflate = c.ws().and_then(|w| w.deflate);
         let over = match kind {
             PushKind::Live { share_min } => {
-                // permessage-deflate: the push compressed once per worker, shared.
+                // permessage-deflate: the push compressed once per worker and shape, shared.
                 let kit = &mut *self.deflate;
                 let z = deflate.and_then(|a| {
-                    if !kit.push.as_ref().is_some_and(|p| p.is_for(data)) {
-                        let suffix = Bytes::from_static(crate::rpc::PUSH_SUFFIX);
-                        kit.push = Some(Shared::new(data.clone(), suffix));
+                    let (data, len, suffix) = crate::rpc::push_shape(body, dialect);
+                    let data = data.slice(..len);
+                    let slot = &mut kit.push[usize::from(dialect != Dialect::Waku)];
+                    if !slot.as_ref().is_some_and(|p| p.is_for(&data)) {
+                        *slot = Some(Shared::new(data, Bytes::from_static(suffix)));
                     }
-                    let shared = kit.push.as_mut()?;
+                    let shared = slot.as_mut()?;
                     shared.get(&mut kit.deflater, a.window_bits()).cloned()
                 });
                 match z {
-                    Some(z) => c.deliver_compressed(id, &z, true, fill, share_min, self.enc),
-                    None => c.deliver(id, data, true, fill, share_min, self.enc),
+                    Some(z) => {
+                        c.deliver_compressed(id, dialect, &z, true, fill, share_min, self.enc)
+                    }
+                    None => c.deliver(id, dialect, body, true, fill, share_min, self.enc),
                 }
                 c.outbound_len() > max_out
             }
             // A replay is cached data: it waits by reference in the backlog and does not
             // count as falling behind.
             PushKind::Replay => {
-                c.deliver(id, data, false, fill, SHARE_THRESHOLD, self.enc);
+                c.deliver(id, dialect, body, false, fill, SHARE_THRESHOLD, self.enc);
                 false
             }
         };
@@ -121,20 +162,21 @@ impl Recipients for Conns<'_> {
     }
 
     fn answer(&mut self, r: ConnRef, answer: u64, result: Result<(), RelayError>) {
-        let max_pending = self.max_pending;
-        let Some(c) = self.live(r) else { return };
-        if answer == 0 {
-            return;
-        }
-        let was_blocked = c.input_blocked(max_pending);
-        if !c.resolve(answer, result) {
-            return;
-        }
-        let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
-        self.mark_dirty(r.key);
-        if resume {
-            self.resume(r);
-        }
+        self.resolve(r, answer, |c| c.resolve(answer, result));
+    }
+
+    fn fetched(
+        &mut self,
+        r: ConnRef,
+        answer: u64,
+        topic: &Arc<str>,
+        after: Position,
+        result: Result<History, RelayError>,
+    ) {
+        let me = self.origin_of(r);
+        self.resolve(r, answer, |c| {
+            conn::fetch::resolve(c, answer, topic, after, me, result)
+        });
     }
 
     fn webhook_answer(&mut self, r: ConnRef, result: Result<(), RelayError>) {
@@ -172,9 +214,11 @@ impl Worker {
             fill_mark: self.fill_mark,
             max_outbound: limits.max_outbound,
             max_pending: limits.max_pending_answers,
+            node: self.relay.node(),
+            me: self.id as u16,
         };
         self.relay.deliver(&mut conns);
         // The compressed form of the last push is not kept past the round.
-        self.deflate.push = None;
+        self.deflate.push = [None, None];
     }
 }

@@ -232,8 +232,13 @@ pub fn test_config(urls: &[String]) -> ClusterConfig {
 pub const WAIT: Duration = Duration::from_secs(15);
 
 /// The bytes the relay stores for a message.
-pub fn data(topic: &str, msg: &str) -> bytes::Bytes {
-    bytes::Bytes::from(format!("{{\"topic\":\"{topic}\",\"message\":\"{msg}\"}}"))
+pub fn data(topic: &str, msg: &str) -> walletrelay::message::Body {
+    let meta = walletrelay::message::Meta {
+        published_at: 1_700_000_000_000,
+        tag: 1108,
+        attestation: None,
+    };
+    walletrelay::message::Body::encode(topic, msg, meta)
 }
 
 impl Node {
@@ -319,7 +324,7 @@ impl Node {
     pub fn publish_as(
         &self,
         topic: &str,
-        data: bytes::Bytes,
+        data: walletrelay::message::Body,
         ttl: Duration,
         origin: Origin,
         prompt: bool,
@@ -328,7 +333,7 @@ impl Node {
         let req = PublishReq {
             ns: walletrelay::cluster::NS_V2,
             topic: topic.into(),
-            data,
+            body: data,
             ttl,
             origin,
             prompt,

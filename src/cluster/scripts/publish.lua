@@ -5,9 +5,10 @@
 --   whose name is also the topic's pub/sub channel (id <seq>-0; fields d data, x expiry ms,
 --   o origin, h digest); 3 the topic's webhook set, passed only when the message asks for
 --   its webhooks (prompt).
--- ARGV[1] max cached per topic; per message 5: data, ttl ms, origin (16 bytes), prompt
---   ("1"/"0"), digest of data (xxh3-128, 16 bytes; a hint only: a hit is confirmed by
---   comparing the data).
+-- ARGV[1] max cached per topic; per message 6: data (a message::Body), ttl ms, origin (16
+--   bytes), prompt ("1"/"0"), digest of the body's beta part (xxh3-128, 16 bytes; a hint
+--   only: a hit is confirmed by comparing the first n bytes of both), n (the beta part's
+--   length, decimal).
 -- Returns one flat array, per message: epoch, seq (negative: a duplicate of the message
 --   still cached at -seq, nothing stored), n, then n webhook urls (n is 0 unless prompt).
 -- Cost matters (Redis's one thread runs this for every publish of the cluster): the steady
@@ -39,7 +40,7 @@ local function trim(meta, stream, over)
   return f
 end
 
-local function publish(meta, stream, hooks, data, ttl, origin, digest)
+local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
   local m = redis.call('HMGET', meta, 'e', 's', 'f', 'x', digest)
   local epoch, seq, hit = m[1], tonumber(m[2]), m[5]
   local extra = nil -- meta fields other than s and the digest, rarely written
@@ -47,7 +48,8 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest)
     if hit then
       local e = redis.call('XRANGE', stream, hit, hit)
       local f = e[1] and e[1][2]
-      if f and f[2] == data and tonumber(f[4]) > now then
+      local b = tonumber(beta)
+      if f and string.sub(f[2], 1, b) == string.sub(data, 1, b) and tonumber(f[4]) > now then
         out[n + 1], out[n + 2], out[n + 3] = epoch, -tonumber(hit), 0
         n = n + 3
         return
@@ -110,7 +112,8 @@ local k, a = 1, 2
 while a <= #ARGV do
   local hooks, nk = nil, 2
   if ARGV[a + 3] == '1' then hooks, nk = KEYS[k + 2], 3 end
-  publish(KEYS[k], KEYS[k + 1], hooks, ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 4])
-  k, a = k + nk, a + 5
+  publish(KEYS[k], KEYS[k + 1], hooks, ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 4],
+    ARGV[a + 5])
+  k, a = k + nk, a + 6
 end
 return out

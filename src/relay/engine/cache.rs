@@ -47,8 +47,11 @@ pub struct Cached {
     pub seq: u64,
     /// Content hash (dedup).
     pub hash: u64,
-    /// The encoded `{"topic":..,"message":..}` object.
+    /// The stored bytes: a v2 message's [`Body`](crate::message::Body) (see
+    /// [`Cached::body`]), or a v1 frame.
     pub data: Bytes,
+    /// A v2 message's beta part (see `Body::beta`); 0 for a v1 frame.
+    pub beta_len: u32,
     /// Expiry, in the worker clock's milliseconds.
     pub expires: u64,
     /// Who published it.
@@ -59,6 +62,13 @@ pub struct Cached {
     pub v1: bool,
     prev: usize,
     next: usize,
+}
+
+impl Cached {
+    /// A v2 message's content (`None` for a v1 frame, or bytes that are not a body).
+    pub fn body(&self) -> Option<crate::message::Body> {
+        crate::message::Body::from_parts(self.data.clone(), self.beta_len)
+    }
 }
 
 /// The expiry index: a min-heap with lazy deletion (a removed message's entry stays until
@@ -164,6 +174,7 @@ impl Cache {
         topic_seq: u64,
         hash: u64,
         data: Bytes,
+        beta_len: u32,
         expires: u64,
         origin: Origin,
     ) -> usize {
@@ -176,6 +187,7 @@ impl Cache {
             seq,
             hash,
             data,
+            beta_len,
             expires,
             origin,
             record: None,
@@ -316,9 +328,9 @@ mod tests {
     #[test]
     fn evicts_oldest_and_expires_by_time() {
         let mut c = Cache::default();
-        let a = c.insert(1, 0, 10, b("a"), 500, Origin::NONE);
-        let bb = c.insert(1, 0, 11, b("b"), 100, Origin::NONE);
-        let cc = c.insert(2, 0, 12, b("c"), 300, Origin::NONE);
+        let a = c.insert(1, 0, 10, b("a"), 0, 500, Origin::NONE);
+        let bb = c.insert(1, 0, 11, b("b"), 0, 100, Origin::NONE);
+        let cc = c.insert(2, 0, 12, b("c"), 0, 300, Origin::NONE);
         assert_eq!(c.oldest(), Some(a));
         assert_eq!(c.next_expired(50), None);
         assert_eq!(c.next_expired(100), Some(bb));
@@ -337,7 +349,7 @@ mod tests {
     fn heap_stays_bounded_under_churn() {
         let mut c = Cache::default();
         for i in 0..100_000u64 {
-            let k = c.insert(1, 0, i, b("m"), 1_000_000 + i, Origin::NONE);
+            let k = c.insert(1, 0, i, b("m"), 0, 1_000_000 + i, Origin::NONE);
             c.remove(k);
         }
         let e = &c.expiry;
@@ -371,7 +383,15 @@ mod tests {
         assert!(before.0 >= N && before.1 >= 2 * N, "{before:?}");
         let mut keys = std::collections::VecDeque::new();
         for i in 0..N as u64 {
-            keys.push_back(c.insert((i % 97) as u32, 0, i, b("m"), 1_000_000 - i, Origin::NONE));
+            keys.push_back(c.insert(
+                (i % 97) as u32,
+                0,
+                i,
+                b("m"),
+                0,
+                1_000_000 - i,
+                Origin::NONE,
+            ));
         }
         assert!(!grew(caps(&c), before), "filling to N grew a table");
         // Steady state at the budget: each insert evicts the oldest (a stale heap entry).
@@ -383,6 +403,7 @@ mod tests {
                 0,
                 N as u64 + i,
                 b("m"),
+                0,
                 2_000_000 + i,
                 Origin::NONE,
             ));
@@ -428,7 +449,7 @@ mod tests {
                 // stale entries that build up and force compactions).
                 0..=4 if live.len() < 1000 => {
                     let exp = now + next() % 1_000_000;
-                    let k = c.insert(1, 0, step, b("m"), exp, Origin::NONE);
+                    let k = c.insert(1, 0, step, b("m"), 0, exp, Origin::NONE);
                     model.insert((exp, c.get(k).unwrap().seq), k);
                     live.push(k);
                 }

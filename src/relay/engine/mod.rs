@@ -36,104 +36,15 @@ use bytes::Bytes;
 
 use super::error::RelayError;
 
-/// A place in a topic's history. `seq` counts the topic's stored messages from 1; `epoch`
-/// names the history the count belongs to and changes (grows) whenever that history is lost
-/// (the topic was forgotten, a store lost it), so positions of different epochs are never
-/// compared as if they were one sequence. Ordered by epoch, then seq.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Position {
-    /// The history (see [`new_epoch`]).
-    pub epoch: u64,
-    /// The message's number in that history (1 for the first).
-    pub seq: u64,
-}
-
-impl Position {
-    /// Before anything: every message comes after it.
-    pub const ZERO: Position = Position { epoch: 0, seq: 0 };
-
-    /// Whether `next` directly follows `self` in the same history.
-    pub fn is_followed_by(self, next: Position) -> bool {
-        self.epoch == next.epoch && self.seq + 1 == next.seq
-    }
-}
-
-/// A fresh epoch: microseconds of wall-clock time, made strictly increasing within the
-/// process, so a history started later has a larger epoch than one started earlier (also
-/// across restarts, as long as the clock does not go back by more than the downtime).
-pub fn new_epoch() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = crate::clock::unix_ms().saturating_mul(1000);
-    let mut last = LAST.load(Ordering::Relaxed);
-    loop {
-        let next = now.max(last + 1);
-        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return next,
-            Err(seen) => last = seen,
-        }
-    }
-}
-
-/// Who published a message: the process (`node`, random per process start, so ids of a
-/// previous run or another node never match) and the connection (`conn`, see
-/// [`Origin::conn_id`]). A subscription is never sent a message its own connection
-/// published. [`Origin::NONE`] matches no connection (messages recovered from disk).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Origin {
-    /// The publishing process.
-    pub node: u64,
-    /// The publishing connection within it.
-    pub conn: u64,
-}
-
-impl Origin {
-    /// Nobody: a message whose publisher is unknown.
-    pub const NONE: Origin = Origin { node: 0, conn: 0 };
-
-    /// 16 bytes, big-endian node then connection (as the Redis engine stores and publishes
-    /// it).
-    pub fn to_bytes(self) -> [u8; 16] {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&self.node.to_be_bytes());
-        b[8..].copy_from_slice(&self.conn.to_be_bytes());
-        b
-    }
-
-    /// The inverse of [`Origin::to_bytes`]; `None` unless exactly 16 bytes.
-    pub fn from_bytes(b: &[u8]) -> Option<Origin> {
-        let b: &[u8; 16] = b.try_into().ok()?;
-        let (n, c) = b.split_at(8);
-        Some(Origin {
-            node: u64::from_be_bytes(n.try_into().ok()?),
-            conn: u64::from_be_bytes(c.try_into().ok()?),
-        })
-    }
-
-    /// The id of connection `uid` of worker `worker`, unique within the process.
-    pub fn conn_id(worker: u16, uid: u64) -> u64 {
-        (u64::from(worker) << 48) | (uid & ((1 << 48) - 1))
-    }
-}
-
-/// A stored message as the engine hands it out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    /// Its place in the topic's history.
-    pub pos: Position,
-    /// The encoded `{"topic":..,"message":..}` object pushed to subscribers.
-    pub data: Bytes,
-    /// Its publisher.
-    pub origin: Origin,
-}
+pub use crate::message::{new_epoch, Body, Message, Origin, Position};
 
 /// A publish to store.
 #[derive(Debug, Clone)]
 pub struct PublishReq {
     /// The topic.
     pub topic: Arc<str>,
-    /// The encoded `{"topic":..,"message":..}` object.
-    pub data: Bytes,
+    /// Its content, encoded once.
+    pub body: Body,
     /// Seconds to keep it cached.
     pub ttl: u32,
     /// Push notifications wanted (`prompt` not `false`).

@@ -97,7 +97,11 @@ impl World {
                 epoch: self.epoch,
                 seq,
             },
-            data: bytes::Bytes::from(seq.to_string()),
+            body: crate::message::Body::encode(
+                "t",
+                &seq.to_string(),
+                crate::message::Meta::default(),
+            ),
             origin: World::origin(self.rng.below(PUBLISHERS + 1)),
         };
         self.stored.push(msg.clone());
@@ -311,7 +315,7 @@ fn a_live_message_already_given_by_the_history_is_not_given_again() {
     let p = |seq| Position { epoch: 5, seq };
     let msg = |seq| Message {
         pos: p(seq),
-        data: bytes::Bytes::new(),
+        body: crate::message::Body::encode("t", "", crate::message::Meta::default()),
         origin: Origin::NONE,
     };
     let mut subs = [Sub {
@@ -350,7 +354,7 @@ fn a_live_message_already_given_by_the_history_is_not_given_again() {
     }];
     let first = Message {
         pos: Position { epoch: 6, seq: 1 },
-        data: bytes::Bytes::new(),
+        body: crate::message::Body::encode("t", "", crate::message::Meta::default()),
         origin: Origin::NONE,
     };
     let mut count = 0;

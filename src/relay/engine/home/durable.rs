@@ -42,7 +42,7 @@ impl HomeTopics {
             return false;
         }
         t.last_seq = msg.pos.seq;
-        let key = self.insert(slot, msg.pos.seq, hash, msg.data, expires, msg.origin);
+        let key = self.insert(slot, msg.pos.seq, hash, &msg.body, expires, msg.origin);
         let cached = self
             .cache
             .get(key)

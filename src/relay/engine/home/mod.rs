@@ -242,7 +242,7 @@ impl HomeTopics {
         let t = &mut self.topics[slot as usize];
         t.last_seq += 1;
         let pos = t.last();
-        let key = self.insert(slot, pos.seq, hash, req.data.clone(), expires, req.origin);
+        let key = self.insert(slot, pos.seq, hash, &req.body, expires, req.origin);
         self.m().stored.inc();
         let still = self.topics.contains(slot as usize).then_some(slot);
         StoreOutcome {
@@ -263,11 +263,14 @@ impl HomeTopics {
         slot: u32,
         seq: u64,
         hash: u64,
-        data: bytes::Bytes,
+        body: &crate::message::Body,
         expires: u64,
         origin: Origin,
     ) -> usize {
-        let key = self.cache.insert(slot, seq, hash, data, expires, origin);
+        let (data, beta_len) = (body.irn().clone(), body.beta_len());
+        let key = self
+            .cache
+            .insert(slot, seq, hash, data, beta_len, expires, origin);
         let t = &mut self.topics[slot as usize];
         t.cached.push_back(key);
         t.note(hash);
@@ -304,9 +307,10 @@ impl HomeTopics {
         let t = &self.topics[slot as usize];
         t.hashes.contains_key(&hash)
             && t.cached.iter().any(|&k| {
-                self.cache
-                    .get(k)
-                    .is_some_and(|m| m.hash == hash && m.data == req.data)
+                self.cache.get(k).is_some_and(|m| {
+                    m.hash == hash
+                        && m.data.get(..m.beta_len as usize) == Some(req.body.beta_bytes())
+                })
             })
     }
 
@@ -367,13 +371,15 @@ impl HomeTopics {
         } else {
             0
         };
-        let to_msg = |m: &Cached| Message {
-            pos: Position {
-                epoch: last.epoch,
-                seq: m.topic_seq,
-            },
-            data: m.data.clone(),
-            origin: m.origin,
+        let to_msg = |m: &Cached| {
+            Some(Message {
+                pos: Position {
+                    epoch: last.epoch,
+                    seq: m.topic_seq,
+                },
+                body: m.body()?,
+                origin: m.origin,
+            })
         };
         // Cached keys are in position order: skip the older ones from the back's view.
         let skip = t
@@ -386,7 +392,7 @@ impl HomeTopics {
             .iter()
             .skip(skip)
             .filter_map(|&k| self.cache.get(k))
-            .map(to_msg)
+            .filter_map(to_msg)
             .collect();
         History { last, messages }
     }

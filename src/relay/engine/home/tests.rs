@@ -18,7 +18,7 @@ fn topics(limits: Limits) -> HomeTopics {
 fn req(topic: &Arc<str>, body: &str) -> PublishReq {
     PublishReq {
         topic: topic.clone(),
-        data: Bytes::copy_from_slice(body.as_bytes()),
+        body: crate::message::Body::encode("t", body, crate::message::Meta::default()),
         ttl: 60,
         prompt: true,
         origin: Origin::NONE,
@@ -256,7 +256,7 @@ fn v1_frames_keep_their_own_history_beside_the_v2_cache() {
     let t: Arc<str> = Arc::from("t");
     let m = |seq, body: &'static str| Message {
         pos: pos(EARLIER, seq),
-        data: Bytes::from_static(body.as_bytes()),
+        body: crate::message::Body::encode("t", body, crate::message::Meta::default()),
         origin: Origin::NONE,
     };
     assert!(h.restore(&t, m(1, "m1"), 1, 60_000, loc(0)));

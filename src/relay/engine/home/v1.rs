@@ -65,7 +65,7 @@ impl HomeTopics {
         expires: u64,
         origin: Origin,
     ) -> Option<usize> {
-        let key = self.cache.insert(slot, seq, 0, frame, expires, origin);
+        let key = self.cache.insert(slot, seq, 0, frame, 0, expires, origin);
         self.cache.mark_v1(key);
         self.topics[slot as usize].v1_pending.push_back(key);
         self.m().cached_messages.inc();

@@ -289,6 +289,7 @@ impl Journal {
             seq: pos.seq,
             expires_unix_ms: expires.saturating_add_signed(self.unix_offset),
             prompt,
+            body: !v1,
             data,
         })
     }

@@ -71,7 +71,7 @@ impl Rig {
     fn publish(&mut self, body: &str, ticket: Ticket) -> bool {
         let req = PublishReq {
             topic: self.topic.clone(),
-            data: Bytes::copy_from_slice(body.as_bytes()),
+            body: crate::message::Body::encode("t", body, crate::message::Meta::default()),
             ttl: 3600,
             prompt: false,
             origin: Origin::NONE,
@@ -81,10 +81,14 @@ impl Rig {
         let (Stored::New(pos), Some(key)) = (o.stored, o.key) else {
             panic!("not stored: {o:?}");
         };
-        let Some(a) = self
-            .j
-            .message(false, &self.topic, pos, now + 3_600_000, false, &req.data)
-        else {
+        let Some(a) = self.j.message(
+            false,
+            &self.topic,
+            pos,
+            now + 3_600_000,
+            false,
+            req.body.irn(),
+        ) else {
             return false;
         };
         self.home.set_record(key, a.loc);
@@ -125,7 +129,10 @@ impl Rig {
         let (mut bodies, mut urls) = (Vec::new(), Vec::new());
         store::recover(&dir.0, |_, _, p| {
             match store::entry::Entry::decode(p).unwrap() {
-                Entry::Message { data, .. } => bodies.push(String::from_utf8_lossy(data).into()),
+                Entry::Message { data, body, .. } => {
+                    assert!(body, "a v2 message is recorded as a body");
+                    bodies.push(message_of(data))
+                }
                 Entry::WebhookAdd { url, .. } => urls.push(url.to_string()),
                 _ => {}
             }
@@ -215,6 +222,12 @@ fn with_fsync_always_a_duplicate_waits_for_its_originals_sync() {
 }
 
 /// Every record of the directory as (kind, epoch, seq, body), in log order.
+/// The `message` of a recorded body.
+fn message_of(data: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(data).unwrap();
+    v["message"].as_str().unwrap().to_string()
+}
+
 fn records(dir: &std::path::Path) -> Vec<(&'static str, u64, u64, String)> {
     let mut out = Vec::new();
     store::recover(dir, |_, _, p| {
@@ -226,7 +239,7 @@ fn records(dir: &std::path::Path) -> Vec<(&'static str, u64, u64, String)> {
                 seq,
                 data,
                 ..
-            } => out.push(("v2", epoch, seq, text(data))),
+            } => out.push(("v2", epoch, seq, message_of(data))),
             Entry::Message {
                 ns: Ns::V1,
                 epoch,
@@ -258,7 +271,7 @@ fn a_rewrite_records_every_message_and_frame_at_its_own_position_and_a_take_forg
     for (seq, body) in [(4, "m4"), (5, "m5")] {
         let msg = crate::relay::engine::Message {
             pos: Position { epoch: 70, seq },
-            data: Bytes::from_static(body.as_bytes()),
+            body: crate::message::Body::encode("t", body, crate::message::Meta::default()),
             origin: Origin::NONE,
         };
         assert!(r.home.restore(&t, msg, seq, far, elsewhere(seq as u32)));

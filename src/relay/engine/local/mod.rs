@@ -168,7 +168,8 @@ impl LocalEngine {
         let mut wait = None;
         if let (Some(j), Some(key)) = (self.journal.as_mut(), o.key) {
             let expires = now + u64::from(req.ttl) * 1000;
-            if let Some(a) = j.message(false, &req.topic, pos, expires, req.prompt, &req.data) {
+            if let Some(a) = j.message(false, &req.topic, pos, expires, req.prompt, req.body.irn())
+            {
                 self.home.set_record(key, a.loc);
                 wait = j.answers_after_sync().then_some(a.lsn);
             } else if j.answers_after_sync() {
@@ -177,7 +178,7 @@ impl LocalEngine {
         }
         let msg = Message {
             pos,
-            data: req.data,
+            body: req.body,
             origin: req.origin,
         };
         if let Some(t) = o.slot.and_then(|slot| self.home.get(slot)) {
@@ -267,7 +268,7 @@ impl Engine for LocalEngine {
         ticket: Ticket,
         out: &mut Events,
     ) -> Done<Result<Stored, RelayError>> {
-        let hash = self.shared.placement.content_hash(&req.data);
+        let hash = self.shared.placement.content_hash(req.body.beta_bytes());
         let home = self.home_of(&req.topic);
         if home == usize::from(self.me) {
             return match self.store_here(req, hash, out) {

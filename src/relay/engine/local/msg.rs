@@ -21,7 +21,7 @@ pub enum HomeMsg {
     Publish {
         /// The publish.
         req: PublishReq,
-        /// Content hash of `req.data`.
+        /// Content hash of the beta part of `req.body` (what dedup compares).
         hash: u64,
         /// The publishing worker.
         reply: Reply,

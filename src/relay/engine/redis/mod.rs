@@ -152,7 +152,7 @@ impl RedisEngine {
                 epoch: h.epoch,
                 seq: m.seq,
             },
-            data: m.data.clone(),
+            body: m.body.clone(),
             origin: m.origin,
         }));
         if h.more() {
@@ -198,31 +198,15 @@ impl RedisEngine {
         match ev {
             ClusterEvent::Published { ticket, result } => self.on_published(ticket, result, out),
             ClusterEvent::History { ticket, result } => self.on_history(ticket, result, out),
-            ClusterEvent::Live {
-                ns: NS_V2,
-                topic,
-                epoch,
-                seq,
-                data,
-                origin,
-            } => out.push(Event::Live {
-                topic,
-                msg: Message {
-                    pos: Position { epoch, seq },
-                    data,
-                    origin,
-                },
-            }),
+            ClusterEvent::Live { topic, msg } => out.push(Event::Live { topic, msg }),
             ClusterEvent::Resync { ns: NS_V2, topic } => self.on_resync(topic, out),
-            ClusterEvent::Live {
-                ns: NS_V1,
+            ClusterEvent::V1Live {
                 topic,
-                data,
+                frame,
                 origin,
-                ..
-            } => self.v1_live(topic, data, origin, out),
+            } => self.v1_live(topic, frame, origin, out),
             ClusterEvent::Resync { ns: NS_V1, topic } => self.v1_resync(topic, out),
-            ClusterEvent::Live { .. } | ClusterEvent::Resync { .. } => {}
+            ClusterEvent::Resync { .. } => {}
             ClusterEvent::V1Published { topic, result } => self.v1_published(topic, result),
             ClusterEvent::V1Taken { ticket, result } => self.v1_taken(ticket, result, out),
             ClusterEvent::WebhookAdded { ticket, result } => {
@@ -253,7 +237,7 @@ impl Engine for RedisEngine {
         let req = cluster::PublishReq {
             ns: NS_V2,
             topic: req.topic,
-            data: req.data,
+            body: req.body,
             ttl: Duration::from_secs(u64::from(req.ttl)),
             origin: req.origin,
             prompt: req.prompt,

@@ -1,0 +1,295 @@
+//! A stored relay message as every engine, the cluster and the connections carry it: its
+//! [`Position`] on its topic, who published it ([`Origin`]) and its content ([`Body`]).
+//!
+//! A leaf: it imports nothing of the relay, so `relay/` (the engines, the feed) and
+//! `cluster/` (Redis) share it without importing each other.
+//!
+//! The content is encoded once, when the relay accepts the publish, as the JSON object the
+//! `irn_subscription` push carries and a fetch answers (DECISIONS §10):
+//!
+//! ```text
+//! {"topic":T,"message":M,"publishedAt":P,"tag":G}                     (no attestation)
+//! {"topic":T,"message":M,"publishedAt":P,"tag":G,"attestation":A}     (with one)
+//! ```
+//!
+//! The beta push (`waku_subscription`, DECISIONS §3) carries `{"topic":T,"message":M}`: the
+//! same bytes up to the end of `M`, closed by `}`. A [`Body`] keeps where that part ends, so
+//! both shapes are sent from one buffer, shared by reference, without encoding anything per
+//! subscriber; dedup compares that part only (the same message published twice is a
+//! duplicate whatever its time or tag).
+
+use bytes::Bytes;
+
+/// A place in a topic's history. `seq` counts the topic's stored messages from 1; `epoch`
+/// names the history the count belongs to and changes (grows) whenever that history is lost
+/// (the topic was forgotten, a store lost it), so positions of different epochs are never
+/// compared as if they were one sequence. Ordered by epoch, then seq.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    /// The history (see [`new_epoch`]).
+    pub epoch: u64,
+    /// The message's number in that history (1 for the first).
+    pub seq: u64,
+}
+
+impl Position {
+    /// Before anything: every message comes after it.
+    pub const ZERO: Position = Position { epoch: 0, seq: 0 };
+
+    /// Whether `next` directly follows `self` in the same history.
+    pub fn is_followed_by(self, next: Position) -> bool {
+        self.epoch == next.epoch && self.seq + 1 == next.seq
+    }
+}
+
+/// A fresh epoch: microseconds of wall-clock time, made strictly increasing within the
+/// process, so a history started later has a larger epoch than one started earlier (also
+/// across restarts, as long as the clock does not go back by more than the downtime).
+pub fn new_epoch() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = crate::clock::unix_ms().saturating_mul(1000);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+/// Who published a message: the process (`node`, random per process start, so ids of a
+/// previous run or another node never match) and the connection (`conn`, see
+/// [`Origin::conn_id`]). A subscription is never sent a message its own connection
+/// published. [`Origin::NONE`] matches no connection (messages recovered from disk).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The publishing process.
+    pub node: u64,
+    /// The publishing connection within it.
+    pub conn: u64,
+}
+
+impl Origin {
+    /// Nobody: a message whose publisher is unknown.
+    pub const NONE: Origin = Origin { node: 0, conn: 0 };
+
+    /// 16 bytes, big-endian node then connection (as the Redis engine stores and publishes
+    /// it).
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.node.to_be_bytes());
+        b[8..].copy_from_slice(&self.conn.to_be_bytes());
+        b
+    }
+
+    /// The inverse of [`Origin::to_bytes`]; `None` unless exactly 16 bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<Origin> {
+        let b: &[u8; 16] = b.try_into().ok()?;
+        let (n, c) = b.split_at(8);
+        Some(Origin {
+            node: u64::from_be_bytes(n.try_into().ok()?),
+            conn: u64::from_be_bytes(c.try_into().ok()?),
+        })
+    }
+
+    /// The id of connection `uid` of worker `worker`, unique within the process.
+    pub fn conn_id(worker: u16, uid: u64) -> u64 {
+        (u64::from(worker) << 48) | (uid & ((1 << 48) - 1))
+    }
+}
+
+/// The members a publish adds to its topic and message (DECISIONS §10).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meta<'a> {
+    /// The relay's wall clock when it accepted the publish, ms since the Unix epoch.
+    pub published_at: u64,
+    /// The publish's `tag` (0 when it had none).
+    pub tag: u32,
+    /// The publish's `attestation`, when it had one.
+    pub attestation: Option<&'a str>,
+}
+
+/// What separates the beta part of a body from the members the `irn` shape adds.
+const TAIL_START: &[u8] = b",\"publishedAt\":";
+
+/// A message's content, encoded once (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    /// The `irn` object, closed.
+    json: Bytes,
+    /// Bytes of `json` before [`TAIL_START`]: the beta object without its closing `}`.
+    beta_len: u32,
+}
+
+impl Body {
+    /// Encodes a publish's content.
+    pub fn encode(topic: &str, message: &str, meta: Meta<'_>) -> Body {
+        let extra = meta.attestation.map_or(0, |a| a.len() + 20);
+        let mut v = Vec::with_capacity(topic.len() + message.len() + extra + 64);
+        v.extend_from_slice(b"{\"topic\":");
+        crate::rpc::write_str(&mut v, topic);
+        v.extend_from_slice(b",\"message\":");
+        crate::rpc::write_str(&mut v, message);
+        let beta_len = v.len() as u32;
+        Self::close(&mut v, meta);
+        Body {
+            json: Bytes::from(v),
+            beta_len,
+        }
+    }
+
+    /// Appends the `irn` members and the closing brace.
+    fn close(v: &mut Vec<u8>, meta: Meta<'_>) {
+        v.extend_from_slice(TAIL_START);
+        v.extend_from_slice(itoa::Buffer::new().format(meta.published_at).as_bytes());
+        v.extend_from_slice(b",\"tag\":");
+        v.extend_from_slice(itoa::Buffer::new().format(meta.tag).as_bytes());
+        if let Some(a) = meta.attestation {
+            v.extend_from_slice(b",\"attestation\":");
+            crate::rpc::write_str(v, a);
+        }
+        v.push(b'}');
+    }
+
+    /// A body as stored (by this build): `None` when `json` is not of the `irn` shape
+    /// (no `,"publishedAt":` member, which no JSON string can contain unescaped).
+    pub fn from_stored(json: Bytes) -> Option<Body> {
+        let at = memchr::memmem::find(&json, TAIL_START)?;
+        let beta_len = u32::try_from(at).ok()?;
+        if json.last() != Some(&b'}') {
+            return None;
+        }
+        Some(Body { json, beta_len })
+    }
+
+    /// A body stored by a build before `irn` (`{"topic":T,"message":M}`), given the
+    /// members it lacks; `None` when `beta` is not a closed object.
+    pub fn from_beta(beta: &[u8], meta: Meta<'_>) -> Option<Body> {
+        let open = beta.strip_suffix(b"}")?;
+        let mut v = Vec::with_capacity(beta.len() + 48);
+        v.extend_from_slice(open);
+        let beta_len = u32::try_from(v.len()).ok()?;
+        Self::close(&mut v, meta);
+        Some(Body {
+            json: Bytes::from(v),
+            beta_len,
+        })
+    }
+
+    /// A body from its two parts as [`Body::beta_len`] and [`Body::irn`] gave them (a cache
+    /// keeps them apart); `None` when `beta_len` does not fit in `json`.
+    pub fn from_parts(json: Bytes, beta_len: u32) -> Option<Body> {
+        (beta_len > 0 && (beta_len as usize) < json.len()).then_some(Body { json, beta_len })
+    }
+
+    /// See [`Body::beta`].
+    pub fn beta_len(&self) -> u32 {
+        self.beta_len
+    }
+
+    /// The whole `irn` object (`irn_subscription` data, a fetch answer's element).
+    pub fn irn(&self) -> &Bytes {
+        &self.json
+    }
+
+    /// The shared buffer and how many of its bytes the beta object takes before its closing
+    /// `}` (the beta push sends `json[..n]` then `}`).
+    pub fn beta(&self) -> (&Bytes, usize) {
+        (&self.json, self.beta_len as usize)
+    }
+
+    /// `{"topic":T,"message":M` (what dedup compares and hashes).
+    pub fn beta_bytes(&self) -> &[u8] {
+        self.json.get(..self.beta_len as usize).unwrap_or(&[])
+    }
+
+    /// Bytes held (what the cache budget counts).
+    pub fn len(&self) -> usize {
+        self.json.len()
+    }
+
+    /// Never true for an encoded body.
+    pub fn is_empty(&self) -> bool {
+        self.json.is_empty()
+    }
+
+    /// This body in a buffer of its own (a big fan-out's worker copy, see `relay`).
+    pub fn detached(&self) -> Body {
+        Body {
+            json: Bytes::copy_from_slice(&self.json),
+            beta_len: self.beta_len,
+        }
+    }
+}
+
+/// A stored message as the engines hand it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Its place in the topic's history.
+    pub pos: Position,
+    /// Its content.
+    pub body: Body,
+    /// Its publisher.
+    pub origin: Origin,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(at: u64, tag: u32, a: Option<&str>) -> Meta<'_> {
+        Meta {
+            published_at: at,
+            tag,
+            attestation: a,
+        }
+    }
+
+    #[test]
+    fn both_shapes_come_from_one_encoding() {
+        let b = Body::encode(
+            "t\"1",
+            "m,\"publishedAt\":",
+            meta(1700000000123, 1108, None),
+        );
+        assert_eq!(
+            &b.irn()[..],
+            br#"{"topic":"t\"1","message":"m,\"publishedAt\":","publishedAt":1700000000123,"tag":1108}"#
+        );
+        let (buf, n) = b.beta();
+        let mut beta = buf[..n].to_vec();
+        beta.push(b'}');
+        assert_eq!(beta, br#"{"topic":"t\"1","message":"m,\"publishedAt\":"}"#);
+        assert_eq!(Body::from_stored(b.irn().clone()), Some(b.clone()));
+        let v: serde_json::Value = serde_json::from_slice(b.irn()).unwrap();
+        assert_eq!(v["publishedAt"], 1700000000123u64);
+    }
+
+    #[test]
+    fn attestation_is_escaped_and_last() {
+        let b = Body::encode("t", "m", meta(5, 0, Some("a\"b")));
+        assert_eq!(
+            &b.irn()[..],
+            br#"{"topic":"t","message":"m","publishedAt":5,"tag":0,"attestation":"a\"b"}"#
+        );
+        assert_eq!(b.beta_bytes(), br#"{"topic":"t","message":"m""#);
+        assert_eq!(Body::from_stored(b.irn().clone()), Some(b));
+    }
+
+    #[test]
+    fn a_beta_body_is_upgraded_and_other_bytes_refused() {
+        let b = Body::from_beta(br#"{"topic":"t","message":"m"}"#, meta(9, 0, None)).unwrap();
+        assert_eq!(
+            &b.irn()[..],
+            br#"{"topic":"t","message":"m","publishedAt":9,"tag":0}"#
+        );
+        assert_eq!(b, Body::encode("t", "m", meta(9, 0, None)));
+        assert_eq!(
+            Body::from_stored(Bytes::from_static(br#"{"topic":"t"}"#)),
+            None
+        );
+        assert_eq!(Body::from_beta(b"{", meta(0, 0, None)), None);
+    }
+}

@@ -117,6 +117,23 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_PERMESSAGE_DEFLATE")]
     pub permessage_deflate: bool,
 
+    /// Refuse WebSocket upgrades without a relay-auth JWT (`?auth=` or `Authorization:
+    /// Bearer`); without it, clients with no token (beta and 1.0 clients) are served and a
+    /// token given is still checked.
+    #[arg(long, env = "WALLETRELAY_REQUIRE_AUTH")]
+    pub require_auth: bool,
+
+    /// Only these WalletConnect project ids may connect (`projectId` in the upgrade's
+    /// query): `ID,ID,...` or `@FILE` (ids separated by commas or whitespace, `#` comments;
+    /// re-read on SIGHUP). Unset: any.
+    #[arg(long, env = "WALLETRELAY_PROJECT_IDS")]
+    pub project_ids: Option<String>,
+
+    /// Accepted `aud` values of relay-auth JWTs (comma-separated; the URL clients are
+    /// given). Unset: `aud` is not checked (behind a load balancer the relay cannot know it).
+    #[arg(long, env = "WALLETRELAY_AUTH_AUDIENCE", value_delimiter = ',')]
+    pub auth_audience: Vec<String>,
+
     /// Serve a test-only WebSocket echo route at `/echo` (for the Autobahn suite).
     #[arg(long, env = "WALLETRELAY_WS_ECHO")]
     pub ws_echo: bool,

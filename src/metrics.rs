@@ -120,6 +120,9 @@ pub struct CoreMetrics {
     pub cached_bytes: Cell,
     /// JSON-RPC error responses sent.
     pub rpc_errors: Cell,
+    /// WebSocket upgrades refused by relay auth (a bad token, no token with
+    /// `--require-auth`, a project not allowed).
+    pub auth_refused: Cell,
     /// Connections closed for a protocol violation (bad frame, bad UTF-8, oversize).
     pub protocol_closes: Cell,
     /// Connections closed by the heartbeat (silent for two ping intervals).
@@ -168,7 +171,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 20] = [
+        let per_core: [(&str, &str, &str, Get); 21] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -235,6 +238,12 @@ impl Metrics {
                 "counter",
                 "JSON-RPC error responses",
                 |c| &c.rpc_errors,
+            ),
+            (
+                "auth_refused_total",
+                "counter",
+                "WebSocket upgrades refused by relay auth",
+                |c| &c.auth_refused,
             ),
             (
                 "protocol_closes_total",

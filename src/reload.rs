@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use rustls::ServerConfig;
 
+use crate::auth::ProjectIds;
 use crate::registry::{Registry, RegistryError};
 use crate::relay::{CoreMsg, Mailboxes};
 use crate::tls::{TlsError, TlsLoader};
@@ -25,6 +26,8 @@ pub enum Reload {
     Tls(Arc<ServerConfig>),
     /// The registry to answer from (the worker also drops its cache of assembled answers).
     Registry(Arc<Registry>),
+    /// The project allow-list (`--project-ids @FILE`) new upgrades are checked against.
+    Projects(Arc<ProjectIds>),
 }
 
 impl std::fmt::Debug for Reload {
@@ -32,6 +35,7 @@ impl std::fmt::Debug for Reload {
         match self {
             Reload::Tls(_) => f.write_str("Reload::Tls"),
             Reload::Registry(_) => f.write_str("Reload::Registry"),
+            Reload::Projects(_) => f.write_str("Reload::Projects"),
         }
     }
 }
@@ -43,6 +47,8 @@ pub struct Outcome {
     pub tls: Option<Result<(), TlsError>>,
     /// The registry directory.
     pub registry: Option<Result<(), RegistryError>>,
+    /// The project allow-list file.
+    pub projects: Option<Result<(), String>>,
 }
 
 /// Re-reads what SIGHUP re-reads and hands it to every worker.
@@ -50,6 +56,8 @@ pub struct Reloader {
     tls: Option<TlsLoader>,
     registry_dir: Option<PathBuf>,
     image_base: String,
+    /// `--project-ids`, when it names a file.
+    projects: Option<Arc<ProjectIds>>,
     mailboxes: Arc<Mailboxes>,
 }
 
@@ -75,8 +83,15 @@ impl Reloader {
             tls,
             registry_dir,
             image_base,
+            projects: None,
             mailboxes,
         }
+    }
+
+    /// Also re-reads the project allow-list `ids` came from, when it came from a file.
+    pub fn with_projects(mut self, ids: Option<Arc<ProjectIds>>) -> Reloader {
+        self.projects = ids.filter(|p| p.file().is_some());
+        self
     }
 
     /// Loads everything configured and sends what loaded to every worker; logs what was
@@ -111,7 +126,23 @@ impl Reloader {
                 }
             }
         });
-        Outcome { tls, registry }
+        let projects = self.projects.as_ref().map(|p| match p.reload() {
+            Ok(ids) => {
+                let ids = Arc::new(ids);
+                self.broadcast(|| Reload::Projects(Arc::clone(&ids)));
+                log::info!("reload: {} project ids loaded", ids.len());
+                Ok(())
+            }
+            Err(e) => {
+                log::error!("reload: project ids not reloaded, the old list stays: {e}");
+                Err(e)
+            }
+        });
+        Outcome {
+            tls,
+            registry,
+            projects,
+        }
     }
 
     fn broadcast(&self, msg: impl Fn() -> Reload) {

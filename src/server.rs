@@ -44,6 +44,9 @@ pub enum StartError {
     /// The Redis servers of `--redis` could not be used.
     #[error("{0}")]
     Cluster(#[from] crate::cluster::ClusterError),
+    /// `--project-ids` could not be read.
+    #[error("--project-ids: {0}")]
+    Projects(String),
     /// The TLS certificate or key is missing or bad (the message names the file).
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
@@ -392,7 +395,14 @@ impl Server {
 
         let built = engines::build(&config, &mailboxes, &metrics, random_seeds())?;
         let webhooks = built.webhooks;
+        let projects = match &config.project_ids {
+            Some(spec) => Some(Arc::new(
+                crate::auth::ProjectIds::parse(spec).map_err(StartError::Projects)?,
+            )),
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            projects: projects.clone(),
             hello: Response::new(
                 200,
                 TEXT,
@@ -449,7 +459,8 @@ impl Server {
             config.registry_dir.clone(),
             config.image_base.clone(),
             mailboxes.clone(),
-        );
+        )
+        .with_projects(projects);
         Ok(Server {
             addr,
             tls_addr,

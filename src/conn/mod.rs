@@ -53,6 +53,8 @@ pub struct Shared {
     pub health: Arc<crate::health::Health>,
     /// More `/metrics` text (the engines' figures), each appending its own lines.
     pub exporters: Vec<Exporter>,
+    /// `--project-ids` as loaded at start (each worker's door starts from it).
+    pub projects: Option<Arc<crate::auth::ProjectIds>>,
 }
 
 /// Appends metrics in the Prometheus text format.
@@ -271,6 +273,8 @@ pub struct Ctx<'a> {
     pub answers: &'a mut crate::registry::answers::AnswerCache,
     /// The worker's permessage-deflate tools.
     pub deflate: &'a mut websocket::DeflateKit,
+    /// The worker's relay-auth door.
+    pub gate: &'a mut crate::auth::Gate,
 }
 
 impl Ctx<'_> {

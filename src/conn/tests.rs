@@ -84,6 +84,7 @@ struct Bench {
     json: simd_json::Buffers,
     answers: AnswerCache,
     deflate: super::DeflateKit,
+    gate: crate::auth::Gate,
     registry: Registry,
 }
 
@@ -134,6 +135,7 @@ impl Bench {
                 health: Arc::default(),
                 exporters: Vec::new(),
                 config,
+                projects: None,
             },
             relay,
             publishes,
@@ -143,6 +145,7 @@ impl Bench {
             json: simd_json::Buffers::new(1024),
             answers: AnswerCache::new(0),
             deflate: super::DeflateKit::default(),
+            gate: crate::auth::Gate::new(Vec::new(), false, None),
             registry,
         }
     }
@@ -163,6 +166,7 @@ impl Bench {
             json: &mut self.json,
             answers: &mut self.answers,
             deflate: &mut self.deflate,
+            gate: &mut self.gate,
         };
         process(&mut self.conn, &mut input, &mut ctx)
     }

@@ -4,8 +4,13 @@
 
 use super::websocket::WsState;
 use super::{Conn, Ctx, Phase};
+use crate::auth::{UpgradeAuth, Verdict};
 use crate::http::{self, response, response::Response};
 use crate::ws;
+
+/// The close code of an upgrade refused by relay auth, for clients that asked for close
+/// events (DECISIONS §10; the SDK stops on it instead of reconnecting).
+pub const CLOSE_AUTH: u16 = 3000;
 
 /// Answers a WebSocket upgrade request; `false` when it was refused (and the connection is
 /// closing).
@@ -38,6 +43,27 @@ pub fn upgrade<S>(
         conn.begin_close(ctx.now, ctx.close_ms());
         return false;
     }
+    // Relay auth (DECISIONS §10): refused before the upgrade, or, for a client that asked
+    // for close events (the SDK then stops instead of retrying), upgraded and closed with
+    // 3000 and the reason.
+    let up = UpgradeAuth::from_request(req.query, req.authorization);
+    let (client, refused) = if echo {
+        (None, None)
+    } else {
+        match ctx.gate.check(&up, crate::clock::unix_ms() / 1000) {
+            Verdict::Open(client) => (client, None),
+            Verdict::Refused(status, reason) => (None, Some((status, reason))),
+        }
+    };
+    if let Some((status, reason)) = refused {
+        ctx.metrics().auth_refused.inc();
+        if !up.use_on_close_event {
+            let resp = Response::json_error(status, reason);
+            response::write(&mut conn.out, &resp, ctx.date, false, true);
+            conn.begin_close(ctx.now, ctx.close_ms());
+            return false;
+        }
+    }
     let accept = ws::accept_key(req.ws_key.unwrap_or_default());
     let mut head = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -62,10 +88,14 @@ pub fn upgrade<S>(
     let interval = ctx.shared.config.limits.ping_interval().as_millis() as u64;
     let first_ping = ctx.now + interval - ctx.ids.next_u64() % (interval / 2 + 1);
     let max = ctx.shared.config.limits.max_message;
-    conn.phase = Phase::Ws(Box::new(WsState::new(
-        echo, max, deflate, push_base, ctx.now, first_ping,
-    )));
+    let mut ws = WsState::new(echo, max, deflate, push_base, ctx.now, first_ping);
+    ws.client = client;
+    conn.phase = Phase::Ws(Box::new(ws));
     conn.deadline = first_ping;
     ctx.metrics().websockets_open.inc();
+    if let Some((_, reason)) = refused {
+        conn.ws_close(CLOSE_AUTH, reason, ctx.now, ctx.close_ms());
+        return false;
+    }
     true
 }

@@ -54,6 +54,8 @@ pub struct Request<'a> {
     pub accept_gzip: bool,
     /// `Content-Type`.
     pub content_type: Option<&'a [u8]>,
+    /// `Authorization` (relay auth: `Bearer <jwt>`).
+    pub authorization: Option<&'a [u8]>,
     /// The request body (`Content-Length` bytes).
     pub body: &'a [u8],
 }
@@ -153,6 +155,7 @@ pub fn parse<'a>(
         if_none_match: None,
         accept_gzip: false,
         content_type: None,
+        authorization: None,
         body: &[],
     };
     let mut content_length: Option<usize> = None;
@@ -196,6 +199,8 @@ pub fn parse<'a>(
             out.if_none_match = Some(trim(v));
         } else if name.eq_ignore_ascii_case("accept-encoding") {
             out.accept_gzip = accepts_gzip(v);
+        } else if name.eq_ignore_ascii_case("authorization") {
+            out.authorization = Some(trim(v));
         } else if name.eq_ignore_ascii_case("content-type") {
             out.content_type = Some(trim(v));
         }

@@ -432,3 +432,28 @@ fn restore_webhooks(
     }
     n
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_of_a_build_before_irn_is_read_with_the_documented_fields() {
+        let old = br#"{"topic":"t","message":"m"}"#;
+        let b = stored_body(false, old, 1_700_000_000_000).unwrap();
+        assert_eq!(
+            &b.irn()[..],
+            br#"{"topic":"t","message":"m","publishedAt":1700000000000,"tag":0}"#
+        );
+        let meta = Meta {
+            published_at: 5,
+            tag: 1108,
+            attestation: Some("a"),
+        };
+        let new = Body::encode("t", "m", meta);
+        assert_eq!(stored_body(true, new.irn(), 0), Some(new.clone()));
+        // Bytes of the wrong kind are refused, never misread.
+        assert_eq!(stored_body(true, old, 0), None);
+        assert_eq!(stored_body(false, b"not json", 0), None);
+    }
+}

@@ -276,6 +276,7 @@ impl Worker {
             json: &mut self.json,
             answers: &mut self.answers,
             deflate: &mut self.deflate,
+            gate: &mut self.gate,
         };
         conn::process(c, input, &mut ctx)
     }

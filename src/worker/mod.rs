@@ -95,6 +95,8 @@ pub struct Worker {
     answers: AnswerCache,
     /// permessage-deflate tools shared by the connections.
     deflate: DeflateKit,
+    /// Relay auth: the verified-token cache and the project allow-list.
+    gate: crate::auth::Gate,
     ids: IdSource,
     /// Connections with queued output, flushed at the end of the iteration.
     dirty: Vec<usize>,
@@ -150,6 +152,11 @@ impl Worker {
         let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 64 << 10);
         let close_ms = shared.config.limits.close_ms();
         let answer_cache = shared.config.limits.answer_cache;
+        let gate = crate::auth::Gate::new(
+            shared.config.auth_audience.clone(),
+            shared.config.require_auth,
+            shared.projects.clone(),
+        );
         Ok(Worker {
             id,
             poll,
@@ -171,6 +178,7 @@ impl Worker {
             json: simd_json::Buffers::new(4096),
             answers: AnswerCache::new(answer_cache),
             deflate: DeflateKit::default(),
+            gate,
             ids: IdSource::default(),
             dirty: Vec::new(),
             closing: Vec::new(),
@@ -300,6 +308,7 @@ impl Worker {
                 self.registry = registry;
                 self.answers = AnswerCache::new(self.shared.config.limits.answer_cache);
             }
+            Reload::Projects(ids) => self.gate.set_projects(ids),
         }
     }
 

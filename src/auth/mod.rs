@@ -1,0 +1,44 @@
+//! Relay auth for today's WalletConnect SDKs (DECISIONS section 10): verifying the client's
+//! JWT ([`verify`]), a worker's cache of verified tokens ([`TokenCache`]), reading the auth
+//! parameters of an upgrade request ([`UpgradeAuth`]) and the `--project-ids` allow-list
+//! ([`ProjectIds`]). Pure: no sockets, no clocks (the caller passes the time), no globals;
+//! what a refusal looks like on the wire (401/403, close 3000) is the caller's.
+
+mod cache;
+mod gate;
+mod jwt;
+mod project;
+mod upgrade;
+
+#[cfg(test)]
+mod test_signer;
+#[cfg(test)]
+mod tests;
+
+pub use cache::{TokenCache, DEFAULT_CAPACITY};
+pub use gate::{Gate, Verdict};
+pub use jwt::{issuer_of, verify, AuthError, Claims, MAX_TOKEN_LEN};
+pub use project::ProjectIds;
+pub use upgrade::UpgradeAuth;
+
+/// Clock leeway on `iat` and `exp` by default, in seconds (what `relay_rpc` allows).
+pub const DEFAULT_LEEWAY_S: u64 = 120;
+
+/// How tokens are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    /// Accepted `aud` values (`--auth-audience`), compared exactly; empty accepts any (behind
+    /// a load balancer the relay cannot know the URL the client was given).
+    pub audiences: Vec<String>,
+    /// Seconds of clock leeway on `iat` and `exp`.
+    pub leeway_s: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            audiences: Vec::new(),
+            leeway_s: DEFAULT_LEEWAY_S,
+        }
+    }
+}

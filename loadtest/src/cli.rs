@@ -105,17 +105,27 @@ pub struct Common {
     /// inflate what the server compresses. A connection whose server declines fails the run.
     #[arg(long)]
     pub permessage_deflate: bool,
+    /// WebSocket scenarios: every connection upgrades with `?auth=<jwt>&projectId=loadtest`,
+    /// a relay-auth JWT (EdDSA, aud = --url) of its own Ed25519 key pair, made before the
+    /// measured phase (`churn`: made inside each cycle; see `--auth-reuse`).
+    #[arg(long)]
+    pub auth: bool,
     /// The TLS client built from the flags above (set by `main` for wss:// and https://).
     #[arg(skip)]
     pub tls: Option<crate::tls::Client>,
 }
 
-/// Which relay protocol the message scenarios speak.
+/// Which relay protocol the WebSocket scenarios speak.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RelayProtocol {
-    /// WalletConnect v2.0-beta JSON-RPC: `waku_subscribe`, `waku_publish` (acknowledged).
+    /// WalletConnect v2.0-beta JSON-RPC: `waku_subscribe`, `waku_publish` (acknowledged),
+    /// pushes `waku_subscription`.
     #[default]
-    V2,
+    #[value(alias = "v2")]
+    Waku,
+    /// Today's WalletConnect 2.x JSON-RPC (DECISIONS §10): `irn_subscribe`, `irn_publish`
+    /// with `"tag":1108` and a ttl of 10 s to 30 days, pushes `irn_subscription`.
+    Irn,
     /// WalletConnect 1.0 bridge frames: `{"topic","type":"sub"|"pub","payload","silent"}`
     /// (no answers: a `sub` is known to be in place by a ping sent after it, a `pub` counts
     /// as acknowledged when sent).
@@ -123,12 +133,34 @@ pub enum RelayProtocol {
 }
 
 impl RelayProtocol {
-    /// `"v1"` or `"v2"`.
+    /// `"waku"`, `"irn"` or `"v1"`.
     pub fn label(self) -> &'static str {
         match self {
+            RelayProtocol::Waku => "waku",
+            RelayProtocol::Irn => "irn",
             RelayProtocol::V1 => "v1",
-            RelayProtocol::V2 => "v2",
         }
+    }
+
+    /// The JSON-RPC method family (v1 frames have none; they get `waku`'s, unused).
+    pub fn rpc(self) -> crate::proto::Rpc {
+        match self {
+            RelayProtocol::Irn => crate::proto::Rpc::Irn,
+            RelayProtocol::Waku | RelayProtocol::V1 => crate::proto::Rpc::Waku,
+        }
+    }
+
+    /// Refuse a publish ttl this protocol does not accept (irn: 10 s to 30 days).
+    pub fn check_ttl(self, ttl: u64) -> Result<(), String> {
+        let r = crate::proto::IRN_TTL_S;
+        if self == RelayProtocol::Irn && !r.contains(&ttl) {
+            return Err(format!(
+                "--ttl {ttl}: irn_publish takes a ttl of {} to {} seconds",
+                r.start(),
+                r.end()
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -138,8 +170,9 @@ pub struct PairsOpts {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Relay protocol: `v2` (waku JSON-RPC) or `v1` (WalletConnect 1.0 bridge frames).
-    #[arg(long, value_enum, default_value_t = RelayProtocol::V2)]
+    /// Relay protocol: `waku` (v2.0-beta JSON-RPC; `v2` is the same), `irn` (today's 2.x
+    /// JSON-RPC) or `v1` (WalletConnect 1.0 bridge frames).
+    #[arg(long, value_enum, default_value_t = RelayProtocol::Waku)]
     pub protocol: RelayProtocol,
     /// Topic pairs (two connections each). `--connections` overrides as total connections / 2.
     #[arg(long, default_value_t = 100)]
@@ -156,7 +189,7 @@ pub struct PairsOpts {
     /// Message payload size in hex characters (>= 32).
     #[arg(long, default_value_t = 512)]
     pub size: usize,
-    /// Publish ttl in seconds.
+    /// Publish ttl in seconds (irn: 10 to 2,592,000).
     #[arg(long, default_value_t = 21_600)]
     pub ttl: u64,
     /// Wait this long after the measurement for deliveries still in flight.
@@ -181,9 +214,10 @@ pub struct FanoutOpts {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Relay protocol: `v2` (waku JSON-RPC) or `v1` (WalletConnect 1.0 bridge frames; in
-    /// closed loop the next pub follows the first subscriber's delivery, as v1 has no acks).
-    #[arg(long, value_enum, default_value_t = RelayProtocol::V2)]
+    /// Relay protocol: `waku` (v2.0-beta JSON-RPC; `v2` is the same), `irn` (today's 2.x
+    /// JSON-RPC) or `v1` (WalletConnect 1.0 bridge frames; in closed loop the next pub
+    /// follows the first subscriber's delivery, as v1 has no acks).
+    #[arg(long, value_enum, default_value_t = RelayProtocol::Waku)]
     pub protocol: RelayProtocol,
     /// Subscribers of the one topic.
     #[arg(long, alias = "connections", default_value_t = 1000)]
@@ -197,7 +231,7 @@ pub struct FanoutOpts {
     /// Message payload size in hex characters (>= 32).
     #[arg(long, default_value_t = 512)]
     pub size: usize,
-    /// Publish ttl in seconds.
+    /// Publish ttl in seconds (irn: 10 to 2,592,000).
     #[arg(long, default_value_t = 21_600)]
     pub ttl: u64,
     /// Wait this long after the measurement for deliveries still in flight.
@@ -217,6 +251,9 @@ pub struct IdleOpts {
     /// Connections to open and subscribe.
     #[arg(long, default_value_t = 1000)]
     pub connections: usize,
+    /// Relay protocol of the subscriptions: `waku` or `irn`.
+    #[arg(long, value_enum, default_value_t = RelayProtocol::Waku)]
+    pub protocol: RelayProtocol,
     /// Server process id, for VmRSS from /proc/<pid>/status.
     #[arg(long)]
     pub server_pid: Option<u32>,
@@ -231,10 +268,18 @@ pub struct ChurnOpts {
     /// Cycles running at once.
     #[arg(long, alias = "connections", default_value_t = 64)]
     pub concurrency: usize,
+    /// Relay protocol of the subscribe and publish: `waku` or `irn`.
+    #[arg(long, value_enum, default_value_t = RelayProtocol::Waku)]
+    pub protocol: RelayProtocol,
+    /// With auth, every cycle's connection presents the same token, made once at setup
+    /// (what the server's verified-token cache saves); implies `--auth`, whose default in
+    /// `churn` is a fresh key pair and token per cycle, made inside the cycle.
+    #[arg(long)]
+    pub auth_reuse: bool,
     /// Message payload size in hex characters (>= 32).
     #[arg(long, default_value_t = 64)]
     pub size: usize,
-    /// Publish ttl in seconds.
+    /// Publish ttl in seconds (irn: 10 to 2,592,000).
     #[arg(long, default_value_t = 21_600)]
     pub ttl: u64,
     /// Close with a FIN after the close handshake instead of a RST (leaves TIME_WAIT sockets,

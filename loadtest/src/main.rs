@@ -6,6 +6,7 @@
 
 mod cli;
 mod deflate;
+mod jwt;
 mod net;
 mod proto;
 mod scenario;
@@ -39,6 +40,10 @@ fn main() -> ExitCode {
     if let Command::Http(o) = &args.cmd {
         if o.common.permessage_deflate {
             eprintln!("loadtest: --permessage-deflate is for the WebSocket scenarios");
+            return ExitCode::from(2);
+        }
+        if o.common.auth {
+            eprintln!("loadtest: --auth is for the WebSocket scenarios");
             return ExitCode::from(2);
         }
     }

@@ -17,6 +17,38 @@ pub const ID_BASE: u64 = 1_000_000_000_000;
 pub const ID_DIGITS: usize = 13;
 /// Hex characters of the stamp at the start of every message payload.
 pub const STAMP_LEN: usize = 32;
+/// The `tag` of every `irn_publish` (1108: a session request, the commonest in a session).
+pub const IRN_TAG: u32 = 1108;
+/// The ttl an `irn_publish` may carry, seconds (DECISIONS §10: 10 s to 30 days).
+pub const IRN_TTL_S: std::ops::RangeInclusive<u64> = 10..=2_592_000;
+
+/// The JSON-RPC method family: `waku_*` (v2.0-beta) or `irn_*` (today's 2.x SDKs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rpc {
+    /// `waku_subscribe`, `waku_publish`, pushes `waku_subscription`.
+    #[default]
+    Waku,
+    /// `irn_subscribe`, `irn_publish` (with `"tag"`), pushes `irn_subscription`.
+    Irn,
+}
+
+impl Rpc {
+    /// The method prefix, without the underscore.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Rpc::Waku => "waku",
+            Rpc::Irn => "irn",
+        }
+    }
+
+    /// The push method as it appears in JSON, quotes included.
+    fn push_method(self) -> &'static [u8] {
+        match self {
+            Rpc::Waku => b"\"waku_subscription\"",
+            Rpc::Irn => b"\"irn_subscription\"",
+        }
+    }
+}
 
 /// What a message carries so its receiver can compute latency and loss: the time it was
 /// scheduled (ns since the run's epoch), who sent it, and that sender's sequence number.
@@ -117,13 +149,18 @@ pub struct PublishTemplate {
 }
 
 impl PublishTemplate {
-    /// `size` is the message length in hex characters (at least [`STAMP_LEN`]).
-    pub fn new(topic: &str, size: usize, ttl: u64) -> Self {
+    /// A `waku_publish`, or an `irn_publish` with `"tag":`[`IRN_TAG`]; `size` is the
+    /// message length in hex characters (at least [`STAMP_LEN`]).
+    pub fn new(rpc: Rpc, topic: &str, size: usize, ttl: u64) -> Self {
         let size = size.max(STAMP_LEN);
+        let p = rpc.prefix();
         let head = format!(
-            "{{\"id\":{ID_BASE},\"jsonrpc\":\"2.0\",\"method\":\"waku_publish\",\"params\":{{\"topic\":\"{topic}\",\"message\":\""
+            "{{\"id\":{ID_BASE},\"jsonrpc\":\"2.0\",\"method\":\"{p}_publish\",\"params\":{{\"topic\":\"{topic}\",\"message\":\""
         );
-        let tail = format!("\",\"ttl\":{ttl}}}}}");
+        let tail = match rpc {
+            Rpc::Waku => format!("\",\"ttl\":{ttl}}}}}"),
+            Rpc::Irn => format!("\",\"ttl\":{ttl},\"tag\":{IRN_TAG}}}}}"),
+        };
         Self::build(&head, size, &tail, Some("{\"id\":".len()))
     }
 
@@ -179,10 +216,11 @@ impl PublishTemplate {
     }
 }
 
-/// Append a masked `waku_subscribe` frame.
-pub fn write_subscribe(out: &mut Vec<u8>, id: u64, topic: &str) {
+/// Append a masked `waku_subscribe` or `irn_subscribe` frame.
+pub fn write_subscribe(out: &mut Vec<u8>, rpc: Rpc, id: u64, topic: &str) {
+    let p = rpc.prefix();
     let json = format!(
-        "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"waku_subscribe\",\"params\":{{\"topic\":\"{topic}\"}}}}"
+        "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"{p}_subscribe\",\"params\":{{\"topic\":\"{topic}\"}}}}"
     );
     ws::encode_client(out, ws::op::TEXT, json.as_bytes());
 }
@@ -226,7 +264,8 @@ pub enum ResultValue {
 /// A server message, classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Incoming<'a> {
-    /// A `waku_subscription` push, or a WalletConnect 1.0 `pub` frame (no `rpc_id`).
+    /// A `waku_subscription` (or `irn_subscription`) push, or a WalletConnect 1.0 `pub` frame
+    /// (no `rpc_id`).
     Delivery {
         /// The JSON-RPC id digits, to acknowledge it.
         rpc_id: Option<&'a [u8]>,
@@ -264,15 +303,18 @@ pub struct Classifier {
 
 impl Default for Classifier {
     fn default() -> Self {
-        Self::new()
+        Self::new(Rpc::Waku)
     }
 }
 
 impl Classifier {
-    /// Build the searchers.
-    pub fn new() -> Self {
+    /// Build the searchers; pushes are recognised by `rpc`'s method only (a push of the
+    /// other family is [`Incoming::Other`]). The `"message"` of a push is the first key of
+    /// that name, which is `data.message`; members after it (irn's `publishedAt`, `tag`)
+    /// are not looked at.
+    pub fn new(rpc: Rpc) -> Self {
         Classifier {
-            method: Finder::new(b"\"waku_subscription\""),
+            method: Finder::new(rpc.push_method()),
             message: Finder::new(b"\"message\""),
             result: Finder::new(b"\"result\""),
             error: Finder::new(b"\"error\""),
@@ -414,7 +456,7 @@ mod tests {
 
     #[test]
     fn publish_template_patches_id_and_stamp_under_the_mask() {
-        let t = PublishTemplate::new("abcd", 100, 30);
+        let t = PublishTemplate::new(Rpc::Waku, "abcd", 100, 30);
         let mut out = Vec::new();
         let stamp = Stamp {
             sched_ns: 123_456_789,
@@ -457,7 +499,7 @@ mod tests {
             )
         );
         // What the server sends on is the same object with `silent` as it came.
-        let c = Classifier::new();
+        let c = Classifier::new(Rpc::Waku);
         assert_eq!(
             c.classify(json.as_bytes()),
             Incoming::Delivery {
@@ -484,7 +526,7 @@ mod tests {
 
     #[test]
     fn large_payload_uses_long_head() {
-        let t = PublishTemplate::new("t", 70_000, 1);
+        let t = PublishTemplate::new(Rpc::Waku, "t", 70_000, 1);
         let mut out = Vec::new();
         t.write(
             &mut out,
@@ -504,7 +546,7 @@ mod tests {
     #[test]
     fn subscribe_and_ack_frames() {
         let mut out = Vec::new();
-        write_subscribe(&mut out, 9, "tt");
+        write_subscribe(&mut out, Rpc::Waku, 9, "tt");
         assert_eq!(
             unmasked_payload(&out),
             b"{\"id\":9,\"jsonrpc\":\"2.0\",\"method\":\"waku_subscribe\",\"params\":{\"topic\":\"tt\"}}"
@@ -519,7 +561,7 @@ mod tests {
 
     #[test]
     fn classifies_server_messages() {
-        let c = Classifier::new();
+        let c = Classifier::new(Rpc::Waku);
         let d = br#"{"id":1650000000000001,"jsonrpc":"2.0","method":"waku_subscription","params":{"id":"ab12","data":{"topic":"t","message":"0000000000000010000000020000000300ff"}}}"#;
         assert_eq!(
             c.classify(d),
@@ -576,6 +618,95 @@ mod tests {
         );
         assert_eq!(c.classify(b"[]"), Incoming::Other);
         assert_eq!(c.classify(b""), Incoming::Other);
+    }
+
+    #[test]
+    fn irn_frames() {
+        let t = PublishTemplate::new(Rpc::Irn, "abcd", 40, 300);
+        let mut out = Vec::new();
+        let stamp = Stamp {
+            sched_ns: 5,
+            sender: 6,
+            seq: 7,
+        };
+        t.write(&mut out, 8, &stamp);
+        assert_eq!(
+            String::from_utf8(unmasked_payload(&out)).unwrap(),
+            format!(
+                "{{\"id\":1000000000008,\"jsonrpc\":\"2.0\",\"method\":\"irn_publish\",\"params\":{{\"topic\":\"abcd\",\"message\":\"{}{}\",\"ttl\":300,\"tag\":1108}}}}",
+                "00000000000000050000000600000007",
+                String::from_utf8_lossy(&filler(40)[32..])
+            )
+        );
+        let mut out = Vec::new();
+        write_subscribe(&mut out, Rpc::Irn, 1, "tt");
+        assert_eq!(
+            unmasked_payload(&out),
+            b"{\"id\":1,\"jsonrpc\":\"2.0\",\"method\":\"irn_subscribe\",\"params\":{\"topic\":\"tt\"}}"
+        );
+    }
+
+    #[test]
+    fn classifies_irn_pushes() {
+        let hex64 = "0123456789abcdef".repeat(4);
+        let stamp = Stamp {
+            sched_ns: 0x10,
+            sender: 2,
+            seq: 3,
+        };
+        let mut s = [0u8; STAMP_LEN];
+        stamp.encode(&mut s);
+        let msg = format!("{}{}", std::str::from_utf8(&s).unwrap(), "ab".repeat(20));
+        // Exactly what the relay pushes: data.message followed by publishedAt and tag.
+        let push = format!(
+            r#"{{"id":1,"jsonrpc":"2.0","method":"irn_subscription","params":{{"id":"{hex64}","data":{{"topic":"{hex64}","message":"{msg}","publishedAt":1700000000000,"tag":1108}}}}}}"#
+        );
+        let irn = Classifier::new(Rpc::Irn);
+        assert_eq!(
+            irn.classify(push.as_bytes()),
+            Incoming::Delivery {
+                rpc_id: Some(&b"1"[..]),
+                stamp: Some(stamp)
+            }
+        );
+        // A large push id (up to 2^53), other key orders, attestation after tag.
+        let push2 = format!(
+            r#"{{"id":9007199254740991,"jsonrpc":"2.0","method":"irn_subscription","params":{{"id":"{hex64}","data":{{"publishedAt":1700000000000,"tag":1108,"topic":"{hex64}","message":"{msg}","attestation":"x"}}}}}}"#
+        );
+        assert_eq!(
+            irn.classify(push2.as_bytes()),
+            Incoming::Delivery {
+                rpc_id: Some(&b"9007199254740991"[..]),
+                stamp: Some(stamp)
+            }
+        );
+        // Each classifier knows its own push only: a waku push on an irn connection (or the
+        // reverse) is not a delivery.
+        let waku = Classifier::new(Rpc::Waku);
+        assert_eq!(waku.classify(push.as_bytes()), Incoming::Other);
+        let wpush = push.replace("irn_subscription", "waku_subscription");
+        assert_eq!(irn.classify(wpush.as_bytes()), Incoming::Other);
+        assert!(matches!(
+            waku.classify(wpush.as_bytes()),
+            Incoming::Delivery { stamp: Some(_), .. }
+        ));
+        // Answers to irn requests classify as before.
+        assert_eq!(
+            irn.classify(br#"{"id":1000000000005,"jsonrpc":"2.0","result":true}"#),
+            Incoming::Result {
+                id: Some(1_000_000_000_005),
+                value: ResultValue::True
+            }
+        );
+        assert_eq!(
+            irn.classify(
+                br#"{"id":4,"jsonrpc":"2.0","error":{"code":-32602,"message":"bad ttl"}}"#
+            ),
+            Incoming::Error {
+                id: Some(4),
+                code: Some(-32602)
+            }
+        );
     }
 
     #[test]

@@ -202,8 +202,16 @@ pub fn encode_close(out: &mut Vec<u8>, code: u16) {
 }
 
 /// The upgrade request, as real WalletConnect clients send it (plus a fixed key), offering
-/// permessage-deflate ([`crate::deflate::OFFER`]) when `deflate` is set.
-pub fn upgrade_request(host: &str, path: &str, deflate: bool) -> Vec<u8> {
+/// permessage-deflate ([`crate::deflate::OFFER`]) when `deflate` is set. `query` (already
+/// escaped, e.g. `auth=<jwt>&projectId=..`) is appended to the path's own query, if any.
+pub fn upgrade_request(host: &str, path: &str, query: Option<&str>, deflate: bool) -> Vec<u8> {
+    let path = match query {
+        Some(q) if !q.is_empty() => {
+            let sep = if path.contains('?') { '&' } else { '?' };
+            format!("{path}{sep}{q}")
+        }
+        _ => path.to_string(),
+    };
     let ext = if deflate {
         format!("Sec-WebSocket-Extensions: {}\r\n", crate::deflate::OFFER)
     } else {
@@ -390,6 +398,29 @@ mod tests {
         apply_mask(a, MASK, 0);
         apply_mask(b, MASK, 11);
         assert_eq!(whole, parts);
+    }
+
+    #[test]
+    fn upgrade_request_query() {
+        let plain = String::from_utf8(upgrade_request("h:1", "/", None, false)).unwrap();
+        assert!(
+            plain.starts_with("GET / HTTP/1.1\r\nHost: h:1\r\n"),
+            "{plain}"
+        );
+        let q = String::from_utf8(upgrade_request(
+            "h",
+            "/",
+            Some("auth=a.b.c&projectId=p"),
+            false,
+        ))
+        .unwrap();
+        assert!(
+            q.starts_with("GET /?auth=a.b.c&projectId=p HTTP/1.1\r\n"),
+            "{q}"
+        );
+        let q = String::from_utf8(upgrade_request("h", "/x?v=2", Some("auth=t"), true)).unwrap();
+        assert!(q.starts_with("GET /x?v=2&auth=t HTTP/1.1\r\n"), "{q}");
+        assert!(q.contains("Sec-WebSocket-Extensions: "));
     }
 
     #[test]

@@ -146,6 +146,9 @@ struct Conn {
     dirty: bool,
     /// Close with a RST (SO_LINGER 0).
     rst: bool,
+    /// This connection's own upgrade request (one with a query, e.g. its auth token); the
+    /// loop's shared one when `None`. Taken when sent.
+    upgrade: Option<Box<[u8]>>,
     http: HttpState,
 }
 
@@ -214,6 +217,11 @@ pub struct Io {
     inflated: Vec<u8>,
     recode: Vec<u8>,
     upgrade_req: Vec<u8>,
+    /// `Host` and path of the upgrade, and whether it offers permessage-deflate: for the
+    /// requests of connections with their own query.
+    host: String,
+    path: String,
+    deflate: bool,
     source_ips: u32,
     /// Global index of this loop's next connection, for spreading source addresses.
     next_conn_index: usize,
@@ -247,7 +255,10 @@ impl Io {
             codec: deflate.then(Box::default),
             inflated: Vec::new(),
             recode: Vec::new(),
-            upgrade_req: ws::upgrade_request(&target.host, &target.path, deflate),
+            upgrade_req: ws::upgrade_request(&target.host, &target.path, None, deflate),
+            host: target.host.clone(),
+            path: target.path.clone(),
+            deflate,
             source_ips,
             next_conn_index: thread,
             conn_index_step: threads.max(1),
@@ -263,6 +274,19 @@ impl Io {
 
     /// Start connecting; the handler hears `on_open` or `on_closed` later.
     pub fn connect(&mut self, tag: u32, proto: Proto) -> io::Result<Key> {
+        self.connect_with(tag, proto, None)
+    }
+
+    /// [`Io::connect`], with `query` (e.g. `auth=<jwt>&projectId=..`) added to this
+    /// connection's upgrade request.
+    pub fn connect_with(&mut self, tag: u32, proto: Proto, query: Option<&str>) -> io::Result<Key> {
+        let upgrade = match (proto, query) {
+            (Proto::Ws, Some(q)) => Some(
+                ws::upgrade_request(&self.host, &self.path, Some(q), self.deflate)
+                    .into_boxed_slice(),
+            ),
+            _ => None,
+        };
         let src = sys::source_ip(&self.target, self.source_ips, self.next_conn_index);
         self.next_conn_index += self.conn_index_step;
         let tls = match &self.tls {
@@ -295,6 +319,7 @@ impl Io {
             writable: false,
             dirty: false,
             rst: false,
+            upgrade,
             http: HttpState::default(),
         });
         self.stats.connects += 1;

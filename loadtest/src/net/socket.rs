@@ -125,7 +125,10 @@ impl Io {
             match c.proto {
                 Proto::Ws => {
                     c.phase = Phase::Upgrading;
-                    c.out.extend_from_slice(&self.upgrade_req);
+                    match c.upgrade.take() {
+                        Some(own) => c.out.extend_from_slice(&own),
+                        None => c.out.extend_from_slice(&self.upgrade_req),
+                    }
                     if !c.dirty {
                         c.dirty = true;
                         self.dirty.push(key);

@@ -5,8 +5,15 @@
 //! The message received comes from a long-lived "feeder" connection per thread, which publishes
 //! to the cycle's topic as soon as the subscription is confirmed (the relay never echoes a
 //! publish back to its own connection).
+//!
+//! With `--auth`, each cycle makes a fresh key pair and token just before it connects (the
+//! signing is not in the cycle's time; the server's verifying is); `--auth-reuse` presents one
+//! token, made at setup, on every connection (what the server's verified-token cache saves).
 
-use crate::cli::{ChurnOpts, Target};
+use ring::rand::SystemRandom;
+
+use crate::cli::{ChurnOpts, RelayProtocol, Target};
+use crate::jwt;
 use crate::net::{self, CloseWhy, Handler, Io, Key, Proto};
 use crate::proto::{self, Classifier, Incoming, PublishTemplate, ResultValue, Stamp, ID_BASE};
 use crate::stats::{merge_counts, Counts, Lat, Report};
@@ -40,8 +47,31 @@ struct Slot {
     topic: String,
 }
 
+/// What a cycle's upgrade presents.
+enum Auth {
+    /// Nothing.
+    Off,
+    /// A fresh key pair and token per cycle, signed for this `aud`.
+    Fresh(String),
+    /// This upgrade query on every connection.
+    Reuse(String),
+}
+
+impl Auth {
+    fn label(&self) -> &'static str {
+        match self {
+            Auth::Off => "off",
+            Auth::Fresh(_) => "jwt (fresh key pair and token per cycle, signed before its connect)",
+            Auth::Reuse(_) => "jwt (one token for every connection)",
+        }
+    }
+}
+
 struct ChurnHandler<'a> {
     o: &'a ChurnOpts,
+    rpc: proto::Rpc,
+    auth: &'a Auth,
+    rng: SystemRandom,
     nonce: u64,
     thread: usize,
     slots: Vec<Slot>,
@@ -69,6 +99,22 @@ impl ChurnHandler<'_> {
             self.slots[slot].stage = Stage::Idle(u64::MAX);
             return;
         }
+        let fresh;
+        let query = match self.auth {
+            Auth::Off => None,
+            Auth::Reuse(q) => Some(q.as_str()),
+            Auth::Fresh(aud) => match jwt::fresh_query(&self.rng, aud) {
+                Ok(q) => {
+                    fresh = q;
+                    Some(fresh.as_str())
+                }
+                Err(e) => {
+                    self.slots[slot].stage = Stage::Idle(now + 1_000_000);
+                    bump(&mut self.failures, &e.to_string());
+                    return;
+                }
+            },
+        };
         let s = &mut self.slots[slot];
         s.cycle += 1;
         s.topic = proto::topic(
@@ -76,8 +122,9 @@ impl ChurnHandler<'_> {
             0xc4 << 56 | (self.thread as u64) << 32 | slot as u64,
             s.cycle,
         );
-        s.started = now;
-        match io.connect(slot as u32, Proto::Ws) {
+        // After the signing: a cycle's time is what the server makes it.
+        s.started = if query.is_some() { io.now_ns() } else { now };
+        match io.connect_with(slot as u32, Proto::Ws, query) {
             Ok(k) => {
                 s.key = Some(k);
                 s.stage = Stage::Connecting;
@@ -120,7 +167,7 @@ impl Handler for ChurnHandler<'_> {
         }
         s.stage = Stage::Subscribing;
         if let Some(out) = io.out(key) {
-            proto::write_subscribe(out, SUB_ID, &s.topic);
+            proto::write_subscribe(out, self.rpc, SUB_ID, &s.topic);
         }
     }
 
@@ -149,7 +196,12 @@ impl Handler for ChurnHandler<'_> {
                     value: ResultValue::Str,
                 },
             ) => {
-                let tmpl = PublishTemplate::new(&self.slots[slot].topic, self.o.size, self.o.ttl);
+                let tmpl = PublishTemplate::new(
+                    self.rpc,
+                    &self.slots[slot].topic,
+                    self.o.size,
+                    self.o.ttl,
+                );
                 if let Some(out) = io.out(key) {
                     tmpl.write(
                         out,
@@ -307,6 +359,20 @@ struct ChurnOut {
 
 /// Run `churn` and build its report.
 pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
+    if o.protocol == RelayProtocol::V1 {
+        return Err(RunError::Options(
+            "churn speaks --protocol waku or irn".into(),
+        ));
+    }
+    o.protocol.check_ttl(o.ttl).map_err(RunError::Options)?;
+    let auth = if o.auth_reuse {
+        let q = jwt::fresh_queries(1, &o.common.url).map_err(|e| RunError::Setup(e.to_string()))?;
+        Auth::Reuse(q.into_iter().next().unwrap_or_default())
+    } else if o.common.auth {
+        Auth::Fresh(o.common.url.clone())
+    } else {
+        Auth::Off
+    };
     let mut common = o.common.clone();
     if common.source_ips == 0 && target.addr.is_ipv4() {
         common.source_ips = 16;
@@ -318,6 +384,9 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
         let mut io = ctx.io(t)?;
         let mut h = ChurnHandler {
             o,
+            rpc: o.protocol.rpc(),
+            auth: &auth,
+            rng: SystemRandom::new(),
             nonce: ctx.nonce,
             thread: t,
             slots: r
@@ -332,7 +401,7 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
             feeder: None,
             feeder_ready: false,
             feeder_seq: 0,
-            cls: Classifier::new(),
+            cls: Classifier::new(o.protocol.rpc()),
             measuring: false,
             t_warm: u64::MAX,
             t_end: u64::MAX,
@@ -346,7 +415,14 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
             errors: Counts::new(),
             anomalies: Counts::new(),
         };
-        h.feeder = Some(io.connect(FEEDER, Proto::Ws)?);
+        let feeder_query = match &auth {
+            Auth::Off => None,
+            Auth::Reuse(q) => Some(q.clone()),
+            Auth::Fresh(aud) => {
+                Some(jwt::fresh_query(&h.rng, aud).map_err(|e| RunError::Setup(e.to_string()))?)
+            }
+        };
+        h.feeder = Some(io.connect_with(FEEDER, Proto::Ws, feeder_query.as_deref())?);
         let start = io.now_ns();
         net::run(
             &mut io,
@@ -391,6 +467,8 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
     let secs = common.duration.as_secs_f64();
     let mut r = Report::new("churn");
     r.int("concurrency", o.concurrency as u64)
+        .text("protocol", o.protocol.label())
+        .text("auth", auth.label())
         .int("threads", threads as u64)
         .int("source_ips", common.source_ips as u64)
         .text(

@@ -12,6 +12,7 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
     if o.subscribers == 0 {
         return Err(RunError::Options("--subscribers must be > 0".into()));
     }
+    o.protocol.check_ttl(o.ttl).map_err(RunError::Options)?;
     let shape = Shape::Fanout {
         subs: o.subscribers,
     };
@@ -24,6 +25,7 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
         ack: false,
         count: o.count,
         v1: o.protocol == RelayProtocol::V1,
+        rpc: o.protocol.rpc(),
     };
     let ctx = Ctx::new(target, &o.common);
     let outs = topics::run(&ctx, &o.common, shape, &load)?;
@@ -46,6 +48,7 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
     )
     .int("subscribers", o.subscribers as u64)
     .text("protocol", o.protocol.label())
+    .text("auth", super::auth_label(&o.common))
     .int("threads", o.common.threads as u64)
     .int("target_rate", o.rate)
     .int("size", o.size.max(crate::proto::STAMP_LEN) as u64)

@@ -4,7 +4,7 @@
 //! Connections are spread over source addresses 127.0.0.2, ... (`--source-ips`, chosen
 //! automatically when not given) so more than one ephemeral port range is available.
 
-use crate::cli::{IdleOpts, Target};
+use crate::cli::{IdleOpts, RelayProtocol, Target};
 use crate::net::{self, CloseWhy, Handler, Io, Key, Proto};
 use crate::proto::{self, Classifier, Incoming, ResultValue};
 use crate::stats::{merge_counts, Counts, Lat, Report};
@@ -16,6 +16,7 @@ use super::{bump, split, Connector, Ctx, RunError};
 const SUB_ID: u64 = 1;
 
 struct IdleHandler {
+    rpc: proto::Rpc,
     base: usize,
     nonce: u64,
     keys: Vec<Option<Key>>,
@@ -37,7 +38,7 @@ impl Handler for IdleHandler {
     fn on_open(&mut self, io: &mut Io, key: Key, tag: u32, _now: u64) {
         let topic = proto::topic(self.nonce, 0x1d1e, (self.base + tag as usize) as u64);
         if let Some(out) = io.out(key) {
-            proto::write_subscribe(out, SUB_ID, &topic);
+            proto::write_subscribe(out, self.rpc, SUB_ID, &topic);
         }
     }
 
@@ -107,6 +108,11 @@ struct IdleOut {
 
 /// Run `idle` and build its report.
 pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
+    if o.protocol == RelayProtocol::V1 {
+        return Err(RunError::Options(
+            "idle speaks --protocol waku or irn".into(),
+        ));
+    }
     let mut common = o.common.clone();
     if common.source_ips == 0 && target.addr.is_ipv4() {
         // About 28k ephemeral ports per source address by default; keep well under.
@@ -126,8 +132,10 @@ pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
     let outs = ctx.run_threads(|t| {
         let r = split(o.connections, threads, t);
         let n = r.len();
+        let queries = ctx.auth_queries(n)?;
         let mut io = ctx.io(t)?;
         let mut h = IdleHandler {
+            rpc: o.protocol.rpc(),
             base: r.start,
             nonce: ctx.nonce,
             keys: vec![None; n],
@@ -135,8 +143,8 @@ pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
             n_ready: 0,
             n_failed: 0,
             opened_at: vec![0; n],
-            connector: Connector::new(n, common.connect_concurrency),
-            cls: Classifier::new(),
+            connector: Connector::new(n, common.connect_concurrency).with_queries(queries),
+            cls: Classifier::new(o.protocol.rpc()),
             holding: false,
             setup_lat: Lat::new(),
             setup_errors: Counts::new(),
@@ -200,6 +208,8 @@ pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
     r.int("connections_asked", o.connections as u64)
         .int("subscribed", ready as u64)
         .int("alive_at_end", alive as u64)
+        .text("protocol", o.protocol.label())
+        .text("auth", super::auth_label(&common))
         .int("threads", threads as u64)
         .int("source_ips", common.source_ips as u64)
         .float("setup_s", setup_ns as f64 / 1e9, 2)

@@ -88,6 +88,16 @@ impl<'a> Ctx<'a> {
         )
     }
 
+    /// With `--auth`, `n` upgrade queries `auth=<jwt>&projectId=loadtest`, one fresh key pair
+    /// and token each (aud = `--url`); without, none. Made before the connections open, so
+    /// signing counts in no measured time.
+    pub fn auth_queries(&self, n: usize) -> Result<Vec<String>, RunError> {
+        if !self.common.auth {
+            return Ok(Vec::new());
+        }
+        crate::jwt::fresh_queries(n, &self.common.url).map_err(|e| RunError::Setup(e.to_string()))
+    }
+
     /// Run `f` on each of the `threads` threads and collect the results in thread order.
     pub fn run_threads<T, F>(&self, f: F) -> Result<Vec<T>, RunError>
     where
@@ -151,6 +161,8 @@ pub struct Connector {
     limit: usize,
     /// Connect calls that failed at once (EMFILE, EADDRNOTAVAIL, ...).
     pub failed_now: Counts,
+    /// Upgrade query per tag (`--auth`), taken when its connection starts; empty: none.
+    queries: Vec<String>,
 }
 
 impl Connector {
@@ -162,7 +174,14 @@ impl Connector {
             in_progress: 0,
             limit: limit.max(1),
             failed_now: Counts::new(),
+            queries: Vec::new(),
         }
+    }
+
+    /// Give connection `tag` the upgrade query `queries[tag]` ([`Ctx::auth_queries`]).
+    pub fn with_queries(mut self, queries: Vec<String>) -> Self {
+        self.queries = queries;
+        self
     }
 
     /// Start as many connects as allowed; `on_key(tag, key)` records each started one.
@@ -172,7 +191,8 @@ impl Connector {
         while self.in_progress < self.limit && self.next < self.total {
             let tag = self.next as u32;
             self.next += 1;
-            match io.connect(tag, proto) {
+            let query = self.queries.get_mut(tag as usize).map(std::mem::take);
+            match io.connect_with(tag, proto, query.as_deref()) {
                 Ok(key) => {
                     self.in_progress += 1;
                     on_key(tag, key);
@@ -444,6 +464,15 @@ impl MsgStats {
     /// Count one oddity.
     pub fn anomaly(&mut self, what: &str) {
         *self.anomalies.entry(what.to_string()).or_insert(0) += 1;
+    }
+}
+
+/// The report's `auth` value for the scenarios that sign before they connect.
+pub fn auth_label(common: &Common) -> &'static str {
+    if common.auth {
+        "jwt (own key pair and token per connection)"
+    } else {
+        "off"
     }
 }
 

@@ -23,9 +23,11 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
     }
     if o.protocol == RelayProtocol::V1 && (o.stalled > 0 || o.ack) {
         return Err(RunError::Options(
-            "--stalled and --ack are for --protocol v2 (v1 frames have no acknowledgements)".into(),
+            "--stalled and --ack are for --protocol waku or irn (v1 frames have no acknowledgements)"
+                .into(),
         ));
     }
+    o.protocol.check_ttl(o.ttl).map_err(RunError::Options)?;
     let shape = Shape::Pairs { pairs };
     let load = Load {
         rate: o.rate,
@@ -36,11 +38,19 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
         ack: o.ack,
         count: o.count,
         v1: o.protocol == RelayProtocol::V1,
+        rpc: o.protocol.rpc(),
     };
     let ctx = Ctx::new(target, &o.common);
     let topic_names: Vec<String> = (0..pairs).map(|i| topics::topic_name(&ctx, i)).collect();
     // Held (never read) until the report is built.
-    let stalled = super::stalled::open(target, &topic_names, o.stalled)?;
+    let stalled_queries = ctx.auth_queries(o.stalled)?;
+    let stalled = super::stalled::open(
+        target,
+        &topic_names,
+        o.stalled,
+        o.protocol.rpc(),
+        &stalled_queries,
+    )?;
     let outs = topics::run(&ctx, &o.common, shape, &load)?;
     let setup_s = outs.iter().map(|t| t.setup_ns).max().unwrap_or(0) as f64 / 1e9;
     let (st, lost, _lost_msgs, unacked) = topics::merge(outs, shape);
@@ -58,6 +68,7 @@ pub fn run(target: &Target, o: &PairsOpts) -> Result<Report, RunError> {
     .int("connections", 2 * pairs as u64)
     .int("stalled", stalled.len() as u64)
     .text("protocol", o.protocol.label())
+    .text("auth", super::auth_label(&o.common))
     .int("threads", o.common.threads as u64)
     .int("target_rate", o.rate)
     .int("size", o.size.max(proto_min()) as u64)

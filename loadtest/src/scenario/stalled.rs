@@ -16,9 +16,16 @@ use crate::{proto, ws};
 /// Receive buffer of a stalled connection: small, so it stops taking data soon.
 const RCVBUF: usize = 4096;
 
-/// Opens `n` connections, subscribes connection `i` to `topics[i % topics.len()]`, and
-/// returns them; they are never read again. Blocking, one at a time (setup only).
-pub fn open(target: &Target, topics: &[String], n: usize) -> Result<Vec<TcpStream>, RunError> {
+/// Opens `n` connections, subscribes connection `i` to `topics[i % topics.len()]` (with
+/// `rpc`'s subscribe, upgrading with `queries[i]` if given), and returns them; they are never
+/// read again. Blocking, one at a time (setup only).
+pub fn open(
+    target: &Target,
+    topics: &[String],
+    n: usize,
+    rpc: proto::Rpc,
+    queries: &[String],
+) -> Result<Vec<TcpStream>, RunError> {
     let mut conns = Vec::with_capacity(n);
     if topics.is_empty() {
         return Ok(conns);
@@ -26,14 +33,26 @@ pub fn open(target: &Target, topics: &[String], n: usize) -> Result<Vec<TcpStrea
     for i in 0..n {
         let topic = &topics[i % topics.len()];
         conns.push(
-            open_one(&target.addr, target, topic)
-                .map_err(|e| RunError::Setup(format!("stalled connection {i}: {e}")))?,
+            open_one(
+                &target.addr,
+                target,
+                topic,
+                rpc,
+                queries.get(i).map(String::as_str),
+            )
+            .map_err(|e| RunError::Setup(format!("stalled connection {i}: {e}")))?,
         );
     }
     Ok(conns)
 }
 
-fn open_one(addr: &SocketAddr, target: &Target, topic: &str) -> std::io::Result<TcpStream> {
+fn open_one(
+    addr: &SocketAddr,
+    target: &Target,
+    topic: &str,
+    rpc: proto::Rpc,
+    query: Option<&str>,
+) -> std::io::Result<TcpStream> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
@@ -45,7 +64,12 @@ fn open_one(addr: &SocketAddr, target: &Target, topic: &str) -> std::io::Result<
     sock.connect_timeout(&(*addr).into(), Duration::from_secs(5))?;
     let mut s: TcpStream = sock.into();
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(&ws::upgrade_request(&target.host, &target.path, false))?;
+    s.write_all(&ws::upgrade_request(
+        &target.host,
+        &target.path,
+        query,
+        false,
+    ))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     let start = loop {
@@ -61,7 +85,7 @@ fn open_one(addr: &SocketAddr, target: &Target, topic: &str) -> std::io::Result<
         }
     };
     let mut frame = Vec::new();
-    proto::write_subscribe(&mut frame, 1, topic);
+    proto::write_subscribe(&mut frame, rpc, 1, topic);
     s.write_all(&frame)?;
     // Wait for the subscription's answer, so the subscription exists before the run starts.
     buf.drain(..start);
@@ -72,7 +96,7 @@ fn open_one(addr: &SocketAddr, target: &Target, topic: &str) -> std::io::Result<
         }
         buf.extend_from_slice(&chunk[..k]);
         if buf.len() > 64 * 1024 {
-            return Err(std::io::Error::other("no answer to waku_subscribe"));
+            return Err(std::io::Error::other("no answer to the subscribe"));
         }
     }
     Ok(s)

@@ -234,7 +234,7 @@ impl Handler for TopicsHandler<'_> {
                 if self.load.v1 {
                     proto::write_v1_sub(out, topic);
                 } else {
-                    proto::write_subscribe(out, SUB_ID, topic);
+                    proto::write_subscribe(out, self.load.rpc, SUB_ID, topic);
                 }
             }
         } else {
@@ -395,12 +395,13 @@ pub fn run(
             .iter()
             .map(|tp| match load.v1 {
                 true => PublishTemplate::new_v1(tp, load.size),
-                false => PublishTemplate::new(tp, load.size, load.ttl),
+                false => PublishTemplate::new(load.rpc, tp, load.size, load.ttl),
             })
             .collect();
         let publishers: Vec<usize> = (0..n)
             .filter(|&l| shape.publishes(range.start + l))
             .collect();
+        let queries = ctx.auth_queries(n)?;
         let owed_known = matches!(shape, Shape::Pairs { .. }) || threads == 1;
         let mut h = TopicsHandler {
             shape,
@@ -410,13 +411,13 @@ pub fn run(
             ready: vec![false; n],
             n_ready: 0,
             n_failed: 0,
-            connector: Connector::new(n, common.connect_concurrency),
+            connector: Connector::new(n, common.connect_concurrency).with_queries(queries),
             topics,
             templates,
             senders: (0..n).map(|_| Sender::default()).collect(),
             recv: vec![Vec::new(); shape.conns()],
             publishers,
-            cls: Classifier::new(),
+            cls: Classifier::new(load.rpc),
             phase: Phase::Setup,
             t_warm: u64::MAX,
             t_end: u64::MAX,

@@ -102,6 +102,8 @@ pub struct Load {
     /// Speak WalletConnect 1.0 frames instead of waku JSON-RPC: a `sub` is ready when the
     /// pong of the ping sent after it comes; a `pub` is unanswered, counted acked when sent.
     pub v1: bool,
+    /// The JSON-RPC methods (`waku_*` or `irn_*`) when not `v1`.
+    pub rpc: proto::Rpc,
 }
 
 /// What one thread hands back.

@@ -129,9 +129,9 @@ impl Body {
         let extra = meta.attestation.map_or(0, |a| a.len() + 20);
         let mut v = Vec::with_capacity(topic.len() + message.len() + extra + 64);
         v.extend_from_slice(b"{\"topic\":");
-        crate::rpc::write_str(&mut v, topic);
+        crate::json::write_str(&mut v, topic);
         v.extend_from_slice(b",\"message\":");
-        crate::rpc::write_str(&mut v, message);
+        crate::json::write_str(&mut v, message);
         let beta_len = v.len() as u32;
         Self::close(&mut v, meta);
         Body {
@@ -148,7 +148,7 @@ impl Body {
         v.extend_from_slice(itoa::Buffer::new().format(meta.tag).as_bytes());
         if let Some(a) = meta.attestation {
             v.extend_from_slice(b",\"attestation\":");
-            crate::rpc::write_str(v, a);
+            crate::json::write_str(v, a);
         }
         v.push(b'}');
     }

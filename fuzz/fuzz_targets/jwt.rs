@@ -54,8 +54,8 @@ fn check_token(token: &str, now: u64) {
     }
     let mut cache = TokenCache::new(2);
     for cfg in [&open, &open, &strict] {
-        let cached = cache.check(token, now, cfg);
-        let direct = auth::verify(token, now, cfg).map(|c| c.client_id);
+        let cached = cache.check(token, now, cfg).map(|k| k.did());
+        let direct = auth::verify(token, now, cfg).map(|c| c.client_id.to_string());
         assert_eq!(cached, direct);
     }
     if got.is_ok() {

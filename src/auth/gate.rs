@@ -8,13 +8,13 @@
 
 use std::sync::Arc;
 
-use super::{AuthConfig, ProjectIds, TokenCache, UpgradeAuth};
+use super::{AuthConfig, ClientKey, ProjectIds, TokenCache, UpgradeAuth};
 
 /// What the door says about one upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Let in; with the client id a valid token gave.
-    Open(Option<Arc<str>>),
+    Open(Option<Arc<ClientKey>>),
     /// Refused with this HTTP status (401, 403) and reason.
     Refused(u16, &'static str),
 }

@@ -122,6 +122,8 @@ struct Payload<'a> {
 /// A verified token with the claims the cache re-checks on a hit.
 pub(super) struct Verified {
     pub(super) claims: Claims,
+    /// The issuer's Ed25519 public key.
+    pub(super) key: [u8; 32],
     pub(super) iat: u64,
     pub(super) aud: Box<str>,
 }
@@ -174,6 +176,7 @@ pub(super) fn verify_full(
             client_id: Arc::from(&*payload.iss),
             exp: payload.exp,
         },
+        key,
         iat: payload.iat,
         aud: Box::from(&*payload.aud),
     })

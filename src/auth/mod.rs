@@ -21,6 +21,18 @@ pub use jwt::{issuer_of, verify, AuthError, Claims, MAX_TOKEN_LEN};
 pub use project::ProjectIds;
 pub use upgrade::UpgradeAuth;
 
+/// An authenticated client: the Ed25519 public key of its tokens' `iss`, shared by the
+/// connections of one token (32 bytes where the `did:key` string would take 56).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientKey(pub [u8; 32]);
+
+impl ClientKey {
+    /// Its client id, `did:key:z6Mk...` (what it signs its tokens as).
+    pub fn did(&self) -> String {
+        issuer_of(&self.0)
+    }
+}
+
 /// Clock leeway on `iat` and `exp` by default, in seconds (what `relay_rpc` allows).
 pub const DEFAULT_LEEWAY_S: u64 = 120;
 

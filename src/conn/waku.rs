@@ -365,7 +365,7 @@ fn subscribe<S>(
         return Err(rpc_error(&RelayError::TooManySubscriptions(max)));
     }
     let id = match conn.ws().and_then(|w| w.client.as_deref()) {
-        Some(client) => SubId::for_client(topic, client),
+        Some(client) => SubId::for_client(topic, &client.did()),
         None => ctx.ids.next_id(),
     };
     let me = ctx.conn_ref(conn);

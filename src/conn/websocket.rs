@@ -54,7 +54,7 @@ pub struct WsState {
     pub next_ping: u64,
     /// The client id a valid relay-auth JWT gave (DECISIONS §10): subscription ids are
     /// then the ones the client computes itself. Shared by the connections of one token.
-    pub client: Option<std::sync::Arc<str>>,
+    pub client: Option<std::sync::Arc<crate::auth::ClientKey>>,
     /// What fetches gave the connection, per topic (made on its first fetch).
     pub cursors: Option<Box<super::fetch::Cursors>>,
 }

@@ -279,7 +279,11 @@ pub struct Limits {
     /// Open connections (WebSocket and HTTP) from one IP address (IPv6: one /64); past it
     /// new ones are closed at accept (plain HTTP: answered 429). Split evenly over the
     /// workers (DECISIONS §11; docs/TUNING.md, "Limits per client"). 0 = off.
-    #[arg(long, env = "WALLETRELAY_MAX_CONNECTIONS_PER_IP", default_value_t = 1000)]
+    #[arg(
+        long,
+        env = "WALLETRELAY_MAX_CONNECTIONS_PER_IP",
+        default_value_t = 1000
+    )]
     pub max_connections_per_ip: u32,
 
     /// New connections a second from one IP address (token bucket, split over the workers);
@@ -303,7 +307,11 @@ pub struct Limits {
 
     /// Published message bytes a second, per connection, client id and IP address (as
     /// `--publish-rate`). 0 = off.
-    #[arg(long, env = "WALLETRELAY_PUBLISH_BYTES_RATE", default_value_t = 1048576.0)]
+    #[arg(
+        long,
+        env = "WALLETRELAY_PUBLISH_BYTES_RATE",
+        default_value_t = 1048576.0
+    )]
     pub publish_bytes_rate: f64,
 
     /// Burst of `--publish-bytes-rate`, bytes.
@@ -439,7 +447,8 @@ pub enum Fsync {
 
 /// `--limit-exempt`, `--trusted-proxies`: one address range.
 fn parse_cidr(s: &str) -> Result<crate::limits::Cidr, String> {
-    s.parse().map_err(|e: crate::limits::ip::BadCidr| e.to_string())
+    s.parse()
+        .map_err(|e: crate::limits::ip::BadCidr| e.to_string())
 }
 
 /// `--listen`: an address, or `none`.

@@ -125,7 +125,10 @@ mod tests {
 
     #[test]
     fn ipv6_counts_per_64_and_ipv4_per_address() {
-        assert_eq!(ip_key(ip("2001:db8:1:2::1")), ip_key(ip("2001:db8:1:2:ffff::9")));
+        assert_eq!(
+            ip_key(ip("2001:db8:1:2::1")),
+            ip_key(ip("2001:db8:1:2:ffff::9"))
+        );
         assert_ne!(ip_key(ip("2001:db8:1:2::1")), ip_key(ip("2001:db8:1:3::1")));
         assert_ne!(ip_key(ip("10.0.0.1")), ip_key(ip("10.0.0.2")));
         assert_eq!(ip_key(ip("10.0.0.1")), ip_key(ip("::ffff:10.0.0.1")));

@@ -121,7 +121,12 @@ impl Policy {
             Rate::new(l.subscribe_rate, l.subscribe_burst as f64),
         ];
         let accept = Rate::new(l.accept_rate_per_ip, l.accept_burst_per_ip as f64);
-        let shared = [conn[0].split(w), conn[1].split(w), conn[2].split(w), accept.split(w)];
+        let shared = [
+            conn[0].split(w),
+            conn[1].split(w),
+            conn[2].split(w),
+            accept.split(w),
+        ];
         let max_conns = match l.max_connections_per_ip {
             0 => 0,
             n => (n / w as u32).max(1),
@@ -258,8 +263,7 @@ impl Limiter {
         if !lim.proxied {
             return Ok(());
         }
-        let Some(addr) = header.and_then(|h| ip::forwarded_client(h, &self.policy.trusted))
-        else {
+        let Some(addr) = header.and_then(|h| ip::forwarded_client(h, &self.policy.trusted)) else {
             return Ok(());
         };
         if (lim.ip.is_some() || lim.exempt) && lim.key == ip::ip_key(addr) {

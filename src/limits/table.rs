@@ -208,7 +208,10 @@ mod tests {
         assert!(t.get(b).is_none() && t.get(a).is_some());
         assert_eq!(t.len(), 1);
         let c = t.find_or_add(&3, &R, 0).unwrap();
-        assert!(t.get(b).is_none(), "a reused slot does not answer an old handle");
+        assert!(
+            t.get(b).is_none(),
+            "a reused slot does not answer an old handle"
+        );
         assert!(t.get(c).is_some());
     }
 

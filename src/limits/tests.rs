@@ -28,7 +28,10 @@ fn connections_per_address_are_capped_and_released() {
     let mut l = limiter(&["--max-connections-per-ip", "2"], 1);
     let mut a = l.on_accept(ip("10.0.0.1"), 0).unwrap();
     let _b = l.on_accept(ip("10.0.0.1"), 0).unwrap();
-    assert_eq!(l.on_accept(ip("10.0.0.1"), 0).unwrap_err(), Kind::Connections);
+    assert_eq!(
+        l.on_accept(ip("10.0.0.1"), 0).unwrap_err(),
+        Kind::Connections
+    );
     // Another address is not affected; IPv6 counts per /64.
     assert!(l.on_accept(ip("10.0.0.2"), 0).is_ok());
     let _c = l.on_accept(ip("2001:db8::1"), 0).unwrap();
@@ -51,19 +54,20 @@ fn the_cap_is_split_over_the_workers() {
 
 #[test]
 fn accept_rate_per_address() {
-    let args = [
-        "--accept-rate-per-ip",
-        "10",
-        "--accept-burst-per-ip",
-        "3",
-    ];
+    let args = ["--accept-rate-per-ip", "10", "--accept-burst-per-ip", "3"];
     let mut l = limiter(&args, 1);
     for _ in 0..3 {
         l.on_accept(ip("10.0.0.1"), 1000).unwrap();
     }
-    assert_eq!(l.on_accept(ip("10.0.0.1"), 1000).unwrap_err(), Kind::AcceptRate);
+    assert_eq!(
+        l.on_accept(ip("10.0.0.1"), 1000).unwrap_err(),
+        Kind::AcceptRate
+    );
     assert!(l.on_accept(ip("10.0.0.2"), 1000).is_ok());
-    assert!(l.on_accept(ip("10.0.0.1"), 1100).is_ok(), "refilled after 100 ms");
+    assert!(
+        l.on_accept(ip("10.0.0.1"), 1100).is_ok(),
+        "refilled after 100 ms"
+    );
 }
 
 #[test]
@@ -92,7 +96,10 @@ fn the_address_bucket_is_shared_by_its_connections() {
     l.admit(&a, &mut oa, PUBLISH, 0).unwrap();
     l.admit(&b, &mut ob, PUBLISH, 0).unwrap();
     // `b` has tokens of its own, its address has none left.
-    assert_eq!(l.admit(&b, &mut ob, PUBLISH, 0).unwrap_err().kind, Kind::Publish);
+    assert_eq!(
+        l.admit(&b, &mut ob, PUBLISH, 0).unwrap_err().kind,
+        Kind::Publish
+    );
     l.admit(&c, &mut oc, PUBLISH, 0).unwrap();
 }
 
@@ -139,7 +146,10 @@ fn a_refused_request_takes_nothing() {
     };
     l.admit(&lim, &mut own, big, 0).unwrap();
     // Over the bytes: refused, and its publish token is not spent.
-    assert_eq!(l.admit(&lim, &mut own, big, 0).unwrap_err().kind, Kind::Bytes);
+    assert_eq!(
+        l.admit(&lim, &mut own, big, 0).unwrap_err().kind,
+        Kind::Bytes
+    );
     let empty = Cost {
         publishes: 1,
         ..Cost::default()
@@ -147,7 +157,10 @@ fn a_refused_request_takes_nothing() {
     for _ in 0..4 {
         l.admit(&lim, &mut own, empty, 0).unwrap();
     }
-    assert_eq!(l.admit(&lim, &mut own, empty, 0).unwrap_err().kind, Kind::Publish);
+    assert_eq!(
+        l.admit(&lim, &mut own, empty, 0).unwrap_err().kind,
+        Kind::Publish
+    );
 }
 
 #[test]
@@ -231,7 +244,10 @@ fn off_limits_keep_no_state() {
 
 #[test]
 fn idle_addresses_are_forgotten() {
-    let mut l = limiter(&["--accept-rate-per-ip", "10", "--accept-burst-per-ip", "10"], 1);
+    let mut l = limiter(
+        &["--accept-rate-per-ip", "10", "--accept-burst-per-ip", "10"],
+        1,
+    );
     let mut a = l.on_accept(ip("10.0.0.1"), 0).unwrap();
     l.on_accept(ip("10.0.0.2"), 0).unwrap();
     l.tick(5000);

@@ -151,8 +151,6 @@ pub struct ConnLimit {
     ip: Handle,
     /// Its client id's entry (after a relay-auth upgrade).
     client: Handle,
-    /// The address it is counted under (to see whether a forwarded address changed).
-    key: u128,
     /// `--limit-exempt`: no limit applies.
     exempt: bool,
     /// Its peer is a trusted proxy: the address comes from `X-Forwarded-For`.
@@ -222,7 +220,6 @@ impl Limiter {
 
     /// Counts `lim` as a connection of `addr` (exempt, untracked when the table is full).
     fn count_under(&mut self, lim: &mut ConnLimit, addr: IpAddr, now: u64) -> Result<(), Kind> {
-        lim.key = ip::ip_key(addr);
         if ip::any_contains(&self.policy.exempt, addr) {
             lim.exempt = true;
             return Ok(());
@@ -231,7 +228,10 @@ impl Limiter {
         if !self.policy.ip_on {
             return Ok(());
         }
-        let Some(h) = self.ips.find_or_add(&lim.key, &self.policy.shared, now) else {
+        let Some(h) = self
+            .ips
+            .find_or_add(&ip::ip_key(addr), &self.policy.shared, now)
+        else {
             return Ok(());
         };
         let Some(e) = self.ips.get(h) else {
@@ -266,7 +266,7 @@ impl Limiter {
         let Some(addr) = header.and_then(|h| ip::forwarded_client(h, &self.policy.trusted)) else {
             return Ok(());
         };
-        if (lim.ip.is_some() || lim.exempt) && lim.key == ip::ip_key(addr) {
+        if lim.ip.is_some() && self.ips.handle_of(&ip::ip_key(addr)) == Some(lim.ip) {
             return Ok(());
         }
         self.release_ip(lim);

@@ -157,6 +157,13 @@ impl<K: Hash + Eq + Clone> Table<K> {
         }
     }
 
+    /// The handle of `key`'s entry, if it has one.
+    pub fn handle_of(&self, key: &K) -> Option<Handle> {
+        let &slot = self.index.get(key)?;
+        let e = self.entries.get(slot as usize)?;
+        Some(Handle { slot, gen: e.gen })
+    }
+
     /// The entry `h` names, if it still does.
     #[inline]
     pub fn get(&mut self, h: Handle) -> Option<&mut Entry<K>> {

@@ -15,6 +15,7 @@
 # every round's requests/s and the median ratio walletrelay / nginx.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/limits-off  # the limits per client off (load from one address; docs/TUNING.md)
 DUR=${1:-10}
 CONN=${2:-50}
 ROUNDS=${3:-3}

@@ -276,6 +276,77 @@ pub struct Limits {
     #[arg(long, env = "WALLETRELAY_SHUTDOWN_GRACE", default_value_t = 3.0)]
     pub shutdown_grace: f64,
 
+    /// Open connections (WebSocket and HTTP) from one IP address (IPv6: one /64); past it
+    /// new ones are closed at accept (plain HTTP: answered 429). Split evenly over the
+    /// workers (DECISIONS §11; docs/TUNING.md, "Limits per client"). 0 = off.
+    #[arg(
+        long,
+        env = "WALLETRELAY_MAX_CONNECTIONS_PER_IP",
+        default_value_t = 1000
+    )]
+    pub max_connections_per_ip: u32,
+
+    /// New connections a second from one IP address (token bucket, split over the workers);
+    /// past it they are closed at accept. 0 = off.
+    #[arg(long, env = "WALLETRELAY_ACCEPT_RATE_PER_IP", default_value_t = 50.0)]
+    pub accept_rate_per_ip: f64,
+
+    /// Burst of `--accept-rate-per-ip`.
+    #[arg(long, env = "WALLETRELAY_ACCEPT_BURST_PER_IP", default_value_t = 500)]
+    pub accept_burst_per_ip: u64,
+
+    /// Publishes a second per connection, per authenticated client id and per IP address
+    /// (token buckets; the last two split over the workers); past it JSON-RPC -32000
+    /// `rate limited`. 0 = off.
+    #[arg(long, env = "WALLETRELAY_PUBLISH_RATE", default_value_t = 100.0)]
+    pub publish_rate: f64,
+
+    /// Burst of `--publish-rate`.
+    #[arg(long, env = "WALLETRELAY_PUBLISH_BURST", default_value_t = 1000)]
+    pub publish_burst: u64,
+
+    /// Published message bytes a second, per connection, client id and IP address (as
+    /// `--publish-rate`). 0 = off.
+    #[arg(
+        long,
+        env = "WALLETRELAY_PUBLISH_BYTES_RATE",
+        default_value_t = 1048576.0
+    )]
+    pub publish_bytes_rate: f64,
+
+    /// Burst of `--publish-bytes-rate`, bytes.
+    #[arg(long, env = "WALLETRELAY_PUBLISH_BYTES_BURST", default_value_t = 16 << 20)]
+    pub publish_bytes_burst: u64,
+
+    /// Subscriptions a second (a batch counts each topic), per connection, client id and IP
+    /// address (as `--publish-rate`). 0 = off.
+    #[arg(long, env = "WALLETRELAY_SUBSCRIBE_RATE", default_value_t = 100.0)]
+    pub subscribe_rate: f64,
+
+    /// Burst of `--subscribe-rate`.
+    #[arg(long, env = "WALLETRELAY_SUBSCRIBE_BURST", default_value_t = 1000)]
+    pub subscribe_burst: u64,
+
+    /// Address ranges (`CIDR,...`) no limit of DECISIONS §11 applies to.
+    #[arg(
+        long,
+        env = "WALLETRELAY_LIMIT_EXEMPT",
+        value_delimiter = ',',
+        value_parser = parse_cidr
+    )]
+    pub limit_exempt: Vec<crate::limits::Cidr>,
+
+    /// Proxies (`CIDR,...`) whose connections are counted under the client address of their
+    /// requests' `X-Forwarded-For` (the last address in it that is not a trusted proxy);
+    /// from anyone else the header is ignored.
+    #[arg(
+        long,
+        env = "WALLETRELAY_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        value_parser = parse_cidr
+    )]
+    pub trusted_proxies: Vec<crate::limits::Cidr>,
+
     // -------------------------------------------------------------------------------------
     // Fixed bounds (no flag): tuned once, each with the reason for its value.
     /// Pushes a worker lets its input queue up in one round before it stops reading,
@@ -372,6 +443,12 @@ pub enum Fsync {
     Everysec,
     /// Leave syncing to the kernel.
     Off,
+}
+
+/// `--limit-exempt`, `--trusted-proxies`: one address range.
+fn parse_cidr(s: &str) -> Result<crate::limits::Cidr, String> {
+    s.parse()
+        .map_err(|e: crate::limits::ip::BadCidr| e.to_string())
 }
 
 /// `--listen`: an address, or `none`.

@@ -22,6 +22,7 @@ pub mod conn;
 pub mod health;
 pub mod http;
 pub mod json;
+pub mod limits;
 pub mod message;
 pub mod metrics;
 pub mod outbuf;

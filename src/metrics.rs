@@ -139,6 +139,11 @@ pub struct CoreMetrics {
     /// TLS connections closed for a TLS error (a bad or failed handshake, plaintext on the
     /// TLS port, a bad record).
     pub tls_failures: Cell,
+    /// Requests and connections refused by a limit of DECISIONS §11, by kind (indexed like
+    /// `limits::Kind::ALL`).
+    pub limited: [Cell; 5],
+    /// WebSockets closed with 1013 after refusals in a row.
+    pub limit_closes: Cell,
 }
 
 impl CoreMetrics {
@@ -171,7 +176,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 21] = [
+        let per_core: [(&str, &str, &str, Get); 22] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -287,6 +292,12 @@ impl Metrics {
                 "TLS connections closed for a TLS error",
                 |c| &c.tls_failures,
             ),
+            (
+                "limit_closes_total",
+                "counter",
+                "WebSockets closed with 1013 after 100 rate-limit refusals in a row",
+                |c| &c.limit_closes,
+            ),
         ];
         for (name, kind, help, get) in per_core {
             let _ = writeln!(s, "# HELP walletrelay_{name} {help} (per worker).");
@@ -318,6 +329,19 @@ impl Metrics {
                 s,
                 "walletrelay_messages_dropped_total{{reason=\"{}\"}} {total}",
                 r.label()
+            );
+        }
+        let _ = writeln!(
+            s,
+            "# HELP walletrelay_limited_total Requests and connections refused by a limit, by kind."
+        );
+        let _ = writeln!(s, "# TYPE walletrelay_limited_total counter");
+        for k in crate::limits::Kind::ALL {
+            let total: u64 = self.cores.iter().map(|c| c.limited[k as usize].get()).sum();
+            let _ = writeln!(
+                s,
+                "walletrelay_limited_total{{kind=\"{}\"}} {total}",
+                k.label()
             );
         }
         extra(&mut s);

@@ -20,6 +20,20 @@ pub fn frame<S>(conn: &mut Conn<S>, f: V1Frame<'_>, ctx: &mut Ctx<'_>) -> Result
             "Invalid v1 frame: \"topic\" longer than {max_topic} bytes"
         )));
     }
+    // The same rate limits as the relay's own methods (DECISIONS §11).
+    let cost = match f.kind {
+        V1Kind::Pub => crate::limits::Cost {
+            publishes: 1,
+            bytes: f.payload.len(),
+            subscribes: 0,
+        },
+        V1Kind::Sub => crate::limits::Cost {
+            subscribes: 1,
+            ..Default::default()
+        },
+        V1Kind::Ack => crate::limits::Cost::default(),
+    };
+    super::waku::admit(conn, cost, ctx)?;
     let me = ctx.conn_ref(conn);
     match f.kind {
         V1Kind::Sub => {

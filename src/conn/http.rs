@@ -24,6 +24,19 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         }
     };
     ctx.metrics().http_requests.inc();
+    // Behind a trusted proxy each request says whose it is (DECISIONS §11).
+    if conn.limit.proxied() {
+        if let Err(kind) = ctx
+            .limits
+            .forwarded(&mut conn.limit, req.forwarded_for, ctx.now)
+        {
+            ctx.metrics().limited[kind as usize].inc();
+            let resp = Response::json_error(429, "too many connections");
+            response::write(&mut conn.out, &resp, ctx.date, false, true);
+            conn.begin_close(ctx.now, ctx.close_ms());
+            return input.len();
+        }
+    }
     let head_only = req.method == Method::Head;
     let close = req.close;
     let echo = ctx.shared.config.ws_echo;

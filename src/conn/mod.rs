@@ -151,6 +151,9 @@ pub struct Conn<S = TcpStream> {
     /// The phase's deadline (ms): slowloris / keep-alive idle for HTTP, next heartbeat
     /// check for WebSocket, the linger limit for `Closing`.
     pub deadline: u64,
+    /// Its place in the worker's per-address and per-client limits (DECISIONS §11),
+    /// released when it is removed.
+    pub limit: crate::limits::ConnLimit,
 }
 
 impl<S> Conn<S> {
@@ -169,6 +172,7 @@ impl<S> Conn<S> {
             v1_topics: Vec::new(),
             timer_tick: 0,
             deadline,
+            limit: crate::limits::ConnLimit::default(),
         }
     }
 
@@ -275,6 +279,8 @@ pub struct Ctx<'a> {
     pub deflate: &'a mut websocket::DeflateKit,
     /// The worker's relay-auth door.
     pub gate: &'a mut crate::auth::Gate,
+    /// The worker's limits per address and client (DECISIONS §11).
+    pub limits: &'a mut crate::limits::Limiter,
 }
 
 impl Ctx<'_> {

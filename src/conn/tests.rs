@@ -85,6 +85,7 @@ struct Bench {
     answers: AnswerCache,
     deflate: super::DeflateKit,
     gate: crate::auth::Gate,
+    limits: crate::limits::Limiter,
     registry: Registry,
 }
 
@@ -146,6 +147,10 @@ impl Bench {
             answers: AnswerCache::new(0),
             deflate: super::DeflateKit::default(),
             gate: crate::auth::Gate::new(Vec::new(), false, None),
+            limits: crate::limits::Limiter::new(crate::limits::Policy::new(
+                &crate::config::Limits::default(),
+                1,
+            )),
             registry,
         }
     }
@@ -167,6 +172,7 @@ impl Bench {
             answers: &mut self.answers,
             deflate: &mut self.deflate,
             gate: &mut self.gate,
+            limits: &mut self.limits,
         };
         process(&mut self.conn, &mut input, &mut ctx)
     }

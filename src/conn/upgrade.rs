@@ -89,6 +89,10 @@ pub fn upgrade<S>(
     let first_ping = ctx.now + interval - ctx.ids.next_u64() % (interval / 2 + 1);
     let max = ctx.shared.config.limits.max_message;
     let mut ws = WsState::new(echo, max, deflate, push_base, ctx.now, first_ping);
+    ws.limits = ctx.limits.conn_buckets(ctx.now);
+    if let Some(c) = &client {
+        ctx.limits.bind_client(&mut conn.limit, c, ctx.now);
+    }
     ws.client = client;
     conn.phase = Phase::Ws(Box::new(ws));
     conn.deadline = first_ping;

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 use super::outbound::{self, write_publish_answer, Part};
 use super::{Conn, ConnSub, Ctx, Phase};
+use crate::limits::{self, Cost};
 use crate::message::{Body, Meta};
 use crate::relay::{Done, RelayError, SubId};
 use crate::rpc::{self, Dialect, Id, Incoming, Item, Op, Request, RpcError};
@@ -62,6 +63,7 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
             let e = RpcError {
                 code: rpc::code::PARSE_ERROR,
                 message: "Parse error".into(),
+                data: None,
             };
             rpc::write_error(a.cur, &Id::Null, &e);
             ctx.metrics().rpc_errors.inc();
@@ -104,6 +106,15 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     } else if !a.cur.is_empty() {
         conn.answer_text(a.cur);
     }
+    // DECISIONS §11: a client that keeps going after its refusals is closed.
+    if conn
+        .ws()
+        .is_some_and(|w| w.limits.refusals >= limits::CLOSE_AFTER_REFUSALS)
+    {
+        ctx.metrics().limit_closes.inc();
+        let code = limits::CLOSE_TRY_AGAIN_LATER;
+        conn.ws_close(code, "rate limited", ctx.now, ctx.close_ms());
+    }
     if buf.capacity() > 64 << 10 {
         buf = Vec::with_capacity(4096);
     }
@@ -119,6 +130,7 @@ fn run_item<S>(conn: &mut Conn<S>, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut
             let e = RpcError {
                 code: rpc::code::INVALID_REQUEST,
                 message: "Invalid request: a v1 frame inside a batch".into(),
+                data: None,
             };
             rpc::write_error(a.cur, &Id::Null, &e);
             true
@@ -251,6 +263,7 @@ fn execute<S>(
     if !matches!(conn.phase, Phase::Ws(_)) {
         return Err(rpc_error(&RelayError::Closing));
     }
+    admit(conn, cost_of(&req.op), ctx)?;
     let dialect = req.dialect;
     match req.op {
         Op::Subscribe { topic } => subscribe(conn, &topic, dialect, ctx).map(Outcome::Subscribed),
@@ -321,6 +334,58 @@ fn execute<S>(
                 ctx,
             );
             publishes(&[first, second])
+        }
+    }
+}
+
+/// What an operation asks of the rate limits (DECISIONS §11: a batch counts each topic).
+fn cost_of(op: &Op<'_>) -> Cost {
+    match op {
+        Op::Publish { message, .. } => Cost {
+            publishes: 1,
+            bytes: message.len(),
+            subscribes: 0,
+        },
+        Op::Subscribe { .. } => Cost {
+            subscribes: 1,
+            ..Cost::default()
+        },
+        Op::BatchSubscribe { topics } => Cost {
+            subscribes: topics.len() as u32,
+            ..Cost::default()
+        },
+        Op::ProposeSession { proposal, .. } => Cost {
+            publishes: 1,
+            bytes: proposal.len(),
+            subscribes: 1,
+        },
+        Op::ApproveSession {
+            response,
+            settlement,
+            ..
+        } => Cost {
+            publishes: 2,
+            bytes: response.len() + settlement.len(),
+            subscribes: 1,
+        },
+        Op::Unsubscribe { .. } | Op::BatchUnsubscribe { .. } | Op::Fetch { .. } => Cost::default(),
+    }
+}
+
+/// Takes a request's cost from the connection's, its address's and its client's buckets,
+/// or refuses it whole: -32000 `rate limited` with `retryAfterMs`.
+pub(super) fn admit<S>(conn: &mut Conn<S>, cost: Cost, ctx: &mut Ctx<'_>) -> Result<(), RpcError> {
+    if cost.publishes == 0 && cost.subscribes == 0 {
+        return Ok(());
+    }
+    let Phase::Ws(w) = &mut conn.phase else {
+        return Ok(());
+    };
+    match ctx.limits.admit(&conn.limit, &mut w.limits, cost, ctx.now) {
+        Ok(()) => Ok(()),
+        Err(l) => {
+            ctx.metrics().limited[l.kind as usize].inc();
+            Err(RpcError::rate_limited(l.retry_after_ms))
         }
     }
 }

@@ -57,6 +57,8 @@ pub struct WsState {
     pub client: Option<std::sync::Arc<crate::auth::ClientKey>>,
     /// What fetches gave the connection, per topic (made on its first fetch).
     pub cursors: Option<Box<super::fetch::Cursors>>,
+    /// Its own rate-limit buckets and refusals in a row (DECISIONS §11).
+    pub limits: crate::limits::ConnBuckets,
 }
 
 impl WsState {
@@ -81,6 +83,7 @@ impl WsState {
             next_ping: first_ping,
             client: None,
             cursors: None,
+            limits: crate::limits::ConnBuckets::default(),
         }
     }
 }

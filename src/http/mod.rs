@@ -56,6 +56,8 @@ pub struct Request<'a> {
     pub content_type: Option<&'a [u8]>,
     /// `Authorization` (relay auth: `Bearer <jwt>`).
     pub authorization: Option<&'a [u8]>,
+    /// `X-Forwarded-For` (the last such line; used only from `--trusted-proxies`).
+    pub forwarded_for: Option<&'a [u8]>,
     /// The request body (`Content-Length` bytes).
     pub body: &'a [u8],
 }
@@ -156,6 +158,7 @@ pub fn parse<'a>(
         accept_gzip: false,
         content_type: None,
         authorization: None,
+        forwarded_for: None,
         body: &[],
     };
     let mut content_length: Option<usize> = None;
@@ -201,6 +204,8 @@ pub fn parse<'a>(
             out.accept_gzip = accepts_gzip(v);
         } else if name.eq_ignore_ascii_case("authorization") {
             out.authorization = Some(trim(v));
+        } else if name.eq_ignore_ascii_case("x-forwarded-for") {
+            out.forwarded_for = Some(trim(v));
         } else if name.eq_ignore_ascii_case("content-type") {
             out.content_type = Some(trim(v));
         }

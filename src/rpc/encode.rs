@@ -36,6 +36,14 @@ pub fn write_error(out: &mut Vec<u8>, id: &Id<'_>, err: &RpcError) {
     out.extend_from_slice(itoa::Buffer::new().format(err.code).as_bytes());
     out.extend_from_slice(b",\"message\":");
     write_str(out, &err.message);
+    match err.data {
+        None => {}
+        Some(super::ErrorData::RetryAfterMs(ms)) => {
+            out.extend_from_slice(b",\"data\":{\"retryAfterMs\":");
+            out.extend_from_slice(itoa::Buffer::new().format(ms).as_bytes());
+            out.push(b'}');
+        }
+    }
     out.extend_from_slice(b"}}");
 }
 
@@ -101,6 +109,12 @@ mod tests {
         assert_eq!(
             std::str::from_utf8(&o).unwrap(),
             r#"{"id":1234567890123456,"jsonrpc":"2.0","error":{"code":-32602,"message":"Missing or invalid \"topic\" param"}}"#
+        );
+        o.clear();
+        write_error(&mut o, &Id::U64(3), &RpcError::rate_limited(250));
+        assert_eq!(
+            std::str::from_utf8(&o).unwrap(),
+            r#"{"id":3,"jsonrpc":"2.0","error":{"code":-32000,"message":"rate limited","data":{"retryAfterMs":250}}}"#
         );
         o.clear();
         write_id(&mut o, &Id::I64(-7));

@@ -57,6 +57,15 @@ pub struct RpcError {
     pub code: i32,
     /// The message.
     pub message: Cow<'static, str>,
+    /// The `data` member, when the error has one.
+    pub data: Option<ErrorData>,
+}
+
+/// The `data` member of an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorData {
+    /// `{"retryAfterMs": N}` (rate limited, DECISIONS §11).
+    RetryAfterMs(u64),
 }
 
 impl RpcError {
@@ -64,6 +73,7 @@ impl RpcError {
         RpcError {
             code,
             message: message.into(),
+            data: None,
         }
     }
     /// -32602 naming a parameter.
@@ -80,6 +90,14 @@ impl RpcError {
     /// -32000 with a message.
     pub fn server(message: impl Into<Cow<'static, str>>) -> RpcError {
         RpcError::new(code::SERVER_ERROR, message)
+    }
+    /// -32000 `rate limited` with `data: {"retryAfterMs": N}` (DECISIONS §11).
+    pub fn rate_limited(retry_after_ms: u64) -> RpcError {
+        RpcError {
+            code: code::SERVER_ERROR,
+            message: Cow::Borrowed("rate limited"),
+            data: Some(ErrorData::RetryAfterMs(retry_after_ms)),
+        }
     }
 }
 

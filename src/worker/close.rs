@@ -30,6 +30,7 @@ impl Worker {
                 // failure), best effort: whatever the socket takes now.
                 let _ = super::tls::close_notify(tls, &mut c.sock);
             }
+            self.limits.release(&mut c.limit);
             let me = ConnRef { key, uid: c.uid };
             for s in &c.subs {
                 self.relay.unsubscribe(s.slot, me);

@@ -2,7 +2,8 @@
 //! to `conn::process`, and flushing its output. A TLS connection's reads and writes take
 //! the detours of `worker::tls` (decrypt before processing, encrypt while flushing).
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
 
 use mio::event::Event;
 use mio::net::TcpStream;
@@ -13,6 +14,11 @@ use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase};
 use crate::outbuf::Flush;
 use crate::relay::ConnRef;
 use crate::ws::close;
+
+/// The answer to a connection refused at accept by a per-address limit.
+pub(super) const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\n\
+Content-Type: application/json\r\nContent-Length: 32\r\nConnection: close\r\n\r\n\
+{\"error\":\"too many connections\"}";
 
 impl Worker {
     /// Accepts until the listener (the TLS one when `tls`) has no more waiting connections.
@@ -27,7 +33,7 @@ impl Worker {
                 return;
             };
             match listener.accept() {
-                Ok((sock, _)) => self.add_conn(sock, tls),
+                Ok((sock, peer)) => self.add_conn(sock, peer.ip(), tls),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -42,18 +48,32 @@ impl Worker {
         }
     }
 
-    fn add_conn(&mut self, mut sock: TcpStream, tls: bool) {
+    fn add_conn(&mut self, mut sock: TcpStream, peer: IpAddr, tls: bool) {
         let limits = &self.shared.config.limits;
         if self.conns.len() >= limits.max_connections_per_worker {
             self.m().connections_refused.inc();
             drop(sock);
             return;
         }
+        // DECISIONS §11: too many open or new connections from the address.
+        let mut limit = match self.limits.on_accept(peer, self.now) {
+            Ok(l) => l,
+            Err(kind) => {
+                self.m().limited[kind as usize].inc();
+                if !tls {
+                    // Best effort: a fresh socket takes these bytes at once; a client
+                    // that sent its request already may see a reset instead.
+                    let _ = (&sock).write(TOO_MANY_CONNECTIONS);
+                    let _ = sock.shutdown(std::net::Shutdown::Write);
+                }
+                return;
+            }
+        };
         let session = match tls {
             false => None,
             true => match self.new_session() {
                 Some(s) => Some(s),
-                None => return,
+                None => return self.limits.release(&mut limit),
             },
         };
         // TCP_NODELAY, SO_SNDBUF, TCP_NOTSENT_LOWAT and SO_BUSY_POLL come from the listener
@@ -66,7 +86,7 @@ impl Worker {
             Interest::READABLE | Interest::WRITABLE,
         ) {
             log::warn!("worker {}: register failed: {e}", self.id);
-            return;
+            return self.limits.release(&mut limit);
         }
         let uid = self.next_uid;
         self.next_uid += 1;
@@ -75,6 +95,7 @@ impl Worker {
         // comes: a stalled handshake is closed like a stalled head.
         let mut conn = Conn::new(sock, uid, deadline);
         conn.tls = session;
+        conn.limit = limit;
         entry.insert(conn);
         self.arm(key);
         let m = self.m();
@@ -277,6 +298,7 @@ impl Worker {
             answers: &mut self.answers,
             deflate: &mut self.deflate,
             gate: &mut self.gate,
+            limits: &mut self.limits,
         };
         conn::process(c, input, &mut ctx)
     }

@@ -97,6 +97,8 @@ pub struct Worker {
     deflate: DeflateKit,
     /// Relay auth: the verified-token cache and the project allow-list.
     gate: crate::auth::Gate,
+    /// Limits per address and per client id (DECISIONS §11), this worker's share.
+    limits: crate::limits::Limiter,
     ids: IdSource,
     /// Connections with queued output, flushed at the end of the iteration.
     dirty: Vec<usize>,
@@ -157,6 +159,8 @@ impl Worker {
             shared.config.require_auth,
             shared.projects.clone(),
         );
+        let policy =
+            crate::limits::Policy::new(&shared.config.limits, shared.config.worker_count());
         Ok(Worker {
             id,
             poll,
@@ -179,6 +183,7 @@ impl Worker {
             answers: AnswerCache::new(answer_cache),
             deflate: DeflateKit::default(),
             gate,
+            limits: crate::limits::Limiter::new(policy),
             ids: IdSource::default(),
             dirty: Vec::new(),
             closing: Vec::new(),

@@ -26,6 +26,7 @@ impl Worker {
             self.on_timer(key, uid, tick);
         }
         self.relay.tick(self.now);
+        self.limits.tick(self.now);
         if self.accept_retry && !due.is_empty() {
             self.accept_retry = false;
             self.accept(false);

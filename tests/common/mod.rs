@@ -50,6 +50,24 @@ pub const THREADS: [&str; 2] = ["1", "4"];
 /// The read timeout of every test socket: generous, so only a hung server trips it.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The environment that turns every limit per client of DECISIONS §11 off (each is a flag
+/// with an environment variable; a flag a test passes wins over it). Every server the tests
+/// start gets it, so that tests opening thousands of connections from 127.0.0.1 or
+/// publishing thousands of messages on one connection measure what they are about, except
+/// [`Server::start_limited`] (tests/limits.rs), which runs with the real defaults.
+pub const LIMITS_OFF: [(&str, &str); 5] = [
+    ("WALLETRELAY_MAX_CONNECTIONS_PER_IP", "0"),
+    ("WALLETRELAY_ACCEPT_RATE_PER_IP", "0"),
+    ("WALLETRELAY_PUBLISH_RATE", "0"),
+    ("WALLETRELAY_PUBLISH_BYTES_RATE", "0"),
+    ("WALLETRELAY_SUBSCRIBE_RATE", "0"),
+];
+
+/// Sets [`LIMITS_OFF`] on a command that runs the binary.
+pub fn limits_off(cmd: &mut Command) -> &mut Command {
+    cmd.envs(LIMITS_OFF)
+}
+
 /// A running server process, killed on drop.
 pub struct Server {
     /// The address of its plain listener (`0.0.0.0:0` when started with `--listen none`).
@@ -76,7 +94,13 @@ impl Server {
     /// Starts the binary on `127.0.0.1:0` (unless `args` has its own `--listen`) with extra
     /// `args` and waits until it listens (on both listeners with `--tls-listen`).
     pub fn start(args: &[&str]) -> Server {
-        Server::spawn(args, false)
+        Server::spawn(args, false, false)
+    }
+
+    /// Like [`Server::start`] with the limits per client at their defaults (unless `args`
+    /// sets them), not off.
+    pub fn start_limited(args: &[&str]) -> Server {
+        Server::spawn(args, false, true)
     }
 
     /// A server some test started itself and saw listening on `addr` (plain only).
@@ -92,11 +116,18 @@ impl Server {
     /// Like [`Server::start`], keeping what the server logs (still shown) for
     /// [`Server::log`].
     pub fn start_logged(args: &[&str]) -> Server {
-        Server::spawn(args, true)
+        Server::spawn(args, true, false)
     }
 
-    fn spawn(args: &[&str], keep_log: bool) -> Server {
+    fn spawn(args: &[&str], keep_log: bool, limited: bool) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_walletrelay"));
+        if limited {
+            for (k, _) in LIMITS_OFF {
+                cmd.env_remove(k);
+            }
+        } else {
+            limits_off(&mut cmd);
+        }
         if !args.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }

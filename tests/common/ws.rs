@@ -68,6 +68,36 @@ impl<S: Stream> Ws<S> {
         }
     }
 
+    /// Like [`Ws::handshake`] with extra request headers; the error says why the upgrade
+    /// failed (`status 429`, a reset, ...) instead of panicking.
+    pub fn try_handshake(stream: S, url: &str, headers: &[(&str, &str)]) -> Result<Ws<S>, String> {
+        use tungstenite::client::IntoClientRequest;
+        let mut req = url.into_client_request().map_err(|e| e.to_string())?;
+        for (k, v) in headers {
+            let name = tungstenite::http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| e.to_string())?;
+            let value = tungstenite::http::HeaderValue::from_str(v).map_err(|e| e.to_string())?;
+            req.headers_mut().append(name, value);
+        }
+        let (sock, resp) = tungstenite::client::client(req, stream).map_err(|e| match e {
+            tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => {
+                format!("status {}", r.status().as_u16())
+            }
+            other => other.to_string(),
+        })?;
+        let worker = resp
+            .headers()
+            .get("x-walletrelay-worker")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or("no worker header")?;
+        Ok(Ws {
+            sock,
+            worker,
+            next_id: 1,
+        })
+    }
+
     /// Sends a text message.
     pub fn send_text(&mut self, text: &str) {
         self.sock

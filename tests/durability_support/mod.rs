@@ -110,6 +110,7 @@ impl Node {
             .args(["--listen", "127.0.0.1:0", "--data-dir", dir.arg()])
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(crate::common::LIMITS_OFF)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

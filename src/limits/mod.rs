@@ -1,0 +1,387 @@
+//! Limits per client (DECISIONS §11): open connections and new connections a second per IP
+//! address, and token buckets for publishes, published bytes and subscriptions per
+//! connection, per authenticated client id and per IP address.
+//!
+//! Everything here belongs to one worker ([`Limiter`]) and is touched only from its loop: no
+//! lock, nothing shared. A limit shared by connections on several workers (per IP, per
+//! client) is split evenly over the workers instead (rate and burst divided by the worker
+//! count, at least 1), as §11 allows; so is the connection cap. A connection's own buckets
+//! live in its WebSocket state ([`ConnBuckets`]); its IP's and client's entries are reached
+//! through the [`Handle`]s it keeps in [`ConnLimit`], checked by generation, never by hashing
+//! a key per message. Nothing here allocates per message.
+//!
+//! What it must not do: touch sockets or the wire. Refusals are typed ([`Kind`],
+//! [`Limited`]) and mapped to close-at-accept, HTTP 429 or JSON-RPC -32000 by `worker` and
+//! `conn`.
+
+pub mod bucket;
+pub mod ip;
+pub mod table;
+
+use crate::auth::ClientKey;
+use std::net::IpAddr;
+
+pub use bucket::{Bucket, Rate};
+pub use ip::Cidr;
+pub use table::Handle;
+use table::{Table, BUCKETS};
+
+/// What a refusal was for (also the `kind` label of `walletrelay_limited_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `--publish-rate`.
+    Publish = 0,
+    /// `--publish-bytes-rate`.
+    Bytes = 1,
+    /// `--subscribe-rate`.
+    Subscribe = 2,
+    /// `--accept-rate-per-ip`.
+    AcceptRate = 3,
+    /// `--max-connections-per-ip`.
+    Connections = 4,
+}
+
+impl Kind {
+    /// Every kind, in index order.
+    pub const ALL: [Kind; 5] = [
+        Kind::Publish,
+        Kind::Bytes,
+        Kind::Subscribe,
+        Kind::AcceptRate,
+        Kind::Connections,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Publish => "publish",
+            Kind::Bytes => "bytes",
+            Kind::Subscribe => "subscribe",
+            Kind::AcceptRate => "accept_rate",
+            Kind::Connections => "connections",
+        }
+    }
+}
+
+/// A request refused by a token bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("rate limited")]
+pub struct Limited {
+    /// Which bucket.
+    pub kind: Kind,
+    /// When it will let the request through, at the earliest (ms).
+    pub retry_after_ms: u64,
+}
+
+/// Refusals in a row after which a WebSocket is closed with 1013.
+pub const CLOSE_AFTER_REFUSALS: u32 = 100;
+
+/// The WebSocket close code for a connection that keeps going after its refusals
+/// ("try again later").
+pub const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
+
+/// What one request asks of the buckets.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cost {
+    /// Publishes.
+    pub publishes: u32,
+    /// Published message bytes.
+    pub bytes: usize,
+    /// New subscriptions (a batch counts each topic).
+    pub subscribes: u32,
+}
+
+/// The limits of the flags, as one worker applies them.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Per connection: publishes, bytes, subscriptions.
+    conn: [Rate; 3],
+    /// Per IP address and per client (split over the workers): publishes, bytes,
+    /// subscriptions, accepts (the last only for addresses).
+    shared: [Rate; BUCKETS],
+    /// Open connections per address on this worker (split; 0 = off).
+    max_conns: u32,
+    /// `--limit-exempt`.
+    exempt: Vec<Cidr>,
+    /// `--trusted-proxies`.
+    trusted: Vec<Cidr>,
+    /// Any request bucket is on.
+    requests_on: bool,
+    /// Any per-address limit is on.
+    ip_on: bool,
+}
+
+impl Policy {
+    /// The policy of `l` for one of `workers` workers.
+    pub fn new(l: &crate::config::Limits, workers: usize) -> Policy {
+        let w = workers.max(1);
+        let conn = [
+            Rate::new(l.publish_rate, l.publish_burst as f64),
+            Rate::new(l.publish_bytes_rate, l.publish_bytes_burst as f64),
+            Rate::new(l.subscribe_rate, l.subscribe_burst as f64),
+        ];
+        let accept = Rate::new(l.accept_rate_per_ip, l.accept_burst_per_ip as f64);
+        let shared = [
+            conn[0].split(w),
+            conn[1].split(w),
+            conn[2].split(w),
+            accept.split(w),
+        ];
+        let max_conns = match l.max_connections_per_ip {
+            0 => 0,
+            n => (n / w as u32).max(1),
+        };
+        let requests_on = conn.iter().any(|r| !r.is_off());
+        Policy {
+            conn,
+            shared,
+            max_conns,
+            exempt: l.limit_exempt.clone(),
+            trusted: l.trusted_proxies.clone(),
+            requests_on,
+            ip_on: requests_on || max_conns > 0 || !accept.is_off(),
+        }
+    }
+}
+
+/// A connection's place in the limits, kept in its slab entry from accept to removal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConnLimit {
+    /// Its address's entry.
+    ip: Handle,
+    /// Its client id's entry (after a relay-auth upgrade).
+    client: Handle,
+    /// `--limit-exempt`: no limit applies.
+    exempt: bool,
+    /// Its peer is a trusted proxy: the address comes from `X-Forwarded-For`.
+    proxied: bool,
+}
+
+impl ConnLimit {
+    /// Whether its address comes from `X-Forwarded-For`.
+    pub fn proxied(&self) -> bool {
+        self.proxied
+    }
+}
+
+/// A WebSocket's own buckets (publishes, bytes, subscriptions) and its refusals in a row.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConnBuckets {
+    buckets: [Bucket; 3],
+    /// Requests refused since the last one let through.
+    pub refusals: u32,
+}
+
+/// One worker's limits: the policy and the per-address and per-client tables.
+#[derive(Debug)]
+pub struct Limiter {
+    policy: Policy,
+    ips: Table<u128>,
+    clients: Table<[u8; 32]>,
+    /// The next time idle entries are looked for (ms).
+    next_sweep: u64,
+}
+
+/// Entries per table per worker: about 100 bytes each, allocated as addresses come.
+const TABLE_CAP: usize = 1 << 16;
+/// Entries a sweep looks at (one sweep a second).
+const SWEEP_BUDGET: usize = 1024;
+
+impl Limiter {
+    /// A worker's limiter.
+    pub fn new(policy: Policy) -> Limiter {
+        Limiter {
+            policy,
+            ips: Table::new(TABLE_CAP),
+            clients: Table::new(TABLE_CAP),
+            next_sweep: 0,
+        }
+    }
+
+    /// Fresh buckets for a connection that upgrades at `now`.
+    pub fn conn_buckets(&self, now: u64) -> ConnBuckets {
+        ConnBuckets {
+            buckets: self.policy.conn.map(|r| Bucket::full(r, now)),
+            refusals: 0,
+        }
+    }
+
+    /// A connection accepted from `peer`: counted under its address, or refused.
+    pub fn on_accept(&mut self, peer: IpAddr, now: u64) -> Result<ConnLimit, Kind> {
+        let mut lim = ConnLimit::default();
+        if ip::any_contains(&self.policy.trusted, peer) {
+            // Its clients are counted when their requests say who they are.
+            lim.proxied = true;
+            return Ok(lim);
+        }
+        self.count_under(&mut lim, peer, now)?;
+        Ok(lim)
+    }
+
+    /// Counts `lim` as a connection of `addr` (exempt, untracked when the table is full).
+    fn count_under(&mut self, lim: &mut ConnLimit, addr: IpAddr, now: u64) -> Result<(), Kind> {
+        if ip::any_contains(&self.policy.exempt, addr) {
+            lim.exempt = true;
+            return Ok(());
+        }
+        lim.exempt = false;
+        if !self.policy.ip_on {
+            return Ok(());
+        }
+        let Some(h) = self
+            .ips
+            .find_or_add(&ip::ip_key(addr), &self.policy.shared, now)
+        else {
+            return Ok(());
+        };
+        let Some(e) = self.ips.get(h) else {
+            return Ok(());
+        };
+        if self.policy.max_conns > 0 && e.conns >= self.policy.max_conns {
+            return Err(Kind::Connections);
+        }
+        let accept = self.policy.shared[Kind::AcceptRate as usize];
+        let b = &mut e.buckets[Kind::AcceptRate as usize];
+        if b.wait(accept, now, 1.0) > 0 {
+            return Err(Kind::AcceptRate);
+        }
+        b.take(accept, 1.0);
+        e.conns += 1;
+        lim.ip = h;
+        Ok(())
+    }
+
+    /// A request on a connection from a trusted proxy, with its `X-Forwarded-For`: the
+    /// connection is counted under the forwarded client address from now on (a request
+    /// without one leaves it where it is).
+    pub fn forwarded(
+        &mut self,
+        lim: &mut ConnLimit,
+        header: Option<&[u8]>,
+        now: u64,
+    ) -> Result<(), Kind> {
+        if !lim.proxied {
+            return Ok(());
+        }
+        let Some(addr) = header.and_then(|h| ip::forwarded_client(h, &self.policy.trusted)) else {
+            return Ok(());
+        };
+        if lim.ip.is_some() && self.ips.handle_of(&ip::ip_key(addr)) == Some(lim.ip) {
+            return Ok(());
+        }
+        self.release_ip(lim);
+        self.count_under(lim, addr, now)
+    }
+
+    /// A WebSocket upgraded with relay auth: its requests count against `client` too.
+    pub fn bind_client(&mut self, lim: &mut ConnLimit, client: &ClientKey, now: u64) {
+        if lim.exempt || !self.policy.requests_on || lim.client.is_some() {
+            return;
+        }
+        if let Some(h) = self
+            .clients
+            .find_or_add(&client.0, &self.policy.shared, now)
+        {
+            if let Some(e) = self.clients.get(h) {
+                e.conns += 1;
+                lim.client = h;
+            }
+        }
+    }
+
+    fn release_ip(&mut self, lim: &mut ConnLimit) {
+        if let Some(e) = self.ips.get(lim.ip) {
+            e.conns = e.conns.saturating_sub(1);
+        }
+        lim.ip = Handle::NONE;
+    }
+
+    /// The connection is gone.
+    pub fn release(&mut self, lim: &mut ConnLimit) {
+        self.release_ip(lim);
+        if let Some(e) = self.clients.get(lim.client) {
+            e.conns = e.conns.saturating_sub(1);
+        }
+        lim.client = Handle::NONE;
+    }
+
+    /// Lets a request through (taking its tokens from every bucket it counts against) or
+    /// refuses it whole (taking nothing), counting refusals in a row in `own`.
+    #[inline]
+    pub fn admit(
+        &mut self,
+        lim: &ConnLimit,
+        own: &mut ConnBuckets,
+        cost: Cost,
+        now: u64,
+    ) -> Result<(), Limited> {
+        if !self.policy.requests_on || lim.exempt {
+            return Ok(());
+        }
+        let asks = [
+            cost.publishes as f64,
+            cost.bytes as f64,
+            cost.subscribes as f64,
+        ];
+        let mut refused: Option<Limited> = None;
+        for (i, &n) in asks.iter().enumerate() {
+            if n == 0.0 {
+                continue;
+            }
+            let mut wait = own.buckets[i].wait(self.policy.conn[i], now, n);
+            let r = self.policy.shared[i];
+            if let Some(e) = self.ips.get(lim.ip) {
+                wait = wait.max(e.buckets[i].wait(r, now, n));
+            }
+            if let Some(e) = self.clients.get(lim.client) {
+                wait = wait.max(e.buckets[i].wait(r, now, n));
+            }
+            if wait > 0 && refused.is_none_or(|l| l.retry_after_ms < wait) {
+                refused = Some(Limited {
+                    kind: Kind::ALL[i],
+                    retry_after_ms: wait,
+                });
+            }
+        }
+        if let Some(l) = refused {
+            own.refusals = own.refusals.saturating_add(1);
+            return Err(l);
+        }
+        own.refusals = 0;
+        for (i, &n) in asks.iter().enumerate() {
+            if n == 0.0 {
+                continue;
+            }
+            own.buckets[i].take(self.policy.conn[i], n);
+            let r = self.policy.shared[i];
+            if let Some(e) = self.ips.get(lim.ip) {
+                e.buckets[i].take(r, n);
+                e.last = now;
+            }
+            if let Some(e) = self.clients.get(lim.client) {
+                e.buckets[i].take(r, n);
+                e.last = now;
+            }
+        }
+        Ok(())
+    }
+
+    /// Periodic upkeep (called every loop iteration; works once a second): drops idle
+    /// entries, a bounded number at a time.
+    pub fn tick(&mut self, now: u64) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + 1000;
+        self.ips.sweep(&self.policy.shared, now, SWEEP_BUDGET);
+        self.clients.sweep(&self.policy.shared, now, SWEEP_BUDGET);
+    }
+
+    /// Addresses and clients currently tracked (tests, metrics).
+    pub fn tracked(&self) -> (usize, usize) {
+        (self.ips.len(), self.clients.len())
+    }
+}
+
+#[cfg(test)]
+mod tests;

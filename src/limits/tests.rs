@@ -1,0 +1,272 @@
+//! The limiter as a worker drives it: accept, upgrade, requests, removal.
+
+use super::*;
+use crate::config::Limits;
+
+fn limits(args: &[&str]) -> Limits {
+    use clap::Parser;
+    let argv = ["walletrelay"].iter().chain(args);
+    crate::config::Config::parse_from(argv).limits
+}
+
+fn limiter(args: &[&str], workers: usize) -> Limiter {
+    Limiter::new(Policy::new(&limits(args), workers))
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+const PUBLISH: Cost = Cost {
+    publishes: 1,
+    bytes: 10,
+    subscribes: 0,
+};
+
+#[test]
+fn connections_per_address_are_capped_and_released() {
+    let mut l = limiter(&["--max-connections-per-ip", "2"], 1);
+    let mut a = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let _b = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    assert_eq!(
+        l.on_accept(ip("10.0.0.1"), 0).unwrap_err(),
+        Kind::Connections
+    );
+    // Another address is not affected; IPv6 counts per /64.
+    assert!(l.on_accept(ip("10.0.0.2"), 0).is_ok());
+    let _c = l.on_accept(ip("2001:db8::1"), 0).unwrap();
+    let _d = l.on_accept(ip("2001:db8::2"), 0).unwrap();
+    assert!(l.on_accept(ip("2001:db8::3"), 0).is_err());
+    l.release(&mut a);
+    assert!(l.on_accept(ip("10.0.0.1"), 0).is_ok());
+}
+
+#[test]
+fn the_cap_is_split_over_the_workers() {
+    let mut l = limiter(&["--max-connections-per-ip", "9"], 4);
+    for _ in 0..2 {
+        l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    }
+    assert!(l.on_accept(ip("10.0.0.1"), 0).is_err());
+    let mut one = limiter(&["--max-connections-per-ip", "1"], 4);
+    assert!(one.on_accept(ip("10.0.0.1"), 0).is_ok(), "at least one");
+}
+
+#[test]
+fn accept_rate_per_address() {
+    let args = ["--accept-rate-per-ip", "10", "--accept-burst-per-ip", "3"];
+    let mut l = limiter(&args, 1);
+    for _ in 0..3 {
+        l.on_accept(ip("10.0.0.1"), 1000).unwrap();
+    }
+    assert_eq!(
+        l.on_accept(ip("10.0.0.1"), 1000).unwrap_err(),
+        Kind::AcceptRate
+    );
+    assert!(l.on_accept(ip("10.0.0.2"), 1000).is_ok());
+    assert!(
+        l.on_accept(ip("10.0.0.1"), 1100).is_ok(),
+        "refilled after 100 ms"
+    );
+}
+
+#[test]
+fn publishes_per_connection_then_retry_after() {
+    let mut l = limiter(&["--publish-rate", "10", "--publish-burst", "2"], 1);
+    let lim = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let mut own = l.conn_buckets(0);
+    l.admit(&lim, &mut own, PUBLISH, 0).unwrap();
+    l.admit(&lim, &mut own, PUBLISH, 0).unwrap();
+    let e = l.admit(&lim, &mut own, PUBLISH, 0).unwrap_err();
+    assert_eq!(e.kind, Kind::Publish);
+    assert_eq!(e.retry_after_ms, 100);
+    assert_eq!(own.refusals, 1);
+    l.admit(&lim, &mut own, PUBLISH, 100).unwrap();
+    assert_eq!(own.refusals, 0, "a request let through ends the run");
+}
+
+#[test]
+fn the_address_bucket_is_shared_by_its_connections() {
+    let mut l = limiter(&["--publish-rate", "0.001", "--publish-burst", "3"], 1);
+    let a = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let b = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let c = l.on_accept(ip("10.0.0.2"), 0).unwrap();
+    let (mut oa, mut ob, mut oc) = (l.conn_buckets(0), l.conn_buckets(0), l.conn_buckets(0));
+    l.admit(&a, &mut oa, PUBLISH, 0).unwrap();
+    l.admit(&a, &mut oa, PUBLISH, 0).unwrap();
+    l.admit(&b, &mut ob, PUBLISH, 0).unwrap();
+    // `b` has tokens of its own, its address has none left.
+    assert_eq!(
+        l.admit(&b, &mut ob, PUBLISH, 0).unwrap_err().kind,
+        Kind::Publish
+    );
+    l.admit(&c, &mut oc, PUBLISH, 0).unwrap();
+}
+
+#[test]
+fn the_client_bucket_is_shared_by_its_connections_from_any_address() {
+    let mut l = limiter(&["--subscribe-rate", "0.001", "--subscribe-burst", "4"], 1);
+    let mut a = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let mut b = l.on_accept(ip("10.0.0.2"), 0).unwrap();
+    let client = crate::auth::ClientKey([7; 32]);
+    l.bind_client(&mut a, &client, 0);
+    l.bind_client(&mut b, &client, 0);
+    let (mut oa, mut ob) = (l.conn_buckets(0), l.conn_buckets(0));
+    let three = Cost {
+        subscribes: 3,
+        ..Cost::default()
+    };
+    l.admit(&a, &mut oa, three, 0).unwrap();
+    let e = l.admit(&b, &mut ob, three, 0).unwrap_err();
+    assert_eq!(e.kind, Kind::Subscribe);
+    assert_eq!(l.tracked().1, 1);
+    l.release(&mut a);
+    l.release(&mut b);
+}
+
+#[test]
+fn a_refused_request_takes_nothing() {
+    let args = [
+        "--publish-rate",
+        "0.001",
+        "--publish-burst",
+        "5",
+        "--publish-bytes-rate",
+        "0.001",
+        "--publish-bytes-burst",
+        "100",
+    ];
+    let mut l = limiter(&args, 1);
+    let lim = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let mut own = l.conn_buckets(0);
+    let big = Cost {
+        publishes: 1,
+        bytes: 90,
+        subscribes: 0,
+    };
+    l.admit(&lim, &mut own, big, 0).unwrap();
+    // Over the bytes: refused, and its publish token is not spent.
+    assert_eq!(
+        l.admit(&lim, &mut own, big, 0).unwrap_err().kind,
+        Kind::Bytes
+    );
+    let empty = Cost {
+        publishes: 1,
+        ..Cost::default()
+    };
+    for _ in 0..4 {
+        l.admit(&lim, &mut own, empty, 0).unwrap();
+    }
+    assert_eq!(
+        l.admit(&lim, &mut own, empty, 0).unwrap_err().kind,
+        Kind::Publish
+    );
+}
+
+#[test]
+fn exempt_addresses_skip_every_limit() {
+    let args = [
+        "--max-connections-per-ip",
+        "1",
+        "--publish-rate",
+        "0.001",
+        "--publish-burst",
+        "1",
+        "--limit-exempt",
+        "10.0.0.0/8,2001:db8::/32",
+    ];
+    let mut l = limiter(&args, 1);
+    for _ in 0..5 {
+        let lim = l.on_accept(ip("10.1.2.3"), 0).unwrap();
+        let mut own = l.conn_buckets(0);
+        for _ in 0..5 {
+            l.admit(&lim, &mut own, PUBLISH, 0).unwrap();
+        }
+    }
+    assert_eq!(l.tracked().0, 0, "exempt addresses take no table entry");
+    l.on_accept(ip("11.0.0.1"), 0).unwrap();
+    assert!(l.on_accept(ip("11.0.0.1"), 0).is_err());
+}
+
+#[test]
+fn forwarded_addresses_count_only_behind_trusted_proxies() {
+    let args = [
+        "--max-connections-per-ip",
+        "1",
+        "--trusted-proxies",
+        "10.0.0.0/8",
+    ];
+    let mut l = limiter(&args, 1);
+    // The proxy itself is not capped.
+    let mut p1 = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let mut p2 = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    assert!(p1.proxied());
+    l.forwarded(&mut p1, Some(b"1.2.3.4"), 0).unwrap();
+    // The same client through another proxy connection: over its cap.
+    let e = l.forwarded(&mut p2, Some(b"9.9.9.9, 1.2.3.4, 10.0.0.5"), 0);
+    assert_eq!(e.unwrap_err(), Kind::Connections);
+    // The same address again on the same connection is no new connection.
+    l.forwarded(&mut p1, Some(b"1.2.3.4"), 0).unwrap();
+    // Another client on the first connection frees the first one's place.
+    l.forwarded(&mut p1, Some(b"5.6.7.8"), 0).unwrap();
+    let mut p3 = l.on_accept(ip("10.0.0.2"), 0).unwrap();
+    l.forwarded(&mut p3, Some(b"1.2.3.4"), 0).unwrap();
+    // From an untrusted peer the header means nothing.
+    let mut direct = l.on_accept(ip("1.2.3.5"), 0).unwrap();
+    assert!(!direct.proxied());
+    l.forwarded(&mut direct, Some(b"1.2.3.4"), 0).unwrap();
+    l.release(&mut p1);
+    l.release(&mut p2);
+}
+
+#[test]
+fn off_limits_keep_no_state() {
+    let args = [
+        "--max-connections-per-ip",
+        "0",
+        "--accept-rate-per-ip",
+        "0",
+        "--publish-rate",
+        "0",
+        "--publish-bytes-rate",
+        "0",
+        "--subscribe-rate",
+        "0",
+    ];
+    let mut l = limiter(&args, 4);
+    for _ in 0..10_000 {
+        let lim = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+        let mut own = l.conn_buckets(0);
+        l.admit(&lim, &mut own, PUBLISH, 0).unwrap();
+    }
+    assert_eq!(l.tracked(), (0, 0));
+}
+
+#[test]
+fn idle_addresses_are_forgotten() {
+    let mut l = limiter(
+        &["--accept-rate-per-ip", "10", "--accept-burst-per-ip", "10"],
+        1,
+    );
+    let mut a = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    l.on_accept(ip("10.0.0.2"), 0).unwrap();
+    l.tick(5000);
+    assert_eq!(l.tracked().0, 2, "both hold a connection");
+    l.release(&mut a);
+    l.tick(10_000);
+    assert_eq!(l.tracked().0, 1);
+}
+
+#[test]
+fn defaults_are_the_documented_ones() {
+    let l = limits(&[]);
+    assert_eq!(l.max_connections_per_ip, 1000);
+    assert_eq!((l.accept_rate_per_ip, l.accept_burst_per_ip), (50.0, 500));
+    assert_eq!((l.publish_rate, l.publish_burst), (100.0, 1000));
+    assert_eq!(
+        (l.publish_bytes_rate, l.publish_bytes_burst),
+        (1048576.0, 16 << 20)
+    );
+    assert_eq!((l.subscribe_rate, l.subscribe_burst), (100.0, 1000));
+    assert!(l.limit_exempt.is_empty() && l.trusted_proxies.is_empty());
+}

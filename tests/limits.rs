@@ -1,0 +1,352 @@
+//! Limits per client (DECISIONS §11) through the real binary. Several loopback source
+//! addresses (127.0.0.2, 127.0.0.3, ...) stand for several clients. Every rate here is so
+//! low that no bucket refills during a test (0.001 a second), so every count is exact and
+//! nothing depends on timing.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+use serde_json::{json, Value};
+
+use common::{raw_ws::RELAY_PATH, topic, Server, Ws, READ_TIMEOUT};
+
+/// A TCP connection to `server` from source address `src`.
+fn tcp_from(server: &Server, src: &str) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    let from: SocketAddr = format!("{src}:0").parse().expect("source address");
+    sock.bind(&from.into())?;
+    sock.connect(&server.addr.into())?;
+    let s: TcpStream = sock.into();
+    s.set_read_timeout(Some(READ_TIMEOUT))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// A WebSocket from `src` (with extra headers), or why the upgrade failed.
+fn ws_with(server: &Server, src: &str, headers: &[(&str, &str)]) -> Result<Ws, String> {
+    let s = tcp_from(server, src).map_err(|e| e.to_string())?;
+    Ws::try_handshake(s, &format!("ws://{}{}", server.addr, RELAY_PATH), headers)
+}
+
+fn ws_from(server: &Server, src: &str) -> Result<Ws, String> {
+    ws_with(server, src, &[])
+}
+
+fn limited(server: &Server, kind: &str) -> f64 {
+    server.series(&format!("walletrelay_limited_total{{kind=\"{kind}\"}}"))
+}
+
+fn publish(ws: &mut Ws, topic: &str, message: &str) -> Value {
+    ws.call(
+        "waku_publish",
+        json!({"topic": topic, "message": message, "ttl": 21600}),
+    )
+}
+
+/// Asserts a -32000 `rate limited` answer with a positive `retryAfterMs`.
+fn assert_rate_limited(r: &Value) {
+    assert_eq!(r["error"]["code"], -32000, "{r}");
+    assert_eq!(r["error"]["message"], "rate limited", "{r}");
+    let ms = r["error"]["data"]["retryAfterMs"].as_u64();
+    assert!(ms.is_some_and(|ms| ms > 0), "retryAfterMs: {r}");
+}
+
+/// A plain HTTP request from `src`: the status line's code, or `None` when the connection
+/// was closed (or reset) without an answer.
+fn http_status_from(server: &Server, src: &str) -> Option<u16> {
+    let mut s = tcp_from(server, src).ok()?;
+    let _ = s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+#[test]
+fn connections_per_address_are_capped_and_other_addresses_still_connect() {
+    let server = Server::start_limited(&["--threads", "1", "--max-connections-per-ip", "3"]);
+    let mut held: Vec<Ws> = (0..3)
+        .map(|_| ws_from(&server, "127.0.0.2").expect("within the cap"))
+        .collect();
+    let e = ws_from(&server, "127.0.0.2")
+        .err()
+        .expect("the 4th is refused");
+    assert!(!e.contains("no worker header"), "{e}");
+    // Plain HTTP from the same address: 429 (or closed at accept), never served.
+    let status = http_status_from(&server, "127.0.0.2");
+    assert!(matches!(status, None | Some(429)), "{status:?}");
+    // Another address is not affected.
+    let mut other = ws_from(&server, "127.0.0.3").expect("another address");
+    other.subscribe(&topic());
+    assert!(limited(&server, "connections") >= 2.0);
+    // A place freed is a place taken again (once the server has seen the close).
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..100 {
+        if let Ok(w) = ws_from(&server, "127.0.0.2") {
+            again = Some(w);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(again.is_some(), "a freed place was never given again");
+}
+
+#[test]
+fn new_connections_per_address_are_rate_limited() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--accept-rate-per-ip",
+        "0.001",
+        "--accept-burst-per-ip",
+        "3",
+    ]);
+    for _ in 0..3 {
+        assert_eq!(http_status_from(&server, "127.0.0.4"), Some(200));
+    }
+    let status = http_status_from(&server, "127.0.0.4");
+    assert!(matches!(status, None | Some(429)), "{status:?}");
+    assert!(ws_from(&server, "127.0.0.4").is_err());
+    assert_eq!(http_status_from(&server, "127.0.0.5"), Some(200));
+    assert_eq!(limited(&server, "accept_rate"), 2.0);
+}
+
+#[test]
+fn a_refused_publish_is_neither_delivered_nor_stored() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--publish-rate",
+        "0.001",
+        "--publish-burst",
+        "3",
+    ]);
+    let t = topic();
+    let mut sub = ws_from(&server, "127.0.0.6").unwrap();
+    sub.subscribe(&t);
+    let mut publisher = ws_from(&server, "127.0.0.7").unwrap();
+    for i in 0..3 {
+        let r = publish(&mut publisher, &t, &format!("m{i}"));
+        assert_eq!(r["result"], true, "{r}");
+    }
+    let r = publish(&mut publisher, &t, "refused");
+    assert_rate_limited(&r);
+    // A marker from someone else, after the refusal: the next thing after the three.
+    let mut marker = ws_from(&server, "127.0.0.8").unwrap();
+    assert_eq!(publish(&mut marker, &t, "marker")["result"], true);
+    for want in ["m0", "m1", "m2", "marker"] {
+        assert_eq!(sub.next_push().2, want);
+    }
+    let mut late = ws_from(&server, "127.0.0.9").unwrap();
+    late.subscribe(&t);
+    for want in ["m0", "m1", "m2", "marker"] {
+        assert_eq!(late.next_push().2, want, "the refused message was stored");
+    }
+    assert_eq!(limited(&server, "publish"), 1.0);
+}
+
+#[test]
+fn published_bytes_are_rate_limited() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--publish-bytes-rate",
+        "0.001",
+        "--publish-bytes-burst",
+        "100",
+    ]);
+    let t = topic();
+    let mut ws = ws_from(&server, "127.0.0.10").unwrap();
+    assert_eq!(publish(&mut ws, &t, &"a".repeat(60))["result"], true);
+    assert_rate_limited(&publish(&mut ws, &t, &"b".repeat(60)));
+    // What is left still passes: the refusal took nothing.
+    assert_eq!(publish(&mut ws, &t, &"c".repeat(40))["result"], true);
+    assert_eq!(limited(&server, "bytes"), 1.0);
+}
+
+#[test]
+fn subscriptions_are_rate_limited_and_a_batch_counts_each_topic() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--subscribe-rate",
+        "0.001",
+        "--subscribe-burst",
+        "5",
+    ]);
+    let mut ws = ws_from(&server, "127.0.0.11").unwrap();
+    let three = || json!({"topics": [topic(), topic(), topic()]});
+    let r = ws.call("irn_batchSubscribe", three());
+    assert_eq!(r["result"].as_array().map(Vec::len), Some(3), "{r}");
+    assert_rate_limited(&ws.call("irn_batchSubscribe", three()));
+    ws.subscribe(&topic());
+    ws.subscribe(&topic());
+    assert_rate_limited(&ws.call("waku_subscribe", json!({"topic": topic()})));
+    assert_eq!(limited(&server, "subscribe"), 2.0);
+}
+
+#[test]
+fn a_hundred_refusals_in_a_row_close_with_1013() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--publish-rate",
+        "0.001",
+        "--publish-burst",
+        "1",
+    ]);
+    let t = topic();
+    let mut ws = ws_from(&server, "127.0.0.12").unwrap();
+    assert_eq!(publish(&mut ws, &t, "ok")["result"], true);
+    for i in 0..100 {
+        let req = json!({"id": 1000 + i, "jsonrpc": "2.0", "method": "waku_publish",
+            "params": {"topic": t, "message": "x", "ttl": 21600}});
+        ws.send(&req);
+    }
+    let mut refused = 0;
+    let code = loop {
+        match ws.sock.read() {
+            Ok(tungstenite::Message::Text(text)) => {
+                let v: Value = serde_json::from_str(text.as_str()).unwrap();
+                assert_rate_limited(&v);
+                refused += 1;
+            }
+            Ok(tungstenite::Message::Close(c)) => break c.map(|c| u16::from(c.code)),
+            Ok(_) => continue,
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    assert_eq!((refused, code), (100, Some(1013)));
+    assert_eq!(server.metric("walletrelay_limit_closes_total"), 1.0);
+    assert_eq!(limited(&server, "publish"), 100.0);
+}
+
+#[test]
+fn exempt_addresses_skip_every_limit() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--max-connections-per-ip",
+        "1",
+        "--publish-rate",
+        "0.001",
+        "--publish-burst",
+        "1",
+        "--limit-exempt",
+        "127.0.0.13/32,10.0.0.0/8",
+    ]);
+    let t = topic();
+    let mut held: Vec<Ws> = (0..4)
+        .map(|_| ws_from(&server, "127.0.0.13").expect("exempt"))
+        .collect();
+    for i in 0..5 {
+        assert_eq!(publish(&mut held[0], &t, &format!("{i}"))["result"], true);
+    }
+    let _one = ws_from(&server, "127.0.0.14").unwrap();
+    assert!(ws_from(&server, "127.0.0.14").is_err(), "not exempt");
+}
+
+#[test]
+fn forwarded_for_counts_only_behind_trusted_proxies() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--max-connections-per-ip",
+        "1",
+        "--trusted-proxies",
+        "127.0.0.15",
+    ]);
+    let via = |client: &str| vec![("X-Forwarded-For", client.to_string())];
+    let call = |src: &str, h: Vec<(&str, String)>| {
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        ws_with(&server, src, &h)
+    };
+    // Through the proxy: each forwarded client has its own cap, the proxy none.
+    let _a = call("127.0.0.15", via("203.0.113.7")).expect("first of its client");
+    let e = call("127.0.0.15", via("198.51.100.1, 203.0.113.7")).err();
+    assert_eq!(e.as_deref(), Some("status 429"));
+    let _b = call("127.0.0.15", via("203.0.113.8")).expect("another client");
+    let _c = call("127.0.0.15", vec![]).expect("no header: the proxy itself, unlimited");
+    let _d = call("127.0.0.15", vec![]).expect("again");
+    // From anyone else the header means nothing: counted under the peer.
+    let _e = call("127.0.0.16", via("203.0.113.9")).expect("first from the peer");
+    assert!(call("127.0.0.16", via("203.0.113.10")).is_err());
+    assert!(limited(&server, "connections") >= 2.0);
+}
+
+#[test]
+fn the_defaults_let_a_normal_client_through() {
+    let server = Server::start_limited(&["--threads", "2"]);
+    let t = topic();
+    let mut sub = ws_from(&server, "127.0.0.17").unwrap();
+    sub.subscribe(&t);
+    let mut p = ws_from(&server, "127.0.0.18").unwrap();
+    for i in 0..200 {
+        assert_eq!(publish(&mut p, &t, &format!("{i}"))["result"], true);
+    }
+    for i in 0..200 {
+        assert_eq!(sub.next_push().2, format!("{i}"));
+    }
+    let text = server.metrics_text().unwrap();
+    for kind in [
+        "publish",
+        "bytes",
+        "subscribe",
+        "connections",
+        "accept_rate",
+    ] {
+        let s = format!("walletrelay_limited_total{{kind=\"{kind}\"}} 0");
+        assert!(text.contains(&s), "{s}");
+    }
+}
+
+/// A relay-auth JWT (DECISIONS §10) of a fresh Ed25519 key: the client id is its key.
+fn client_token() -> String {
+    use base64::Engine as _;
+    use ring::signature::{Ed25519KeyPair, KeyPair};
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+    let key = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+    let pk: [u8; 32] = key.public_key().as_ref().try_into().unwrap();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let header = b64(br#"{"alg":"EdDSA","typ":"JWT"}"#);
+    let claims = json!({"iss": walletrelay::auth::issuer_of(&pk), "sub": "ab".repeat(32),
+        "aud": "ws://relay", "iat": now, "exp": now + 86400});
+    let signed = format!("{header}.{}", b64(claims.to_string().as_bytes()));
+    let sig = b64(key.sign(signed.as_bytes()).as_ref());
+    format!("{signed}.{sig}")
+}
+
+#[test]
+fn an_authenticated_client_shares_its_buckets_across_addresses() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--subscribe-rate",
+        "0.001",
+        "--subscribe-burst",
+        "4",
+    ]);
+    let token = format!("Bearer {}", client_token());
+    let auth = [("Authorization", token.as_str())];
+    let batch = |n: usize| json!({"topics": (0..n).map(|_| topic()).collect::<Vec<_>>()});
+    let mut a = ws_with(&server, "127.0.0.19", &auth).unwrap();
+    assert!(a.call("irn_batchSubscribe", batch(3))["result"].is_array());
+    // The same client from another address: one subscription left for it.
+    let mut b = ws_with(&server, "127.0.0.20", &auth).unwrap();
+    assert_rate_limited(&b.call("irn_batchSubscribe", batch(2)));
+    // Another client, and no client at all, from that address: not affected.
+    let other = format!("Bearer {}", client_token());
+    let mut c = ws_with(&server, "127.0.0.20", &[("Authorization", other.as_str())]).unwrap();
+    assert!(c.call("irn_batchSubscribe", batch(2))["result"].is_array());
+    let mut d = ws_from(&server, "127.0.0.21").unwrap();
+    assert!(d.call("irn_batchSubscribe", batch(2))["result"].is_array());
+}

@@ -15,15 +15,23 @@ use crate::outbuf::Flush;
 use crate::relay::ConnRef;
 use crate::ws::close;
 
+/// Most connections accepted from one listener in one loop round (more wait in the backlog
+/// for the next round, which then polls without sleeping).
+const ACCEPT_BUDGET: usize = 64;
+
 /// The answer to a connection refused at accept by a per-address limit.
 pub(super) const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\n\
 Content-Type: application/json\r\nContent-Length: 32\r\nConnection: close\r\n\r\n\
 {\"error\":\"too many connections\"}";
 
 impl Worker {
-    /// Accepts until the listener (the TLS one when `tls`) has no more waiting connections.
+    /// Accepts until the listener (the TLS one when `tls`) has no more waiting connections,
+    /// at most [`ACCEPT_BUDGET`] a round: the rest waits for the next round, so a
+    /// connection storm (refused at accept or not) cannot hold the loop away from the
+    /// connections it serves for a whole backlog's worth of accepts.
     pub(super) fn accept(&mut self, tls: bool) {
-        loop {
+        self.accept_more[usize::from(tls)] = false;
+        for _ in 0..ACCEPT_BUDGET {
             let listener = if tls {
                 self.tls_listener.as_ref()
             } else {
@@ -46,6 +54,7 @@ impl Worker {
                 }
             }
         }
+        self.accept_more[usize::from(tls)] = true;
     }
 
     fn add_conn(&mut self, mut sock: TcpStream, peer: IpAddr, tls: bool) {

@@ -111,6 +111,9 @@ pub struct Worker {
     now: u64,
     /// Retry `accept` at the next tick (after running out of file descriptors).
     accept_retry: bool,
+    /// A listener (plain, TLS) still had connections waiting when its round's accept
+    /// budget ran out: accept again next round, without sleeping.
+    accept_more: [bool; 2],
     /// Set once shutdown began: the time by which to exit.
     stop_at: Option<u64>,
     /// The engine has work waiting for room (a full queue to another worker).
@@ -192,6 +195,7 @@ impl Worker {
             date_sec: u64::MAX,
             now,
             accept_retry: false,
+            accept_more: [false; 2],
             stop_at: None,
             engine_waiting: false,
             overflow: Vec::new(),
@@ -210,6 +214,11 @@ impl Worker {
         loop {
             if !self.wait(&mut events) {
                 break;
+            }
+            for tls in [false, true] {
+                if self.accept_more[usize::from(tls)] {
+                    self.accept(tls);
+                }
             }
             for ev in events.iter() {
                 match ev.token() {
@@ -249,7 +258,7 @@ impl Worker {
 
     /// Polls for events (not at all when work is ready); returns `false` if polling failed.
     fn wait(&mut self, events: &mut Events) -> bool {
-        let mut timeout = if !self.ready.is_empty() {
+        let mut timeout = if !self.ready.is_empty() || self.accept_more.contains(&true) {
             Duration::ZERO
         } else if self.engine_waiting {
             Duration::from_millis(1)

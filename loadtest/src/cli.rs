@@ -31,6 +31,10 @@ pub enum Command {
     Churn(ChurnOpts),
     /// Registry requests over keep-alive connections, at a fixed rate or flat out.
     Http(HttpOpts),
+    /// Honest pairs at a steady rate beside one abuser (publish flood, subscribe flood,
+    /// connection storm from one address), each without and with the abuser: what the
+    /// server's limits per client (DECISIONS §11) leave the honest clients.
+    Abuse(AbuseOpts),
     /// No server: this machine's loopback ceiling, one write per socket per round from one
     /// thread, read by another (what "one write() per delivery" allows here).
     Loopback(LoopbackOpts),
@@ -315,6 +319,88 @@ pub struct HttpOpts {
     /// Stop after this many responses in the measured window (0 = no limit).
     #[arg(long, default_value_t = 0)]
     pub count: u64,
+}
+
+/// What the abuser of `abuse` does.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbuseKind {
+    /// Publishes as fast as it can, pipelined, on `--abuser-conns` connections, to its own
+    /// topics (which its own subscriber follows); reconnects when closed.
+    Publish,
+    /// Subscribes to fresh topics as fast as it can, single and batched in turn, pipelined,
+    /// on `--abuser-conns` connections; reconnects when closed.
+    Subscribe,
+    /// Opens WebSocket connections as fast as it can (`--storm-concurrency` at once), each
+    /// dropped with a RST once upgraded.
+    Connect,
+}
+
+impl AbuseKind {
+    /// `"publish"`, `"subscribe"` or `"connect"`.
+    pub fn label(self) -> &'static str {
+        match self {
+            AbuseKind::Publish => "publish",
+            AbuseKind::Subscribe => "subscribe",
+            AbuseKind::Connect => "connect",
+        }
+    }
+}
+
+/// `abuse` flags.
+#[derive(Args, Debug, Clone)]
+pub struct AbuseOpts {
+    /// Common flags: `--duration` and `--warmup` are per phase; `--source-ips K` spreads
+    /// the honest connections over 127.0.0.2 .. 127.0.0.K+1 (0 = 100 addresses).
+    #[command(flatten)]
+    pub common: Common,
+    /// Relay protocol: `waku` or `irn`.
+    #[arg(long, value_enum, default_value_t = RelayProtocol::Waku)]
+    pub protocol: RelayProtocol,
+    /// Honest topic pairs (a dApp and a wallet connection each, both publishing).
+    #[arg(long, default_value_t = 200)]
+    pub pairs: usize,
+    /// Honest publishes per second over all honest connections (open loop).
+    #[arg(long, default_value_t = 2000)]
+    pub rate: u64,
+    /// Message payload size in hex characters (>= 32), honest and abuser publishes.
+    #[arg(long, default_value_t = 512)]
+    pub size: usize,
+    /// Publish ttl in seconds (irn: 10 to 2,592,000).
+    #[arg(long, default_value_t = 21_600)]
+    pub ttl: u64,
+    /// Wait this long after each phase's measurement for honest deliveries in flight.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub drain: Duration,
+    /// Abusers to run, in this order, each as a phase without and a phase with it.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "publish,subscribe,connect"
+    )]
+    pub kinds: Vec<AbuseKind>,
+    /// The abuser's one source address (127.0.0.0/8, outside the honest addresses).
+    #[arg(long, default_value = "127.0.0.200")]
+    pub abuser_ip: Ipv4Addr,
+    /// Publish and subscribe floods: the abuser's connections.
+    #[arg(long, default_value_t = 4)]
+    pub abuser_conns: usize,
+    /// Publish and subscribe floods: requests in flight per abuser connection.
+    #[arg(long, default_value_t = 64)]
+    pub pipeline: usize,
+    /// Subscribe flood: topics per batch subscribe (every other request is a batch; 1-500).
+    #[arg(long, default_value_t = 50)]
+    pub batch: usize,
+    /// Connection storm: connections being opened at once.
+    #[arg(long, default_value_t = 64)]
+    pub storm_concurrency: usize,
+    /// Nice value of the abuser's thread (it shares the generator's core with the honest
+    /// clients; the niceness keeps it from delaying their sends). 0 = leave it.
+    #[arg(long, default_value_t = 10)]
+    pub abuser_nice: i32,
+    /// Repeat the whole sequence this many times (odd rounds run "with" before "without").
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
 }
 
 /// A validated loopback target.

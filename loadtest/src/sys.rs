@@ -131,6 +131,30 @@ pub fn set_linger_zero(stream: &mio::net::TcpStream) {
     let _ = socket2::SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
 }
 
+/// Set the nice value of the calling thread (Linux: per thread). Raising it needs no
+/// privilege.
+pub fn nice_current_thread(nice: i32) -> io::Result<()> {
+    // SAFETY: plain syscalls on the calling thread's id.
+    let r = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The 1-minute load average from /proc/loadavg (None if unreadable).
+pub fn loadavg1() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

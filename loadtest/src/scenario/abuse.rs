@@ -88,6 +88,8 @@ pub struct PhaseFig {
     pub p50: u64,
     /// Honest publish->delivery p99, µs.
     pub p99: u64,
+    /// How late the honest generator sent, p99, µs (its core is shared with the abuser).
+    pub lag99: u64,
     /// The abuser (zeros without it).
     pub abuser: AbuserFig,
     /// 1-minute load average as the phase started.
@@ -101,8 +103,8 @@ pub fn side_by_side(rows: &[PhaseFig]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<9} {:>2} {:<7} {:>10} {:>5} {:>7} {:>8} {:>8} {:>6} {:>10} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>5}",
-        "abuser", "r", "phase", "deliveries", "lost", "unack+e", "p50_us", "p99_us", "p99x",
+        "{:<9} {:>2} {:<7} {:>10} {:>5} {:>7} {:>8} {:>8} {:>6} {:>7} {:>10} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>5}",
+        "abuser", "r", "phase", "deliveries", "lost", "unack+e", "p50_us", "p99_us", "p99x", "lag99",
         "ab_sent", "ab_ok", "ab_refused", "1013", "ab_conns", "429", "refused", "load1"
     );
     for r in rows {
@@ -119,7 +121,7 @@ pub fn side_by_side(rows: &[PhaseFig]) -> String {
         let dash = |v: u64| if r.with { v.to_string() } else { "-".into() };
         let _ = writeln!(
             s,
-            "{:<9} {:>2} {:<7} {:>10} {:>5} {:>7} {:>8} {:>8} {:>6} {:>10} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>5.2}",
+            "{:<9} {:>2} {:<7} {:>10} {:>5} {:>7} {:>8} {:>8} {:>6} {:>7} {:>10} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>5.2}",
             r.kind,
             r.round + 1,
             if r.with { "with" } else { "without" },
@@ -129,6 +131,7 @@ pub fn side_by_side(rows: &[PhaseFig]) -> String {
             r.p50,
             r.p99,
             ratio,
+            r.lag99,
             dash(a.sent),
             dash(a.accepted),
             dash(a.refused),
@@ -248,6 +251,7 @@ fn phase(
         honest_errors,
         p50: d.p50,
         p99: d.p99,
+        lag99: st.send_lag.summary().p99,
         abuser: abuser.clone(),
         load1,
     };
@@ -674,11 +678,11 @@ mod tests {
             &without[..9],
             ["publish", "1", "without", "10000", "0", "0", "100", "400", "-"]
         );
-        assert_eq!(without[9], "-"); // no abuser figures without the abuser
+        assert_eq!(without[10], "-"); // no abuser figures without the abuser
         let with = cols(lines[2]);
         assert_eq!(
-            &with[7..17],
-            ["500", "1.25", "5000", "1000", "4000", "3", "7", "2", "0", "1.50"]
+            &with[7..18],
+            ["500", "1.25", "0", "5000", "1000", "4000", "3", "7", "2", "0", "1.50"]
         );
         assert_eq!(cols(lines[3])[8], "0.50");
         assert_eq!(cols(lines[5])[8], "?"); // no baseline

@@ -398,6 +398,14 @@ pub struct AbuseOpts {
     /// clients; the niceness keeps it from delaying their sends). 0 = leave it.
     #[arg(long, default_value_t = 10)]
     pub abuser_nice: i32,
+    /// EEVDF time slice of the abuser's thread (Linux 6.12+; 0 = the kernel's): short, so
+    /// that when it runs it gives the core back to the honest loop within that long.
+    #[arg(long, default_value = "100us", value_parser = parse_duration)]
+    pub abuser_slice: Duration,
+    /// Server process id: each phase reports the server's CPU seconds (user + system) and
+    /// the table its CPU share.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
     /// Repeat the whole sequence this many times (odd rounds run "with" before "without").
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,

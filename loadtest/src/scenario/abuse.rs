@@ -94,6 +94,8 @@ pub struct PhaseFig {
     pub abuser: AbuserFig,
     /// 1-minute load average as the phase started.
     pub load1: f64,
+    /// The server's CPU use over the phase (CPU seconds per second; NaN if unknown).
+    pub server_cpu: f64,
 }
 
 /// The side-by-side table: one line per phase, the "with" line carrying the ratio of its
@@ -103,9 +105,9 @@ pub fn side_by_side(rows: &[PhaseFig]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<9} {:>2} {:<7} {:>10} {:>5} {:>7} {:>8} {:>8} {:>6} {:>7} {:>10} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>5}",
+        "{:<9} {:>2} {:<7} {:>10} {:>5} {:>7} {:>8} {:>8} {:>6} {:>7} {:>10} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>5} {:>5}",
         "abuser", "r", "phase", "deliveries", "lost", "unack+e", "p50_us", "p99_us", "p99x", "lag99",
-        "ab_sent", "ab_ok", "ab_refused", "1013", "ab_conns", "429", "refused", "load1"
+        "ab_sent", "ab_ok", "ab_refused", "1013", "ab_conns", "429", "refused", "load1", "srv"
     );
     for r in rows {
         let ratio = if r.with {
@@ -121,7 +123,7 @@ pub fn side_by_side(rows: &[PhaseFig]) -> String {
         let dash = |v: u64| if r.with { v.to_string() } else { "-".into() };
         let _ = writeln!(
             s,
-            "{:<9} {:>2} {:<7} {:>10} {:>5} {:>7} {:>8} {:>8} {:>6} {:>7} {:>10} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>5.2}",
+            "{:<9} {:>2} {:<7} {:>10} {:>5} {:>7} {:>8} {:>8} {:>6} {:>7} {:>10} {:>9} {:>10} {:>6} {:>9} {:>7} {:>9} {:>5.2} {:>5.2}",
             r.kind,
             r.round + 1,
             if r.with { "with" } else { "without" },
@@ -140,6 +142,7 @@ pub fn side_by_side(rows: &[PhaseFig]) -> String {
             dash(a.conns_429),
             dash(a.refused_other()),
             r.load1,
+            r.server_cpu,
         );
     }
     s
@@ -211,6 +214,12 @@ fn phase(
     round: usize,
 ) -> Result<(PhaseFig, Report), RunError> {
     let load1 = crate::sys::loadavg1().unwrap_or(f64::NAN);
+    let cpu = || {
+        o.server_pid
+            .and_then(|p| crate::sys::cpu_seconds(p).ok())
+            .map(|c| (c, std::time::Instant::now()))
+    };
+    let cpu0 = cpu();
     let shape = Shape::Pairs { pairs: o.pairs };
     let load = Load {
         rate: o.rate,
@@ -235,6 +244,10 @@ fn phase(
         });
         (outs, ab)
     });
+    let server_cpu = match (cpu0, cpu()) {
+        (Some((c0, t0)), Some((c1, t1))) => (c1 - c0) / (t1 - t0).as_secs_f64().max(1e-3),
+        _ => f64::NAN,
+    };
     let outs = outs?;
     let abuser = abuser.transpose()?.unwrap_or_default();
     let (st, lost, _, unacked) = topics::merge(outs, shape);
@@ -254,6 +267,7 @@ fn phase(
         lag99: st.send_lag.summary().p99,
         abuser: abuser.clone(),
         load1,
+        server_cpu,
     };
     let mut r = Report::new("abuse");
     r.text("abuser", kind.label())
@@ -268,6 +282,7 @@ fn phase(
         .int("size", o.size as u64)
         .float("duration_s", secs, 1)
         .float("load1_at_start", load1, 2)
+        .float("server_cpu_share", server_cpu, 3)
         .int("honest_publishes_sent", st.sent)
         .int("honest_deliveries", st.delivered_in_window)
         .float(
@@ -580,8 +595,9 @@ fn abuser(
     kind: AbuseKind,
     stop: &AtomicBool,
 ) -> Result<AbuserFig, RunError> {
-    if o.abuser_nice != 0 {
-        if let Err(e) = crate::sys::nice_current_thread(o.abuser_nice) {
+    let slice = o.abuser_slice.as_nanos() as u64;
+    if o.abuser_nice != 0 || slice > 0 {
+        if let Err(e) = crate::sys::nice_current_thread(o.abuser_nice, slice) {
             eprintln!("loadtest: could not renice the abuser thread: {e}");
         }
     }
@@ -646,6 +662,7 @@ mod tests {
             p50: 100,
             p99,
             load1: 1.5,
+            server_cpu: 0.25,
             abuser: AbuserFig {
                 sent: 5000,
                 accepted: 1000,
@@ -681,8 +698,8 @@ mod tests {
         assert_eq!(without[10], "-"); // no abuser figures without the abuser
         let with = cols(lines[2]);
         assert_eq!(
-            &with[7..18],
-            ["500", "1.25", "0", "5000", "1000", "4000", "3", "7", "2", "0", "1.50"]
+            &with[7..19],
+            ["500", "1.25", "0", "5000", "1000", "4000", "3", "7", "2", "0", "1.50", "0.25"]
         );
         assert_eq!(cols(lines[3])[8], "0.50");
         assert_eq!(cols(lines[5])[8], "?"); // no baseline

@@ -402,6 +402,10 @@ pub struct AbuseOpts {
     /// that when it runs it gives the core back to the honest loop within that long.
     #[arg(long, default_value = "100us", value_parser = parse_duration)]
     pub abuser_slice: Duration,
+    /// Pin the abuser's thread to this CPU (e.g. the server's, to keep it off the honest
+    /// loop's core: then it takes CPU from the server instead, which a remote abuser does not).
+    #[arg(long)]
+    pub abuser_cpu: Option<usize>,
     /// Server process id: each phase reports the server's CPU seconds (user + system) and
     /// the table its CPU share.
     #[arg(long)]

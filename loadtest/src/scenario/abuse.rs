@@ -595,6 +595,11 @@ fn abuser(
     kind: AbuseKind,
     stop: &AtomicBool,
 ) -> Result<AbuserFig, RunError> {
+    if let Some(cpu) = o.abuser_cpu {
+        if let Err(e) = crate::sys::pin_current_thread(cpu) {
+            eprintln!("loadtest: could not pin the abuser thread to CPU {cpu}: {e}");
+        }
+    }
     let slice = o.abuser_slice.as_nanos() as u64;
     if o.abuser_nice != 0 || slice > 0 {
         if let Err(e) = crate::sys::nice_current_thread(o.abuser_nice, slice) {

@@ -154,9 +154,10 @@ impl Body {
     }
 
     /// A body as stored (by this build): `None` when `json` is not of the `irn` shape
-    /// (no `,"publishedAt":` member, which no JSON string can contain unescaped).
+    /// (no `,"publishedAt":` member, which no JSON string can contain unescaped; looked
+    /// for from the end, where it is).
     pub fn from_stored(json: Bytes) -> Option<Body> {
-        let at = memchr::memmem::find(&json, TAIL_START)?;
+        let at = memchr::memmem::rfind(&json, TAIL_START).filter(|&at| at > 0)?;
         let beta_len = u32::try_from(at).ok()?;
         if json.last() != Some(&b'}') {
             return None;

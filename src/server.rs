@@ -395,12 +395,8 @@ impl Server {
 
         let built = engines::build(&config, &mailboxes, &metrics, random_seeds())?;
         let webhooks = built.webhooks;
-        let projects = match &config.project_ids {
-            Some(spec) => Some(Arc::new(
-                crate::auth::ProjectIds::parse(spec).map_err(StartError::Projects)?,
-            )),
-            None => None,
-        };
+        let projects = crate::auth::ProjectIds::from_flag(config.project_ids.as_deref())
+            .map_err(StartError::Projects)?;
         let shared = Arc::new(Shared {
             projects: projects.clone(),
             hello: Response::new(

@@ -18,6 +18,12 @@ pub struct ProjectIds {
 }
 
 impl ProjectIds {
+    /// The list `--project-ids` gives (`None`: unset, any project), shared by the workers.
+    pub fn from_flag(spec: Option<&str>) -> Result<Option<std::sync::Arc<ProjectIds>>, String> {
+        spec.map(|s| ProjectIds::parse(s).map(std::sync::Arc::new))
+            .transpose()
+    }
+
     /// Parses `ID,ID,...` (surrounding whitespace ignored) or `@FILE`: a file of ids separated
     /// by commas, spaces or newlines, `#` starting a comment to the end of the line. A list
     /// without any id is an error (it would refuse every client).

@@ -53,6 +53,7 @@ fn main() -> ExitCode {
         Command::Idle(o) => &mut o.common,
         Command::Churn(o) => &mut o.common,
         Command::Http(o) => &mut o.common,
+        Command::Abuse(o) => &mut o.common,
         Command::Loopback(_) => return ExitCode::FAILURE,
     };
     let target = match cli::parse_target(&common.url) {
@@ -87,12 +88,41 @@ fn main() -> ExitCode {
         Err(e) => eprintln!("loadtest: could not raise the open-file limit: {e}"),
     }
     let json_path = common.json.clone();
+    if let Command::Abuse(o) = &args.cmd {
+        return match scenario::abuse::run(&target, o) {
+            Ok((reports, table)) => {
+                print!("{table}");
+                if let Some(p) = json_path {
+                    let written = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&p)
+                        .and_then(|mut f| {
+                            reports.iter().try_for_each(|r| writeln!(f, "{}", r.json()))
+                        });
+                    if let Err(e) = written {
+                        eprintln!("loadtest: cannot append to {}: {e}", p.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("loadtest: {e}");
+                match e {
+                    scenario::RunError::Options(_) => ExitCode::from(2),
+                    _ => ExitCode::FAILURE,
+                }
+            }
+        };
+    }
     let result = match &args.cmd {
         Command::Pairs(o) => scenario::pairs::run(&target, o),
         Command::Fanout(o) => scenario::fanout::run(&target, o),
         Command::Idle(o) => scenario::idle::run(&target, o),
         Command::Churn(o) => scenario::churn::run(&target, o),
         Command::Http(o) => scenario::http::run(&target, o),
+        Command::Abuse(_) => return ExitCode::FAILURE,
         Command::Loopback(o) => scenario::loopback::run(o),
     };
     let report = match result {

@@ -223,6 +223,10 @@ pub struct Io {
     path: String,
     deflate: bool,
     source_ips: u32,
+    /// Bind every connection to this address instead ([`Io::set_source`]).
+    fixed_source: Option<std::net::IpAddr>,
+    /// New connections close with a RST whatever ends them ([`Io::set_rst_always`]).
+    rst_always: bool,
     /// Global index of this loop's next connection, for spreading source addresses.
     next_conn_index: usize,
     conn_index_step: usize,
@@ -260,6 +264,8 @@ impl Io {
             path: target.path.clone(),
             deflate,
             source_ips,
+            fixed_source: None,
+            rst_always: false,
             next_conn_index: thread,
             conn_index_step: threads.max(1),
             epoch,
@@ -270,6 +276,18 @@ impl Io {
     /// Nanoseconds since the shared epoch.
     pub fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Bind every later connection of this loop to `ip` (one client address), whatever
+    /// `--source-ips` says.
+    pub fn set_source(&mut self, ip: std::net::IpAddr) {
+        self.fixed_source = Some(ip);
+    }
+
+    /// Later connections end with a RST however they end (server close, EOF, refusal):
+    /// no TIME_WAIT on our side when many are opened.
+    pub fn set_rst_always(&mut self) {
+        self.rst_always = true;
     }
 
     /// Start connecting; the handler hears `on_open` or `on_closed` later.
@@ -287,7 +305,9 @@ impl Io {
             ),
             _ => None,
         };
-        let src = sys::source_ip(&self.target, self.source_ips, self.next_conn_index);
+        let src = self
+            .fixed_source
+            .or_else(|| sys::source_ip(&self.target, self.source_ips, self.next_conn_index));
         self.next_conn_index += self.conn_index_step;
         let tls = match &self.tls {
             Some(client) => Some(Box::new(client.session()?)),
@@ -318,7 +338,7 @@ impl Io {
             out_pos: 0,
             writable: false,
             dirty: false,
-            rst: false,
+            rst: self.rst_always,
             upgrade,
             http: HttpState::default(),
         });

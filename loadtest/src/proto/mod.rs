@@ -225,6 +225,43 @@ pub fn write_subscribe(out: &mut Vec<u8>, rpc: Rpc, id: u64, topic: &str) {
     ws::encode_client(out, ws::op::TEXT, json.as_bytes());
 }
 
+/// Append a masked `waku_batchSubscribe` or `irn_batchSubscribe` of `topics` (1 to 500).
+pub fn write_batch_subscribe(out: &mut Vec<u8>, rpc: Rpc, id: u64, topics: &[String]) {
+    let p = rpc.prefix();
+    let mut json = format!(
+        "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"{p}_batchSubscribe\",\"params\":{{\"topics\":["
+    );
+    for (i, t) in topics.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        json.push('"');
+        json.push_str(t);
+        json.push('"');
+    }
+    json.push_str("]}}");
+    ws::encode_client(out, ws::op::TEXT, json.as_bytes());
+}
+
+/// The JSON-RPC error code of a refusal by the server's limits (DECISIONS §11).
+pub const RATE_LIMITED: i64 = -32000;
+
+/// If `msg` is an error response `-32000` carrying `data.retryAfterMs` (a refusal by the
+/// server's limits per client, DECISIONS §11), the wait it asks for, in ms. Any other
+/// message (a result, a push, another error, a -32000 without `retryAfterMs`) is `None`.
+pub fn rate_limited(msg: &[u8]) -> Option<u64> {
+    let err = memchr::memmem::find(msg, b"\"error\"")?;
+    let tail = &msg[err..];
+    let c = memchr::memmem::find(tail, b"\"code\"")?;
+    if parse_int(after_colon(tail, c + b"\"code\"".len())?)? != RATE_LIMITED {
+        return None;
+    }
+    let r = memchr::memmem::find(tail, b"\"retryAfterMs\"")?;
+    let v = after_colon(tail, r + b"\"retryAfterMs\"".len())?;
+    let n = parse_int(v)?;
+    u64::try_from(n).ok()
+}
+
 /// Append a masked WalletConnect 1.0 `sub` (as the 1.0 client writes it) and a ping: the
 /// server answers nothing to a `sub`, and its pong says the `sub` was processed.
 pub fn write_v1_sub(out: &mut Vec<u8>, topic: &str) {

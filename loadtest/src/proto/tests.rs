@@ -288,3 +288,40 @@ fn topics_are_64_hex_and_distinct() {
     assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
     assert_ne!(a, b);
 }
+
+#[test]
+fn rate_limited_refusals_are_recognised() {
+    let m = br#"{"id":3,"jsonrpc":"2.0","error":{"code":-32000,"message":"rate limited","data":{"retryAfterMs":250}}}"#;
+    assert_eq!(rate_limited(m), Some(250));
+    let spaced = br#"{"id": 3, "error": {"data": {"retryAfterMs" : 0}, "code" : -32000, "message":"rate limited"}}"#;
+    assert_eq!(rate_limited(spaced), Some(0));
+    // Another error, a -32000 without the wait, a result, a push: not refusals.
+    for m in [
+        &br#"{"id":3,"jsonrpc":"2.0","error":{"code":-32602,"message":"bad","data":{"retryAfterMs":5}}}"#[..],
+        br#"{"id":3,"jsonrpc":"2.0","error":{"code":-32000,"message":"server error"}}"#,
+        br#"{"id":3,"jsonrpc":"2.0","result":true}"#,
+        br#"{"id":9,"jsonrpc":"2.0","method":"waku_subscription","params":{"data":{"message":"retryAfterMs"}}}"#,
+        br#"{"id":3,"error":{"code":-32000,"data":{"retryAfterMs":-1}}}"#,
+    ] {
+        assert_eq!(rate_limited(m), None, "{}", String::from_utf8_lossy(m));
+    }
+    // The classifier still sees it as an error with code -32000 and our id.
+    assert_eq!(
+        Classifier::new(Rpc::Waku).classify(m),
+        Incoming::Error {
+            id: Some(3),
+            code: Some(RATE_LIMITED)
+        }
+    );
+}
+
+#[test]
+fn batch_subscribe_frame() {
+    let mut out = Vec::new();
+    let topics = vec!["aa".to_string(), "bb".to_string()];
+    write_batch_subscribe(&mut out, Rpc::Irn, 7, &topics);
+    assert_eq!(
+        String::from_utf8(unmasked_payload(&out)).unwrap(),
+        r#"{"id":7,"jsonrpc":"2.0","method":"irn_batchSubscribe","params":{"topics":["aa","bb"]}}"#
+    );
+}

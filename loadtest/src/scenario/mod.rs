@@ -3,6 +3,7 @@
 //!
 //! Owns no sockets itself; each scenario module drives [`crate::net::Io`] through a handler.
 
+pub mod abuse;
 pub mod churn;
 pub mod fanout;
 pub mod http;

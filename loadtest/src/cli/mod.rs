@@ -31,6 +31,10 @@ pub enum Command {
     Churn(ChurnOpts),
     /// Registry requests over keep-alive connections, at a fixed rate or flat out.
     Http(HttpOpts),
+    /// Honest pairs at a steady rate beside one abuser (publish flood, subscribe flood,
+    /// connection storm from one address), each without and with the abuser: what the
+    /// server's limits per client (DECISIONS §11) leave the honest clients.
+    Abuse(AbuseOpts),
     /// No server: this machine's loopback ceiling, one write per socket per round from one
     /// thread, read by another (what "one write() per delivery" allows here).
     Loopback(LoopbackOpts),
@@ -317,6 +321,100 @@ pub struct HttpOpts {
     pub count: u64,
 }
 
+/// What the abuser of `abuse` does.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbuseKind {
+    /// Publishes as fast as it can, pipelined, on `--abuser-conns` connections, to its own
+    /// topics (which its own subscriber follows); reconnects when closed.
+    Publish,
+    /// Subscribes to fresh topics as fast as it can, single and batched in turn, pipelined,
+    /// on `--abuser-conns` connections; reconnects when closed.
+    Subscribe,
+    /// Opens WebSocket connections as fast as it can (`--storm-concurrency` at once), each
+    /// dropped with a RST once upgraded.
+    Connect,
+}
+
+impl AbuseKind {
+    /// `"publish"`, `"subscribe"` or `"connect"`.
+    pub fn label(self) -> &'static str {
+        match self {
+            AbuseKind::Publish => "publish",
+            AbuseKind::Subscribe => "subscribe",
+            AbuseKind::Connect => "connect",
+        }
+    }
+}
+
+/// `abuse` flags.
+#[derive(Args, Debug, Clone)]
+pub struct AbuseOpts {
+    /// Common flags: `--duration` and `--warmup` are per phase; `--source-ips K` spreads
+    /// the honest connections over 127.0.0.2 .. 127.0.0.K+1 (0 = 100 addresses).
+    #[command(flatten)]
+    pub common: Common,
+    /// Relay protocol: `waku` or `irn`.
+    #[arg(long, value_enum, default_value_t = RelayProtocol::Waku)]
+    pub protocol: RelayProtocol,
+    /// Honest topic pairs (a dApp and a wallet connection each, both publishing).
+    #[arg(long, default_value_t = 200)]
+    pub pairs: usize,
+    /// Honest publishes per second over all honest connections (open loop).
+    #[arg(long, default_value_t = 2000)]
+    pub rate: u64,
+    /// Message payload size in hex characters (>= 32), honest and abuser publishes.
+    #[arg(long, default_value_t = 512)]
+    pub size: usize,
+    /// Publish ttl in seconds (irn: 10 to 2,592,000).
+    #[arg(long, default_value_t = 21_600)]
+    pub ttl: u64,
+    /// Wait this long after each phase's measurement for honest deliveries in flight.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub drain: Duration,
+    /// Abusers to run, in this order, each as a phase without and a phase with it.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "publish,subscribe,connect"
+    )]
+    pub kinds: Vec<AbuseKind>,
+    /// The abuser's one source address (127.0.0.0/8, outside the honest addresses).
+    #[arg(long, default_value = "127.0.0.200")]
+    pub abuser_ip: Ipv4Addr,
+    /// Publish and subscribe floods: the abuser's connections.
+    #[arg(long, default_value_t = 4)]
+    pub abuser_conns: usize,
+    /// Publish and subscribe floods: requests in flight per abuser connection.
+    #[arg(long, default_value_t = 64)]
+    pub pipeline: usize,
+    /// Subscribe flood: topics per batch subscribe (every other request is a batch; 1-500).
+    #[arg(long, default_value_t = 50)]
+    pub batch: usize,
+    /// Connection storm: connections being opened at once.
+    #[arg(long, default_value_t = 64)]
+    pub storm_concurrency: usize,
+    /// Nice value of the abuser's thread (it shares the generator's core with the honest
+    /// clients; the niceness keeps it from delaying their sends). 0 = leave it.
+    #[arg(long, default_value_t = 10)]
+    pub abuser_nice: i32,
+    /// EEVDF time slice of the abuser's thread (Linux 6.12+; 0 = the kernel's): short, so
+    /// that when it runs it gives the core back to the honest loop within that long.
+    #[arg(long, default_value = "100us", value_parser = parse_duration)]
+    pub abuser_slice: Duration,
+    /// Pin the abuser's thread to this CPU (e.g. the server's, to keep it off the honest
+    /// loop's core: then it takes CPU from the server instead, which a remote abuser does not).
+    #[arg(long)]
+    pub abuser_cpu: Option<usize>,
+    /// Server process id: each phase reports the server's CPU seconds (user + system) and
+    /// the table its CPU share.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Repeat the whole sequence this many times (odd rounds run "with" before "without").
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+}
+
 /// A validated loopback target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -441,74 +539,4 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn accepts_loopback_forms() {
-        let t = parse_target("ws://127.0.0.1:8080/").unwrap();
-        assert_eq!(t.addr, "127.0.0.1:8080".parse().unwrap());
-        assert_eq!(t.path, "/");
-        assert_eq!(t.host, "127.0.0.1:8080");
-        let t = parse_target("ws://127.9.8.7:1/?protocol=wc&version=2").unwrap();
-        assert_eq!(t.path, "/?protocol=wc&version=2");
-        let t = parse_target("ws://localhost").unwrap();
-        assert_eq!(t.addr, "127.0.0.1:80".parse().unwrap());
-        let t = parse_target("http://[::1]:9000").unwrap();
-        assert_eq!(t.addr, "[::1]:9000".parse().unwrap());
-        let t = parse_target("ws://127.0.0.1:81?x=1").unwrap();
-        assert_eq!(t.path, "/?x=1");
-    }
-
-    #[test]
-    fn refuses_everything_else() {
-        for url in [
-            "ws://10.0.0.1:8080/",
-            "ws://192.168.1.1/",
-            "ws://8.8.8.8/",
-            "ws://example.com/",
-            "ws://[2001:db8::1]:80/",
-            "ws://0.0.0.0:8080/",
-            "ws://128.0.0.1/",
-            "ws://localhost.example.com/",
-        ] {
-            assert!(
-                matches!(parse_target(url), Err(UrlError::NotLoopback(_))),
-                "{url}"
-            );
-        }
-        let t = parse_target("wss://localhost:9443/?protocol=wc").unwrap();
-        assert_eq!(t.addr, "127.0.0.1:9443".parse().unwrap());
-        assert_eq!(t.tls_name.as_deref(), Some("localhost"));
-        let t = parse_target("https://[::1]").unwrap();
-        assert_eq!(t.addr, "[::1]:443".parse().unwrap());
-        assert_eq!(t.tls_name.as_deref(), Some("::1"));
-        assert_eq!(parse_target("ws://127.0.0.1/").unwrap().tls_name, None);
-        assert!(matches!(
-            parse_target("wss://10.0.0.1/"),
-            Err(UrlError::NotLoopback(_))
-        ));
-        assert!(matches!(
-            parse_target("ftp://127.0.0.1/"),
-            Err(UrlError::Scheme(_))
-        ));
-        assert!(matches!(
-            parse_target("ws://127.0.0.1:x/"),
-            Err(UrlError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_target("ws://user@127.0.0.1/"),
-            Err(UrlError::Malformed(_))
-        ));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("abc").is_err());
-    }
-}
+mod tests;

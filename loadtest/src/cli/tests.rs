@@ -1,0 +1,71 @@
+//! Unit tests of the loopback rule and durations.
+
+use super::*;
+
+#[test]
+fn accepts_loopback_forms() {
+    let t = parse_target("ws://127.0.0.1:8080/").unwrap();
+    assert_eq!(t.addr, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(t.path, "/");
+    assert_eq!(t.host, "127.0.0.1:8080");
+    let t = parse_target("ws://127.9.8.7:1/?protocol=wc&version=2").unwrap();
+    assert_eq!(t.path, "/?protocol=wc&version=2");
+    let t = parse_target("ws://localhost").unwrap();
+    assert_eq!(t.addr, "127.0.0.1:80".parse().unwrap());
+    let t = parse_target("http://[::1]:9000").unwrap();
+    assert_eq!(t.addr, "[::1]:9000".parse().unwrap());
+    let t = parse_target("ws://127.0.0.1:81?x=1").unwrap();
+    assert_eq!(t.path, "/?x=1");
+}
+
+#[test]
+fn refuses_everything_else() {
+    for url in [
+        "ws://10.0.0.1:8080/",
+        "ws://192.168.1.1/",
+        "ws://8.8.8.8/",
+        "ws://example.com/",
+        "ws://[2001:db8::1]:80/",
+        "ws://0.0.0.0:8080/",
+        "ws://128.0.0.1/",
+        "ws://localhost.example.com/",
+    ] {
+        assert!(
+            matches!(parse_target(url), Err(UrlError::NotLoopback(_))),
+            "{url}"
+        );
+    }
+    let t = parse_target("wss://localhost:9443/?protocol=wc").unwrap();
+    assert_eq!(t.addr, "127.0.0.1:9443".parse().unwrap());
+    assert_eq!(t.tls_name.as_deref(), Some("localhost"));
+    let t = parse_target("https://[::1]").unwrap();
+    assert_eq!(t.addr, "[::1]:443".parse().unwrap());
+    assert_eq!(t.tls_name.as_deref(), Some("::1"));
+    assert_eq!(parse_target("ws://127.0.0.1/").unwrap().tls_name, None);
+    assert!(matches!(
+        parse_target("wss://10.0.0.1/"),
+        Err(UrlError::NotLoopback(_))
+    ));
+    assert!(matches!(
+        parse_target("ftp://127.0.0.1/"),
+        Err(UrlError::Scheme(_))
+    ));
+    assert!(matches!(
+        parse_target("ws://127.0.0.1:x/"),
+        Err(UrlError::Malformed(_))
+    ));
+    assert!(matches!(
+        parse_target("ws://user@127.0.0.1/"),
+        Err(UrlError::Malformed(_))
+    ));
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+    assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+    assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+    assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+    assert!(parse_duration("-1s").is_err());
+    assert!(parse_duration("abc").is_err());
+}

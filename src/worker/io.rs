@@ -2,7 +2,7 @@
 //! to `conn::process`, and flushing its output. A TLS connection's reads and writes take
 //! the detours of `worker::tls` (decrypt before processing, encrypt while flushing).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::IpAddr;
 
 use mio::event::Event;
@@ -17,12 +17,7 @@ use crate::ws::close;
 
 /// Most connections accepted from one listener in one loop round (more wait in the backlog
 /// for the next round, which then polls without sleeping).
-const ACCEPT_BUDGET: usize = 64;
-
-/// The answer to a connection refused at accept by a per-address limit.
-pub(super) const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\n\
-Content-Type: application/json\r\nContent-Length: 32\r\nConnection: close\r\n\r\n\
-{\"error\":\"too many connections\"}";
+const ACCEPT_BUDGET: usize = 16;
 
 impl Worker {
     /// Accepts until the listener (the TLS one when `tls`) has no more waiting connections,
@@ -69,12 +64,11 @@ impl Worker {
             Ok(l) => l,
             Err(kind) => {
                 self.m().limited[kind as usize].inc();
-                if !tls {
-                    // Best effort: a fresh socket takes these bytes at once; a client
-                    // that sent its request already may see a reset instead.
-                    let _ = (&sock).write(TOO_MANY_CONNECTIONS);
-                    let _ = sock.shutdown(std::net::Shutdown::Write);
-                }
+                // Closed at accept with a reset (DECISIONS §11): no answer to write, no
+                // FIN exchange, no TIME_WAIT left here; a storm of refused connections
+                // costs an accept and a close each.
+                let _ = socket2::SockRef::from(&sock).set_linger(Some(std::time::Duration::ZERO));
+                drop(sock);
                 return;
             }
         };

@@ -89,49 +89,7 @@ pub fn run_script(
     deadline: Duration,
     what: &str,
 ) -> String {
-    let dir = script_dir(name);
-    let mut child = Command::new("node")
-        .arg(dir.join(script))
-        .envs(env.iter().copied())
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn node");
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for node") {
-            break Some(status);
-        }
-        if started.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
-    let report =
-        format!("{what}\n--- {script} stdout ---\n{stdout}--- {script} stderr ---\n{stderr}");
-    match status {
-        Some(status) if status.success() => println!("{report}"),
-        Some(status) => {
-            panic!("the real WalletConnect client failed against the relay: {status}\n{report}")
-        }
-        None => panic!("{script} did not finish within {deadline:?}\n{report}"),
-    }
-    stdout
+    run_script_interactive(name, script, env, deadline, what, |_| None)
 }
 
 /// Like [`run_script`], with the script's standard input open: every line it prints on

@@ -1,7 +1,7 @@
 //! Topic routing across workers, in process (no sockets): a publish on worker 0 for a topic
 //! homed on worker 1 travels 0 -> 1 (the in-memory engine stores it: position, dedup,
 //! fan-out) -> 0 (live delivery to a local subscriber, and the publish's answer), in batches
-//! over the real crossbeam mailboxes; and the same with publisher, home and subscriber on
+//! over the engines' real mailboxes; and the same with publisher, home and subscriber on
 //! one worker (no hop).
 
 use std::sync::atomic::AtomicUsize;
@@ -10,12 +10,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use walletrelay::config::Limits;
+use walletrelay::mailbox::{self, Doorbell};
 use walletrelay::metrics::Metrics;
 use walletrelay::relay::engine::local::{LocalEngine, LocalShared};
+use walletrelay::relay::engine::placement::Placement;
 use walletrelay::relay::engine::History;
 use walletrelay::relay::{
-    Body, ConnRef, CoreMsg, Dialect, Done, Mailboxes, Meta, Placement, Position, PushKind,
-    Recipients, Relay, RelayError, SubId,
+    Body, ConnRef, Dialect, Done, Meta, Position, PushKind, Recipients, Relay, RelayError, SubId,
 };
 use walletrelay::webhook::WebhookPool;
 
@@ -49,15 +50,15 @@ impl Recipients for Count {
     }
 }
 
-type Inbox = crossbeam_channel::Receiver<Vec<CoreMsg>>;
-
-fn relays(n: usize) -> (Vec<Relay>, Vec<Inbox>, Placement, Vec<mio::Poll>) {
+fn relays(n: usize) -> (Vec<Relay>, Placement, Vec<mio::Poll>) {
     let polls: Vec<mio::Poll> = (0..n).map(|_| mio::Poll::new().unwrap()).collect();
-    let wakers = polls
+    let (peers, rx): (Vec<_>, Vec<_>) = polls
         .iter()
-        .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
-        .collect();
-    let (mailboxes, rx) = Mailboxes::new(wakers, 4096);
+        .map(|p| {
+            let waker = mio::Waker::new(p.registry(), mio::Token(0)).unwrap();
+            mailbox::bounded(Doorbell::new(waker), 4096)
+        })
+        .unzip();
     let metrics = Metrics::new(n);
     let limits = Limits {
         max_cached_per_topic: 16,
@@ -67,31 +68,33 @@ fn relays(n: usize) -> (Vec<Relay>, Vec<Inbox>, Placement, Vec<mio::Poll>) {
     let placement = Placement::new(n, [1, 2, 3, 4]);
     let shared = LocalShared {
         placement: placement.clone(),
-        mailboxes,
+        peers: peers.into(),
         limits: limits.clone(),
         metrics: metrics.clone(),
         webhooks: WebhookPool::default(),
         webhook_count: Arc::new(AtomicUsize::new(0)),
     };
-    let rs = (0..n)
-        .map(|i| {
-            let engine = LocalEngine::new(i, shared.clone());
+    let rs = rx
+        .into_iter()
+        .enumerate()
+        .map(|(i, inbox)| {
+            let engine = LocalEngine::new(i, shared.clone(), inbox);
             Relay::new(i, 1, Box::new(engine), limits.clone(), metrics.clone())
         })
         .collect();
-    (rs, rx, placement, polls)
+    (rs, placement, polls)
 }
 
 /// Moves every waiting batch between the relays until none is left.
-fn pump(rs: &mut [Relay], rx: &[Inbox], out: &mut Count) {
+fn pump(rs: &mut [Relay], out: &mut Count) {
     loop {
         let mut moved = false;
         for r in rs.iter_mut() {
             r.flush();
         }
-        for (i, r) in rs.iter_mut().enumerate() {
-            while let Ok(batch) = rx[i].try_recv() {
-                r.on_batch(batch);
+        for r in rs.iter_mut() {
+            while r.has_mail() {
+                r.on_mail(usize::MAX);
                 moved = true;
             }
             r.deliver(out);
@@ -108,11 +111,11 @@ fn routing(c: &mut Criterion) {
     let publisher = ConnRef { key: 2, uid: 2 };
     let mut g = c.benchmark_group("route_publish_to_delivery");
     g.bench_function("same_worker", |b| {
-        let (mut rs, rx, _, _p) = relays(1);
+        let (mut rs, _, _p) = relays(1);
         let topic = "f".repeat(64);
         rs[0].subscribe(sub, &topic, SubId::from_bytes(&[7; 32]), Dialect::Waku);
         let mut out = Count::default();
-        pump(&mut rs, &rx, &mut out);
+        pump(&mut rs, &mut out);
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
@@ -124,7 +127,7 @@ fn routing(c: &mut Criterion) {
         })
     });
     g.bench_function("cross_worker_two_hops", |b| {
-        let (mut rs, rx, placement, _p) = relays(2);
+        let (mut rs, placement, _p) = relays(2);
         // A topic homed on worker 1, subscribed and published on worker 0.
         let topic = (0..)
             .map(|k| format!("{k:064x}"))
@@ -132,7 +135,7 @@ fn routing(c: &mut Criterion) {
             .unwrap();
         rs[0].subscribe(sub, &topic, SubId::from_bytes(&[7; 32]), Dialect::Waku);
         let mut out = Count::default();
-        pump(&mut rs, &rx, &mut out);
+        pump(&mut rs, &mut out);
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
@@ -142,7 +145,7 @@ fn routing(c: &mut Criterion) {
                 rs[0].publish(publisher, 1, &topic, data, 21600, false),
                 Done::Later
             );
-            pump(&mut rs, &rx, &mut out);
+            pump(&mut rs, &mut out);
             assert_eq!((out.pushes, out.answers), (pushes + 1, answers + 1));
         })
     });

@@ -23,6 +23,7 @@ pub mod health;
 pub mod http;
 pub mod json;
 pub mod limits;
+pub mod mailbox;
 pub mod message;
 pub mod metrics;
 pub mod outbuf;

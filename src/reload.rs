@@ -1,7 +1,8 @@
 //! SIGHUP: what is re-read without a restart (the TLS certificate and key, the registry
-//! directory) and how the result reaches the workers: one [`Reload`] message per worker in
-//! its mailbox (`CoreMsg::Reload`), applied by the worker between two connections' input,
-//! so a request is answered wholly from the old state or wholly from the new one.
+//! directory, the project allow-list) and how the result reaches the workers: one [`Reload`]
+//! per worker, handed to the [`Broadcast`] the server gives (each worker's own mailbox) and
+//! applied by the worker between two connections' input, so a request is answered wholly
+//! from the old state or wholly from the new one.
 //!
 //! Whatever fails to load leaves every worker with what it had, and is logged with the
 //! reason (the file, the entry). Connections already open are not touched: a TLS
@@ -17,10 +18,10 @@ use rustls::ServerConfig;
 
 use crate::auth::ProjectIds;
 use crate::registry::{Registry, RegistryError};
-use crate::relay::{CoreMsg, Mailboxes};
 use crate::tls::{TlsError, TlsLoader};
 
 /// A reloaded piece of state, for one worker.
+#[derive(Clone)]
 pub enum Reload {
     /// The configuration new TLS connections start from.
     Tls(Arc<ServerConfig>),
@@ -58,8 +59,11 @@ pub struct Reloader {
     image_base: String,
     /// `--project-ids`, when it names a file.
     projects: Option<Arc<ProjectIds>>,
-    mailboxes: Arc<Mailboxes>,
+    broadcast: Broadcast,
 }
+
+/// Hands a reload to every worker.
+pub type Broadcast = Box<dyn Fn(Reload) + Send + Sync>;
 
 impl std::fmt::Debug for Reloader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,19 +76,19 @@ impl std::fmt::Debug for Reloader {
 
 impl Reloader {
     /// A reloader for the TLS files of `tls` (if any) and `registry_dir` (if any; the
-    /// embedded registry never changes), sending to every worker of `mailboxes`.
+    /// embedded registry never changes), handing what loaded to `broadcast`.
     pub fn new(
         tls: Option<TlsLoader>,
         registry_dir: Option<PathBuf>,
         image_base: String,
-        mailboxes: Arc<Mailboxes>,
+        broadcast: Broadcast,
     ) -> Reloader {
         Reloader {
             tls,
             registry_dir,
             image_base,
             projects: None,
-            mailboxes,
+            broadcast,
         }
     }
 
@@ -99,7 +103,7 @@ impl Reloader {
     pub fn reload(&self) -> Outcome {
         let tls = self.tls.as_ref().map(|loader| match loader.load() {
             Ok(config) => {
-                self.broadcast(|| Reload::Tls(Arc::clone(&config)));
+                (self.broadcast)(Reload::Tls(Arc::clone(&config)));
                 log::info!(
                     "reload: TLS certificate {} and key {} loaded; new connections use them",
                     loader.files().cert.display(),
@@ -116,7 +120,7 @@ impl Reloader {
             match Registry::load(Some(dir), &self.image_base) {
                 Ok(r) => {
                     let r = Arc::new(r);
-                    self.broadcast(|| Reload::Registry(Arc::clone(&r)));
+                    (self.broadcast)(Reload::Registry(Arc::clone(&r)));
                     log::info!("reload: registry reloaded from {}", dir.display());
                     Ok(())
                 }
@@ -129,7 +133,7 @@ impl Reloader {
         let projects = self.projects.as_ref().map(|p| match p.reload() {
             Ok(ids) => {
                 let ids = Arc::new(ids);
-                self.broadcast(|| Reload::Projects(Arc::clone(&ids)));
+                (self.broadcast)(Reload::Projects(Arc::clone(&ids)));
                 log::info!("reload: {} project ids loaded", ids.len());
                 Ok(())
             }
@@ -142,12 +146,6 @@ impl Reloader {
             tls,
             registry,
             projects,
-        }
-    }
-
-    fn broadcast(&self, msg: impl Fn() -> Reload) {
-        for i in 0..self.mailboxes.len() {
-            self.mailboxes.send_external(i, CoreMsg::Reload(msg()));
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Start-up and shutdown: raises the open-file limit and turns transparent huge pages off
 //! (both called from `main`), loads the registry and the TLS certificate, binds one
-//! `SO_REUSEPORT` listener per worker (per group: plain and TLS), builds the mailboxes,
-//! starts the webhook pool and the pinned worker threads; on SIGHUP re-reads the TLS
+//! `SO_REUSEPORT` listener per worker (per group: plain and TLS), gives each worker its
+//! doorbell and mailbox, has the engine build itself (`server/engines.rs`: its mailboxes,
+//! helper threads, recovery, webhook pool), and starts the pinned worker threads; on SIGHUP re-reads the TLS
 //! files and the registry (`reload`); on SIGTERM/SIGINT tells every worker to close its
 //! connections (WebSocket close 1001) and waits for them within the grace period.
 
@@ -18,15 +19,16 @@ use thiserror::Error;
 use crate::config::{Config, ConfigError};
 use crate::conn::Shared;
 use crate::http::response::{Response, TEXT};
+use crate::mailbox::{self, Doorbell, Mailbox};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
-use crate::relay::{CoreMsg, Mailboxes, Relay};
-use crate::reload::Reloader;
+use crate::relay::engine::{BuildError, Setup};
+use crate::relay::Relay;
+use crate::reload::{Reload, Reloader};
 use crate::tls::{TlsError, TlsLoader};
 use crate::webhook::WebhookPool;
-use crate::worker::{Serving, Worker, WAKER};
+use crate::worker::{Control, Serving, Worker, WAKER};
 
-mod durable;
 mod engines;
 
 /// Why the server could not start.
@@ -38,12 +40,9 @@ pub enum StartError {
     /// The registry data is bad.
     #[error("registry: {0}")]
     Registry(#[from] RegistryError),
-    /// The data directory could not be used (locked by another process, unreadable...).
-    #[error("data directory: {0}")]
-    Store(#[from] crate::store::StoreError),
-    /// The Redis servers of `--redis` could not be used.
+    /// The engine could not be built (its data directory, its Redis servers...).
     #[error("{0}")]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Engine(#[from] BuildError),
     /// `--project-ids` could not be read.
     #[error("--project-ids: {0}")]
     Projects(String),
@@ -72,11 +71,12 @@ pub struct Server {
     /// The address of the TLS listener, when `--tls-listen` is given.
     pub tls_addr: Option<SocketAddr>,
     reloader: Reloader,
-    mailboxes: Arc<Mailboxes>,
+    /// Each worker's own mailbox.
+    controls: Arc<[Mailbox<Control>]>,
     threads: Vec<JoinHandle<()>>,
     webhooks: WebhookPool,
-    /// The Redis side, when the node is part of a cluster.
-    cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The engine's helper threads, stopped after the workers.
+    on_stop: Option<Box<dyn FnOnce() + Send>>,
     /// The data directory's lock, released when the process ends.
     _lock: Option<crate::store::DirLock>,
     limits: crate::config::Limits,
@@ -324,16 +324,30 @@ fn spawn_worker(
         .map_err(io_err("spawning a worker thread"))
 }
 
-/// One poll instance per worker, each with its waker (the worker's mailbox wakes it).
-fn polls_and_wakers(n: usize) -> Result<(Vec<mio::Poll>, Vec<mio::Waker>), StartError> {
+/// One poll instance per worker, each with its doorbell (whoever sends to the worker or
+/// its engine rings it).
+fn polls_and_bells(n: usize) -> Result<(Vec<mio::Poll>, Vec<Arc<Doorbell>>), StartError> {
     let mut polls = Vec::with_capacity(n);
-    let mut wakers = Vec::with_capacity(n);
+    let mut bells = Vec::with_capacity(n);
     for _ in 0..n {
         let poll = mio::Poll::new().map_err(io_err("creating a poll instance"))?;
-        wakers.push(mio::Waker::new(poll.registry(), WAKER).map_err(io_err("creating a waker"))?);
+        let waker = mio::Waker::new(poll.registry(), WAKER).map_err(io_err("creating a waker"))?;
+        bells.push(Doorbell::new(waker));
         polls.push(poll);
     }
-    Ok((polls, wakers))
+    Ok((polls, bells))
+}
+
+/// Control messages a worker's own mailbox holds.
+const CONTROL_QUEUE: usize = 64;
+
+/// Hands `msg` to every worker's own mailbox (waiting up to a second for room in each).
+fn tell_all(controls: &[Mailbox<Control>], msg: impl Fn() -> Control) {
+    for (i, mb) in controls.iter().enumerate() {
+        if !mb.send_patient(msg()) {
+            log::warn!("worker {i}: mailbox full; a control message was dropped");
+        }
+    }
 }
 
 /// `--cpu-steering`: both listener groups steered to the worker pinned to the receiving CPU.
@@ -390,10 +404,19 @@ impl Server {
         let edge = Edge::open(&config, n)?;
         let metrics = Metrics::new(n);
 
-        let (polls, wakers) = polls_and_wakers(n)?;
-        let (mailboxes, inboxes) = Mailboxes::new(wakers, config.limits.mailbox_batches);
+        let (polls, bells) = polls_and_bells(n)?;
+        let (controls, inboxes): (Vec<_>, Vec<_>) = bells
+            .iter()
+            .map(|bell| mailbox::bounded(bell.clone(), CONTROL_QUEUE))
+            .unzip();
+        let controls: Arc<[Mailbox<Control>]> = controls.into();
 
-        let built = engines::build(&config, &mailboxes, &metrics, random_seeds())?;
+        let built = engines::build(&Setup {
+            config: &config,
+            bells: &bells,
+            metrics: &metrics,
+            seeds: random_seeds(),
+        })?;
         let webhooks = built.webhooks;
         let projects = crate::auth::ProjectIds::from_flag(config.project_ids.as_deref())
             .map_err(StartError::Projects)?;
@@ -426,8 +449,8 @@ impl Server {
         } = edge;
         let (mut plain, mut tls_group) = (plain.into_iter(), tls.into_iter());
         let mut threads = Vec::with_capacity(n);
-        let parts = polls.into_iter().zip(inboxes).zip(built.engines);
-        for (i, ((poll, inbox), engine)) in parts.enumerate() {
+        let parts = polls.into_iter().zip(inboxes).zip(bells).zip(built.engines);
+        for (i, (((poll, inbox), bell), engine)) in parts.enumerate() {
             let relay = Relay::new(i, node, engine, config.limits.clone(), metrics.clone());
             let serving = Serving {
                 plain: plain.next().map(mio::net::TcpListener::from_std),
@@ -437,34 +460,30 @@ impl Server {
                     .zip(tls_config.clone()),
                 registry: Arc::clone(&registry),
             };
-            let worker = Worker::new(
-                i,
-                serving,
-                poll,
-                inbox,
-                mailboxes.clone(),
-                relay,
-                shared.clone(),
-            )
-            .map_err(io_err("registering the listeners"))?;
+            let worker = Worker::new(i, serving, poll, inbox, bell, relay, shared.clone())
+                .map_err(io_err("registering the listeners"))?;
             let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
             threads.push(spawn_worker(i, worker, core)?);
         }
+        let to_workers = controls.clone();
+        let broadcast = Box::new(move |r: Reload| {
+            tell_all(&to_workers, || Control::Reload(r.clone()));
+        });
         let reloader = Reloader::new(
             loader,
             config.registry_dir.clone(),
             config.image_base.clone(),
-            mailboxes.clone(),
+            broadcast,
         )
         .with_projects(projects);
         Ok(Server {
             addr,
             tls_addr,
             reloader,
-            mailboxes,
+            controls,
             threads,
             webhooks,
-            cluster: built.cluster,
+            on_stop: built.on_stop,
             _lock: built.lock,
             limits: config.limits.clone(),
         })
@@ -477,14 +496,12 @@ impl Server {
         let pool = self.webhooks.clone();
         let grace = Duration::from_millis(self.limits.webhook_shutdown_ms);
         let webhooks = std::thread::spawn(move || pool.shutdown(grace));
-        for i in 0..self.mailboxes.len() {
-            self.mailboxes.send_external(i, CoreMsg::Shutdown);
-        }
+        tell_all(&self.controls, || Control::Shutdown);
         for t in self.threads {
             let _ = t.join();
         }
-        if let Some(c) = &self.cluster {
-            c.shutdown();
+        if let Some(stop) = self.on_stop {
+            stop();
         }
         let _ = webhooks.join();
     }

@@ -33,6 +33,7 @@ mod handle;
 mod pubsub;
 mod reply;
 pub mod ring;
+mod routes;
 pub mod script;
 mod shard;
 mod stats;

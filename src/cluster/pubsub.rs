@@ -18,6 +18,9 @@
 //! be missed, and the read covers what came before). A worker that watches a topic already
 //! live gets `Resync` at once. After a reconnect every watched topic is subscribed again and
 //! its watchers get `Resync` again.
+//!
+//! The reader forwards by its own table of watchers (`routes`), which the writer keeps up to
+//! date: no lock is taken on the way of a message.
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
@@ -30,6 +33,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 use redis::Value;
 
+use super::routes::{self, Route, RouteSender, Routes};
 use super::script::{self, Packer};
 use super::shard::{set_health, ShardCtx};
 use super::{ClusterConfig, ClusterEvent};
@@ -83,6 +87,8 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
+    /// Watcher changes for the reader's table (sent under the state's lock, in order).
+    routes: RouteSender,
     stop: AtomicBool,
     /// The shard this subscriber belongs to (the same context as its command thread).
     ctx: ShardCtx,
@@ -110,15 +116,17 @@ impl Subscriber {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         set_health(&ctx.health.pubsub, Some("not connected yet".into()));
         let idx = ctx.idx;
+        let (route_tx, routes) = routes::routes();
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
+            routes: route_tx,
             stop: AtomicBool::new(false),
             ctx,
         });
         let (s1, s2, stop2) = (Arc::clone(&shared), Arc::clone(&shared), stop_rx.clone());
         let reader = std::thread::Builder::new()
             .name(format!("redis-sub-{idx}"))
-            .spawn(move || reader(&s1, &bell_tx, &stop_rx))?;
+            .spawn(move || reader(&s1, routes, &bell_tx, &stop_rx))?;
         let writer = std::thread::Builder::new()
             .name(format!("redis-subw-{idx}"))
             .spawn(move || Writer::new(s2).run(&ctl_rx, &bell_rx, &stop2))?;
@@ -184,7 +192,7 @@ fn connect(sh: &Shared) -> Result<(TcpStream, BufReader<TcpStream>, redis::Parse
 }
 
 /// The reader thread: connect, install, read until error, uninstall, back off, again.
-fn reader(sh: &Shared, bell: &Sender<()>, stop: &Receiver<()>) {
+fn reader(sh: &Shared, mut routes: Routes, bell: &Sender<()>, stop: &Receiver<()>) {
     let mut delay = sh.ctx.cfg.backoff_min;
     let mut connected_once = false;
     while !sh.stop.load(Ordering::SeqCst) {
@@ -211,7 +219,7 @@ fn reader(sh: &Shared, bell: &Sender<()>, stop: &Receiver<()>) {
                 connected_once = true;
                 set_health(&sh.ctx.health.pubsub, None);
                 sh.ctx.stats.pubsub_up.set(1);
-                let why = read_loop(sh, &mut r, &mut parser);
+                let why = read_loop(sh, &mut routes, &mut r, &mut parser);
                 sh.ctx.stats.pubsub_up.set(0);
                 uninstall(sh);
                 if sh.stop.load(Ordering::SeqCst) {
@@ -257,13 +265,21 @@ fn bulk(v: &Value) -> Option<&[u8]> {
 }
 
 /// Reads until an error; returns why it stopped.
-fn read_loop(sh: &Shared, r: &mut BufReader<TcpStream>, parser: &mut redis::Parser) -> String {
+fn read_loop(
+    sh: &Shared,
+    routes: &mut Routes,
+    r: &mut BufReader<TcpStream>,
+    parser: &mut redis::Parser,
+) -> String {
     let mut targets: Vec<usize> = Vec::new();
     loop {
         let v = match parser.parse_value(&mut *r) {
             Ok(v) => v,
             Err(e) => return e.to_string(),
         };
+        // Whatever was read, the watcher changes sent since are taken (a pong every
+        // heartbeat at least), so their queue empties even when no message comes.
+        routes.refresh(|| whole_routes(sh));
         if sh.stop.load(Ordering::Relaxed) {
             return "stopping".into();
         }
@@ -284,7 +300,7 @@ fn read_loop(sh: &Shared, r: &mut BufReader<TcpStream>, parser: &mut redis::Pars
                 let Value::BulkString(payload) = third else {
                     continue;
                 };
-                forward(sh, chan, payload, &mut targets);
+                forward(sh, routes, chan, payload);
             }
             b"subscribe" | b"unsubscribe" => confirm(sh, chan, &mut targets),
             _ => {}
@@ -292,7 +308,25 @@ fn read_loop(sh: &Shared, r: &mut BufReader<TcpStream>, parser: &mut redis::Pars
     }
 }
 
-fn forward(sh: &Shared, chan: &[u8], payload: Vec<u8>, targets: &mut Vec<usize>) {
+/// Every channel's route, from the shared state (when the reader's table must be rebuilt).
+fn whole_routes(sh: &Shared) -> Vec<(Box<[u8]>, Route)> {
+    let st = sh.lock();
+    st.topics
+        .iter()
+        .map(|(chan, t)| (chan.clone(), route_of(t)))
+        .collect()
+}
+
+fn route_of(t: &TopicSub) -> Route {
+    Route {
+        ns: t.ns,
+        topic: Arc::clone(&t.topic),
+        watchers: t.watchers.clone(),
+    }
+}
+
+/// Sends a message of `chan` to every worker watching it (by the reader's own table).
+fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
     sh.ctx.stats.live_received.inc();
     let Some(m) = script::decode_live(payload) else {
         log::warn!(
@@ -301,16 +335,15 @@ fn forward(sh: &Shared, chan: &[u8], payload: Vec<u8>, targets: &mut Vec<usize>)
         );
         return;
     };
-    let (ns, topic) = {
-        let st = sh.lock();
-        let Some(t) = st.topics.get(chan) else {
-            return;
-        };
-        targets.clear();
-        targets.extend_from_slice(&t.watchers);
-        (t.ns, Arc::clone(&t.topic))
+    let Some(Route {
+        ns,
+        topic,
+        watchers,
+    }) = routes.get(chan)
+    else {
+        return;
     };
-    let msg = if ns == super::NS_V1 {
+    let msg = if *ns == super::NS_V1 {
         None
     } else {
         let Some(body) = Body::from_stored(m.data.clone()) else {
@@ -330,8 +363,8 @@ fn forward(sh: &Shared, chan: &[u8], payload: Vec<u8>, targets: &mut Vec<usize>)
             origin: m.origin,
         })
     };
-    for &w in targets.iter() {
-        let topic = Arc::clone(&topic);
+    for &w in watchers {
+        let topic = Arc::clone(topic);
         let ev = match &msg {
             Some(msg) => ClusterEvent::Live {
                 topic,
@@ -474,6 +507,7 @@ impl Writer {
                 });
                 if !t.watchers.contains(&worker) {
                     t.watchers.push(worker);
+                    self.sh.routes.send(&chan, route_of(t));
                 }
                 if t.live {
                     self.now_live.push((worker, ns, topic));
@@ -490,7 +524,11 @@ impl Writer {
                 let Some(t) = st.topics.get_mut(&chan[..]) else {
                     return;
                 };
+                let before = t.watchers.len();
                 t.watchers.retain(|w| *w != worker);
+                if t.watchers.len() != before {
+                    self.sh.routes.send(&chan, route_of(t));
+                }
                 if !t.watchers.is_empty() || !t.sub_sent {
                     return;
                 }

@@ -58,7 +58,7 @@ pub struct Shared {
 }
 
 /// Appends metrics in the Prometheus text format.
-pub type Exporter = Box<dyn Fn(&mut String) + Send + Sync>;
+pub use crate::relay::engine::Exporter;
 
 /// A subscription as its connection knows it.
 #[derive(Debug, Clone, Copy)]

@@ -12,20 +12,19 @@ use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
 use crate::registry::answers::AnswerCache;
 use crate::registry::Registry;
-use crate::relay::engine::local::HomeMsg;
-use crate::relay::engine::{EngineMsg, Events, History};
+use crate::relay::engine::{Events, History};
 use crate::relay::{
-    Body, ConnRef, CoreMsg, Dialect, Done, Engine, Event, Origin, Position, PublishReq, PushKind,
+    Body, ConnRef, Dialect, Done, Engine, Event, Origin, Position, PublishReq, PushKind,
     Recipients, Relay, RelayError, Stored, SubId, Ticket,
 };
 use crate::webhook::WebhookPool;
 
 /// An engine that answers nothing by itself: every publish and read is answered later, by
-/// the test, through the mailbox path (`HomeMsg::Answer`).
-#[derive(Default)]
+/// the test, through the engine's mailbox (as a store's helper thread would).
 struct Later {
     publishes: Arc<std::sync::Mutex<Vec<Ticket>>>,
     reads: Arc<std::sync::Mutex<Vec<Ticket>>>,
+    inbox: crossbeam_channel::Receiver<Event>,
 }
 
 impl Engine for Later {
@@ -60,11 +59,13 @@ impl Engine for Later {
     fn v1_publish(&mut self, _: crate::relay::engine::V1Publish, _: &mut Events) {}
     fn v1_take(&mut self, _: &Arc<str>, _: Ticket, _: &mut Events) {}
     fn v1_watch(&mut self, _: &Arc<str>, _: i32, _: &mut Events) {}
-    fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
-        let EngineMsg::Local(HomeMsg::Answer(ev)) = msg else {
-            return;
-        };
-        out.push(ev);
+    fn on_mail(&mut self, budget: usize, out: &mut Events) -> usize {
+        let before = out.len();
+        out.extend(self.inbox.try_iter().take(budget));
+        out.len() - before
+    }
+    fn has_mail(&self) -> bool {
+        !self.inbox.is_empty()
     }
     fn tick(&mut self, _: u64, _: &mut Events) {}
     fn flush(&mut self, _: &mut Events) -> bool {
@@ -79,6 +80,8 @@ struct Bench {
     relay: Relay,
     publishes: Arc<std::sync::Mutex<Vec<Ticket>>>,
     reads: Arc<std::sync::Mutex<Vec<Ticket>>>,
+    /// The engine's mailbox, sending half.
+    mail: crossbeam_channel::Sender<Event>,
     ids: IdSource,
     scratch: Vec<u8>,
     json: simd_json::Buffers,
@@ -117,7 +120,12 @@ impl Bench {
     fn new(args: &[&str]) -> Bench {
         let config = Config::parse_from(["walletrelay"].iter().chain(args));
         let metrics = Metrics::new(1);
-        let engine = Later::default();
+        let (mail, inbox) = crossbeam_channel::unbounded();
+        let engine = Later {
+            publishes: Arc::default(),
+            reads: Arc::default(),
+            inbox,
+        };
         let (publishes, reads) = (engine.publishes.clone(), engine.reads.clone());
         let relay = Relay::new(
             0,
@@ -141,6 +149,7 @@ impl Bench {
             relay,
             publishes,
             reads,
+            mail,
             ids: IdSource::default(),
             scratch: Vec::new(),
             json: simd_json::Buffers::new(1024),
@@ -211,8 +220,8 @@ impl Bench {
 
     /// The engine says `ev` (through the mailbox, as a store's helper would).
     fn inject(&mut self, ev: Event) {
-        let msg = CoreMsg::Engine(EngineMsg::Local(HomeMsg::Answer(ev)));
-        self.relay.on_batch(vec![msg]);
+        self.mail.send(ev).unwrap();
+        self.relay.on_mail(usize::MAX);
         self.relay.deliver(&mut self.conn);
     }
 

@@ -1,14 +1,14 @@
-//! The relay's deliveries carried out: live messages through each topic's feed, histories,
-//! answers, v1 frames, handed to the worker's connections through [`Recipients`]; and the
-//! reads a gap or a resync asks for.
+//! The queued events carried out: live messages through each topic's feed, histories,
+//! answers (each ticket given back to what waited for it), v1 frames, handed to the worker's
+//! connections through [`Recipients`]; and the reads a gap or a resync asks for.
 
 use std::sync::Arc;
 
 use super::feed::{Feed, SubState, UNASKED};
 use super::subs::LocalSub;
 use super::{
-    engine, Delivery, Message, Position, PushKind, Recipients, Relay, RelayError, Retry, Ticket,
-    Waiter, READ_RETRY_MS,
+    engine, Event, Message, Position, PushKind, Queued, Recipients, Relay, RelayError, Retry,
+    Ticket, Waiter, READ_RETRY_MS,
 };
 use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
@@ -53,26 +53,35 @@ impl Relay {
         }
     }
 
-    fn deliver_one(&mut self, d: Delivery, to: &mut impl Recipients) {
-        match d {
-            Delivery::Live { slot, topic, msg } => self.deliver_live(slot, &topic, msg, to),
-            Delivery::History {
-                topic,
-                ticket,
-                result,
-            } => self.deliver_history(&topic, ticket, result, to),
-            Delivery::Answer {
-                conn,
-                answer,
-                result,
-            } => to.answer(conn, answer, result),
-            Delivery::WebhookAnswer { conn, result } => to.webhook_answer(conn, result),
-            Delivery::Resync { topic } => {
+    fn deliver_one(&mut self, q: Queued, to: &mut impl Recipients) {
+        match q.event {
+            Event::Live { topic, msg } => self.deliver_live(q.slot, &topic, msg, to),
+            Event::Published { ticket, result } => {
+                if let Some(Waiter::Publish { conn, answer }) = self.waiter(ticket) {
+                    to.answer(conn, answer, result.map(|_| ()));
+                }
+            }
+            Event::History { ticket, result } => match self.waiter(ticket) {
+                Some(Waiter::Read { topic }) => self.deliver_history(&topic, ticket, result, to),
+                Some(Waiter::Fetch {
+                    conn,
+                    answer,
+                    topic,
+                    after,
+                }) => to.fetched(conn, answer, &topic, after, result),
+                _ => {}
+            },
+            Event::WebhookAdded { ticket, result } => {
+                if let Some(Waiter::Webhook { conn }) = self.waiter(ticket) {
+                    to.webhook_answer(conn, result);
+                }
+            }
+            Event::Resync { topic } => {
                 if let Some(slot) = self.subs.find(&topic) {
                     self.resync(slot);
                 }
             }
-            Delivery::V1Live {
+            Event::V1Live {
                 topic,
                 frame,
                 origin,
@@ -87,19 +96,19 @@ impl Relay {
                     }
                 }
             }
-            Delivery::Fetched {
-                conn,
-                answer,
-                topic,
-                after,
-                result,
-            } => to.fetched(conn, answer, &topic, after, result),
-            Delivery::V1Frames { conn, frames } => {
-                for f in &frames {
-                    to.push_text(conn, f, PushKind::Replay);
+            Event::V1Pending { ticket, frames } => {
+                if let Some(Waiter::V1Take { conn }) = self.waiter(ticket) {
+                    for f in &frames {
+                        to.push_text(conn, f, PushKind::Replay);
+                    }
                 }
             }
         }
+    }
+
+    /// What `ticket` waited for, now answered (`None`: nobody waits for it any more).
+    fn waiter(&mut self, ticket: Ticket) -> Option<Waiter> {
+        self.waiters.try_remove(ticket as usize)
     }
 
     fn deliver_live(

@@ -3,8 +3,8 @@
 //! merge of history and live messages by position ([`feed`]).
 //!
 //! Connections call in (`subscribe`, `unsubscribe`, `publish`, `add_webhook`); the engine
-//! answers with [`Event`]s, at once or later through the worker's mailbox ([`transport`]).
-//! Either way the relay turns what it hears into deliveries and hands them to the worker
+//! answers with [`Event`]s, at once or later (from its mailbox, read in [`Relay::on_mail`]).
+//! Either way the relay queues what it hears and carries it out on the worker's connections
 //! through the [`Recipients`] trait, once per loop round ([`Relay::deliver`]): which
 //! connection gets which push or answer is decided here, how bytes reach a socket is not.
 //! Refusals are [`RelayError`]s; the connection code maps them to its protocol.
@@ -13,7 +13,6 @@ pub mod engine;
 pub mod error;
 pub mod feed;
 pub mod subs;
-pub mod transport;
 
 mod deliver;
 mod v1;
@@ -31,7 +30,6 @@ pub use crate::rpc::Dialect;
 pub use engine::{Done, Engine, Event, Message, Origin, Position, PublishReq, Stored, Ticket};
 pub use error::RelayError;
 pub use subs::{ConnRef, SubId};
-pub use transport::{CoreMsg, Mailboxes, Placement};
 
 use feed::{Follow, SubState};
 use subs::{LocalSub, Removed, Subscriptions};
@@ -93,47 +91,12 @@ enum Waiter {
     },
 }
 
-/// A delivery decided and not yet carried out.
+/// An event the relay looked at and will carry out this round.
 #[derive(Debug)]
-enum Delivery {
-    Live {
-        slot: u32,
-        topic: Arc<str>,
-        msg: Message,
-    },
-    History {
-        topic: Arc<str>,
-        ticket: Ticket,
-        result: Result<engine::History, RelayError>,
-    },
-    Answer {
-        conn: ConnRef,
-        answer: u64,
-        result: Result<(), RelayError>,
-    },
-    WebhookAnswer {
-        conn: ConnRef,
-        result: Result<(), RelayError>,
-    },
-    Resync {
-        topic: Arc<str>,
-    },
-    V1Live {
-        topic: Arc<str>,
-        frame: Bytes,
-        origin: Origin,
-    },
-    V1Frames {
-        conn: ConnRef,
-        frames: Vec<Bytes>,
-    },
-    Fetched {
-        conn: ConnRef,
-        answer: u64,
-        topic: Arc<str>,
-        after: Position,
-        result: Result<engine::History, RelayError>,
-    },
+struct Queued {
+    event: Event,
+    /// For a live message: its topic's slot here (found once, when it was queued).
+    slot: u32,
 }
 
 /// A read to ask again (its store failed): the topic, and when.
@@ -162,10 +125,10 @@ pub struct Relay {
     spare_events: Vec<Event>,
     /// What each ticket waits for.
     waiters: Slab<Waiter>,
-    /// Deliveries decided since the worker last carried them out.
-    queue: Vec<Delivery>,
+    /// Events to carry out since the worker last delivered.
+    queue: Vec<Queued>,
     /// An empty vector with room, swapped with `queue` while it is carried out.
-    spare_queue: Vec<Delivery>,
+    spare_queue: Vec<Queued>,
     /// The local slot of the topic last published from here, if it has subscriptions here
     /// (see `absorb`).
     live_hint: Option<u32>,
@@ -373,20 +336,19 @@ impl Relay {
         done
     }
 
-    /// Handles a batch from the mailbox. Returns `true` when it holds a shutdown order.
-    pub fn on_batch(&mut self, batch: Vec<CoreMsg>) -> bool {
-        let mut shutdown = false;
-        self.m().core_messages_in.add(batch.len() as u64);
-        for msg in batch {
-            match msg {
-                CoreMsg::Engine(m) => self.engine.on_message(m, &mut self.events),
-                CoreMsg::Shutdown => shutdown = true,
-                // The worker's own; it takes them out of the batch first.
-                CoreMsg::Reload(_) => {}
-            }
+    /// Lets the engine read its mailbox (other workers' engines, its helper threads): at
+    /// most `budget` batches this round.
+    pub fn on_mail(&mut self, budget: usize) {
+        let taken = self.engine.on_mail(budget, &mut self.events);
+        if taken > 0 {
+            self.m().core_messages_in.add(taken as u64);
+            self.absorb();
         }
-        self.absorb();
-        shutdown
+    }
+
+    /// Something waits in the engine's mailbox.
+    pub fn has_mail(&self) -> bool {
+        self.engine.has_mail()
     }
 
     /// Periodic work at `now` (worker clock, ms): the engine's, and failed reads again.
@@ -433,93 +395,56 @@ impl Relay {
         self.spare_events = recycle(events);
     }
 
-    /// Turns one event into a delivery (or nothing: a topic without subscriptions here, a
-    /// ticket nobody waits for).
-    fn absorb_one(&mut self, ev: Event) {
-        let d = match ev {
-            Event::Live { topic, msg } => {
+    /// Queues one event to carry out (or nothing: a topic without subscriptions here, a
+    /// ticket nobody waits for), counting the pushes it will make.
+    fn absorb_one(&mut self, mut event: Event) {
+        let mut slot = 0;
+        match &mut event {
+            Event::Live { topic, .. } => {
                 // The topic just published here is found without hashing it again
                 // (the name's pointer proves the slot still holds it).
                 let hinted = self.live_hint.filter(|&s| {
                     self.subs
                         .get(s)
-                        .is_some_and(|t| Arc::ptr_eq(&t.name, &topic))
+                        .is_some_and(|t| Arc::ptr_eq(&t.name, topic))
                 });
-                let Some(slot) = hinted.or_else(|| self.subs.find(&topic)) else {
+                let Some(found) = hinted.or_else(|| self.subs.find(topic)) else {
                     return;
                 };
-                let Some(t) = self.subs.get(slot) else {
+                let Some(t) = self.subs.get(found) else {
                     return;
                 };
                 self.pending_pushes += t.subs.len();
-                let topic = if Arc::ptr_eq(&t.name, &topic) {
-                    topic
-                } else {
-                    t.name.clone()
-                };
-                Delivery::Live { slot, topic, msg }
+                // Delivered under the slot's own name (`get_named` compares pointers).
+                if !Arc::ptr_eq(&t.name, topic) {
+                    *topic = t.name.clone();
+                }
+                slot = found;
             }
-            Event::Published { ticket, result } => match self.waiters.try_remove(ticket as usize) {
-                Some(Waiter::Publish { conn, answer }) => Delivery::Answer {
-                    conn,
-                    answer,
-                    result: result.map(|_| ()),
-                },
-                _ => return,
-            },
-            Event::History { ticket, result } => match self.waiters.try_remove(ticket as usize) {
-                Some(Waiter::Read { topic }) => {
-                    if let Ok(h) = &result {
+            Event::Published { ticket, .. } | Event::WebhookAdded { ticket, .. } => {
+                if !self.waiters.contains(*ticket as usize) {
+                    return;
+                }
+            }
+            Event::V1Pending { ticket, frames } => {
+                if !self.waiters.contains(*ticket as usize) {
+                    return;
+                }
+                self.pending_pushes += frames.len();
+            }
+            Event::History { ticket, result } => match self.waiters.get(*ticket as usize) {
+                Some(Waiter::Read { .. }) => {
+                    if let Ok(h) = result {
                         self.pending_pushes += h.messages.len();
                     }
-                    Delivery::History {
-                        topic,
-                        ticket,
-                        result,
-                    }
                 }
-                Some(Waiter::Fetch {
-                    conn,
-                    answer,
-                    topic,
-                    after,
-                }) => Delivery::Fetched {
-                    conn,
-                    answer,
-                    topic,
-                    after,
-                    result,
-                },
-                _ => return,
+                Some(_) => {}
+                None => return,
             },
-            Event::WebhookAdded { ticket, result } => {
-                match self.waiters.try_remove(ticket as usize) {
-                    Some(Waiter::Webhook { conn }) => Delivery::WebhookAnswer { conn, result },
-                    _ => return,
-                }
-            }
-            Event::Resync { topic } => Delivery::Resync { topic },
-            Event::V1Live {
-                topic,
-                frame,
-                origin,
-            } => {
-                self.pending_pushes += self.v1.of(&topic).len();
-                Delivery::V1Live {
-                    topic,
-                    frame,
-                    origin,
-                }
-            }
-            Event::V1Pending { ticket, frames } => match self.waiters.try_remove(ticket as usize) {
-                Some(Waiter::V1Take { conn }) => {
-                    self.pending_pushes += frames.len();
-                    Delivery::V1Frames { conn, frames }
-                }
-                _ => return,
-            },
-        };
-        self.queue.push(d);
+            Event::Resync { .. } => {}
+            Event::V1Live { topic, .. } => self.pending_pushes += self.v1.of(topic).len(),
+        }
+        self.queue.push(Queued { event, slot });
     }
 }
 

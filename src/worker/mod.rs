@@ -1,7 +1,9 @@
 //! One worker: a thread pinned to a core running its own `mio::Poll` loop. It owns its
 //! listener (`SO_REUSEPORT`), its connections (in a `slab`), its share of the relay and a
-//! timer wheel. Nothing it owns is touched by another thread; other workers and helper
-//! threads reach it only through its mailbox (`relay::transport`).
+//! timer wheel. Nothing it owns is touched by another thread; the rest of the process reaches
+//! it only through mailboxes (`crate::mailbox`) that ring its doorbell: its own, for
+//! [`Control`] (shutdown, SIGHUP reloads), and its engine's (other workers' engines, the
+//! engine's helper threads), which the engine reads when the worker asks it to.
 //!
 //! A worker may have two listeners: plain TCP (`--listen`) and TLS (`--tls-listen`). A
 //! connection accepted on the TLS one carries a `tls::TlsSession`: the read path decrypts
@@ -10,7 +12,8 @@
 //!
 //! One loop iteration ([`Worker::run`]): poll; accept ([`io`]); read every readable
 //! connection (each within a read budget, the rest continued next iteration) and process
-//! what it sent (`conn::process`); take the batches other workers sent (`Relay::on_batch`);
+//! what it sent (`conn::process`); take the worker's own mail, then let the engine read its
+//! mailbox (`Relay::on_mail`);
 //! carry out the deliveries all this decided ([`delivery`]); fire due timers ([`timers`]);
 //! let the relay's engine hand its work on (`Relay::flush`: records to the kernel, batches
 //! to other workers) *before* any socket is written; flush every connection with output
@@ -26,7 +29,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use rustls::ServerConfig;
@@ -34,10 +36,11 @@ use slab::Slab;
 
 use crate::conn::{Conn, DeflateKit, IdSource, Shared};
 use crate::http::response;
+use crate::mailbox::{Doorbell, Receiver};
 use crate::metrics::CoreMetrics;
 use crate::registry::answers::AnswerCache;
 use crate::registry::Registry;
-use crate::relay::{ConnRef, CoreMsg, Mailboxes, Relay};
+use crate::relay::{ConnRef, Relay};
 use crate::reload::Reload;
 use crate::timer::Wheel;
 use crate::tls::TlsScratch;
@@ -48,6 +51,15 @@ pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
 /// Token of the TLS listener.
 pub const TLS_LISTENER: Token = Token(usize::MAX - 3);
+
+/// What the rest of the process tells a worker (its own mailbox; the engine has its own).
+#[derive(Debug)]
+pub enum Control {
+    /// Stop: close every connection and exit.
+    Shutdown,
+    /// A SIGHUP reload, applied between two connections' input.
+    Reload(Reload),
+}
 
 /// What a worker serves: its listeners, and the state a SIGHUP replaces.
 pub struct Serving {
@@ -80,8 +92,10 @@ pub struct Worker {
     conns: Slab<Conn>,
     next_uid: u64,
     relay: Relay,
-    inbox: Receiver<Vec<CoreMsg>>,
-    mailboxes: Arc<Mailboxes>,
+    /// The worker's own mailbox.
+    control: Receiver<Control>,
+    /// Rung by whoever sends to this worker or its engine.
+    bell: Arc<Doorbell>,
     shared: Arc<Shared>,
     wheel: Wheel,
     /// Read buffer shared by all connections: a connection keeps its own buffer only while
@@ -127,13 +141,13 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker with its listeners, poll instance (whose waker is in `mailboxes`) and inbox.
+    /// A worker with its listeners, poll instance (whose waker is in `bell`) and mailbox.
     pub fn new(
         id: usize,
         serving: Serving,
         poll: Poll,
-        inbox: Receiver<Vec<CoreMsg>>,
-        mailboxes: Arc<Mailboxes>,
+        control: Receiver<Control>,
+        bell: Arc<Doorbell>,
         relay: Relay,
         shared: Arc<Shared>,
     ) -> std::io::Result<Worker> {
@@ -176,8 +190,8 @@ impl Worker {
             conns: Slab::with_capacity(1024),
             next_uid: 1,
             relay,
-            inbox,
-            mailboxes,
+            control,
+            bell,
             shared,
             wheel: Wheel::new(now),
             scratch: vec![0u8; SCRATCH],
@@ -229,7 +243,7 @@ impl Worker {
                 }
             }
             self.resume_ready();
-            let shutdown = self.take_inbox();
+            let shutdown = self.take_mail();
             self.deliver();
             if shutdown {
                 self.begin_shutdown();
@@ -265,9 +279,9 @@ impl Worker {
         } else {
             Duration::from_millis(self.wheel.until_next_tick(self.now))
         };
-        // Tell senders to wake us, then look once more so no batch slips in between.
-        self.mailboxes.set_sleeping(self.id, true);
-        if !self.inbox.is_empty() {
+        // Tell senders to wake us, then look once more so no message slips in between.
+        self.bell.set_sleeping(true);
+        if !self.control.is_empty() || self.relay.has_mail() {
             timeout = Duration::ZERO;
         }
         if let Err(e) = self.poll.poll(events, Some(timeout)) {
@@ -276,36 +290,24 @@ impl Worker {
                 return false;
             }
         }
-        self.mailboxes.set_sleeping(self.id, false);
+        self.bell.set_sleeping(false);
         self.tick_clock();
         self.relay.set_fanout_budget(self.conns.len());
         self.m().loop_iterations.inc();
         true
     }
 
-    /// Takes this round's batches from the mailbox; `true` when one orders a shutdown.
-    /// Reloads are the worker's own and applied here; the rest goes to the relay.
-    fn take_inbox(&mut self) -> bool {
+    /// Takes the worker's own mail (`true` when it orders a shutdown), then lets the engine
+    /// read its mailbox, within the round's budget (`--inbox-budget` batches).
+    fn take_mail(&mut self) -> bool {
         let mut shutdown = false;
-        for _ in 0..self.shared.config.limits.inbox_budget {
-            match self.inbox.try_recv() {
-                Ok(mut batch) => {
-                    if batch.iter().any(|m| matches!(m, CoreMsg::Reload(_))) {
-                        let (reloads, rest) = batch
-                            .into_iter()
-                            .partition::<Vec<_>, _>(|m| matches!(m, CoreMsg::Reload(_)));
-                        for m in reloads {
-                            if let CoreMsg::Reload(r) = m {
-                                self.apply(r);
-                            }
-                        }
-                        batch = rest;
-                    }
-                    shutdown |= self.relay.on_batch(batch);
-                }
-                Err(_) => break,
+        while let Ok(c) = self.control.try_recv() {
+            match c {
+                Control::Shutdown => shutdown = true,
+                Control::Reload(r) => self.apply(r),
             }
         }
+        self.relay.on_mail(self.shared.config.limits.inbox_budget);
         shutdown
     }
 

@@ -6,10 +6,16 @@
 //!
 //! One engine instance runs on each worker thread and is called from that worker's event
 //! loop only: every method must return at once (a blocking disk sync or network round trip
-//! runs on a helper thread, whose answer comes back through the worker's mailbox as an
-//! [`EngineMsg`] and is handed to [`Engine::on_message`]). A request that cannot be answered
-//! at once returns [`Done::Later`]; its answer is an [`Event`] carrying the caller's
-//! [`Ticket`], exactly once.
+//! runs on a helper thread, whose answer comes back through the engine's own mailbox
+//! (`crate::mailbox`), which the worker asks it to read with [`Engine::on_mail`]). A request
+//! that cannot be answered at once returns [`Done::Later`]; its answer is an [`Event`]
+//! carrying the caller's [`Ticket`], exactly once. What an engine reports is what the worker
+//! delivers: an [`Event`] crosses from a home worker to a watching one, or from a helper
+//! thread, under that one name.
+//!
+//! Each engine builds itself ([`Setup`] in, [`Built`] out: its mailboxes, helper threads,
+//! recovery); `server/engines.rs` only picks one. Adding an engine is a folder here and one
+//! line there.
 //!
 //! What an engine promises (docs/ARCHITECTURE.md has the flows of each engine):
 //! - a publish is answered `Stored` only once it is stored (in memory, handed to the kernel,
@@ -27,7 +33,7 @@ pub mod cache;
 pub mod home;
 pub mod journal;
 pub mod local;
-pub mod outbox;
+pub mod placement;
 pub mod redis;
 
 use std::sync::Arc;
@@ -35,6 +41,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::error::RelayError;
+use crate::config::Config;
+use crate::health::Health;
+use crate::mailbox::Doorbell;
+use crate::metrics::Metrics;
+use crate::webhook::WebhookPool;
 
 pub use crate::message::{new_epoch, Body, Message, Origin, Position};
 
@@ -156,16 +167,6 @@ pub enum Event {
     },
 }
 
-/// A message for an engine from outside its worker (another worker's engine, a helper
-/// thread), carried by the worker's mailbox. One variant per engine family.
-#[derive(Debug)]
-pub enum EngineMsg {
-    /// For the in-memory engine (and engines built on its home workers).
-    Local(local::HomeMsg),
-    /// For the Redis engine: an answer or a live message from the node's cluster threads.
-    Cluster(crate::cluster::ClusterEvent),
-}
-
 /// Where the events of engine calls go: the relay drains it after each call.
 pub type Events = Vec<Event>;
 
@@ -214,8 +215,12 @@ pub trait Engine: Send {
     /// This worker gained (`delta` 1) or lost (-1) a v1 subscription of the topic.
     fn v1_watch(&mut self, topic: &Arc<str>, delta: i32, out: &mut Events);
 
-    /// A message from another worker or a helper thread.
-    fn on_message(&mut self, msg: EngineMsg, out: &mut Events);
+    /// Reads the engine's mailbox (other workers' engines, its helper threads): at most
+    /// `budget` batches this round. Returns how many messages it took.
+    fn on_mail(&mut self, budget: usize, out: &mut Events) -> usize;
+
+    /// Something waits in the engine's mailbox (asked before the worker may sleep).
+    fn has_mail(&self) -> bool;
 
     /// Periodic work at `now` (the worker clock's milliseconds): expiry, heartbeats.
     fn tick(&mut self, now: u64, out: &mut Events);
@@ -224,4 +229,70 @@ pub trait Engine: Send {
     /// (records to the kernel, batches to other workers or helper threads). Returns `true`
     /// when something waits for room and the worker should come back within a millisecond.
     fn flush(&mut self, out: &mut Events) -> bool;
+}
+
+/// Renders an engine's own figures into `/metrics`.
+pub type Exporter = Box<dyn Fn(&mut String) + Send + Sync>;
+
+/// What an engine is built from.
+pub struct Setup<'a> {
+    /// The flags.
+    pub config: &'a Config,
+    /// Every worker's doorbell, in worker order (one engine per worker).
+    pub bells: &'a [Arc<Doorbell>],
+    /// All workers' metrics.
+    pub metrics: &'a Arc<Metrics>,
+    /// Random seeds of this process (topic placement, content hashes).
+    pub seeds: [u64; 4],
+}
+
+impl Setup<'_> {
+    /// The webhook delivery pool, calling `on_gone` for a webhook it gave up on.
+    pub fn webhook_pool(&self, on_gone: crate::webhook::OnGone) -> WebhookPool {
+        let limits = &self.config.limits;
+        WebhookPool::start(
+            crate::webhook::WebhookConfig {
+                threads: limits.webhook_threads,
+                queue: limits.webhook_queue,
+                allow_private: self.config.webhook_allow_private,
+                ..crate::webhook::WebhookConfig::default()
+            },
+            on_gone,
+        )
+    }
+}
+
+/// One engine per worker, and what goes with them.
+pub struct Built {
+    /// One engine per worker, in worker order.
+    pub engines: Vec<Box<dyn Engine>>,
+    /// The webhook delivery pool the engines submit to.
+    pub webhooks: WebhookPool,
+    /// What `/health` asks.
+    pub health: Arc<Health>,
+    /// What `/metrics` adds.
+    pub exporters: Vec<Exporter>,
+    /// Called at shutdown, after the workers stopped (the engine's helper threads).
+    pub on_stop: Option<Box<dyn FnOnce() + Send>>,
+    /// Held for the process lifetime (the data directory's lock).
+    pub lock: Option<crate::store::DirLock>,
+}
+
+/// Why an engine could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The data directory could not be used (locked by another process, unreadable...).
+    #[error("data directory: {0}")]
+    Store(#[from] crate::store::StoreError),
+    /// The Redis servers of `--redis` could not be used.
+    #[error("{0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
+    /// A file or thread could not be created.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
 }

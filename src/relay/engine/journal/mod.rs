@@ -5,7 +5,7 @@
 //! Owns the log, its sync thread, the answers held until their records are synced (`--fsync
 //! always`), the webhook tombstones, and the compaction in progress. It never blocks its
 //! worker beyond a `write` to the page cache: syncs, deletes and their reports run on the
-//! sync thread, whose [`SyncEvent`]s come back through the worker's mailbox.
+//! sync thread, whose [`SyncEvent`]s come back through the engine's mailbox.
 //!
 //! Compaction: a sealed segment whose live records fell below half is rewritten by
 //! re-appending its live records from memory (a scan of the cache, a slice of it per loop
@@ -465,6 +465,7 @@ impl Journal {
 }
 
 mod compact;
+pub mod recover;
 
 #[cfg(test)]
 mod tests;

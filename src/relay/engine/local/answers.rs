@@ -22,7 +22,7 @@ impl LocalEngine {
             ((Ok(stored), Some(lsn)), Some(j)) => {
                 j.hold(lsn, core, ticket, Held::Published(stored))
             }
-            ((result, _), _) => self.answer(core, Event::Published { ticket, result }, out),
+            ((result, _), _) => self.report(core, Event::Published { ticket, result }, out),
         }
     }
 
@@ -37,7 +37,7 @@ impl LocalEngine {
     ) {
         if self.journal.as_ref().is_some_and(Journal::refuses) {
             let result = Err(RelayError::StorageUnavailable);
-            return self.answer(core, Event::WebhookAdded { ticket, result }, out);
+            return self.report(core, Event::WebhookAdded { ticket, result }, out);
         }
         let added = self.home.add_webhook(topic, url.clone());
         if let (Ok(true), Some(j)) = (&added, self.journal.as_mut()) {
@@ -49,7 +49,7 @@ impl LocalEngine {
             }
         }
         let result = added.map(|_| ());
-        self.answer(core, Event::WebhookAdded { ticket, result }, out);
+        self.report(core, Event::WebhookAdded { ticket, result }, out);
     }
 
     /// Home side of forgetting a webhook (and its record).
@@ -80,7 +80,7 @@ impl LocalEngine {
                     result: if ok { Ok(()) } else { Err(failed) },
                 },
             };
-            self.answer(st.core, ev, out);
+            self.report(st.core, ev, out);
         }
     }
 }

@@ -1,17 +1,21 @@
 //! The in-memory engine: every topic's shared state lives on one *home* worker, chosen by the
 //! topic's hash ([`Placement`]), in that worker's memory ([`HomeTopics`]). Each worker runs one
 //! [`LocalEngine`]: requests for topics homed on it are served on the spot; the others travel
-//! to the home as [`HomeMsg`]s over the workers' mailboxes, and their answers come back the
-//! same way, each carrying the asking worker's ticket.
+//! to the home as [`HomeMsg`]s over the engines' own mailboxes ([`Peers`]), and what the home
+//! reports to another worker (a live message, an answer carrying that worker's ticket) goes
+//! back the same way as the [`Event`] itself (`HomeMsg::Report`).
 //!
 //! A publish from a connection of worker A on a topic homed on worker H:
-//! `A: publish -> HomeMsg::Publish -> H: store (position, dedup, cap, budget) -> HomeMsg::Live
-//! to every watching worker, webhooks to the pool, HomeMsg::Answer(Published) -> A`.
+//! `A: publish -> HomeMsg::Publish -> H: store (position, dedup, cap, budget) -> Event::Live
+//! to every watching worker, webhooks to the pool, Event::Published -> A`.
 //! When A is H, nothing crosses a thread and the publish is answered at once.
+//!
+//! [`build`] makes every worker's engine, durable in `--data-dir` (its journal and
+//! recovery: [`super::journal`]) unless that is `none`.
 //!
 //! Queues between workers are bounded (`--core-queue`): past the bound a publish is refused
 //! (`Overloaded`, never acknowledged and dropped), and a live message is dropped and replaced
-//! by one [`HomeMsg::Resync`] of its topic, so that the subscribers there re-read what they
+//! by one `Event::Resync` of its topic, so that the subscribers there re-read what they
 //! missed. Answers and control messages are never dropped: each answers a ticket someone
 //! waits for (their number is bounded by the requests the workers let their connections
 //! have in flight).
@@ -22,30 +26,33 @@ use std::sync::Arc;
 use super::cache::{cache_presize, strict_overcommit};
 use super::home::HomeTopics;
 use super::journal::{Journal, Settled};
-use super::outbox::Outboxes;
+use super::placement::Placement;
 
 mod answers;
+mod build;
 mod msg;
+pub mod outbox;
 mod v1;
 
 use super::{
-    Done, Engine, EngineMsg, Event, Events, Message, Position, PublishReq, Stored, Ticket,
-    V1Publish,
+    Done, Engine, Event, Events, Message, Position, PublishReq, Stored, Ticket, V1Publish,
 };
 use crate::config::Limits;
+use crate::mailbox::Receiver;
 use crate::metrics::Metrics;
 use crate::relay::error::RelayError;
-use crate::relay::transport::{Mailboxes, Placement};
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
+pub use build::build;
 pub use msg::{HomeMsg, Reply};
+use outbox::{Outboxes, Peers};
 
 /// What every worker's in-memory engine shares.
 #[derive(Clone)]
 pub struct LocalShared {
     /// Topic placement and content hashes.
     pub placement: Placement,
-    /// Every worker's mailbox.
-    pub mailboxes: Arc<Mailboxes>,
+    /// Every worker's engine's mailbox.
+    pub peers: Peers,
     /// The limits.
     pub limits: Limits,
     /// All workers' metrics.
@@ -67,12 +74,14 @@ pub struct LocalEngine {
     journal: Option<Journal>,
     /// Answers the journal settled, to send.
     settled: Vec<Settled>,
+    /// This engine's mailbox: other workers' engines, the journal's sync thread.
+    inbox: Receiver<Vec<HomeMsg>>,
 }
 
 impl LocalEngine {
-    /// The engine of worker `me`.
-    pub fn new(me: usize, shared: LocalShared) -> LocalEngine {
-        let n = shared.mailboxes.len().max(1);
+    /// The engine of worker `me`, reading `inbox` (the receiving half of `shared.peers[me]`).
+    pub fn new(me: usize, shared: LocalShared, inbox: Receiver<Vec<HomeMsg>>) -> LocalEngine {
+        let n = shared.peers.len().max(1);
         let budget = shared.limits.max_cache_bytes / n;
         let strict = strict_overcommit();
         let presize = cache_presize(budget, strict);
@@ -97,6 +106,7 @@ impl LocalEngine {
             journal: None,
             settled: Vec::new(),
             shared,
+            inbox,
         }
     }
 
@@ -126,7 +136,7 @@ impl LocalEngine {
     /// could otherwise take effect after a later one (a v1 frame has no position to catch
     /// up from).
     fn v1_at_once(&self) -> bool {
-        self.shared.mailboxes.len() == 1
+        self.shared.peers.len() == 1
     }
 
     fn is_mine(&self, topic: &str) -> bool {
@@ -137,12 +147,12 @@ impl LocalEngine {
         self.outbox.push(to, msg);
     }
 
-    /// Sends `ev` to the worker that asked (or to this one's relay).
-    fn answer(&mut self, to: u16, ev: Event, out: &mut Events) {
+    /// Reports `ev` to worker `to`'s relay (this one's, or another's through its mailbox).
+    fn report(&mut self, to: u16, ev: Event, out: &mut Events) {
         if to == self.me {
             out.push(ev);
         } else {
-            self.send(usize::from(to), HomeMsg::Answer(ev));
+            self.send(usize::from(to), HomeMsg::Report(ev));
         }
     }
 
@@ -185,7 +195,7 @@ impl LocalEngine {
             for &w in &t.watchers {
                 let (topic, msg) = (t.name.clone(), msg.clone());
                 self.outbox
-                    .push(usize::from(w), HomeMsg::Live { topic, msg });
+                    .push(usize::from(w), HomeMsg::Report(Event::Live { topic, msg }));
             }
             if req.prompt {
                 for w in &t.webhooks {
@@ -221,7 +231,7 @@ impl LocalEngine {
                     ticket: reply.ticket,
                     result,
                 };
-                self.answer(reply.core, ev, out);
+                self.report(reply.core, ev, out);
             }
             HomeMsg::Watch { topic, core } => self.home.watch(&topic, core),
             HomeMsg::Unwatch { topic, core } => self.home.unwatch(&topic, core),
@@ -229,9 +239,7 @@ impl LocalEngine {
                 self.register_here(&topic, url, reply.core, reply.ticket, out)
             }
             HomeMsg::RemoveWebhook { topic, url } => self.unregister_here(&topic, &url),
-            HomeMsg::Live { topic, msg } => out.push(Event::Live { topic, msg }),
-            HomeMsg::Resync { topic } => out.push(Event::Resync { topic }),
-            HomeMsg::Answer(ev) => out.push(ev),
+            HomeMsg::Report(ev) => out.push(ev),
             HomeMsg::V1Publish(req) => self.v1_publish_here(req, out),
             HomeMsg::V1Take { topic, reply } => {
                 let frames = self.v1_take_here(&topic);
@@ -239,18 +247,9 @@ impl LocalEngine {
                     ticket: reply.ticket,
                     frames,
                 };
-                self.answer(reply.core, ev, out);
+                self.report(reply.core, ev, out);
             }
             HomeMsg::V1Watch { topic, core, delta } => self.home.v1_watch(&topic, core, delta),
-            HomeMsg::V1Live {
-                topic,
-                frame,
-                origin,
-            } => out.push(Event::V1Live {
-                topic,
-                frame,
-                origin,
-            }),
             HomeMsg::Sync(ev) => {
                 if let Some(j) = self.journal.as_mut() {
                     j.on_sync(ev, &mut self.settled);
@@ -402,10 +401,22 @@ impl Engine for LocalEngine {
         }
     }
 
-    fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
-        if let EngineMsg::Local(m) = msg {
-            self.on_home_msg(m, out);
+    fn on_mail(&mut self, budget: usize, out: &mut Events) -> usize {
+        let mut taken = 0;
+        for _ in 0..budget {
+            let Ok(batch) = self.inbox.try_recv() else {
+                break;
+            };
+            taken += batch.len();
+            for m in batch {
+                self.on_home_msg(m, out);
+            }
         }
+        taken
+    }
+
+    fn has_mail(&self) -> bool {
+        !self.inbox.is_empty()
     }
 
     fn tick(&mut self, now: u64, _out: &mut Events) {
@@ -424,6 +435,6 @@ impl Engine for LocalEngine {
             self.send_settled(out);
         }
         let m = &self.shared.metrics.cores[usize::from(self.me)];
-        self.outbox.flush(&self.shared.mailboxes, m, out)
+        self.outbox.flush(&self.shared.peers, m, out)
     }
 }

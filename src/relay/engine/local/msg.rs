@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::relay::engine::{Event, Message, Position, PublishReq, Ticket, V1Publish};
+use crate::relay::engine::{Event, Position, PublishReq, Ticket, V1Publish};
 
 /// Where an answer goes: the asking worker and its ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,21 +65,10 @@ pub enum HomeMsg {
         /// Address.
         url: Arc<str>,
     },
-    /// From the home to a watching worker: a stored message.
-    Live {
-        /// Topic.
-        topic: Arc<str>,
-        /// The message.
-        msg: Message,
-    },
-    /// From the home to a watching worker: live messages of the topic were dropped on the
-    /// way (a full queue); its subscribers must re-read.
-    Resync {
-        /// Topic.
-        topic: Arc<str>,
-    },
-    /// From the home to an asking worker: the answer to one of its tickets.
-    Answer(Event),
+    /// From the home to another worker, what it reports there as it is: a stored message
+    /// of a topic that worker watches (`Live`, `V1Live`), a topic whose live messages were
+    /// dropped on the way (`Resync`), or the answer to one of its tickets.
+    Report(Event),
     /// From the home's log sync thread to the home: what became of its records.
     Sync(crate::store::SyncEvent),
     /// To the home: a WalletConnect 1.0 `pub`.
@@ -99,14 +88,5 @@ pub enum HomeMsg {
         core: u16,
         /// +1 or -1.
         delta: i32,
-    },
-    /// From the home to a worker with v1 subscribers: a v1 `pub`.
-    V1Live {
-        /// Topic.
-        topic: Arc<str>,
-        /// The frame.
-        frame: bytes::Bytes,
-        /// Its publisher.
-        origin: crate::relay::engine::Origin,
     },
 }

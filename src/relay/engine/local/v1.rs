@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{HomeMsg, LocalEngine};
+use super::LocalEngine;
 use crate::relay::engine::{Event, Events, V1Publish};
 use crate::webhook::Delivery as WebhookCall;
 
@@ -15,23 +15,12 @@ impl LocalEngine {
         match self.home.v1_route(&req.topic, req.self_subscribed) {
             Some(cores) => {
                 for c in cores {
-                    let (topic, frame, origin) = (req.topic.clone(), req.frame.clone(), req.origin);
-                    if c == self.me {
-                        out.push(Event::V1Live {
-                            topic,
-                            frame,
-                            origin,
-                        });
-                    } else {
-                        self.send(
-                            usize::from(c),
-                            HomeMsg::V1Live {
-                                topic,
-                                frame,
-                                origin,
-                            },
-                        );
-                    }
+                    let ev = Event::V1Live {
+                        topic: req.topic.clone(),
+                        frame: req.frame.clone(),
+                        origin: req.origin,
+                    };
+                    self.report(c, ev, out);
                 }
             }
             None => {

@@ -2,7 +2,7 @@
 //! hash picks (`cluster::ring`), shared by every node of the cluster. Each worker runs one
 //! [`RedisEngine`] over a [`ClusterHandle`]: every request is a `try_send` to the node's
 //! per-shard command thread (`cluster::shard`), every answer and live message comes back as
-//! a [`ClusterEvent`] through the worker's mailbox ([`EngineMsg::Cluster`]).
+//! a [`ClusterEvent`] through the engine's own mailbox ([`build`] makes them).
 //!
 //! What this engine adds to the cluster side:
 //! - **reads wait for the subscription**: a worker's first read of a topic is held until
@@ -16,6 +16,7 @@
 //!   after their positions;
 //! - **WalletConnect 1.0 frames** across the nodes: [`v1`].
 
+mod build;
 mod v1;
 
 use std::collections::HashMap;
@@ -23,12 +24,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Done, Engine, EngineMsg, Event, Events, History, Message, Position, PublishReq, Stored, Ticket,
-    V1Publish,
+    Done, Engine, Event, Events, History, Message, Position, PublishReq, Stored, Ticket, V1Publish,
 };
 use crate::cluster::{self, ClusterEvent, ClusterHandle, PublishOutcome, WebhookAdd, NS_V1, NS_V2};
+use crate::mailbox::Receiver;
 use crate::relay::error::RelayError;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
+pub use build::build;
 
 /// A topic this worker watches.
 #[derive(Debug, Default)]
@@ -61,11 +63,18 @@ pub struct RedisEngine {
     unasked: Vec<(u8, Arc<str>)>,
     /// WalletConnect 1.0 frames.
     v1: v1::V1State,
+    /// What the node's cluster threads send this worker.
+    inbox: Receiver<ClusterEvent>,
 }
 
 impl RedisEngine {
-    /// The engine of one worker, over its handle to the node's cluster threads.
-    pub fn new(handle: ClusterHandle, webhooks: WebhookPool) -> RedisEngine {
+    /// The engine of one worker, over its handle to the node's cluster threads, reading
+    /// what they send it from `inbox`.
+    pub fn new(
+        handle: ClusterHandle,
+        webhooks: WebhookPool,
+        inbox: Receiver<ClusterEvent>,
+    ) -> RedisEngine {
         RedisEngine {
             handle,
             webhooks,
@@ -75,6 +84,7 @@ impl RedisEngine {
             reading: HashMap::default(),
             unasked: Vec::new(),
             v1: v1::V1State::default(),
+            inbox,
         }
     }
 
@@ -309,10 +319,21 @@ impl Engine for RedisEngine {
         self.v1_watch_req(topic, delta, out);
     }
 
-    fn on_message(&mut self, msg: EngineMsg, out: &mut Events) {
-        if let EngineMsg::Cluster(ev) = msg {
+    fn on_mail(&mut self, budget: usize, out: &mut Events) -> usize {
+        let mut taken = 0;
+        // The cluster threads send events one by one: each counts as a batch.
+        for _ in 0..budget {
+            let Ok(ev) = self.inbox.try_recv() else {
+                break;
+            };
+            taken += 1;
             self.on_cluster(ev, out);
         }
+        taken
+    }
+
+    fn has_mail(&self) -> bool {
+        !self.inbox.is_empty()
     }
 
     fn tick(&mut self, now: u64, out: &mut Events) {

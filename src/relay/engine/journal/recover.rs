@@ -1,7 +1,8 @@
-//! Start-up of the durable local engine (`--data-dir`, DECISIONS §6): lock the directory,
-//! read every record every worker wrote, rebuild each worker's home state from them (their
-//! topics' homes may have moved: the records go where their topics live now), and give each
-//! worker its own log to write from here on.
+//! Start-up of the durable engine (`--data-dir`, DECISIONS §6): lock the directory, read
+//! every record every worker wrote, rebuild each worker's home state from them (their
+//! topics' homes may have moved: the records go where their topics live now), and open each
+//! worker's own log to write from here on. The in-memory engine's builder (`local::build`)
+//! calls this with each worker's home state and journal.
 //!
 //! When every record is already in its topic's home's log (same `--threads`, same
 //! placement), the workers adopt their old segments. Otherwise each worker writes its whole
@@ -15,18 +16,16 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::StartError;
+use super::{Cancels, Journal};
 use crate::config::{Config, Fsync};
 use crate::health::Health;
 use crate::message::{Body, Meta};
 use crate::relay::engine::home::HomeTopics;
-use crate::relay::engine::journal::{Cancels, Journal};
-use crate::relay::engine::local::{HomeMsg, LocalEngine};
-use crate::relay::engine::{EngineMsg, Message, Origin, Position};
-use crate::relay::{CoreMsg, Mailboxes, Placement};
+use crate::relay::engine::placement::Placement;
+use crate::relay::engine::{BuildError, Message, Origin, Position};
 use crate::store::entry::{Entry, Ns};
 use crate::store::{
-    self, DirLock, FsyncMode, Loc, Log, LogConfig, RecoveryStats, StoreMetrics, Syncer,
+    self, DirLock, FsyncMode, Loc, Log, LogConfig, RecoveryStats, StoreMetrics, SyncEvent, Syncer,
 };
 
 /// A message read back.
@@ -163,9 +162,9 @@ impl Recovered {
 
 /// The placement seeds kept in the directory, so that topics keep their homes across
 /// restarts (written on first use).
-fn placement_seeds(dir: &Path, fresh: [u64; 4]) -> Result<[u64; 4], StartError> {
+fn placement_seeds(dir: &Path, fresh: [u64; 4]) -> Result<[u64; 4], BuildError> {
     let path = dir.join(store::PLACEMENT_FILE);
-    let io = |what: &'static str| move |source| StartError::Io { what, source };
+    let io = |what: &'static str| move |source| BuildError::Io { what, source };
     if let Ok(text) = std::fs::read_to_string(&path) {
         let seeds: Vec<u64> = text
             .split_whitespace()
@@ -219,35 +218,36 @@ impl Settings {
 pub struct Durable {
     /// The directory lock, held for the process lifetime.
     pub lock: DirLock,
-    /// Each log's figures, for `/metrics`.
-    pub logs: Vec<(String, Arc<StoreMetrics>)>,
     /// What recovery found, for `/metrics`.
     pub stats: RecoveryStats,
 }
 
+/// What a worker's sync thread calls with what became of its records (it sends them to
+/// the worker's engine).
+pub type OnSync = Box<dyn Fn(SyncEvent) + Send>;
+
 /// Locks `dir` (created if missing) and returns the lock with the placement seeds kept
 /// there (`fresh` on first use).
-pub fn open(dir: &Path, fresh: [u64; 4]) -> Result<(DirLock, [u64; 4]), StartError> {
+pub fn open(dir: &Path, fresh: [u64; 4]) -> Result<(DirLock, [u64; 4]), BuildError> {
     let lock = DirLock::acquire(dir)?;
     let seeds = placement_seeds(dir, fresh)?;
     Ok((lock, seeds))
 }
 
-/// Reads `dir` back into `engines` (fresh in-memory engines, one per worker, placed by
-/// `placement`) and gives each its journal.
-pub fn recover(
-    dir: &Path,
-    lock: DirLock,
-    engines: &mut [LocalEngine],
-    placement: &Placement,
-    settings: Settings,
-    mailboxes: &Arc<Mailboxes>,
-    health: &Arc<Health>,
-) -> Result<Durable, StartError> {
+/// Every record of `dir`, read back before any worker opens its log, by the worker that is
+/// home of its topic now.
+pub struct ReadBack {
+    found: Recovered,
+    stats: RecoveryStats,
+    started: Instant,
+}
+
+/// Reads every record of `dir` for `n` workers placed by `placement`.
+pub fn read_back(dir: &Path, n: usize, placement: &Placement) -> Result<ReadBack, BuildError> {
     let started = Instant::now();
     let now = crate::clock::unix_ms();
     let mut found = Recovered {
-        shares: (0..engines.len()).map(|_| Share::default()).collect(),
+        shares: (0..n).map(|_| Share::default()).collect(),
         misplaced: 0,
         expired: 0,
         undecodable: 0,
@@ -256,24 +256,40 @@ pub fn recover(
         found.take(placement, owner, loc, payload, now);
         Ok(())
     })?;
+    Ok(ReadBack {
+        found,
+        stats,
+        started,
+    })
+}
+
+/// Restores what was read back into each worker's fresh home state and its journal, just
+/// opened (`workers`, in worker order, placed by `placement`).
+pub fn recover(
+    dir: &Path,
+    lock: DirLock,
+    back: ReadBack,
+    workers: Vec<(&mut HomeTopics, &mut Journal)>,
+    placement: &Placement,
+) -> Result<Durable, BuildError> {
+    let ReadBack {
+        found,
+        stats,
+        started,
+    } = back;
+    let n = workers.len();
     let rewrite = found.misplaced > 0;
-    let mut logs = Vec::new();
     let (mut messages, mut webhooks) = (0usize, 0usize);
-    for (i, (engine, share)) in engines.iter_mut().zip(found.shares).enumerate() {
-        let journal = open_journal(dir, i, &settings, mailboxes, health)?;
-        logs.push((owner(i), journal.metrics()));
-        engine.set_journal(journal);
-        let (m, w) = restore(engine, share, !rewrite);
+    for ((home, journal), share) in workers.into_iter().zip(found.shares) {
+        let (m, w) = restore(home, journal, placement, share, !rewrite);
         messages += m;
         webhooks += w;
         if rewrite {
-            if let (home, Some(j)) = engine.parts_mut() {
-                j.rewrite(home)?;
-            }
+            journal.rewrite(home)?;
         }
     }
     if rewrite {
-        let owners: Vec<String> = (0..engines.len()).map(owner).collect();
+        let owners: Vec<String> = (0..n).map(owner).collect();
         let keep: Vec<&str> = owners.iter().map(String::as_str).collect();
         store::remove_owners_except(dir, &keep)?;
     }
@@ -296,29 +312,34 @@ pub fn recover(
             ""
         }
     );
-    Ok(Durable { lock, logs, stats })
+    Ok(Durable { lock, stats })
 }
 
-/// Opens worker `i`'s log, with its own sync thread reporting to the worker's mailbox.
-fn open_journal(
+/// Opens worker `i`'s log, with its own sync thread reporting through `on_sync`; returns it
+/// with the log's figures for `/metrics`.
+pub fn open_journal(
     dir: &Path,
     i: usize,
     settings: &Settings,
-    mailboxes: &Arc<Mailboxes>,
+    on_sync: OnSync,
     health: &Arc<Health>,
-) -> Result<Journal, StartError> {
+) -> Result<(Journal, (String, Arc<StoreMetrics>)), BuildError> {
     let syncer = Syncer::start(settings.mode)?;
-    let mb = mailboxes.clone();
-    let on_sync = Box::new(move |ev| {
-        mb.send_blocking(i, CoreMsg::Engine(EngineMsg::Local(HomeMsg::Sync(ev))));
-    });
     let log = Log::open(dir, &owner(i), settings.log.clone(), &syncer, on_sync)?;
-    Ok(Journal::new(log, syncer, health.clone()))
+    let journal = Journal::new(log, syncer, health.clone());
+    let figures = (owner(i), journal.metrics());
+    Ok((journal, figures))
 }
 
-/// Restores one worker's share into its engine; `keep`: its records stay where they are
-/// (counted live in the worker's log). Returns the messages and webhooks restored.
-fn restore(engine: &mut LocalEngine, mut share: Share, keep: bool) -> (usize, usize) {
+/// Restores one worker's share into its home state; `keep`: its records stay where they
+/// are (counted live in the worker's log). Returns the messages and webhooks restored.
+fn restore(
+    home: &mut HomeTopics,
+    journal: &mut Journal,
+    placement: &Placement,
+    mut share: Share,
+    keep: bool,
+) -> (usize, usize) {
     let unix_now = crate::clock::unix_ms();
     let now = crate::clock::now_ms();
     // Per topic, in position order (compaction copies a record after newer ones).
@@ -328,13 +349,12 @@ fn restore(engine: &mut LocalEngine, mut share: Share, keep: bool) -> (usize, us
     let hashes: Vec<u64> = share
         .messages
         .iter()
-        .map(|f| engine.content_hash(f.data.get(..f.beta_len as usize).unwrap_or(&[])))
+        .map(|f| placement.content_hash(f.data.get(..f.beta_len as usize).unwrap_or(&[])))
         .collect();
-    let (home, mut journal) = engine.parts_mut();
     let mut kept = 0;
     for (f, hash) in share.messages.into_iter().zip(hashes) {
-        if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
-            j.log_mut().keep(f.loc);
+        if keep {
+            journal.log_mut().keep(f.loc);
         }
         let Some(body) = Body::from_parts(f.data, f.beta_len) else {
             continue;
@@ -349,13 +369,7 @@ fn restore(engine: &mut LocalEngine, mut share: Share, keep: bool) -> (usize, us
             kept += 1;
         }
     }
-    restore_frames(
-        home,
-        journal.as_deref_mut(),
-        share.frames,
-        share.forgotten,
-        keep,
-    );
+    restore_frames(home, journal, share.frames, share.forgotten, keep);
     let webhooks = restore_webhooks(home, journal, share.webhooks, keep);
     (kept, webhooks)
 }
@@ -363,7 +377,7 @@ fn restore(engine: &mut LocalEngine, mut share: Share, keep: bool) -> (usize, us
 /// Restores the pending v1 frames that were not delivered (no `Forget` for them).
 fn restore_frames(
     home: &mut HomeTopics,
-    mut journal: Option<&mut Journal>,
+    journal: &mut Journal,
     mut frames: Vec<Found>,
     forgotten: Vec<(Arc<str>, Position, Loc)>,
     keep: bool,
@@ -377,17 +391,17 @@ fn restore_frames(
         if let Some(&tomb) = gone.get(&(f.topic.clone(), f.pos)) {
             // Delivered before the restart: the Forget stays live while this record is on
             // disk.
-            if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
+            if keep {
                 let what = Cancels::Frame {
                     topic: f.topic.clone(),
                     pos: f.pos,
                 };
-                j.restore_tombstone(what, tomb, f.loc.segment);
+                journal.restore_tombstone(what, tomb, f.loc.segment);
             }
             continue;
         }
-        if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
-            j.log_mut().keep(f.loc);
+        if keep {
+            journal.log_mut().keep(f.loc);
         }
         let expires = now + f.expires_unix.saturating_sub(unix_now);
         home.v1_restore(&f.topic, f.pos, f.data, expires, f.loc);
@@ -400,7 +414,7 @@ fn restore_frames(
 /// Replays the webhook changes of one worker in log order.
 fn restore_webhooks(
     home: &mut HomeTopics,
-    mut journal: Option<&mut Journal>,
+    journal: &mut Journal,
     ops: Vec<WebhookOp>,
     keep: bool,
 ) -> usize {
@@ -416,8 +430,8 @@ fn restore_webhooks(
                 if home.remove_webhook(&topic, &url).is_some() {
                     let cancels = live.remove(&(topic.clone(), url.clone()));
                     // The tombstone stays live while the record it cancels is on disk.
-                    if let (true, Some(j), Some(c)) = (keep, journal.as_deref_mut(), cancels) {
-                        j.restore_tombstone(Cancels::Webhook { topic, url }, loc, c.segment);
+                    if let (true, Some(c)) = (keep, cancels) {
+                        journal.restore_tombstone(Cancels::Webhook { topic, url }, loc, c.segment);
                     }
                 }
             }
@@ -425,8 +439,8 @@ fn restore_webhooks(
     }
     let n = live.len();
     for ((topic, url), loc) in live {
-        if let (true, Some(j)) = (keep, journal.as_deref_mut()) {
-            j.log_mut().keep(loc);
+        if keep {
+            journal.log_mut().keep(loc);
             home.set_webhook_record(&topic, &url, loc);
         }
     }

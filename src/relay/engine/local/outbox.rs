@@ -6,16 +6,19 @@
 
 use std::sync::Arc;
 
-use super::local::HomeMsg;
-use super::{EngineMsg, Event, Events};
+use super::msg::HomeMsg;
+use crate::mailbox::Mailbox;
 use crate::metrics::{CoreMetrics, DropReason};
+use crate::relay::engine::{Event, Events};
 use crate::relay::error::RelayError;
-use crate::relay::transport::{CoreMsg, Mailboxes};
+
+/// The mailboxes of every worker's in-memory engine, in worker order.
+pub type Peers = Arc<[Mailbox<Vec<HomeMsg>>]>;
 
 /// One worker's outgoing batches.
 pub struct Outboxes {
     /// Messages per destination worker, oldest first.
-    batches: Vec<Vec<CoreMsg>>,
+    batches: Vec<Vec<HomeMsg>>,
     /// Per destination: topics whose live messages were dropped, owed a `Resync`.
     resync_owed: Vec<Vec<Arc<str>>>,
     /// `--core-queue`.
@@ -39,27 +42,31 @@ impl Outboxes {
     /// Queues `msg` for worker `to`.
     pub fn push(&mut self, to: usize, msg: HomeMsg) {
         if let Some(o) = self.batches.get_mut(to) {
-            o.push(CoreMsg::Engine(EngineMsg::Local(msg)));
+            o.push(msg);
             self.any = true;
         }
     }
 
     /// Sends every waiting batch; a batch that finds its queue full is kept (within the
     /// bound) for the next round. Returns `true` when something is still waiting.
-    pub fn flush(&mut self, mailboxes: &Mailboxes, m: &CoreMetrics, out: &mut Events) -> bool {
+    pub fn flush(&mut self, peers: &Peers, m: &CoreMetrics, out: &mut Events) -> bool {
         if !self.any {
             return false;
         }
         let mut waiting = false;
         for to in 0..self.batches.len() {
             for topic in std::mem::take(&mut self.resync_owed[to]) {
-                self.push(to, HomeMsg::Resync { topic });
+                self.push(to, HomeMsg::Report(Event::Resync { topic }));
             }
             if self.batches[to].is_empty() {
                 continue;
             }
             let batch = std::mem::take(&mut self.batches[to]);
-            if let Err(mut back) = mailboxes.try_send(to, batch) {
+            let sent = match peers.get(to) {
+                Some(mb) => mb.try_send(batch),
+                None => Ok(()),
+            };
+            if let Err(mut back) = sent {
                 self.shed(to, &mut back, m, out);
                 self.batches[to] = back;
                 waiting = true;
@@ -71,7 +78,7 @@ impl Outboxes {
     }
 
     /// Makes a batch that found its queue full fit the bound.
-    fn shed(&mut self, to: usize, batch: &mut Vec<CoreMsg>, m: &CoreMetrics, out: &mut Events) {
+    fn shed(&mut self, to: usize, batch: &mut Vec<HomeMsg>, m: &CoreMetrics, out: &mut Events) {
         if batch.len() <= self.cap {
             return;
         }
@@ -86,16 +93,16 @@ impl Outboxes {
                 return true;
             }
             match msg {
-                CoreMsg::Engine(EngineMsg::Local(HomeMsg::Publish { reply, .. })) => {
+                HomeMsg::Publish { reply, .. } => {
                     refused.push(reply.ticket);
                     false
                 }
                 // A v1 frame has no position to read again from: dropped and counted.
-                CoreMsg::Engine(EngineMsg::Local(HomeMsg::V1Live { .. })) => {
+                HomeMsg::Report(Event::V1Live { .. }) => {
                     dropped += 1;
                     false
                 }
-                CoreMsg::Engine(EngineMsg::Local(HomeMsg::Live { topic, .. })) => {
+                HomeMsg::Report(Event::Live { topic, .. }) => {
                     if !owed.iter().any(|t| t == topic) {
                         owed.push(topic.clone());
                     }

@@ -1,0 +1,73 @@
+//! The Redis engine built from `--redis` (DECISIONS §7): the node's cluster threads (one
+//! command thread per shard, the subscriber), one [`RedisEngine`] per worker with its own
+//! mailbox for what those threads send it, the webhook pool, `/health` and `/metrics`.
+
+use std::sync::Arc;
+
+use super::RedisEngine;
+use crate::cluster::{Cluster, ClusterConfig, ClusterEvent, EventSink};
+use crate::health::Health;
+use crate::mailbox::{self, Mailbox};
+use crate::relay::engine::{BuildError, Built, Engine, Exporter, Setup};
+use crate::webhook::OnGone;
+
+/// Builds every worker's Redis engine: each topic on its Redis shard, shared by every node.
+pub fn build(setup: &Setup) -> Result<Built, BuildError> {
+    let config = setup.config;
+    let limits = &config.limits;
+    let cfg = ClusterConfig {
+        urls: config.redis.clone(),
+        max_cached_per_topic: limits.max_cached_per_topic,
+        max_webhooks_per_topic: limits.max_webhooks_per_topic,
+        max_webhooks: limits.max_webhooks,
+        v1_pending_ttl: std::time::Duration::from_secs(u64::from(limits.v1_pending_ttl)),
+        ..ClusterConfig::default()
+    };
+    // Each event is one message (a batch of one) in its worker's engine mailbox.
+    let cap = limits.mailbox_batches;
+    let (boxes, inboxes): (Vec<Mailbox<ClusterEvent>>, Vec<_>) = setup
+        .bells
+        .iter()
+        .map(|bell| mailbox::bounded(bell.clone(), cap))
+        .unzip();
+    // The cluster threads may wait for room (they are helper threads), so nothing the
+    // store said is ever dropped.
+    let sink: EventSink = Arc::new(move |w: usize, ev| {
+        if let Some(mb) = boxes.get(w) {
+            mb.send_blocking(ev);
+        }
+    });
+    let cluster = Arc::new(Cluster::start(cfg, sink)?);
+    let on_gone: OnGone = {
+        let handle = cluster.handle(0);
+        Arc::new(move |topic: Arc<str>, url: Arc<str>| {
+            let _ = handle.remove_webhook(&topic, &url);
+        })
+    };
+    let webhooks = setup.webhook_pool(on_gone);
+    let engines = inboxes
+        .into_iter()
+        .enumerate()
+        .map(|(i, inbox)| {
+            let engine = RedisEngine::new(cluster.handle(i), webhooks.clone(), inbox);
+            Box::new(engine) as Box<dyn Engine>
+        })
+        .collect();
+    let mut health = Health::default();
+    let c = cluster.clone();
+    health.add_check(Box::new(move || c.healthy()));
+    let c = cluster.clone();
+    let exporters: Vec<Exporter> = vec![Box::new(move |s: &mut String| c.render_metrics(s))];
+    log::info!(
+        "cluster mode: state on {} Redis server(s)",
+        cluster.shards()
+    );
+    Ok(Built {
+        engines,
+        webhooks,
+        health: Arc::new(health),
+        exporters,
+        on_stop: Some(Box::new(move || cluster.shutdown())),
+        lock: None,
+    })
+}

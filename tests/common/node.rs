@@ -1,7 +1,8 @@
 //! Node.js scripts against the real binary: the real WalletConnect clients from npm, installed
 //! on first run from a committed lockfile (`npm ci`) into the script's own directory, and a
 //! script run with a deadline, its output kept for the failure message. Used by the
-//! real-client tests (`tests/e2e-js/`, `tests/e2e-js-v1/`, `tests/e2e-sdk/`).
+//! real-client tests (`tests/e2e-js/`, `tests/e2e-js-v1/`, `tests/e2e-sdk/`, `tests/e2e-browser/`;
+//! the browser test also installs `examples/dapp/` as `../examples/dapp`).
 
 use std::collections::HashMap;
 use std::io::Read;

@@ -434,6 +434,7 @@ mod tests {
     use super::*;
     use clap::Parser;
     use std::io::Write;
+    use std::os::fd::AsRawFd;
 
     fn int_opt(sock: &impl AsRawFd, level: libc::c_int, name: libc::c_int) -> libc::c_int {
         let mut v: libc::c_int = -1;

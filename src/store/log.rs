@@ -16,35 +16,16 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::Read as _;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::entry::Entry;
+use super::files::{self, own_segment_size, segment_name, valid_owner, FILE_MAGIC};
 use super::metrics::StoreMetrics;
 use super::record::{self, HEADER_LEN};
 use super::sync::{OnSync, SyncHandle, Syncer};
-use super::{is_full, segment_name, valid_owner, Loc, Lsns, SegmentId, StoreError};
-
-/// The first bytes of every segment file.
-pub const FILE_MAGIC: &[u8; 16] = b"walletrelay-log1";
-
-/// The size of a segment file, or `None` when it does not start with [`FILE_MAGIC`] (not
-/// ours: never counted, so never deleted).
-fn own_segment_size(path: &Path) -> Result<Option<u64>, StoreError> {
-    let mut f = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
-    let size = f
-        .metadata()
-        .map_err(|e| StoreError::io("stat", path, e))?
-        .len();
-    let mut head = Vec::with_capacity(FILE_MAGIC.len());
-    std::io::Read::by_ref(&mut f)
-        .take(FILE_MAGIC.len() as u64)
-        .read_to_end(&mut head)
-        .map_err(|e| StoreError::io("read", path, e))?;
-    Ok((head[..] == FILE_MAGIC[..head.len()]).then_some(size))
-}
+use super::{is_full, Loc, Lsns, SegmentId, StoreError};
 
 /// A log's settings.
 #[derive(Debug, Clone)]
@@ -136,7 +117,7 @@ impl Log {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
         let mut segments = BTreeMap::new();
         let mut max_id = 0;
-        for (o, id, path) in super::recover::list_segments(dir)? {
+        for (o, id, path) in files::list_segments(dir)? {
             max_id = max_id.max(id);
             if o == owner {
                 if let Some(size) = own_segment_size(&path)? {
@@ -509,7 +490,7 @@ impl Log {
             }
             self.segments.remove(id);
         }
-        super::sync::sync_dir(&self.dir)
+        files::sync_dir(&self.dir)
             .map_err(|e| StoreError::io("sync", &self.dir, std::io::Error::other(e)))?;
         Ok(old.len() as u64)
     }

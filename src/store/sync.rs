@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::files::sync_dir;
 use super::metrics::StoreMetrics;
 use super::{SegmentId, StoreError};
 
@@ -393,11 +394,4 @@ fn delete_retired(slot: &Slot) {
     for id in done {
         cb(SyncEvent::Retired(id));
     }
-}
-
-/// `fsync` of a directory (new or deleted entries become durable).
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), String> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| format!("sync directory {}: {e}", dir.display()))
 }

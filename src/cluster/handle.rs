@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::TrySendError;
 
-use super::{pubsub, shard, shard_of, PublishReq, ShardPorts, Unavailable, V1PublishReq};
+use super::{command, pubsub, shard_of, PublishReq, ShardPorts, Unavailable, V1PublishReq};
 
 /// A worker's access to the cluster. Every call returns at once: at most a `try_send`.
 #[derive(Clone)]
@@ -22,7 +22,7 @@ impl ClusterHandle {
         &self.ports[shard_of(topic.as_bytes(), self.ports.len())]
     }
 
-    fn send(&self, topic: &str, c: shard::Command) -> Result<(), Unavailable> {
+    fn send(&self, topic: &str, c: command::Command) -> Result<(), Unavailable> {
         let p = self.port(topic);
         match p.commands.try_send(c) {
             Ok(()) => Ok(()),
@@ -50,7 +50,7 @@ impl ClusterHandle {
         let topic = Arc::clone(&req.topic);
         self.send(
             &topic,
-            shard::Command::Publish {
+            command::Command::Publish {
                 worker: self.worker,
                 ticket,
                 req,
@@ -70,7 +70,7 @@ impl ClusterHandle {
     ) -> Result<(), Unavailable> {
         self.send(
             topic,
-            shard::Command::Read {
+            command::Command::Read {
                 worker: self.worker,
                 ticket,
                 ns,
@@ -85,7 +85,7 @@ impl ClusterHandle {
     pub fn add_webhook(&self, ticket: u64, topic: &Arc<str>, url: &str) -> Result<(), Unavailable> {
         self.send(
             topic,
-            shard::Command::WebhookAdd {
+            command::Command::WebhookAdd {
                 worker: self.worker,
                 ticket,
                 topic: Arc::clone(topic),
@@ -98,7 +98,7 @@ impl ClusterHandle {
     pub fn remove_webhook(&self, topic: &Arc<str>, url: &str) -> Result<(), Unavailable> {
         self.send(
             topic,
-            shard::Command::WebhookRemove {
+            command::Command::WebhookRemove {
                 topic: Arc::clone(topic),
                 url: url.into(),
             },
@@ -111,7 +111,7 @@ impl ClusterHandle {
     pub fn v1_publish(&self, req: V1PublishReq) -> Result<(), Unavailable> {
         let topic = Arc::clone(&req.topic);
         let worker = self.worker;
-        self.send(&topic, shard::Command::V1Publish { worker, req })
+        self.send(&topic, command::Command::V1Publish { worker, req })
     }
 
     /// Sets this worker's count of v1 subscribers of `topic` (0 removes it; idempotent),
@@ -127,7 +127,7 @@ impl ClusterHandle {
     ) -> Result<(), Unavailable> {
         self.send(
             topic,
-            shard::Command::V1Sub {
+            command::Command::V1Sub {
                 worker: self.worker,
                 ticket,
                 topic: Arc::clone(topic),

@@ -29,6 +29,7 @@
 //! different threads, in no set order. Deliver to local subscribers from `Live`/`History`
 //! only (never straight from the publish), so every node delivers in the store's order.
 
+mod command;
 mod handle;
 mod pubsub;
 mod reply;
@@ -317,7 +318,7 @@ pub enum ClusterError {
 
 /// What a worker's handle needs of one shard.
 struct ShardPorts {
-    commands: Sender<shard::Command>,
+    commands: Sender<command::Command>,
     watch: Sender<pubsub::Ctl>,
     stats: Arc<stats::ShardStats>,
 }
@@ -325,7 +326,7 @@ struct ShardPorts {
 /// One shard's running parts.
 struct ShardRun {
     addr: ShardAddr,
-    health: Arc<shard::Health>,
+    health: Arc<command::Health>,
     subscriber: pubsub::Subscriber,
 }
 
@@ -358,7 +359,7 @@ impl Cluster {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let mut conns = Vec::new();
         for (i, addr) in addrs.iter().enumerate() {
-            let ctx = shard::ShardCtx {
+            let ctx = command::ShardCtx {
                 idx: i,
                 node,
                 addr: addr.clone(),
@@ -366,7 +367,7 @@ impl Cluster {
                 cfg: Arc::clone(&cfg),
                 webhooks_per_shard: per_shard,
                 stats: Arc::new(stats::ShardStats::default()),
-                health: Arc::new(shard::Health::default()),
+                health: Arc::new(command::Health::default()),
                 events: Arc::clone(&events),
                 commands_back: crossbeam_channel::bounded(1),
             };

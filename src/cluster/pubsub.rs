@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 use redis::Value;
 
+use super::command::{set_health, ShardCtx};
 use super::script::{self, Packer};
-use super::shard::{set_health, ShardCtx};
 use super::{ClusterConfig, ClusterEvent};
 use crate::message::{Body, Message, Position};
 

@@ -5,8 +5,8 @@
 
 use redis::Value;
 
+use super::command::{Command, ShardCtx};
 use super::script;
-use super::shard::{Command, ShardCtx};
 use super::{ClusterEvent, PublishOutcome, Unavailable};
 
 /// One script call of a round: how many commands it answers, and whether it is a publish

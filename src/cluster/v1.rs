@@ -1,6 +1,6 @@
-//! WalletConnect 1.0 frames across the nodes (DECISIONS §8 "all cores, all nodes"): the
-//! scripts `v1_pub.lua` and `v1_sub.lua`, their keys, the RESP encoding of their calls and
-//! the decoding of their replies.
+//! WalletConnect 1.0 frames across the nodes (DECISIONS §8 "all cores, all nodes"): the keys
+//! of the scripts `v1_pub.lua` and `v1_sub.lua` (embedded with the others in `script`), the
+//! RESP encoding of their calls and the decoding of their replies.
 //!
 //! Owns: the v1 key layout and the node liveness key. Pure: no I/O (the shard thread sends
 //! what this module packs). Must not touch v2 keys (`script`) or worker state.
@@ -20,11 +20,6 @@ use redis::Value;
 
 use super::script::{channel, BadReply, Packer};
 use super::Origin;
-
-/// `v1_pub.lua`: live or pending, and the webhooks.
-pub const V1_PUB: &str = include_str!("scripts/v1_pub.lua");
-/// `v1_sub.lua`: a worker's subscriber count, and the pending frames taken.
-pub const V1_SUB: &str = include_str!("scripts/v1_sub.lua");
 
 /// Prefix of a node's liveness key.
 const NODE_PREFIX: &[u8] = b"wr:node:";

@@ -15,14 +15,13 @@
 //! `conn`.
 
 pub mod bucket;
-pub mod ip;
 pub mod table;
 
 use crate::auth::ClientKey;
+use crate::ip::{self, Cidr};
 use std::net::IpAddr;
 
 pub use bucket::{Bucket, Rate};
-pub use ip::Cidr;
 pub use table::Handle;
 use table::{Table, BUCKETS};
 

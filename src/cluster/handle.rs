@@ -27,9 +27,7 @@ impl ClusterHandle {
         match p.commands.try_send(c) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                p.stats
-                    .refused
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                p.stats.refused.inc();
                 Err(Unavailable)
             }
         }
@@ -38,10 +36,7 @@ impl ClusterHandle {
     /// Counts a client request on `topic` that its worker answered "storage unavailable"
     /// (the `redis_storage_unavailable_answers_total` metric of the topic's shard).
     pub fn count_unavailable_answer(&self, topic: &str) {
-        self.port(topic)
-            .stats
-            .unavailable_answers
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.port(topic).stats.unavailable_answers.inc();
     }
 
     /// Stores and publishes `req`; the outcome comes as `Published { ticket, .. }`. `Err`:

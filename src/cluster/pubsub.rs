@@ -368,7 +368,7 @@ fn confirm(sh: &Shared, chan: &[u8], targets: &mut Vec<usize>) {
         (t.ns, Arc::clone(&t.topic), resync)
     };
     if resync {
-        sh.ctx.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+        sh.ctx.stats.resyncs.inc();
     }
     for &w in targets.iter() {
         (sh.ctx.events)(
@@ -513,7 +513,7 @@ impl Writer {
         let sh = Arc::clone(&self.sh);
         let st = sh.lock();
         for t in st.topics.values().filter(|t| t.live) {
-            sh.ctx.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+            sh.ctx.stats.resyncs.inc();
             for &w in &t.watchers {
                 self.now_live.push((w, t.ns, Arc::clone(&t.topic)));
             }

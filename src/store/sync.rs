@@ -329,7 +329,7 @@ fn sync_slot(slot: &Slot, full: bool) {
     }
     slot.metrics
         .sync_latency
-        .observe(t0.elapsed().as_micros() as u64);
+        .observe_us(t0.elapsed().as_micros() as u64);
     slot.metrics.syncs.add(1);
     let advanced = {
         let mut st = lock(&slot.state);

@@ -328,33 +328,50 @@ impl Metrics {
                 }
             }
         }
-        let _ = writeln!(
-            s,
-            "# HELP walletrelay_messages_dropped_total Messages dropped, by reason."
+        let dropped = DropReason::ALL.map(DropReason::label);
+        self.summed_by_label(
+            &mut s,
+            (
+                "messages_dropped_total",
+                "Messages dropped, by reason.",
+                "reason",
+            ),
+            &dropped,
+            |c| &c.dropped,
         );
-        let _ = writeln!(s, "# TYPE walletrelay_messages_dropped_total counter");
-        for r in DropReason::ALL {
-            let total: u64 = self.cores.iter().map(|c| c.dropped[r as usize].get()).sum();
-            let _ = writeln!(
-                s,
-                "walletrelay_messages_dropped_total{{reason=\"{}\"}} {total}",
-                r.label()
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP walletrelay_limited_total Requests and connections refused by a limit, by kind."
+        let limited = LimitKind::ALL.map(LimitKind::label);
+        self.summed_by_label(
+            &mut s,
+            (
+                "limited_total",
+                "Requests and connections refused by a limit, by kind.",
+                "kind",
+            ),
+            &limited,
+            |c| &c.limited,
         );
-        let _ = writeln!(s, "# TYPE walletrelay_limited_total counter");
-        for k in LimitKind::ALL {
-            let total: u64 = self.cores.iter().map(|c| c.limited[k as usize].get()).sum();
-            let _ = writeln!(
-                s,
-                "walletrelay_limited_total{{kind=\"{}\"}} {total}",
-                k.label()
-            );
-        }
         extra(&mut s);
         s
+    }
+
+    /// Appends a counter family summed over the workers, one series per label value
+    /// (`values[i]` labels the `i`th cell of `cells`).
+    fn summed_by_label(
+        &self,
+        s: &mut String,
+        (name, help, label): (&str, &str, &str),
+        values: &[&str],
+        cells: fn(&CoreMetrics) -> &[Cell],
+    ) {
+        let _ = writeln!(s, "# HELP walletrelay_{name} {help}");
+        let _ = writeln!(s, "# TYPE walletrelay_{name} counter");
+        for (i, v) in values.iter().enumerate() {
+            let total: u64 = self
+                .cores
+                .iter()
+                .map(|c| cells(c).get(i).map_or(0, Cell::get))
+                .sum();
+            let _ = writeln!(s, "walletrelay_{name}{{{label}=\"{v}\"}} {total}");
+        }
     }
 }

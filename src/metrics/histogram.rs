@@ -9,7 +9,7 @@ use std::fmt::{self, Write as _};
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::Counter;
+use super::counter::Counter;
 
 /// The most finite bounds a [`Bounds`] may list.
 pub const MAX_BOUNDS: usize = 15;

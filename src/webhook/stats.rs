@@ -5,7 +5,7 @@
 //!
 //! This module only counts; it decides nothing about delivery.
 //!
-//! Every call accepted by [`WebhookPool::submit`](super::WebhookPool::submit) (`queued`) ends
+//! Every call accepted by `WebhookPool::submit`  (`queued`) ends
 //! in exactly one of `succeeded`, `failed{reason}` or `dropped{reason="retry_queue_full" |
 //! "ssrf" | "shutdown"}`; calls refused at submit are `dropped{reason="queue_full"}` (or
 //! `"shutdown"` once the pool is stopping) and never queued.

@@ -2,7 +2,7 @@
 //! lock, the placement seeds), the magic every segment starts with, the listing of the
 //! segments, and the `fsync` of the directory itself.
 //!
-//! Shared by [`super::log`] (writing), [`super::recover`] (reading back) and [`super::sync`]
+//! Shared by `log` (writing), `recover` (reading back) and `sync`
 //! (deleting); owns names and the directory only, never a record or a file's contents
 //! beyond its magic.
 
@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use super::{SegmentId, StoreError};
+use super::types::{SegmentId, StoreError};
 
 /// The file in the data directory where the server keeps the seeds of its topic placement
 /// (a topic's home must not change between runs); written whole through `<name>.tmp` and a
@@ -67,7 +67,7 @@ pub(crate) fn own_segment_size(path: &Path) -> Result<Option<u64>, StoreError> {
 }
 
 /// The segment files in `dir`, as (owner, id, path), sorted by owner then id. Other files
-/// are left out (see [`recover`](super::recover()) for the warnings).
+/// are left out (`recover` warns about them).
 pub fn list_segments(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf)>, StoreError> {
     let mut out = Vec::new();
     let rd = match std::fs::read_dir(dir) {

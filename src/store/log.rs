@@ -4,7 +4,7 @@
 //! [`Log::append`] only copies into the bounded batch (it writes the batch first when the
 //! batch is full, and creates the next segment when one fills); [`Log::flush`] hands the
 //! batch to the kernel with one `write`. Syncing and deleting happen on the sync thread
-//! ([`super::sync`]). A write failure cuts the file back to its last whole record, drops the
+//! (`sync`). A write failure cuts the file back to its last whole record, drops the
 //! batch (the error names the lost LSNs) and seals the segment, so the log stays a sequence
 //! of whole records and the lost records' `Loc`s point past the end of a sealed segment,
 //! where releasing them is ignored; the next append starts a new segment (which is how the
@@ -12,7 +12,7 @@
 //!
 //! Owns its segment files and the accounting of live bytes; must not decide what is live
 //! (the owner says so through [`Log::keep`] and [`Log::release`]) nor read records back
-//! (that is [`super::recover`], at start).
+//! (that is `recover`, at start).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -25,7 +25,7 @@ use super::files::{self, own_segment_size, segment_name, valid_owner, FILE_MAGIC
 use super::metrics::StoreMetrics;
 use super::record::{self, HEADER_LEN};
 use super::sync::{OnSync, SyncHandle, Syncer};
-use super::{is_full, Loc, Lsns, SegmentId, StoreError};
+use super::types::{is_full, Loc, Lsns, SegmentId, StoreError};
 
 /// A log's settings.
 #[derive(Debug, Clone)]
@@ -103,7 +103,7 @@ impl Log {
     /// Opens `owner`'s log in `dir` (created if missing). Existing segments of `owner` are
     /// taken as sealed with no live bytes (call [`Log::keep`] for the records recovery
     /// found and the cache keeps); new records go to a new segment numbered after every
-    /// existing one of any owner. `on_sync` receives this log's [`super::SyncEvent`]s.
+    /// existing one of any owner. `on_sync` receives this log's [`SyncEvent`](super::sync::SyncEvent)s.
     pub fn open(
         dir: &Path,
         owner: &str,

@@ -20,7 +20,7 @@ use super::files::{
     known_file, list_segments, parse_segment_name, segment_name, sync_dir, FILE_MAGIC,
 };
 use super::record;
-use super::{Loc, SegmentId, StoreError};
+use super::types::{Loc, SegmentId, StoreError};
 
 /// What recovery found (also rendered as metrics).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::files::sync_dir;
 use super::metrics::StoreMetrics;
-use super::{SegmentId, StoreError};
+use super::types::{SegmentId, StoreError};
 
 /// When records reach stable storage (DECISIONS §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

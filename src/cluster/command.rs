@@ -12,8 +12,8 @@ use crossbeam_channel::Receiver;
 
 use super::ring::ShardAddr;
 use super::stats::ShardStats;
+use super::types::{ClusterConfig, EventSink, PublishReq};
 use super::v1::V1PublishReq;
-use super::{ClusterConfig, EventSink, PublishReq};
 
 /// A request to a shard, with who asked (`worker`) and the caller's `ticket`.
 #[derive(Debug)]

@@ -6,15 +6,26 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::TrySendError;
+use crossbeam_channel::{Sender, TrySendError};
 
-use super::{command, pubsub, shard_of, PublishReq, ShardPorts, Unavailable, V1PublishReq};
+use super::ring::shard_of;
+use super::stats::ShardStats;
+use super::types::{PublishReq, Unavailable};
+use super::v1::V1PublishReq;
+use super::{command, pubsub};
 
 /// A worker's access to the cluster. Every call returns at once: at most a `try_send`.
 #[derive(Clone)]
 pub struct ClusterHandle {
     pub(super) worker: usize,
     pub(super) ports: Arc<[ShardPorts]>,
+}
+
+/// What a worker's handle needs of one shard.
+pub(super) struct ShardPorts {
+    pub(super) commands: Sender<command::Command>,
+    pub(super) watch: Sender<pubsub::Ctl>,
+    pub(super) stats: Arc<ShardStats>,
 }
 
 impl ClusterHandle {

@@ -19,7 +19,7 @@
 use bytes::Bytes;
 use redis::Value;
 
-use super::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
+use super::types::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
 use crate::message::Body;
 
 /// `publish.lua`: dedup + store + trim + expiry + PUBLISH, returns position and webhooks.

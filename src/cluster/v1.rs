@@ -19,7 +19,7 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::script::{channel, BadReply, Packer};
-use super::Origin;
+use super::types::{Origin, V1Published};
 
 /// Prefix of a node's liveness key.
 const NODE_PREFIX: &[u8] = b"wr:node:";
@@ -42,15 +42,6 @@ pub struct V1PublishReq {
     pub origin: Origin,
     /// Whether the topic's webhooks should be returned (the `pub` is not silent).
     pub prompt: bool,
-}
-
-/// What became of a v1 `pub`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct V1Published {
-    /// Sent live (some node has another subscriber) rather than kept pending.
-    pub live: bool,
-    /// Webhook URLs to call (empty unless prompt).
-    pub webhooks: Vec<String>,
 }
 
 /// The hash field of worker `worker` of node `node`.
@@ -104,7 +95,7 @@ pub fn pack_pub(buf: &mut Vec<u8>, sha: &str, req: &V1PublishReq, lim: &PubLimit
         .arg(if req.self_subscribed { b"1" } else { b"0" })
         .arg(&req.origin.to_bytes())
         .arg(if req.prompt { b"1" } else { b"0" })
-        .arg(&channel(lim.db, super::NS_V1, t))
+        .arg(&channel(lim.db, super::types::NS_V1, t))
         .num(ms(lim.pending_ttl).clamp(1, 1 << 40))
         .num(lim.cap.max(1))
         .arg(NODE_PREFIX)

@@ -334,7 +334,7 @@ pub struct Limits {
         value_delimiter = ',',
         value_parser = parse_cidr
     )]
-    pub limit_exempt: Vec<crate::limits::Cidr>,
+    pub limit_exempt: Vec<crate::ip::Cidr>,
 
     /// Proxies (`CIDR,...`) whose connections are counted under the client address of their
     /// requests' `X-Forwarded-For` (the last address in it that is not a trusted proxy);
@@ -345,7 +345,7 @@ pub struct Limits {
         value_delimiter = ',',
         value_parser = parse_cidr
     )]
-    pub trusted_proxies: Vec<crate::limits::Cidr>,
+    pub trusted_proxies: Vec<crate::ip::Cidr>,
 
     // -------------------------------------------------------------------------------------
     // Fixed bounds (no flag): tuned once, each with the reason for its value.
@@ -446,9 +446,8 @@ pub enum Fsync {
 }
 
 /// `--limit-exempt`, `--trusted-proxies`: one address range.
-fn parse_cidr(s: &str) -> Result<crate::limits::Cidr, String> {
-    s.parse()
-        .map_err(|e: crate::limits::ip::BadCidr| e.to_string())
+fn parse_cidr(s: &str) -> Result<crate::ip::Cidr, String> {
+    s.parse().map_err(|e: crate::ip::BadCidr| e.to_string())
 }
 
 /// `--listen`: an address, or `none`.

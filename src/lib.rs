@@ -21,6 +21,7 @@ pub mod config;
 pub mod conn;
 pub mod health;
 pub mod http;
+pub mod ip;
 pub mod json;
 pub mod limits;
 pub mod mailbox;

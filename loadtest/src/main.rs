@@ -13,6 +13,7 @@ mod scenario;
 mod stats;
 mod sys;
 mod tls;
+mod upgrade;
 mod ws;
 
 use std::io::Write as _;

@@ -6,9 +6,13 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::TrySendError;
+use crossbeam_channel::{Sender, TrySendError};
 
-use super::{pubsub, shard, shard_of, PublishReq, ShardPorts, Unavailable, V1PublishReq};
+use super::ring::shard_of;
+use super::stats::ShardStats;
+use super::types::{PublishReq, Unavailable};
+use super::v1::V1PublishReq;
+use super::{command, pubsub};
 
 /// A worker's access to the cluster. Every call returns at once: at most a `try_send`.
 #[derive(Clone)]
@@ -17,19 +21,24 @@ pub struct ClusterHandle {
     pub(super) ports: Arc<[ShardPorts]>,
 }
 
+/// What a worker's handle needs of one shard.
+pub(super) struct ShardPorts {
+    pub(super) commands: Sender<command::Command>,
+    pub(super) watch: Sender<pubsub::Ctl>,
+    pub(super) stats: Arc<ShardStats>,
+}
+
 impl ClusterHandle {
     fn port(&self, topic: &str) -> &ShardPorts {
         &self.ports[shard_of(topic.as_bytes(), self.ports.len())]
     }
 
-    fn send(&self, topic: &str, c: shard::Command) -> Result<(), Unavailable> {
+    fn send(&self, topic: &str, c: command::Command) -> Result<(), Unavailable> {
         let p = self.port(topic);
         match p.commands.try_send(c) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                p.stats
-                    .refused
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                p.stats.refused.inc();
                 Err(Unavailable)
             }
         }
@@ -38,10 +47,7 @@ impl ClusterHandle {
     /// Counts a client request on `topic` that its worker answered "storage unavailable"
     /// (the `redis_storage_unavailable_answers_total` metric of the topic's shard).
     pub fn count_unavailable_answer(&self, topic: &str) {
-        self.port(topic)
-            .stats
-            .unavailable_answers
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.port(topic).stats.unavailable_answers.inc();
     }
 
     /// Stores and publishes `req`; the outcome comes as `Published { ticket, .. }`. `Err`:
@@ -50,7 +56,7 @@ impl ClusterHandle {
         let topic = Arc::clone(&req.topic);
         self.send(
             &topic,
-            shard::Command::Publish {
+            command::Command::Publish {
                 worker: self.worker,
                 ticket,
                 req,
@@ -70,7 +76,7 @@ impl ClusterHandle {
     ) -> Result<(), Unavailable> {
         self.send(
             topic,
-            shard::Command::Read {
+            command::Command::Read {
                 worker: self.worker,
                 ticket,
                 ns,
@@ -85,7 +91,7 @@ impl ClusterHandle {
     pub fn add_webhook(&self, ticket: u64, topic: &Arc<str>, url: &str) -> Result<(), Unavailable> {
         self.send(
             topic,
-            shard::Command::WebhookAdd {
+            command::Command::WebhookAdd {
                 worker: self.worker,
                 ticket,
                 topic: Arc::clone(topic),
@@ -98,7 +104,7 @@ impl ClusterHandle {
     pub fn remove_webhook(&self, topic: &Arc<str>, url: &str) -> Result<(), Unavailable> {
         self.send(
             topic,
-            shard::Command::WebhookRemove {
+            command::Command::WebhookRemove {
                 topic: Arc::clone(topic),
                 url: url.into(),
             },
@@ -111,7 +117,7 @@ impl ClusterHandle {
     pub fn v1_publish(&self, req: V1PublishReq) -> Result<(), Unavailable> {
         let topic = Arc::clone(&req.topic);
         let worker = self.worker;
-        self.send(&topic, shard::Command::V1Publish { worker, req })
+        self.send(&topic, command::Command::V1Publish { worker, req })
     }
 
     /// Sets this worker's count of v1 subscribers of `topic` (0 removes it; idempotent),
@@ -127,7 +133,7 @@ impl ClusterHandle {
     ) -> Result<(), Unavailable> {
         self.send(
             topic,
-            shard::Command::V1Sub {
+            command::Command::V1Sub {
                 worker: self.worker,
                 ticket,
                 topic: Arc::clone(topic),

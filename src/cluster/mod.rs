@@ -29,6 +29,7 @@
 //! different threads, in no set order. Deliver to local subscribers from `Live`/`History`
 //! only (never straight from the publish), so every node delivers in the store's order.
 
+mod command;
 mod handle;
 mod pubsub;
 mod reply;
@@ -37,263 +38,24 @@ mod routes;
 pub mod script;
 mod shard;
 mod stats;
+mod types;
 pub mod v1;
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use bytes::Bytes;
 use crossbeam_channel::Sender;
 
 pub use handle::ClusterHandle;
+use handle::ShardPorts;
 pub use ring::{fingerprint, shard_of, AddrError, ShardAddr};
 pub use shard::ConnectError;
-pub use v1::{V1PublishReq, V1Published};
-
-/// Where a cluster answer or a live message goes: `(worker index, event)`. Called on the
-/// cluster's own threads; it must not block (a `try_send` + wake).
-pub type EventSink = Arc<dyn Fn(usize, ClusterEvent) + Send + Sync>;
-
-/// Namespace of WalletConnect v2 (waku) topics.
-pub const NS_V2: u8 = 2;
-/// Namespace of WalletConnect 1.0 bridge topics.
-pub const NS_V1: u8 = 1;
-
-/// Settings of the Redis side; every limit and timeout is here.
-#[derive(Debug, Clone)]
-pub struct ClusterConfig {
-    /// `redis://[user:password@]host:port/db` URLs, one per shard (each entry may hold a
-    /// comma-separated list). Order matters: it decides where topics live.
-    pub urls: Vec<String>,
-    /// Messages cached per topic; the oldest is evicted past it.
-    pub max_cached_per_topic: usize,
-    /// Webhook registrations per topic.
-    pub max_webhooks_per_topic: usize,
-    /// Webhook registrations in the cluster; each shard allows its share (rounded up).
-    pub max_webhooks: usize,
-    /// Commands waiting per shard; a full queue refuses at once (`Unavailable`).
-    pub queue: usize,
-    /// Most commands written in one round trip.
-    pub batch: usize,
-    /// A round stops taking commands once they add up to about this many bytes (a round
-    /// may exceed it by one command: a single message can be bigger).
-    pub batch_bytes: usize,
-    /// Most publishes in one script call (a run of publishes in a round goes as groups:
-    /// Redis's per-call cost is paid once per group).
-    pub publish_group: usize,
-    /// Time to open a TCP connection to Redis.
-    pub connect_timeout: Duration,
-    /// Time to wait for a reply (or to write) before the connection counts as dead.
-    pub read_timeout: Duration,
-    /// Idle time after which a PING checks the connection.
-    pub heartbeat: Duration,
-    /// First reconnect delay; doubled per failure up to `backoff_max`.
-    pub backoff_min: Duration,
-    /// Longest reconnect delay.
-    pub backoff_max: Duration,
-    /// A history read returns once its messages reach this many data bytes (more follow
-    /// in the next read).
-    pub read_max_bytes: usize,
-    /// Most stream entries one history read scans.
-    pub read_max_count: usize,
-    /// `watch`/`unwatch` requests waiting per shard.
-    pub watch_queue: usize,
-    /// How long a WalletConnect 1.0 frame nobody was subscribed to is kept pending
-    /// (`--v1-pending-ttl`).
-    pub v1_pending_ttl: Duration,
-    /// A node's v1 subscribers count for `pub`s while its liveness key (refreshed every
-    /// `heartbeat`) was refreshed within this time: after a crash, frames still go live to
-    /// its subscribers (and are lost) for at most this long. Keep it a few heartbeats.
-    pub node_alive: Duration,
-}
-
-impl Default for ClusterConfig {
-    fn default() -> Self {
-        ClusterConfig {
-            urls: Vec::new(),
-            max_cached_per_topic: 1000,
-            max_webhooks_per_topic: 16,
-            max_webhooks: 100_000,
-            queue: 65_536,
-            batch: 512,
-            batch_bytes: 4 << 20,
-            publish_group: 64,
-            connect_timeout: Duration::from_secs(2),
-            read_timeout: Duration::from_secs(2),
-            heartbeat: Duration::from_secs(1),
-            backoff_min: Duration::from_millis(50),
-            backoff_max: Duration::from_secs(5),
-            read_max_bytes: 4 << 20,
-            read_max_count: 1000,
-            watch_queue: 65_536,
-            v1_pending_ttl: Duration::from_secs(6 * 3600),
-            node_alive: Duration::from_secs(3),
-        }
-    }
-}
-
-/// Who published a message: the node (random per process) and its connection (the relay's
-/// own [`crate::relay::Origin`]; stored and published as 16 bytes).
-pub use crate::message::Origin;
-use crate::message::{Body, Message};
-
-/// A message to store and publish.
-#[derive(Debug, Clone)]
-pub struct PublishReq {
-    /// Namespace ([`NS_V2`], [`NS_V1`]).
-    pub ns: u8,
-    /// Topic.
-    pub topic: Arc<str>,
-    /// The message's content; dedup compares its beta part.
-    pub body: Body,
-    /// Time to live (at least 1 ms is stored).
-    pub ttl: Duration,
-    /// Who publishes it.
-    pub origin: Origin,
-    /// Whether the topic's webhooks should be returned (when stored).
-    pub prompt: bool,
-}
-
-/// The store could not be reached, did not answer in time, or refused (a full queue, Redis
-/// down, a server error): answer -32000 `storage unavailable`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("storage unavailable")]
-pub struct Unavailable;
-
-/// What became of a publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PublishOutcome {
-    /// Stored at `(epoch, seq)`; `webhooks` are the topic's registrations when `prompt` was
-    /// set (this node alone POSTs to them).
-    Stored {
-        /// The topic's epoch.
-        epoch: u64,
-        /// The message's sequence number.
-        seq: u64,
-        /// Webhook URLs to call.
-        webhooks: Vec<String>,
-    },
-    /// Identical to a message still cached (at `seq`): neither stored nor published.
-    Duplicate {
-        /// The topic's epoch.
-        epoch: u64,
-        /// The cached copy's sequence number.
-        seq: u64,
-    },
-}
-
-/// One cached message in a history read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HistoryMessage {
-    /// Its sequence number.
-    pub seq: u64,
-    /// Its content.
-    pub body: Body,
-    /// Who published it.
-    pub origin: Origin,
-    /// When it expires, ms since the Unix epoch (Redis's clock).
-    pub expires_ms: u64,
-}
-
-/// The answer to a history read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct History {
-    /// The topic's epoch (0: the topic has no history at all).
-    pub epoch: u64,
-    /// The topic's last sequence number.
-    pub last_seq: u64,
-    /// Entries were examined up to this seq: below `last_seq` means more to read after it.
-    pub scanned_to: u64,
-    /// Unexpired messages after the requested position (from the start when the requested
-    /// epoch was not the topic's), oldest first.
-    pub messages: Vec<HistoryMessage>,
-}
-
-impl History {
-    /// Whether another read after `scanned_to` is needed.
-    pub fn more(&self) -> bool {
-        self.scanned_to < self.last_seq
-    }
-}
-
-/// What became of a webhook registration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WebhookAdd {
-    /// Registered.
-    Added,
-    /// Was already registered (kept once).
-    Exists,
-    /// The topic has its maximum of registrations.
-    TopicFull,
-    /// The cluster (this shard's share) has its maximum of registrations.
-    GlobalFull,
-}
-
-/// An answer or a message for one worker.
-#[derive(Debug, Clone)]
-pub enum ClusterEvent {
-    /// A publish's outcome.
-    Published {
-        /// The caller's ticket.
-        ticket: u64,
-        /// Stored, duplicate, or unavailable.
-        result: Result<PublishOutcome, Unavailable>,
-    },
-    /// A history read's answer.
-    History {
-        /// The caller's ticket.
-        ticket: u64,
-        /// The messages, or unavailable.
-        result: Result<History, Unavailable>,
-    },
-    /// A message stored on a watched v2 topic (on any node, this one included), in
-    /// position order per topic.
-    Live {
-        /// Topic.
-        topic: Arc<str>,
-        /// The message.
-        msg: Message,
-    },
-    /// A v1 frame published on a watched v1 topic.
-    V1Live {
-        /// Topic.
-        topic: Arc<str>,
-        /// The frame.
-        frame: Bytes,
-        /// Who published it.
-        origin: Origin,
-    },
-    /// The node's subscription to a watched topic is live (first time, or again after a
-    /// reconnect): read the history after the last position delivered.
-    Resync {
-        /// Namespace.
-        ns: u8,
-        /// Topic.
-        topic: Arc<str>,
-    },
-    /// A webhook registration's outcome.
-    WebhookAdded {
-        /// The caller's ticket.
-        ticket: u64,
-        /// Added, exists, refused by a cap, or unavailable.
-        result: Result<WebhookAdd, Unavailable>,
-    },
-    /// A v1 `pub`'s outcome (to the publishing worker only).
-    V1Published {
-        /// The topic.
-        topic: Arc<str>,
-        /// Live or pending, with the webhooks to call; or unavailable.
-        result: Result<V1Published, Unavailable>,
-    },
-    /// The frames a [`ClusterHandle::v1_sub`] with a ticket took.
-    V1Taken {
-        /// The caller's ticket.
-        ticket: u64,
-        /// The pending frames, oldest first (now removed); or unavailable.
-        result: Result<Vec<Bytes>, Unavailable>,
-    },
-}
+pub use types::{
+    ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage, Origin, PublishOutcome,
+    PublishReq, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,
+};
+pub use v1::V1PublishReq;
 
 /// Why the cluster side could not start.
 #[derive(Debug, thiserror::Error)]
@@ -316,17 +78,10 @@ pub enum ClusterError {
     Spawn(#[from] std::io::Error),
 }
 
-/// What a worker's handle needs of one shard.
-struct ShardPorts {
-    commands: Sender<shard::Command>,
-    watch: Sender<pubsub::Ctl>,
-    stats: Arc<stats::ShardStats>,
-}
-
 /// One shard's running parts.
 struct ShardRun {
     addr: ShardAddr,
-    health: Arc<shard::Health>,
+    health: Arc<command::Health>,
     subscriber: pubsub::Subscriber,
 }
 
@@ -359,7 +114,7 @@ impl Cluster {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let mut conns = Vec::new();
         for (i, addr) in addrs.iter().enumerate() {
-            let ctx = shard::ShardCtx {
+            let ctx = command::ShardCtx {
                 idx: i,
                 node,
                 addr: addr.clone(),
@@ -367,7 +122,7 @@ impl Cluster {
                 cfg: Arc::clone(&cfg),
                 webhooks_per_shard: per_shard,
                 stats: Arc::new(stats::ShardStats::default()),
-                health: Arc::new(shard::Health::default()),
+                health: Arc::new(command::Health::default()),
                 events: Arc::clone(&events),
                 commands_back: crossbeam_channel::bounded(1),
             };

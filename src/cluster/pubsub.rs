@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 use redis::Value;
 
+use super::command::{set_health, ShardCtx};
 use super::routes::{self, Route, RouteSender, Routes};
 use super::script::{self, Packer};
-use super::shard::{set_health, ShardCtx};
-use super::{ClusterConfig, ClusterEvent};
+use super::types::{ClusterConfig, ClusterEvent, NS_V1};
 use crate::message::{Body, Message, Position};
 
 /// Most channels in one SUBSCRIBE / UNSUBSCRIBE command.
@@ -343,7 +343,7 @@ fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
     else {
         return;
     };
-    let msg = if *ns == super::NS_V1 {
+    let msg = if *ns == NS_V1 {
         None
     } else {
         let Some(body) = Body::from_stored(m.data.clone()) else {
@@ -401,7 +401,7 @@ fn confirm(sh: &Shared, chan: &[u8], targets: &mut Vec<usize>) {
         (t.ns, Arc::clone(&t.topic), resync)
     };
     if resync {
-        sh.ctx.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+        sh.ctx.stats.resyncs.inc();
     }
     for &w in targets.iter() {
         (sh.ctx.events)(
@@ -551,7 +551,7 @@ impl Writer {
         let sh = Arc::clone(&self.sh);
         let st = sh.lock();
         for t in st.topics.values().filter(|t| t.live) {
-            sh.ctx.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+            sh.ctx.stats.resyncs.inc();
             for &w in &t.watchers {
                 self.now_live.push((w, t.ns, Arc::clone(&t.topic)));
             }

@@ -5,9 +5,9 @@
 
 use redis::Value;
 
+use super::command::{Command, ShardCtx};
 use super::script;
-use super::shard::{Command, ShardCtx};
-use super::{ClusterEvent, PublishOutcome, Unavailable};
+use super::types::{ClusterEvent, PublishOutcome, Unavailable};
 
 /// One script call of a round: how many commands it answers, and whether it is a publish
 /// group (its reply then holds one reply per message).

@@ -19,7 +19,7 @@
 use bytes::Bytes;
 use redis::Value;
 
-use super::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
+use super::types::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
 use crate::message::Body;
 
 /// `publish.lua`: dedup + store + trim + expiry + PUBLISH, returns position and webhooks.
@@ -30,17 +30,14 @@ pub const READ: &str = include_str!("scripts/read.lua");
 pub const WEBHOOK_ADD: &str = include_str!("scripts/webhook_add.lua");
 /// `webhook_remove.lua`: drop a registration and its count.
 pub const WEBHOOK_REMOVE: &str = include_str!("scripts/webhook_remove.lua");
+/// `v1_pub.lua`: a WalletConnect 1.0 frame live or pending, and the webhooks (keys and
+/// arguments in `cluster::v1`).
+pub const V1_PUB: &str = include_str!("scripts/v1_pub.lua");
+/// `v1_sub.lua`: a worker's v1 subscriber count, and the pending frames taken.
+pub const V1_SUB: &str = include_str!("scripts/v1_sub.lua");
 
-/// The scripts in load order; [`Shas`] holds their digests in the same order (the v1
-/// scripts are in `cluster::v1`).
-pub const ALL: [&str; 6] = [
-    PUBLISH,
-    READ,
-    WEBHOOK_ADD,
-    WEBHOOK_REMOVE,
-    super::v1::V1_PUB,
-    super::v1::V1_SUB,
-];
+/// The scripts in load order; [`Shas`] holds their digests in the same order.
+pub const ALL: [&str; 6] = [PUBLISH, READ, WEBHOOK_ADD, WEBHOOK_REMOVE, V1_PUB, V1_SUB];
 /// Index of `v1_pub.lua` in [`ALL`] and [`Shas`].
 pub const V1_PUB_IDX: usize = 4;
 /// Index of `v1_sub.lua` in [`ALL`] and [`Shas`].

@@ -3,7 +3,8 @@
 //!
 //! Owns: the shard's command connection, its scripts' digests, reconnects with backoff, the
 //! heartbeat (the node's liveness key, `cluster::v1`, refreshed every `heartbeat`; while idle
-//! its reply is also the check that the connection is alive), the `command` half of the shard's health. Must not touch the
+//! its reply is also the check that the connection is alive), the `command` half of the shard's health
+//! (the commands and the context it shares with `pubsub` and `reply` are `command`'s). Must not touch the
 //! subscriber connection (`pubsub`) or any worker state: it only calls the event sink.
 //!
 //! Failure rule: on any I/O error or timeout, every command in flight and every command
@@ -13,76 +14,17 @@
 //! lost); it is never the other way round.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 use redis::{Connection, RedisError, Value};
 
+use super::command::{set_health, Command, ShardCtx};
 use super::reply::{answer_slot, unavailable, Slot};
-use super::ring::ShardAddr;
 use super::script::{self, PublishArgs, Shas};
-use super::stats::ShardStats;
-use super::v1::{self, V1PublishReq};
-use super::{ClusterConfig, EventSink, PublishReq};
-
-/// A request to a shard, with who asked (`worker`) and the caller's `ticket`.
-#[derive(Debug)]
-pub(crate) enum Command {
-    /// Store and publish one message.
-    Publish {
-        worker: usize,
-        ticket: u64,
-        req: PublishReq,
-    },
-    /// Read a topic's history.
-    Read {
-        worker: usize,
-        ticket: u64,
-        ns: u8,
-        topic: Arc<str>,
-        epoch: u64,
-        after: u64,
-    },
-    /// Register a webhook.
-    WebhookAdd {
-        worker: usize,
-        ticket: u64,
-        topic: Arc<str>,
-        url: Arc<str>,
-    },
-    /// Drop a webhook (no answer).
-    WebhookRemove { topic: Arc<str>, url: Arc<str> },
-    /// A WalletConnect 1.0 `pub` (answered `V1Published`).
-    V1Publish { worker: usize, req: V1PublishReq },
-    /// A worker's v1 subscriber count of a topic, and its pending frames taken when
-    /// `ticket` is set (answered `V1Taken`).
-    V1Sub {
-        worker: usize,
-        ticket: Option<u64>,
-        topic: Arc<str>,
-        count: u32,
-    },
-    /// The node's liveness refresh (the heartbeat; no answer).
-    Alive,
-}
-
-impl Command {
-    /// Roughly the bytes it takes on the wire (bounds a round's buffer).
-    fn size(&self) -> usize {
-        match self {
-            Command::Publish { req, .. } => req.body.len() + 2 * req.topic.len() + 128,
-            Command::Read { topic, .. } => topic.len() + 96,
-            Command::WebhookAdd { topic, url, .. } | Command::WebhookRemove { topic, url } => {
-                topic.len() + url.len() + 96
-            }
-            Command::V1Publish { req, .. } => req.frame.len() + 3 * req.topic.len() + 192,
-            Command::V1Sub { topic, .. } => 2 * topic.len() + 96,
-            Command::Alive => 64,
-        }
-    }
-}
+use super::v1;
 
 /// Why a shard could not be (re)connected.
 #[derive(Debug, thiserror::Error)]
@@ -101,47 +43,6 @@ pub enum ConnectError {
     /// A reply of an unexpected shape during setup.
     #[error("unexpected reply during setup: {0}")]
     Setup(&'static str),
-}
-
-/// Up or down, with the reason, for `/health`.
-#[derive(Debug, Default)]
-pub(crate) struct Health {
-    /// Why the command connection is down (`None`: up).
-    pub command: Mutex<Option<String>>,
-    /// Why the subscriber connection is down (`None`: up).
-    pub pubsub: Mutex<Option<String>>,
-}
-
-/// Sets a health slot (a poisoned lock still holds a usable value).
-pub(crate) fn set_health(slot: &Mutex<Option<String>>, v: Option<String>) {
-    *slot.lock().unwrap_or_else(|e| e.into_inner()) = v;
-}
-
-/// What a shard's threads need besides their connections.
-#[derive(Clone)]
-pub(crate) struct ShardCtx {
-    /// Index in the `--redis` list.
-    pub idx: usize,
-    /// This node (random per process start): its v1 subscriber counts and liveness key.
-    pub node: u64,
-    /// Where the shard is.
-    pub addr: ShardAddr,
-    /// This node's shard-list fingerprint.
-    pub fingerprint: String,
-    /// Limits and timeouts.
-    pub cfg: Arc<ClusterConfig>,
-    /// Webhook registrations allowed on this shard (the global cap split over the shards).
-    pub webhooks_per_shard: u64,
-    /// Counters.
-    pub stats: Arc<ShardStats>,
-    /// Up or down.
-    pub health: Arc<Health>,
-    /// Where answers go.
-    pub events: EventSink,
-    /// Rung (`try_send`) when the command connection is back after an outage: the
-    /// subscriber then sends `Resync` for every live topic, so reads that failed meanwhile
-    /// are made again. Capacity 1; the subscriber's writer holds the receiver.
-    pub commands_back: (crossbeam_channel::Sender<()>, Receiver<()>),
 }
 
 /// Connects, sets timeouts, loads the scripts and checks (or writes) the fingerprint.

@@ -1,27 +1,32 @@
 //! Per-shard counters of the Redis side and their Prometheus text.
 //!
-//! Owns: the numbers only. Each counter has one writer thread (the shard's command thread or
-//! its subscriber reader), so updates are plain relaxed stores ([`Cell`]); `/metrics` reads
-//! them from any thread. Must not touch connections.
+//! Owns: the numbers only, in `metrics`' vocabulary. Most counters have one writer thread
+//! (the shard's command thread or its subscriber reader), so updates are plain relaxed stores
+//! ([`Cell`]); those any thread writes are [`Counter`]s; `/metrics` reads them from any
+//! thread. Must not touch connections.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::metrics::Cell;
+use crate::metrics::{Bounds, Cell, Counter, Histogram};
 
-/// Upper bounds of the round-trip histogram buckets, seconds (`+Inf` is implied).
-pub const BUCKETS: [f64; 14] = [
-    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-];
+/// Upper bounds of the round-trip histogram buckets (100 µs to 2.5 s; `+Inf` is implied).
+#[derive(Debug)]
+pub struct RttBuckets;
+
+impl Bounds for RttBuckets {
+    const US: &'static [u64] = &[
+        100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+        1_000_000, 2_500_000,
+    ];
+}
 
 /// The numbers of one shard.
 #[derive(Debug, Default)]
 pub struct ShardStats {
-    /// Round trips (one pipelined batch written, all its replies read) by bucket; the last
-    /// slot is `+Inf`. Written by the command thread.
-    rtt_buckets: [Cell; 15],
-    /// Sum of round-trip times, microseconds.
-    rtt_sum_us: Cell,
+    /// Round trips (one pipelined batch written, all its replies read). Written by the
+    /// command thread.
+    rtt: Histogram<RttBuckets>,
     /// Commands written and not yet answered (command thread).
     pub in_flight: Cell,
     /// Commands answered (command thread).
@@ -32,17 +37,17 @@ pub struct ShardStats {
     pub reconnects_pubsub: Cell,
     /// Topics resynced after an outage (re-subscribed after a subscriber reconnect, or
     /// re-read after a command reconnect); two writers, hence atomic.
-    pub resyncs: std::sync::atomic::AtomicU64,
+    pub resyncs: Counter,
     /// Publishes answered `Unavailable` by the command thread (connection down, timeout,
     /// server error); refusals at a full queue are counted by the handle in `refused`.
     pub unavailable: Cell,
     /// Client requests of this shard's topics answered "storage unavailable" (a publish's
     /// -32000, a webhook registration's 503), counted by the workers that answered them
     /// (any worker writes it, hence atomic; it only moves on failures).
-    pub unavailable_answers: std::sync::atomic::AtomicU64,
+    pub unavailable_answers: Counter,
     /// Commands refused at once because the shard's queue was full (any worker writes it,
     /// hence an atomic add; it only moves when the queue is full, never on the hot path).
-    pub refused: std::sync::atomic::AtomicU64,
+    pub refused: Counter,
     /// Messages received on the subscriber connection (reader).
     pub live_received: Cell,
     /// 1 while the command connection is up (command thread).
@@ -54,14 +59,7 @@ pub struct ShardStats {
 impl ShardStats {
     /// Records one round trip.
     pub fn observe_rtt(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        let i = BUCKETS
-            .iter()
-            .position(|b| s <= *b)
-            .unwrap_or(BUCKETS.len());
-        self.rtt_buckets[i].inc();
-        self.rtt_sum_us
-            .add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        self.rtt.observe(d);
     }
 }
 
@@ -131,11 +129,10 @@ fn values(s: &ShardStats) -> [u64; 11] {
         s.commands.get(),
         s.reconnects_command.get(),
         s.reconnects_pubsub.get(),
-        s.resyncs.load(std::sync::atomic::Ordering::Relaxed),
+        s.resyncs.get(),
         s.unavailable.get(),
-        s.unavailable_answers
-            .load(std::sync::atomic::Ordering::Relaxed),
-        s.refused.load(std::sync::atomic::Ordering::Relaxed),
+        s.unavailable_answers.get(),
+        s.refused.get(),
         s.live_received.get(),
         s.command_up.get(),
         s.pubsub_up.get(),
@@ -176,16 +173,7 @@ fn render_histogram(shards: &[&ShardStats], out: &mut String) {
     let _ = writeln!(out, "# HELP {n} Time to write one pipelined batch to Redis and read all its replies, per shard.");
     let _ = writeln!(out, "# TYPE {n} histogram");
     for (i, s) in shards.iter().enumerate() {
-        let mut cum = 0;
-        for (b, le) in BUCKETS.iter().enumerate() {
-            cum += s.rtt_buckets[b].get();
-            let _ = writeln!(out, "{n}_bucket{{shard=\"{i}\",le=\"{le}\"}} {cum}");
-        }
-        cum += s.rtt_buckets[BUCKETS.len()].get();
-        let _ = writeln!(out, "{n}_bucket{{shard=\"{i}\",le=\"+Inf\"}} {cum}");
-        let sum = s.rtt_sum_us.get() as f64 / 1e6;
-        let _ = writeln!(out, "{n}_sum{{shard=\"{i}\"}} {sum}");
-        let _ = writeln!(out, "{n}_count{{shard=\"{i}\"}} {cum}");
+        s.rtt.render(out, n, &format!("shard=\"{i}\""));
     }
 }
 
@@ -200,7 +188,7 @@ mod tests {
         a.observe_rtt(Duration::from_micros(50));
         a.observe_rtt(Duration::from_millis(3));
         a.observe_rtt(Duration::from_secs(10));
-        b.refused.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+        b.refused.add(2);
         let mut s = String::new();
         render(&[&a, &b], &[5, 0], &mut s);
         assert!(

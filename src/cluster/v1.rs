@@ -1,6 +1,6 @@
-//! WalletConnect 1.0 frames across the nodes (DECISIONS §8 "all cores, all nodes"): the
-//! scripts `v1_pub.lua` and `v1_sub.lua`, their keys, the RESP encoding of their calls and
-//! the decoding of their replies.
+//! WalletConnect 1.0 frames across the nodes (DECISIONS §8 "all cores, all nodes"): the keys
+//! of the scripts `v1_pub.lua` and `v1_sub.lua` (embedded with the others in `script`), the
+//! RESP encoding of their calls and the decoding of their replies.
 //!
 //! Owns: the v1 key layout and the node liveness key. Pure: no I/O (the shard thread sends
 //! what this module packs). Must not touch v2 keys (`script`) or worker state.
@@ -19,12 +19,7 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::script::{channel, BadReply, Packer};
-use super::Origin;
-
-/// `v1_pub.lua`: live or pending, and the webhooks.
-pub const V1_PUB: &str = include_str!("scripts/v1_pub.lua");
-/// `v1_sub.lua`: a worker's subscriber count, and the pending frames taken.
-pub const V1_SUB: &str = include_str!("scripts/v1_sub.lua");
+use super::types::{Origin, V1Published};
 
 /// Prefix of a node's liveness key.
 const NODE_PREFIX: &[u8] = b"wr:node:";
@@ -47,15 +42,6 @@ pub struct V1PublishReq {
     pub origin: Origin,
     /// Whether the topic's webhooks should be returned (the `pub` is not silent).
     pub prompt: bool,
-}
-
-/// What became of a v1 `pub`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct V1Published {
-    /// Sent live (some node has another subscriber) rather than kept pending.
-    pub live: bool,
-    /// Webhook URLs to call (empty unless prompt).
-    pub webhooks: Vec<String>,
 }
 
 /// The hash field of worker `worker` of node `node`.
@@ -109,7 +95,7 @@ pub fn pack_pub(buf: &mut Vec<u8>, sha: &str, req: &V1PublishReq, lim: &PubLimit
         .arg(if req.self_subscribed { b"1" } else { b"0" })
         .arg(&req.origin.to_bytes())
         .arg(if req.prompt { b"1" } else { b"0" })
-        .arg(&channel(lim.db, super::NS_V1, t))
+        .arg(&channel(lim.db, super::types::NS_V1, t))
         .num(ms(lim.pending_ttl).clamp(1, 1 << 40))
         .num(lim.cap.max(1))
         .arg(NODE_PREFIX)

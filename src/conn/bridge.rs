@@ -4,6 +4,7 @@
 //! `ack` is consumed. The 1.0 protocol has no answers: a refused frame is answered with a
 //! JSON-RPC error (`id: null`), which 1.0 clients ignore.
 
+use super::admit::{admit, cost_of_v1};
 use super::{Conn, Ctx, Phase};
 use crate::relay::RelayError;
 use crate::rpc::v1::{V1Frame, V1Kind};
@@ -21,19 +22,7 @@ pub fn frame<S>(conn: &mut Conn<S>, f: V1Frame<'_>, ctx: &mut Ctx<'_>) -> Result
         )));
     }
     // The same rate limits as the relay's own methods (DECISIONS §11).
-    let cost = match f.kind {
-        V1Kind::Pub => crate::limits::Cost {
-            publishes: 1,
-            bytes: f.payload.len(),
-            subscribes: 0,
-        },
-        V1Kind::Sub => crate::limits::Cost {
-            subscribes: 1,
-            ..Default::default()
-        },
-        V1Kind::Ack => crate::limits::Cost::default(),
-    };
-    super::waku::admit(conn, cost, ctx)?;
+    admit(conn, cost_of_v1(&f), ctx)?;
     let me = ctx.conn_ref(conn);
     match f.kind {
         V1Kind::Sub => {

@@ -8,9 +8,10 @@
 
 use std::borrow::Cow;
 
+use super::admit::{admit, cost_of};
 use super::outbound::{self, write_publish_answer, Part};
 use super::{Conn, ConnSub, Ctx, Phase};
-use crate::limits::{self, Cost};
+use crate::limits;
 use crate::message::{Body, Meta};
 use crate::relay::{Done, RelayError, SubId};
 use crate::rpc::{self, Dialect, Id, Incoming, Item, Op, Request, RpcError};
@@ -334,58 +335,6 @@ fn execute<S>(
                 ctx,
             );
             publishes(&[first, second])
-        }
-    }
-}
-
-/// What an operation asks of the rate limits (DECISIONS §11: a batch counts each topic).
-fn cost_of(op: &Op<'_>) -> Cost {
-    match op {
-        Op::Publish { message, .. } => Cost {
-            publishes: 1,
-            bytes: message.len(),
-            subscribes: 0,
-        },
-        Op::Subscribe { .. } => Cost {
-            subscribes: 1,
-            ..Cost::default()
-        },
-        Op::BatchSubscribe { topics } => Cost {
-            subscribes: topics.len() as u32,
-            ..Cost::default()
-        },
-        Op::ProposeSession { proposal, .. } => Cost {
-            publishes: 1,
-            bytes: proposal.len(),
-            subscribes: 1,
-        },
-        Op::ApproveSession {
-            response,
-            settlement,
-            ..
-        } => Cost {
-            publishes: 2,
-            bytes: response.len() + settlement.len(),
-            subscribes: 1,
-        },
-        Op::Unsubscribe { .. } | Op::BatchUnsubscribe { .. } | Op::Fetch { .. } => Cost::default(),
-    }
-}
-
-/// Takes a request's cost from the connection's, its address's and its client's buckets,
-/// or refuses it whole: -32000 `rate limited` with `retryAfterMs`.
-pub(super) fn admit<S>(conn: &mut Conn<S>, cost: Cost, ctx: &mut Ctx<'_>) -> Result<(), RpcError> {
-    if cost.publishes == 0 && cost.subscribes == 0 {
-        return Ok(());
-    }
-    let Phase::Ws(w) = &mut conn.phase else {
-        return Ok(());
-    };
-    match ctx.limits.admit(&conn.limit, &mut w.limits, cost, ctx.now) {
-        Ok(()) => Ok(()),
-        Err(l) => {
-            ctx.metrics().limited[l.kind as usize].inc();
-            Err(RpcError::rate_limited(l.retry_after_ms))
         }
     }
 }

@@ -15,53 +15,19 @@
 //! `conn`.
 
 pub mod bucket;
-pub mod ip;
 pub mod table;
 
 use crate::auth::ClientKey;
+use crate::ip::{self, Cidr};
 use std::net::IpAddr;
 
 pub use bucket::{Bucket, Rate};
-pub use ip::Cidr;
 pub use table::Handle;
 use table::{Table, BUCKETS};
 
-/// What a refusal was for (also the `kind` label of `walletrelay_limited_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `--publish-rate`.
-    Publish = 0,
-    /// `--publish-bytes-rate`.
-    Bytes = 1,
-    /// `--subscribe-rate`.
-    Subscribe = 2,
-    /// `--accept-rate-per-ip`.
-    AcceptRate = 3,
-    /// `--max-connections-per-ip`.
-    Connections = 4,
-}
-
-impl Kind {
-    /// Every kind, in index order.
-    pub const ALL: [Kind; 5] = [
-        Kind::Publish,
-        Kind::Bytes,
-        Kind::Subscribe,
-        Kind::AcceptRate,
-        Kind::Connections,
-    ];
-
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Kind::Publish => "publish",
-            Kind::Bytes => "bytes",
-            Kind::Subscribe => "subscribe",
-            Kind::AcceptRate => "accept_rate",
-            Kind::Connections => "connections",
-        }
-    }
-}
+/// What a refusal was for (also the `kind` label of `walletrelay_limited_total`, whose
+/// vocabulary is `metrics`').
+pub use crate::metrics::LimitKind as Kind;
 
 /// A request refused by a token bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -8,7 +8,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::StoreError;
+use super::types::StoreError;
 
 /// The held lock of a data directory.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 //! [`Log::append`] only copies into the bounded batch (it writes the batch first when the
 //! batch is full, and creates the next segment when one fills); [`Log::flush`] hands the
 //! batch to the kernel with one `write`. Syncing and deleting happen on the sync thread
-//! ([`super::sync`]). A write failure cuts the file back to its last whole record, drops the
+//! (`sync`). A write failure cuts the file back to its last whole record, drops the
 //! batch (the error names the lost LSNs) and seals the segment, so the log stays a sequence
 //! of whole records and the lost records' `Loc`s point past the end of a sealed segment,
 //! where releasing them is ignored; the next append starts a new segment (which is how the
@@ -12,39 +12,20 @@
 //!
 //! Owns its segment files and the accounting of live bytes; must not decide what is live
 //! (the owner says so through [`Log::keep`] and [`Log::release`]) nor read records back
-//! (that is [`super::recover`], at start).
+//! (that is `recover`, at start).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::Read as _;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::entry::Entry;
+use super::files::{self, own_segment_size, segment_name, valid_owner, FILE_MAGIC};
 use super::metrics::StoreMetrics;
 use super::record::{self, HEADER_LEN};
 use super::sync::{OnSync, SyncHandle, Syncer};
-use super::{is_full, segment_name, valid_owner, Loc, Lsns, SegmentId, StoreError};
-
-/// The first bytes of every segment file.
-pub const FILE_MAGIC: &[u8; 16] = b"walletrelay-log1";
-
-/// The size of a segment file, or `None` when it does not start with [`FILE_MAGIC`] (not
-/// ours: never counted, so never deleted).
-fn own_segment_size(path: &Path) -> Result<Option<u64>, StoreError> {
-    let mut f = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
-    let size = f
-        .metadata()
-        .map_err(|e| StoreError::io("stat", path, e))?
-        .len();
-    let mut head = Vec::with_capacity(FILE_MAGIC.len());
-    std::io::Read::by_ref(&mut f)
-        .take(FILE_MAGIC.len() as u64)
-        .read_to_end(&mut head)
-        .map_err(|e| StoreError::io("read", path, e))?;
-    Ok((head[..] == FILE_MAGIC[..head.len()]).then_some(size))
-}
+use super::types::{is_full, Loc, Lsns, SegmentId, StoreError};
 
 /// A log's settings.
 #[derive(Debug, Clone)]
@@ -122,7 +103,7 @@ impl Log {
     /// Opens `owner`'s log in `dir` (created if missing). Existing segments of `owner` are
     /// taken as sealed with no live bytes (call [`Log::keep`] for the records recovery
     /// found and the cache keeps); new records go to a new segment numbered after every
-    /// existing one of any owner. `on_sync` receives this log's [`super::SyncEvent`]s.
+    /// existing one of any owner. `on_sync` receives this log's [`SyncEvent`](super::sync::SyncEvent)s.
     pub fn open(
         dir: &Path,
         owner: &str,
@@ -136,7 +117,7 @@ impl Log {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
         let mut segments = BTreeMap::new();
         let mut max_id = 0;
-        for (o, id, path) in super::recover::list_segments(dir)? {
+        for (o, id, path) in files::list_segments(dir)? {
             max_id = max_id.max(id);
             if o == owner {
                 if let Some(size) = own_segment_size(&path)? {
@@ -509,7 +490,7 @@ impl Log {
             }
             self.segments.remove(id);
         }
-        super::sync::sync_dir(&self.dir)
+        files::sync_dir(&self.dir)
             .map_err(|e| StoreError::io("sync", &self.dir, std::io::Error::other(e)))?;
         Ok(old.len() as u64)
     }

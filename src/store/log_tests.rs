@@ -7,6 +7,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
 use super::entry::{Entry, Ns};
+use super::files::{self, segment_name};
 use super::*;
 
 pub(crate) struct TempDir(pub PathBuf);
@@ -510,7 +511,7 @@ fn a_segment_whose_first_write_failed_leaves_no_file() {
 }
 
 fn list_segments_in(dir: &Path) -> Vec<String> {
-    recover::list_segments(dir)
+    files::list_segments(dir)
         .unwrap()
         .into_iter()
         .map(|(o, id, _)| segment_name(&o, id))

@@ -1,86 +1,23 @@
 //! The store's figures: bytes written, syncs and their latency histogram, disk errors, and
 //! what recovery found; rendered in the Prometheus text format for `GET /metrics`.
 //!
-//! Owns only counting and rendering. A log's counters are written by its worker (writes)
-//! and by a sync thread (syncs), so they are atomic adds, not `metrics::Cell`'s single-writer
-//! stores.
+//! Owns only what is counted and its names; the counters and the histogram are the
+//! vocabulary of `metrics`. A log's counters are written by its worker (writes) and by a sync
+//! thread (syncs), so they are [`Counter`]s (atomic adds), not single-writer `Cell`s.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::recover::RecoveryStats;
-
-/// A value any thread may add to (a counter) or set (a gauge).
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds `n`.
-    pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
-    }
-    /// Sets the value (gauges).
-    pub fn set(&self, v: u64) {
-        self.0.store(v, Ordering::Relaxed);
-    }
-    /// Reads the value.
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+use crate::metrics::{Bounds, Counter, Histogram};
 
 /// Upper bounds of the sync latency buckets, microseconds (then `+Inf`).
-pub const SYNC_BUCKETS_US: [u64; 12] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
-];
+#[derive(Debug)]
+pub struct SyncBuckets;
 
-/// A fixed-bucket latency histogram (Prometheus style: cumulative when rendered).
-#[derive(Debug, Default)]
-pub struct Histogram {
-    /// Count per bucket of [`SYNC_BUCKETS_US`], the last one for `+Inf`.
-    buckets: [Counter; 13],
-    /// Observations.
-    count: Counter,
-    /// Sum of the observations, microseconds.
-    sum_us: Counter,
-}
-
-impl Histogram {
-    /// Records one observation of `us` microseconds.
-    pub fn observe(&self, us: u64) {
-        let i = SYNC_BUCKETS_US
-            .iter()
-            .position(|&b| us <= b)
-            .unwrap_or(SYNC_BUCKETS_US.len());
-        self.buckets[i].add(1);
-        self.count.add(1);
-        self.sum_us.add(us);
-    }
-    /// Sum of the observations, microseconds.
-    pub fn sum_us(&self) -> u64 {
-        self.sum_us.get()
-    }
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.count.get()
-    }
-    /// The smallest bucket bound (µs) at or under which a fraction `q` of the observations
-    /// fall (`u64::MAX` for the `+Inf` bucket, 0 when empty).
-    pub fn quantile_us(&self, q: f64) -> u64 {
-        let n = self.count.get();
-        if n == 0 {
-            return 0;
-        }
-        let want = ((n as f64) * q).ceil() as u64;
-        let mut seen = 0;
-        for (i, b) in self.buckets.iter().enumerate() {
-            seen += b.get();
-            if seen >= want {
-                return SYNC_BUCKETS_US.get(i).copied().unwrap_or(u64::MAX);
-            }
-        }
-        u64::MAX
-    }
+impl Bounds for SyncBuckets {
+    const US: &'static [u64] = &[
+        100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+    ];
 }
 
 /// One log's figures. Shared by `Arc` between its worker, its sync thread and `/metrics`.
@@ -95,7 +32,7 @@ pub struct StoreMetrics {
     /// `fdatasync` rounds completed (one round covers every file of the log).
     pub syncs: Counter,
     /// Duration of each sync round.
-    pub sync_latency: Histogram,
+    pub sync_latency: Histogram<SyncBuckets>,
     /// Failed writes (the batch was dropped).
     pub write_errors: Counter,
     /// Failed syncs or deletes.
@@ -221,23 +158,8 @@ fn render_histograms(out: &mut String, logs: &[(&str, &StoreMetrics)]) {
     );
     let _ = writeln!(out, "# TYPE {name} histogram");
     for (owner, m) in logs {
-        let h = &m.sync_latency;
-        let mut cum = 0;
-        for (i, b) in h.buckets.iter().enumerate() {
-            cum += b.get();
-            match SYNC_BUCKETS_US.get(i) {
-                Some(us) => {
-                    let le = *us as f64 / 1e6;
-                    let _ = writeln!(out, "{name}_bucket{{log=\"{owner}\",le=\"{le}\"}} {cum}");
-                }
-                None => {
-                    let _ = writeln!(out, "{name}_bucket{{log=\"{owner}\",le=\"+Inf\"}} {cum}");
-                }
-            }
-        }
-        let sum = h.sum_us.get() as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum{{log=\"{owner}\"}} {sum}");
-        let _ = writeln!(out, "{name}_count{{log=\"{owner}\"}} {}", h.count.get());
+        m.sync_latency
+            .render(out, name, &format!("log=\"{owner}\""));
     }
 }
 
@@ -249,7 +171,7 @@ mod tests {
     fn histogram_buckets_and_rendering() {
         let m = StoreMetrics::default();
         for us in [50, 100, 101, 3_000, 2_000_000] {
-            m.sync_latency.observe(us);
+            m.sync_latency.observe_us(us);
         }
         assert_eq!(m.sync_latency.count(), 5);
         assert_eq!(m.sync_latency.quantile_us(0.4), 100);

@@ -9,7 +9,9 @@
 //! Parts: [`record`] (framing: marker, length, CRC), [`entry`] (typed entries), [`log`]
 //! (one writer's segments, the batch, live bytes per segment), [`sync`] (the sync thread:
 //! `--fsync always|everysec|off`, group commit, deferred deletes), [`recover`] (reading every
-//! owner's segments at start), [`lock`] (one process per directory), [`metrics`].
+//! owner's segments at start), [`files`] (the directory's file names, the segments' magic,
+//! listing and syncing the directory), [`lock`] (one process per directory), [`metrics`],
+//! and the words they share ([`Loc`], [`Lsns`], [`SegmentId`], [`StoreError`]).
 //!
 //! # How the engine uses it
 //! ```no_run
@@ -50,179 +52,22 @@
 //! - The home of a topic must not depend on a per-process random hash seed.
 
 pub mod entry;
+pub mod files;
 pub mod lock;
 pub mod log;
 pub mod metrics;
 pub mod record;
 pub mod recover;
 pub mod sync;
+mod types;
 
 #[cfg(test)]
 mod log_tests;
 
-use std::io;
-use std::path::PathBuf;
-
+pub use files::PLACEMENT_FILE;
 pub use lock::DirLock;
 pub use log::{Appended, Log, LogConfig};
 pub use metrics::StoreMetrics;
 pub use recover::{recover, remove_owners_except, RecoveryStats};
 pub use sync::{FsyncMode, OnSync, SyncEvent, Syncer};
-
-/// The file in the data directory where the server keeps the seeds of its topic placement
-/// (a topic's home must not change between runs); written whole through `<name>.tmp` and a
-/// rename. The store does not read it, and does not count it as a stranger.
-pub const PLACEMENT_FILE: &str = "placement";
-
-/// Names in the data directory that are ours but not segments: the lock and the placement
-/// seeds (with the temporary file of their atomic write).
-pub(crate) fn known_file(name: &str) -> bool {
-    matches!(name, "LOCK" | PLACEMENT_FILE | "placement.tmp")
-}
-
-/// A segment's number, unique per owner and increasing (also across restarts).
-pub type SegmentId = u64;
-
-/// Where a record lives: enough to release it and to know which segment holds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Loc {
-    /// The segment file.
-    pub segment: SegmentId,
-    /// Byte offset of the record (its header) in the file.
-    pub offset: u32,
-    /// Bytes of the whole record, header included.
-    pub len: u32,
-}
-
-/// Log sequence numbers `first..=last` of one log (empty when `first > last`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lsns {
-    /// The first.
-    pub first: u64,
-    /// The last.
-    pub last: u64,
-}
-
-/// Errors of the store. Every variant names the file or directory it is about.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The disk is full (ENOSPC or EDQUOT) while writing: the batch was not stored and the
-    /// file was cut back to its last whole record.
-    #[error("disk full writing {path}: records {} to {} not stored", lost.first, lost.last)]
-    DiskFull {
-        /// The segment being written.
-        path: PathBuf,
-        /// The records lost (their `Loc`s are stale; releasing them is harmless).
-        lost: Lsns,
-    },
-    /// Another write failure: as `DiskFull`, the batch was not stored.
-    #[error("write to {path} failed: {source}; records {} to {} not stored", lost.first, lost.last)]
-    WriteFailed {
-        /// The segment being written.
-        path: PathBuf,
-        /// The records lost.
-        lost: Lsns,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// Any other I/O failure (open, create, read, sync, delete).
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// Another process holds the directory's lock.
-    #[error("data directory {dir} is in use by another walletrelay process{}", pid.map_or(String::new(), |p| format!(" (pid {p})")))]
-    Locked {
-        /// The data directory.
-        dir: PathBuf,
-        /// The holder's pid, as it recorded it.
-        pid: Option<u32>,
-    },
-    /// A record or entry that cannot be encoded (over a length limit).
-    #[error("cannot encode the record: {0}")]
-    Encode(String),
-    /// A segment that cannot be retired (unknown, or the one being written).
-    #[error("segment {id}: {why}")]
-    Segment {
-        /// The segment.
-        id: SegmentId,
-        /// Why.
-        why: &'static str,
-    },
-}
-
-impl StoreError {
-    /// True for a full disk (ENOSPC, EDQUOT), in whatever operation it happened.
-    pub fn is_disk_full(&self) -> bool {
-        match self {
-            StoreError::DiskFull { .. } => true,
-            StoreError::Io { source, .. } | StoreError::WriteFailed { source, .. } => {
-                is_full(source)
-            }
-            _ => false,
-        }
-    }
-
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        StoreError::Io {
-            op,
-            path: path.into(),
-            source,
-        }
-    }
-}
-
-pub(crate) fn is_full(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
-}
-
-/// The file name of `owner`'s segment `id`: `<owner>-<16 hex digits>.log`.
-pub fn segment_name(owner: &str, id: SegmentId) -> String {
-    format!("{owner}-{id:016x}.log")
-}
-
-/// Parses a segment file name into `(owner, id)`; `None` for any other name.
-pub fn parse_segment_name(name: &str) -> Option<(&str, SegmentId)> {
-    let stem = name.strip_suffix(".log")?;
-    let (owner, hex) = stem.rsplit_once('-')?;
-    if hex.len() != 16 || !valid_owner(owner) {
-        return None;
-    }
-    let id = u64::from_str_radix(hex, 16).ok()?;
-    Some((owner, id))
-}
-
-/// Owner names: 1 to 32 ASCII letters, digits or `_` (e.g. `w0`).
-pub fn valid_owner(owner: &str) -> bool {
-    (1..=32).contains(&owner.len())
-        && owner
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn segment_names_round_trip_and_strangers_are_refused() {
-        let n = segment_name("w0", 7);
-        assert_eq!(n, "w0-0000000000000007.log");
-        assert_eq!(parse_segment_name(&n), Some(("w0", 7)));
-        for bad in [
-            "LOCK",
-            "w0-7.log",
-            "w-0-0000000000000007.log",
-            "-0000000000000007.log",
-            "w0-000000000000000g.log",
-            "w0-0000000000000007.txt",
-        ] {
-            assert_eq!(parse_segment_name(bad), None, "{bad}");
-        }
-    }
-}
+pub use types::{Loc, Lsns, SegmentId, StoreError};

@@ -10,7 +10,7 @@
 //! Owns only the byte layout: [`decode`] is pure (no I/O, no allocation) and tells
 //! "incomplete" (`Ok(None)`: more bytes might complete it) from "invalid" (`Err`); [`resync`]
 //! finds the next valid record after damage. It must not know what a payload means (that is
-//! [`super::entry`]) nor where records live (that is [`super::log`]).
+//! `entry`) nor where records live (that is `log`).
 
 /// The four bytes that start every record. 0xF5 never occurs in UTF-8, so user text
 /// (topics, messages, URLs) can never contain a marker: after damage, the resync scan

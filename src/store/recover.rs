@@ -13,12 +13,14 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use super::log::FILE_MAGIC;
+use super::files::{
+    known_file, list_segments, parse_segment_name, segment_name, sync_dir, FILE_MAGIC,
+};
 use super::record;
-use super::{parse_segment_name, segment_name, Loc, SegmentId, StoreError};
+use super::types::{Loc, SegmentId, StoreError};
 
 /// What recovery found (also rendered as metrics).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,26 +47,6 @@ pub struct RecoveryStats {
     pub max_segment: SegmentId,
     /// Milliseconds the whole read took.
     pub millis: u64,
-}
-
-/// The segment files in `dir`, as (owner, id, path), sorted by owner then id. Other files
-/// are left out (see [`recover`] for the warnings).
-pub fn list_segments(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf)>, StoreError> {
-    let mut out = Vec::new();
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(StoreError::io("list", dir, e)),
-    };
-    for ent in rd {
-        let ent = ent.map_err(|e| StoreError::io("list", dir, e))?;
-        let name = ent.file_name();
-        if let Some((owner, id)) = name.to_str().and_then(parse_segment_name) {
-            out.push((owner.to_string(), id, ent.path()));
-        }
-    }
-    out.sort();
-    Ok(out)
 }
 
 /// Reads every segment in `dir` and calls `each(owner, loc, payload)` for every valid
@@ -185,7 +167,7 @@ fn warn_foreign(dir: &Path, stats: &mut RecoveryStats) -> Result<(), StoreError>
     for ent in rd.flatten() {
         let name = ent.file_name();
         let name = name.to_string_lossy();
-        if !super::known_file(&name) && parse_segment_name(&name).is_none() {
+        if !known_file(&name) && parse_segment_name(&name).is_none() {
             log::warn!("store: {} is not ours; ignored", ent.path().display());
             stats.foreign_files += 1;
         }
@@ -205,8 +187,7 @@ pub fn remove_owners_except(dir: &Path, keep: &[&str]) -> Result<u64, StoreError
         }
     }
     if n > 0 {
-        super::sync::sync_dir(dir)
-            .map_err(|e| StoreError::io("sync", dir, std::io::Error::other(e)))?;
+        sync_dir(dir).map_err(|e| StoreError::io("sync", dir, std::io::Error::other(e)))?;
     }
     Ok(n)
 }

@@ -17,8 +17,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::files::sync_dir;
 use super::metrics::StoreMetrics;
-use super::{SegmentId, StoreError};
+use super::types::{SegmentId, StoreError};
 
 /// When records reach stable storage (DECISIONS §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -328,7 +329,7 @@ fn sync_slot(slot: &Slot, full: bool) {
     }
     slot.metrics
         .sync_latency
-        .observe(t0.elapsed().as_micros() as u64);
+        .observe_us(t0.elapsed().as_micros() as u64);
     slot.metrics.syncs.add(1);
     let advanced = {
         let mut st = lock(&slot.state);
@@ -393,11 +394,4 @@ fn delete_retired(slot: &Slot) {
     for id in done {
         cb(SyncEvent::Retired(id));
     }
-}
-
-/// `fsync` of a directory (new or deleted entries become durable).
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), String> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| format!("sync directory {}: {e}", dir.display()))
 }

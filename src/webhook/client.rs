@@ -12,7 +12,7 @@ use ureq::Agent;
 
 use super::guard::{GuardedResolver, SsrfRefused};
 use super::stats::FailReason;
-use super::{Delivery, WebhookConfig};
+use super::types::{Delivery, WebhookConfig};
 
 /// Most bytes of a response body read (and discarded) so the connection can be reused; a
 /// longer body closes the connection instead.

@@ -8,7 +8,8 @@
 //!
 //! Parts: [`register`] (body validation), `guard` (SSRF address checks and the resolver that
 //! enforces them), `client` (one HTTP try with `ureq`), `pool` (queue, delivery threads,
-//! retry delay queue, shutdown), `health` (bounded failure bookkeeping), `stats` (metrics).
+//! retry delay queue, shutdown), `health` (bounded failure bookkeeping), `stats` (metrics),
+//! `types` (what a call is, and the pool's settings).
 
 mod client;
 pub mod guard;
@@ -16,6 +17,7 @@ mod health;
 mod pool;
 pub mod register;
 mod stats;
+mod types;
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,54 +25,7 @@ use std::time::Duration;
 
 pub use guard::is_forbidden;
 pub use register::{validate_registration, RegistrationError};
-
-/// One webhook call to make: `POST url` with body `{"topic":"<topic>"}`.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The topic the message was published to.
-    pub topic: Arc<str>,
-    /// The registered webhook address.
-    pub url: Arc<str>,
-}
-
-/// Called with `(topic, url)` when a webhook has failed every try for
-/// [`WebhookConfig::give_up_after`]; the relay then removes that registration. Runs on a
-/// delivery thread, so it must only hand the news on (e.g. to the topic's home worker).
-pub type OnGone = Arc<dyn Fn(Arc<str>, Arc<str>) + Send + Sync>;
-
-/// Settings of the delivery pool.
-#[derive(Debug, Clone)]
-pub struct WebhookConfig {
-    /// Delivery threads (`--webhook-threads`, default 4; at least 1).
-    pub threads: usize,
-    /// Calls waiting for a thread before `submit` drops (and counts) them
-    /// (`--webhook-queue`, default 10,000). Retries waiting out their backoff are bounded
-    /// by the same number, separately.
-    pub queue: usize,
-    /// Allow webhooks resolving to loopback, private, link-local, multicast... addresses
-    /// (`--webhook-allow-private`; off by default, tests need it).
-    pub allow_private: bool,
-    /// Total time one try may take: resolve, connect, TLS, request, response (default 5 s).
-    pub timeout: Duration,
-    /// Tries per call, counting the first (default 3); retries happen on connection
-    /// errors, timeouts and 5xx, never on 4xx or redirects.
-    pub tries: u32,
-    /// A webhook that has failed every try for this long is given up (default 24 h).
-    pub give_up_after: Duration,
-}
-
-impl Default for WebhookConfig {
-    fn default() -> Self {
-        WebhookConfig {
-            threads: 4,
-            queue: 10_000,
-            allow_private: false,
-            timeout: Duration::from_secs(5),
-            tries: 3,
-            give_up_after: Duration::from_secs(24 * 3600),
-        }
-    }
-}
+pub use types::{Delivery, OnGone, WebhookConfig};
 
 /// Handle to the delivery pool; cheap to clone (one `Arc`), one clone per worker. When the
 /// last clone is dropped the pool stops taking work and its threads exit after the tries in

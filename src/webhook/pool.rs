@@ -20,7 +20,7 @@ use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use super::client::{Client, TryOutcome};
 use super::health::{BoundedMap, Health, MAX_LOGGED_REFUSALS, MAX_TRACKED_URLS};
 use super::stats::{DropReason, Stats};
-use super::{Delivery, OnGone, WebhookConfig};
+use super::types::{Delivery, OnGone, WebhookConfig};
 
 /// Backoff before the first retry; doubled for each further retry, then jittered.
 pub(crate) const BACKOFF_BASE: Duration = Duration::from_secs(1);

@@ -1,34 +1,18 @@
 //! Webhook delivery figures: counters by outcome and a latency histogram, written by every
-//! delivery thread and by every worker that submits (so updates are atomic adds), rendered in
-//! the Prometheus text format under the `walletrelay_webhook_` prefix.
+//! delivery thread and by every worker that submits (so they are `metrics`' [`Counter`]s and
+//! [`Histogram`], atomic adds), rendered in the Prometheus text format under the
+//! `walletrelay_webhook_` prefix.
 //!
 //! This module only counts; it decides nothing about delivery.
 //!
-//! Every call accepted by [`WebhookPool::submit`](super::WebhookPool::submit) (`queued`) ends
+//! Every call accepted by `WebhookPool::submit`  (`queued`) ends
 //! in exactly one of `succeeded`, `failed{reason}` or `dropped{reason="retry_queue_full" |
 //! "ssrf" | "shutdown"}`; calls refused at submit are `dropped{reason="queue_full"}` (or
 //! `"shutdown"` once the pool is stopping) and never queued.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-/// A counter any thread may add to.
-#[derive(Debug, Default)]
-pub(crate) struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds one.
-    #[inline]
-    pub(crate) fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-    /// Reads the value.
-    #[inline]
-    pub(crate) fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+use crate::metrics::{Bounds, Counter, Histogram};
 
 /// Why a call was given up after it was sent at least once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,58 +122,15 @@ impl DropReason {
     }
 }
 
-/// Upper bounds (seconds) of the latency histogram's buckets; `+Inf` is implied.
-pub(crate) const LATENCY_BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
+/// Upper bounds of the latency histogram's buckets (5 ms to 10 s); `+Inf` is implied.
+#[derive(Debug)]
+pub(crate) struct LatencyBuckets;
 
-/// Latency of each try (resolve, connect, request, response head and body), as a Prometheus
-/// histogram. Buckets are stored non-cumulative and summed when rendered.
-#[derive(Debug, Default)]
-pub(crate) struct Histogram {
-    /// Tries per bucket; the last entry is `+Inf`.
-    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
-    /// Sum of all observations, microseconds.
-    sum_us: AtomicU64,
-    /// Number of observations.
-    count: AtomicU64,
-}
-
-impl Histogram {
-    /// Records one try's duration.
-    pub(crate) fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        let i = LATENCY_BUCKETS
-            .iter()
-            .position(|&b| secs <= b)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        self.sum_us.fetch_add(us, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn render(&self, name: &str, help: &str, out: &mut String) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
-        let mut cumulative = 0u64;
-        for (i, b) in self.buckets.iter().enumerate() {
-            cumulative += b.load(Ordering::Relaxed);
-            match LATENCY_BUCKETS.get(i) {
-                Some(le) => {
-                    let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
-                }
-                None => {
-                    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
-                }
-            }
-        }
-        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}");
-        // The count must equal the +Inf bucket; using the bucket total keeps them consistent
-        // under concurrent updates.
-        let _ = writeln!(out, "{name}_count {cumulative}");
-    }
+impl Bounds for LatencyBuckets {
+    const US: &'static [u64] = &[
+        5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000,
+        10_000_000,
+    ];
 }
 
 /// All webhook figures of one pool.
@@ -209,8 +150,8 @@ pub(crate) struct Stats {
     pub(crate) dropped: [Counter; DropReason::ALL.len()],
     /// Registrations reported gone (failing every try for the give-up period).
     pub(crate) gone: Counter,
-    /// Latency of each try.
-    pub(crate) latency: Histogram,
+    /// Latency of each try (resolve, connect, request, response head and body).
+    pub(crate) latency: Histogram<LatencyBuckets>,
 }
 
 impl Stats {
@@ -298,17 +239,17 @@ impl Stats {
             let _ = writeln!(out, "# TYPE walletrelay_webhook_{name} gauge");
             let _ = writeln!(out, "walletrelay_webhook_{name} {v}");
         }
-        self.latency.render(
-            "walletrelay_webhook_latency_seconds",
-            "Duration of each webhook HTTP try.",
-            out,
-        );
+        let name = "walletrelay_webhook_latency_seconds";
+        let _ = writeln!(out, "# HELP {name} Duration of each webhook HTTP try.");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        self.latency.render(out, name, "");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn value(text: &str, series: &str) -> Option<f64> {
         text.lines()

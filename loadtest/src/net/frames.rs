@@ -9,7 +9,7 @@
 use std::mem;
 
 use super::{CloseWhy, Handler, Io, Key, Phase, Proto, MAX_MESSAGE, READ_CHUNK};
-use crate::{deflate, tls, ws};
+use crate::{deflate, tls, upgrade, ws};
 
 impl Io {
     /// Consume what can be consumed of `buf`; returns bytes used.
@@ -26,7 +26,7 @@ impl Io {
         let tag = c.tag;
         match (c.proto, c.phase) {
             (Proto::Ws, Phase::Upgrading) => {
-                match ws::parse_upgrade_response(buf, self.codec.is_some()) {
+                match upgrade::parse_upgrade_response(buf, self.codec.is_some()) {
                     Ok(None) => 0,
                     Err(e) => {
                         self.mark_dead(key, CloseWhy::Upgrade(e.to_string()));

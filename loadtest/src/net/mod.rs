@@ -29,7 +29,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use crate::{deflate, sys, tls, ws};
+use crate::{deflate, sys, tls, upgrade, ws};
 
 mod frames;
 mod http;
@@ -259,7 +259,7 @@ impl Io {
             codec: deflate.then(Box::default),
             inflated: Vec::new(),
             recode: Vec::new(),
-            upgrade_req: ws::upgrade_request(&target.host, &target.path, None, deflate),
+            upgrade_req: upgrade::upgrade_request(&target.host, &target.path, None, deflate),
             host: target.host.clone(),
             path: target.path.clone(),
             deflate,
@@ -300,7 +300,7 @@ impl Io {
     pub fn connect_with(&mut self, tag: u32, proto: Proto, query: Option<&str>) -> io::Result<Key> {
         let upgrade = match (proto, query) {
             (Proto::Ws, Some(q)) => Some(
-                ws::upgrade_request(&self.host, &self.path, Some(q), self.deflate)
+                upgrade::upgrade_request(&self.host, &self.path, Some(q), self.deflate)
                     .into_boxed_slice(),
             ),
             _ => None,

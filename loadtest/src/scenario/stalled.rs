@@ -11,7 +11,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::RunError;
 use crate::cli::Target;
-use crate::{proto, ws};
+use crate::{proto, upgrade};
 
 /// Receive buffer of a stalled connection: small, so it stops taking data soon.
 const RCVBUF: usize = 4096;
@@ -64,7 +64,7 @@ fn open_one(
     sock.connect_timeout(&(*addr).into(), Duration::from_secs(5))?;
     let mut s: TcpStream = sock.into();
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(&ws::upgrade_request(
+    s.write_all(&upgrade::upgrade_request(
         &target.host,
         &target.path,
         query,
@@ -78,7 +78,7 @@ fn open_one(
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         buf.extend_from_slice(&chunk[..k]);
-        match ws::parse_upgrade_response(&buf, false) {
+        match upgrade::parse_upgrade_response(&buf, false) {
             Ok(Some(n)) => break n,
             Ok(None) => continue,
             Err(e) => return Err(std::io::Error::other(e.to_string())),

@@ -1,50 +1,22 @@
-//! Counters and gauges, and their Prometheus text rendering for `GET /metrics`.
+//! The metrics vocabulary of the whole server, and the workers' own figures.
 //!
-//! Each worker owns one [`CoreMetrics`] and is its only writer, so a counter update is a
-//! relaxed load and store (no locked instruction, no shared cache line with other workers);
-//! any worker may read all of them to render `/metrics`.
+//! The vocabulary, used by every module that counts (`store`, `webhook`, `cluster` render
+//! their own families with it): [`Cell`] (one writer), [`Counter`] (any writer),
+//! [`Histogram`] (latency buckets named by a [`Bounds`]), and the labels of the families
+//! rendered here ([`DropReason`], [`LimitKind`]). A leaf: it imports nothing of the crate.
+//!
+//! The workers' figures: each worker owns one [`CoreMetrics`] and is its only writer, so a
+//! counter update is a relaxed load and store (no locked instruction, no shared cache line
+//! with other workers); any worker may read all of them to render `/metrics`.
+
+mod counter;
+mod histogram;
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A counter or gauge written by exactly one thread and read by any.
-#[derive(Debug, Default)]
-pub struct Cell(AtomicU64);
-
-impl Cell {
-    /// Adds `n` (single writer: a plain load and store).
-    #[inline]
-    pub fn add(&self, n: u64) {
-        self.0.store(
-            self.0.load(Ordering::Relaxed).wrapping_add(n),
-            Ordering::Relaxed,
-        );
-    }
-    /// Adds one.
-    #[inline]
-    pub fn inc(&self) {
-        self.add(1);
-    }
-    /// Subtracts `n` (gauges).
-    #[inline]
-    pub fn sub(&self, n: u64) {
-        self.0.store(
-            self.0.load(Ordering::Relaxed).wrapping_sub(n),
-            Ordering::Relaxed,
-        );
-    }
-    /// Sets the value (gauges).
-    #[inline]
-    pub fn set(&self, v: u64) {
-        self.0.store(v, Ordering::Relaxed);
-    }
-    /// Reads the value.
-    #[inline]
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+pub use counter::{Cell, Counter};
+pub use histogram::{Bounds, Histogram, MAX_BOUNDS};
 
 /// Why a message was not delivered to a subscriber or not kept.
 #[derive(Debug, Clone, Copy)]
@@ -80,6 +52,44 @@ impl DropReason {
             DropReason::CacheBytes => "cache_bytes",
             DropReason::Expired => "expired",
             DropReason::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// What a limit refused (DECISIONS §11; `limits::Kind`, and the `kind` label of
+/// `walletrelay_limited_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    /// `--publish-rate`.
+    Publish = 0,
+    /// `--publish-bytes-rate`.
+    Bytes = 1,
+    /// `--subscribe-rate`.
+    Subscribe = 2,
+    /// `--accept-rate-per-ip`.
+    AcceptRate = 3,
+    /// `--max-connections-per-ip`.
+    Connections = 4,
+}
+
+impl LimitKind {
+    /// Every kind, in index order.
+    pub const ALL: [LimitKind; 5] = [
+        LimitKind::Publish,
+        LimitKind::Bytes,
+        LimitKind::Subscribe,
+        LimitKind::AcceptRate,
+        LimitKind::Connections,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            LimitKind::Publish => "publish",
+            LimitKind::Bytes => "bytes",
+            LimitKind::Subscribe => "subscribe",
+            LimitKind::AcceptRate => "accept_rate",
+            LimitKind::Connections => "connections",
         }
     }
 }
@@ -140,7 +150,7 @@ pub struct CoreMetrics {
     /// TLS port, a bad record).
     pub tls_failures: Cell,
     /// Requests and connections refused by a limit of DECISIONS §11, by kind (indexed like
-    /// `limits::Kind::ALL`).
+    /// `LimitKind::ALL`).
     pub limited: [Cell; 5],
     /// WebSockets closed with 1013 after refusals in a row.
     pub limit_closes: Cell,
@@ -318,33 +328,50 @@ impl Metrics {
                 }
             }
         }
-        let _ = writeln!(
-            s,
-            "# HELP walletrelay_messages_dropped_total Messages dropped, by reason."
+        let dropped = DropReason::ALL.map(DropReason::label);
+        self.summed_by_label(
+            &mut s,
+            (
+                "messages_dropped_total",
+                "Messages dropped, by reason.",
+                "reason",
+            ),
+            &dropped,
+            |c| &c.dropped,
         );
-        let _ = writeln!(s, "# TYPE walletrelay_messages_dropped_total counter");
-        for r in DropReason::ALL {
-            let total: u64 = self.cores.iter().map(|c| c.dropped[r as usize].get()).sum();
-            let _ = writeln!(
-                s,
-                "walletrelay_messages_dropped_total{{reason=\"{}\"}} {total}",
-                r.label()
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP walletrelay_limited_total Requests and connections refused by a limit, by kind."
+        let limited = LimitKind::ALL.map(LimitKind::label);
+        self.summed_by_label(
+            &mut s,
+            (
+                "limited_total",
+                "Requests and connections refused by a limit, by kind.",
+                "kind",
+            ),
+            &limited,
+            |c| &c.limited,
         );
-        let _ = writeln!(s, "# TYPE walletrelay_limited_total counter");
-        for k in crate::limits::Kind::ALL {
-            let total: u64 = self.cores.iter().map(|c| c.limited[k as usize].get()).sum();
-            let _ = writeln!(
-                s,
-                "walletrelay_limited_total{{kind=\"{}\"}} {total}",
-                k.label()
-            );
-        }
         extra(&mut s);
         s
+    }
+
+    /// Appends a counter family summed over the workers, one series per label value
+    /// (`values[i]` labels the `i`th cell of `cells`).
+    fn summed_by_label(
+        &self,
+        s: &mut String,
+        (name, help, label): (&str, &str, &str),
+        values: &[&str],
+        cells: fn(&CoreMetrics) -> &[Cell],
+    ) {
+        let _ = writeln!(s, "# HELP walletrelay_{name} {help}");
+        let _ = writeln!(s, "# TYPE walletrelay_{name} counter");
+        for (i, v) in values.iter().enumerate() {
+            let total: u64 = self
+                .cores
+                .iter()
+                .map(|c| cells(c).get(i).map_or(0, Cell::get))
+                .sum();
+            let _ = writeln!(s, "walletrelay_{name}{{{label}=\"{v}\"}} {total}");
+        }
     }
 }

@@ -1,7 +1,8 @@
-//! Addresses as the limits see them: [`ip_key`] (an IPv4 address, or an IPv6 address's /64,
-//! as one `u128`), [`Cidr`] ranges (`--limit-exempt`, `--trusted-proxies`) and the client
-//! address a trusted proxy forwards in `X-Forwarded-For` ([`forwarded_client`]).
-//! Pure functions: no state, no I/O.
+//! Client addresses as the limits see them: [`ip_key`] (an IPv4 address, or an IPv6 address's
+//! /64, as one `u128`), [`Cidr`] ranges (`--limit-exempt`, `--trusted-proxies`: parsed by
+//! `config`, checked by `limits`) and the client address a trusted proxy forwards in
+//! `X-Forwarded-For` ([`forwarded_client`]).
+//! Pure functions: no state, no I/O; a leaf under both `config` and `limits`.
 
 use std::net::IpAddr;
 use std::str::FromStr;

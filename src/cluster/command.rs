@@ -1,0 +1,114 @@
+//! What a shard's threads are asked and what they share: the [`Command`]s a shard's queue
+//! carries (with who asked and the caller's ticket), and the [`ShardCtx`] its command thread,
+//! its subscriber and the reply mapping all read (address, settings, counters, health, the
+//! event sink).
+//!
+//! Owns these types only; no I/O. The command thread (`shard`) writes the commands to Redis,
+//! `reply` answers them.
+
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::Receiver;
+
+use super::ring::ShardAddr;
+use super::stats::ShardStats;
+use super::types::{ClusterConfig, EventSink, PublishReq};
+use super::v1::V1PublishReq;
+
+/// A request to a shard, with who asked (`worker`) and the caller's `ticket`.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Store and publish one message.
+    Publish {
+        worker: usize,
+        ticket: u64,
+        req: PublishReq,
+    },
+    /// Read a topic's history.
+    Read {
+        worker: usize,
+        ticket: u64,
+        ns: u8,
+        topic: Arc<str>,
+        epoch: u64,
+        after: u64,
+    },
+    /// Register a webhook.
+    WebhookAdd {
+        worker: usize,
+        ticket: u64,
+        topic: Arc<str>,
+        url: Arc<str>,
+    },
+    /// Drop a webhook (no answer).
+    WebhookRemove { topic: Arc<str>, url: Arc<str> },
+    /// A WalletConnect 1.0 `pub` (answered `V1Published`).
+    V1Publish { worker: usize, req: V1PublishReq },
+    /// A worker's v1 subscriber count of a topic, and its pending frames taken when
+    /// `ticket` is set (answered `V1Taken`).
+    V1Sub {
+        worker: usize,
+        ticket: Option<u64>,
+        topic: Arc<str>,
+        count: u32,
+    },
+    /// The node's liveness refresh (the heartbeat; no answer).
+    Alive,
+}
+
+impl Command {
+    /// Roughly the bytes it takes on the wire (bounds a round's buffer).
+    pub(super) fn size(&self) -> usize {
+        match self {
+            Command::Publish { req, .. } => req.body.len() + 2 * req.topic.len() + 128,
+            Command::Read { topic, .. } => topic.len() + 96,
+            Command::WebhookAdd { topic, url, .. } | Command::WebhookRemove { topic, url } => {
+                topic.len() + url.len() + 96
+            }
+            Command::V1Publish { req, .. } => req.frame.len() + 3 * req.topic.len() + 192,
+            Command::V1Sub { topic, .. } => 2 * topic.len() + 96,
+            Command::Alive => 64,
+        }
+    }
+}
+
+/// Up or down, with the reason, for `/health`.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    /// Why the command connection is down (`None`: up).
+    pub command: Mutex<Option<String>>,
+    /// Why the subscriber connection is down (`None`: up).
+    pub pubsub: Mutex<Option<String>>,
+}
+
+/// Sets a health slot (a poisoned lock still holds a usable value).
+pub(crate) fn set_health(slot: &Mutex<Option<String>>, v: Option<String>) {
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = v;
+}
+
+/// What a shard's threads need besides their connections.
+#[derive(Clone)]
+pub(crate) struct ShardCtx {
+    /// Index in the `--redis` list.
+    pub idx: usize,
+    /// This node (random per process start): its v1 subscriber counts and liveness key.
+    pub node: u64,
+    /// Where the shard is.
+    pub addr: ShardAddr,
+    /// This node's shard-list fingerprint.
+    pub fingerprint: String,
+    /// Limits and timeouts.
+    pub cfg: Arc<ClusterConfig>,
+    /// Webhook registrations allowed on this shard (the global cap split over the shards).
+    pub webhooks_per_shard: u64,
+    /// Counters.
+    pub stats: Arc<ShardStats>,
+    /// Up or down.
+    pub health: Arc<Health>,
+    /// Where answers go.
+    pub events: EventSink,
+    /// Rung (`try_send`) when the command connection is back after an outage: the
+    /// subscriber then sends `Resync` for every live topic, so reads that failed meanwhile
+    /// are made again. Capacity 1; the subscriber's writer holds the receiver.
+    pub commands_back: (crossbeam_channel::Sender<()>, Receiver<()>),
+}

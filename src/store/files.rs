@@ -1,0 +1,116 @@
+//! The data directory's layout: the names of its files (segments `<owner>-<id>.log`, the
+//! lock, the placement seeds), the magic every segment starts with, the listing of the
+//! segments, and the `fsync` of the directory itself.
+//!
+//! Shared by `log` (writing), `recover` (reading back) and `sync`
+//! (deleting); owns names and the directory only, never a record or a file's contents
+//! beyond its magic.
+
+use std::fs::File;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use super::types::{SegmentId, StoreError};
+
+/// The file in the data directory where the server keeps the seeds of its topic placement
+/// (a topic's home must not change between runs); written whole through `<name>.tmp` and a
+/// rename. The store does not read it, and does not count it as a stranger.
+pub const PLACEMENT_FILE: &str = "placement";
+
+/// Names in the data directory that are ours but not segments: the lock and the placement
+/// seeds (with the temporary file of their atomic write).
+pub(crate) fn known_file(name: &str) -> bool {
+    matches!(name, "LOCK" | PLACEMENT_FILE | "placement.tmp")
+}
+
+/// The file name of `owner`'s segment `id`: `<owner>-<16 hex digits>.log`.
+pub fn segment_name(owner: &str, id: SegmentId) -> String {
+    format!("{owner}-{id:016x}.log")
+}
+
+/// Parses a segment file name into `(owner, id)`; `None` for any other name.
+pub fn parse_segment_name(name: &str) -> Option<(&str, SegmentId)> {
+    let stem = name.strip_suffix(".log")?;
+    let (owner, hex) = stem.rsplit_once('-')?;
+    if hex.len() != 16 || !valid_owner(owner) {
+        return None;
+    }
+    let id = u64::from_str_radix(hex, 16).ok()?;
+    Some((owner, id))
+}
+
+/// Owner names: 1 to 32 ASCII letters, digits or `_` (e.g. `w0`).
+pub fn valid_owner(owner: &str) -> bool {
+    (1..=32).contains(&owner.len())
+        && owner
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// The first bytes of every segment file.
+pub const FILE_MAGIC: &[u8; 16] = b"walletrelay-log1";
+
+/// The size of a segment file, or `None` when it does not start with [`FILE_MAGIC`] (not
+/// ours: never counted, so never deleted).
+pub(crate) fn own_segment_size(path: &Path) -> Result<Option<u64>, StoreError> {
+    let mut f = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+    let size = f
+        .metadata()
+        .map_err(|e| StoreError::io("stat", path, e))?
+        .len();
+    let mut head = Vec::with_capacity(FILE_MAGIC.len());
+    std::io::Read::by_ref(&mut f)
+        .take(FILE_MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| StoreError::io("read", path, e))?;
+    Ok((head[..] == FILE_MAGIC[..head.len()]).then_some(size))
+}
+
+/// The segment files in `dir`, as (owner, id, path), sorted by owner then id. Other files
+/// are left out (`recover` warns about them).
+pub fn list_segments(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf)>, StoreError> {
+    let mut out = Vec::new();
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(StoreError::io("list", dir, e)),
+    };
+    for ent in rd {
+        let ent = ent.map_err(|e| StoreError::io("list", dir, e))?;
+        let name = ent.file_name();
+        if let Some((owner, id)) = name.to_str().and_then(parse_segment_name) {
+            out.push((owner.to_string(), id, ent.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `fsync` of a directory (new or deleted entries become durable).
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), String> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("sync directory {}: {e}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_round_trip_and_strangers_are_refused() {
+        let n = segment_name("w0", 7);
+        assert_eq!(n, "w0-0000000000000007.log");
+        assert_eq!(parse_segment_name(&n), Some(("w0", 7)));
+        for bad in [
+            "LOCK",
+            "w0-7.log",
+            "w-0-0000000000000007.log",
+            "-0000000000000007.log",
+            "w0-000000000000000g.log",
+            "w0-0000000000000007.txt",
+        ] {
+            assert_eq!(parse_segment_name(bad), None, "{bad}");
+        }
+    }
+}

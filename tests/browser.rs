@@ -8,7 +8,8 @@
 //! it and checks what it reports. Three ways:
 //! - plain `ws://` (the browser offers permessage-deflate; the relay without the flag declines);
 //! - `wss://` on the TLS listener, the browser trusting the test CA through an NSS database;
-//! - `ws://` with `--permessage-deflate`: the browser's connection must have negotiated it.
+//! - `ws://` with `--permessage-deflate`: the browser's connection must have negotiated it
+//!   (the browser's own record of the 101, and the relay's `ws_deflate_upgrades_total`).
 //!
 //! Every request the page makes outside loopback is aborted and listed (`BLOCKED <url>`); the
 //! page's relay connection must be the browser's own WebSocket. A screenshot of the page with
@@ -214,6 +215,19 @@ fn run_page(
             .nth(1)
             .is_some_and(|e| e.contains("permessage-deflate"));
         assert_eq!(negotiated, deflate, "permessage-deflate negotiated: {s}");
+    }
+
+    // The relay itself says so: its count of upgrades that agreed on permessage-deflate
+    // holds the browser's socket(s) (and the Node wallet's, which offers it too), or none.
+    let agreed = server.metric("walletrelay_ws_deflate_upgrades_total");
+    if deflate {
+        assert!(
+            agreed >= to_relay.len() as f64,
+            "the relay counts {agreed} deflate upgrades for {} browser socket(s)",
+            to_relay.len()
+        );
+    } else {
+        assert_eq!(agreed, 0.0, "no deflate without --permessage-deflate");
     }
 
     // The relay accepted the browser's JWT (and the wallet's).

@@ -77,6 +77,7 @@ pub fn upgrade<S>(
         .filter(|_| ctx.shared.config.permessage_deflate);
     if let Some(a) = deflate {
         a.write_header(&mut head);
+        ctx.metrics().deflate_upgrades.inc();
     }
     head.extend_from_slice(b"\r\n");
     conn.out.extend(&head);

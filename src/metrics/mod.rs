@@ -133,6 +133,8 @@ pub struct CoreMetrics {
     /// WebSocket upgrades refused by relay auth (a bad token, no token with
     /// `--require-auth`, a project not allowed).
     pub auth_refused: Cell,
+    /// WebSocket upgrades that agreed on permessage-deflate (`--permessage-deflate`).
+    pub deflate_upgrades: Cell,
     /// Connections closed for a protocol violation (bad frame, bad UTF-8, oversize).
     pub protocol_closes: Cell,
     /// Connections closed by the heartbeat (silent for two ping intervals).
@@ -186,7 +188,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 22] = [
+        let per_core: [(&str, &str, &str, Get); 23] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -259,6 +261,12 @@ impl Metrics {
                 "counter",
                 "WebSocket upgrades refused by relay auth",
                 |c| &c.auth_refused,
+            ),
+            (
+                "ws_deflate_upgrades_total",
+                "counter",
+                "WebSocket upgrades that agreed on permessage-deflate",
+                |c| &c.deflate_upgrades,
             ),
             (
                 "protocol_closes_total",

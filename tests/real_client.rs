@@ -12,8 +12,6 @@
 //! `redis-server` (7.0 or later).
 
 mod common;
-#[path = "common/redis.rs"]
-mod redis_server;
 
 use common::tls::TlsSetup;
 use common::{node, Server};
@@ -73,7 +71,7 @@ fn real_walletconnect_client_over_wss_pairs_requests_and_gets_cached_request_thr
 
 #[test]
 fn real_walletconnect_client_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
-    let redis = redis_server::RedisServer::start();
+    let redis = common::redis::RedisServer::start();
     let url = redis.url();
     let nodes: Vec<Server> = (0..3)
         .map(|_| Server::start(&["--threads", "2", "--redis", &url]))

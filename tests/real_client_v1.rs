@@ -15,8 +15,6 @@
 //! `redis-server` (7.0 or later).
 
 mod common;
-#[path = "common/redis.rs"]
-mod redis_server;
 
 use common::{node, Server};
 use std::time::Duration;
@@ -56,7 +54,7 @@ fn walletconnect_1_client_connects_signs_gets_pending_request_and_disconnects_th
 
 #[test]
 fn walletconnect_1_client_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
-    let redis = redis_server::RedisServer::start();
+    let redis = common::redis::RedisServer::start();
     let url = redis.url();
     let nodes: Vec<Server> = (0..3)
         .map(|_| Server::start(&["--threads", "2", "--redis", &url]))

@@ -8,9 +8,10 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{HttpConn, Resp, Server, SockOpts};
+use common::wait::poll;
+use common::{HttpConn, Resp, Server, SockOpts, TempDir};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -504,19 +505,12 @@ fn pipelined_queries_on_one_connection_answer_in_order() {
     assert_eq!(c.response(false).body, c_.body);
 }
 
-fn tmp_dir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("walletrelay-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 #[test]
 fn registry_dir_serves_a_generated_registry() {
-    let dir = tmp_dir("gen");
+    let dir = TempDir::new("gen");
     let out = Command::new(env!("CARGO_BIN_EXE_registry-gen"))
         .args(["--entries", "2000", "--out"])
-        .arg(&dir)
+        .arg(dir.path())
         .output()
         .unwrap();
     assert!(
@@ -524,7 +518,7 @@ fn registry_dir_serves_a_generated_registry() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let s = Server::start(&["--registry-dir", dir.to_str().unwrap()]);
+    let s = Server::start(&["--registry-dir", dir.arg()]);
     let all = get(&s, "/api/v1/all").json();
     assert_eq!(all["count"], 2000);
     let w = get(&s, "/api/v1/wallets").json()["count"].as_u64().unwrap();
@@ -533,7 +527,6 @@ fn registry_dir_serves_a_generated_registry() {
     let page = get(&s, "/api/v1/all?search=wallet&entries=50&page=2").json();
     assert!(page["total"].as_u64().unwrap() > 50);
     assert_eq!(page["count"], 50);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs the server expecting it to refuse to start; returns its stderr.
@@ -551,16 +544,9 @@ fn refuses_to_start(dir: &std::path::Path) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("server started on bad data");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = poll(Duration::from_secs(20), || child.try_wait().unwrap()) else {
+        let _ = child.kill();
+        panic!("server started on bad data");
     };
     let mut out = String::new();
     child
@@ -583,7 +569,7 @@ fn refuses_to_start(dir: &std::path::Path) -> String {
 
 #[test]
 fn registry_dir_with_bad_data_stops_the_start_naming_file_and_entry() {
-    let dir = tmp_dir("bad");
+    let dir = TempDir::new("bad");
     let good_w = r#"{"w1":{"id":"w1","name":"W"}}"#;
     let cases: [(&str, &str, &[&str]); 5] = [
         (
@@ -611,15 +597,14 @@ fn registry_dir_with_bad_data_stops_the_start_naming_file_and_entry() {
     for (w, d, want) in cases {
         std::fs::write(dir.join("wallets.json"), w).unwrap();
         std::fs::write(dir.join("dapps.json"), d).unwrap();
-        let err = refuses_to_start(&dir);
+        let err = refuses_to_start(dir.path());
         for needle in want {
             assert!(err.contains(needle), "{needle:?} not in: {err}");
         }
     }
     std::fs::remove_file(dir.join("dapps.json")).unwrap();
-    let err = refuses_to_start(&dir);
+    let err = refuses_to_start(dir.path());
     assert!(err.contains("dapps.json"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Large answers leave the server as ranges of its sealed registry file (`sendfile`) between

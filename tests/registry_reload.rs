@@ -6,9 +6,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::http::HttpConn;
+use common::wait::poll;
 use common::{Resp, Server, TempDir};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -47,14 +48,16 @@ fn add_entry(dir: &TempDir, id: &str, entry: &str) {
 
 /// Polls `target` until its ETag differs from `old` (bounded); returns the answer.
 fn until_new_etag(s: &Server, target: &str, old: &str) -> Resp {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let mut last = None;
+    let new = poll(WAIT, || {
         let r = get(s, target);
-        if r.header("ETag") != Some(old) || Instant::now() > deadline {
-            return r;
+        if r.header("ETag") != Some(old) {
+            return Some(r);
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        last = Some(r);
+        None
+    });
+    new.or(last).expect("asked at least once")
 }
 
 #[test]

@@ -1,40 +1,56 @@
-//! Test support: runs the real `walletrelay` binary on a loopback port and talks to it over
-//! real sockets. One home for every client the integration tests use:
-//! - [`Server`]: the process (started, probed, signalled, killed on drop; its log when
-//!   asked) and plain TCP connections;
+//! Test support, all of it: runs the real `walletrelay` binary on a loopback port and talks
+//! to it over real sockets. The modules and what each owns:
+//! - this file: [`Server`], the process (started, probed, signalled, killed on drop; its
+//!   log when asked) and plain TCP connections; topics, hex payloads, `/proc` readings;
+//! - [`tempdir`]: [`TempDir`], the one temporary directory (removed on drop), and
+//!   [`tempdir::Tmpfs`], a small tmpfs on one for the full-disk tests;
+//! - [`wait`]: the one wait-until helper (poll a condition until it holds or time is up);
+//! - [`skip`]: a test that cannot set up what it needs says so (counted as skipped);
 //! - [`tls`]: TLS connections to its TLS listener, with a test CA ([`tls_pki`]);
 //! - [`ws::Ws`]: a normal WebSocket client (tungstenite);
-//! - [`raw_ws::RawWs`]: a raw WebSocket client that controls every byte;
+//! - [`raw_ws::RawWs`]: the one raw WebSocket client, that controls every byte;
+//! - [`v1`]: WalletConnect 1.0 bridge frames over a [`RawWs`];
 //! - [`http`]: HTTP/1.1 requests and a strict answer reader;
 //! - [`metrics`]: `/metrics` scraping;
 //! - [`checks`]: "the server still serves" assertions;
-//! - [`node`]: Node.js scripts (the real WalletConnect clients from npm) against the binary;
 //! - [`rng::Rng`]: a seeded RNG for reproducible "random" input;
-//! - [`v1`]: WalletConnect 1.0 bridge frames over a [`RawWs`];
-//! - [`skip`]: a test that cannot set up what it needs says so (counted as skipped).
+//! - [`node`]: Node.js scripts (the real WalletConnect clients from npm) against the binary;
+//! - [`durability`]: the binary on a data directory (`kill -9`, SIGTERM, its log), pipelined
+//!   publishers that record what was acknowledged, a topic's history after a restart;
+//! - [`redis`]: a real `redis-server`, and the cluster library's side of a node on it;
+//! - [`cluster`]: nodes of the binary on real Redis shards, clients that keep publishing
+//!   or reading on their own threads;
+//! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told.
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
-//! flags and signals (or `/proc` for its memory).
+//! flags and signals (or `/proc` for its memory). Two exceptions, each said in its module:
+//! [`redis`] drives the cluster library itself (for the cluster library's tests), and
+//! [`cluster`] asks it which shard a topic lives on.
 #![allow(dead_code)]
 
 pub mod checks;
+pub mod cluster;
+pub mod durability;
 pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod raw_ws;
+pub mod redis;
 pub mod rng;
 pub mod skip;
+pub mod tempdir;
 pub mod tls;
 pub mod tls_pki;
 pub mod v1;
+pub mod wait;
+pub mod webhook;
 pub mod ws;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 // Each test binary uses some of these, none uses all.
 #[allow(unused_imports)]
@@ -43,6 +59,8 @@ pub use http::{HttpConn, Resp};
 pub use raw_ws::{Frame, Next, RawWs};
 #[allow(unused_imports)]
 pub use rng::Rng;
+#[allow(unused_imports)]
+pub use tempdir::TempDir;
 #[allow(unused_imports)]
 pub use ws::Ws;
 
@@ -195,22 +213,11 @@ impl Server {
     /// Waits (at most `within`) until the log has a line containing `needle` after its
     /// first `skip` bytes; returns that line.
     pub fn wait_log(&self, skip: usize, needle: &str, within: Duration) -> Option<String> {
-        let deadline = Instant::now() + within;
-        loop {
+        wait::poll(within, || {
             let log = self.log();
-            if let Some(l) = log
-                .get(skip..)
-                .unwrap_or("")
-                .lines()
-                .find(|l| l.contains(needle))
-            {
-                return Some(l.to_string());
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            let line = log.get(skip..)?.lines().find(|l| l.contains(needle))?;
+            Some(line.to_string())
+        })
     }
 
     /// Sends the server a signal (`libc::SIGHUP`, ...).
@@ -223,10 +230,7 @@ impl Server {
 
     /// A raw TCP connection with generous timeouts.
     pub fn tcp(&self) -> TcpStream {
-        let s = TcpStream::connect(self.addr).expect("connect");
-        s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-        s.set_nodelay(true).unwrap();
-        s
+        tcp_to(self.addr)
     }
 
     /// Like [`Server::tcp`], with socket options set before connecting.
@@ -276,31 +280,13 @@ impl Drop for Server {
     }
 }
 
-/// A directory under the system's temp dir, removed (with its contents) on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    /// A new, empty directory whose name starts with `tag`.
-    pub fn new(tag: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static N: AtomicU64 = AtomicU64::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let d = std::env::temp_dir().join(format!("walletrelay-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("create a temp dir");
-        TempDir(d)
-    }
-
-    /// A path inside it.
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A TCP connection to `addr` with the tests' read timeout and no Nagle delay (for threads
+/// that hold an address, not a [`Server`]).
+pub fn tcp_to(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
 }
 
 /// Runs `f` against a fresh server at each worker count of [`THREADS`], with extra flags.

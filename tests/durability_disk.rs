@@ -108,7 +108,7 @@ fn health_becomes(node: &Node, status: u16) -> String {
 
 /// A `--threads 1` server with `--fsync fsync` on a data directory that is a 1 MiB tmpfs,
 /// with its flags (`None`: the tmpfs could not be mounted, and `test` said it is skipped).
-/// Dropped in order: the server, the tmpfs, the directory.
+/// Whatever the order they are dropped in, the directory goes (see `Tmpfs`).
 type OnTmpfs = (Node, Tmpfs, TempDir, [&'static str; 6]);
 
 fn on_tmpfs(test: &str, fsync: &'static str) -> Option<OnTmpfs> {

@@ -71,8 +71,9 @@ impl Drop for TempDir {
     }
 }
 
-/// A tmpfs of a given size mounted on a [`TempDir`] (needs root), unmounted on drop. Drop
-/// it before the directory (declare it after).
+/// A tmpfs of a given size mounted on a [`TempDir`] (needs root), unmounted on drop, and
+/// the directory then removed (whichever of the two is dropped first: a directory that is
+/// a mount point cannot be removed before the unmount).
 pub struct Tmpfs(PathBuf);
 
 impl Tmpfs {
@@ -120,5 +121,6 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -72,15 +72,8 @@ fn real_walletconnect_client_over_wss_pairs_requests_and_gets_cached_request_thr
 #[test]
 fn real_walletconnect_client_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
     let redis = common::redis::RedisServer::start();
-    let url = redis.url();
-    let nodes: Vec<Server> = (0..3)
-        .map(|_| Server::start(&["--threads", "2", "--redis", &url]))
-        .collect();
-    let relay_url = nodes
-        .iter()
-        .map(|s| format!("ws://{}", s.addr))
-        .collect::<Vec<_>>()
-        .join(",");
+    let nodes = common::cluster::nodes(3, &[&redis], &[]);
+    let relay_url = common::cluster::ws_urls(&nodes);
     run_pair_script_at(
         &relay_url,
         &[],

@@ -159,15 +159,8 @@ fn sdk_wallet_gets_the_request_after_the_relay_was_killed_and_restarted_on_its_d
 #[test]
 fn sdk_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
     let redis = common::redis::RedisServer::start();
-    let url = redis.url();
-    let nodes: Vec<Server> = (0..2)
-        .map(|_| Server::start(&["--threads", "2", "--redis", &url]))
-        .collect();
-    let relay_url = nodes
-        .iter()
-        .map(|s| format!("ws://{}", s.addr))
-        .collect::<Vec<_>>()
-        .join(",");
+    let nodes = common::cluster::nodes(2, &[&redis], &[]);
+    let relay_url = common::cluster::ws_urls(&nodes);
     run_sdk(
         "cluster",
         &relay_url,

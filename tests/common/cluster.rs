@@ -44,6 +44,13 @@ pub fn nodes(n: usize, shards: &[&RedisServer], extra: &[&str]) -> Vec<Server> {
     (0..n).map(|_| node(shards, extra)).collect()
 }
 
+/// The nodes' `ws://` addresses, comma-separated (what the real-client scripts take to put
+/// the dApp and the wallet on different nodes).
+pub fn ws_urls(nodes: &[Server]) -> String {
+    let urls: Vec<String> = nodes.iter().map(|s| format!("ws://{}", s.addr)).collect();
+    urls.join(",")
+}
+
 /// A fresh topic that lives on shard `shard` of `shards`.
 pub fn topic_on(shard: usize, shards: usize) -> String {
     loop {

@@ -7,11 +7,10 @@
 //! log only; it must not reach into the server's code.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -19,13 +18,12 @@ use serde_json::{json, Value};
 use tungstenite::Message;
 
 use super::wait::{poll, wait_until};
-use super::{Server, TempDir, Ws};
+use super::{Server, Stderr, TempDir, Ws};
 
-/// A server process on a data directory, with every line it logged.
+/// A server process on a data directory, with every line it logged (at `info`).
 pub struct Node {
     /// The process and its address.
     pub server: Server,
-    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl std::ops::Deref for Node {
@@ -35,52 +33,21 @@ impl std::ops::Deref for Node {
     }
 }
 
-/// Reads `r` line by line into `log` until EOF.
-fn capture(r: impl std::io::Read + Send + 'static, log: Arc<Mutex<Vec<String>>>) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            log.lock().unwrap().push(line);
-        }
-    });
-}
-
 impl Node {
     /// Starts the binary on `127.0.0.1:0` with `--data-dir dir` and `args`, and waits until
     /// it listens (it recovers the directory before that).
     pub fn start(dir: &TempDir, args: &[&str]) -> Node {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_walletrelay"))
-            .args(["--listen", "127.0.0.1:0", "--data-dir", dir.arg()])
-            .args(args)
-            .env("RUST_LOG", "info")
-            .envs(super::LIMITS_OFF)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn walletrelay");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        capture(child.stderr.take().expect("stderr"), log.clone());
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let addr: SocketAddr = loop {
-            let Some(Ok(line)) = lines.next() else {
-                let _ = child.wait();
-                std::thread::sleep(Duration::from_millis(100));
-                panic!("server exited before listening: {:#?}", log.lock().unwrap());
-            };
-            if let Some(rest) = line.strip_prefix("walletrelay listening on ") {
-                break rest.trim().parse().expect("address");
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+        let mut all = vec!["--data-dir", dir.arg()];
+        all.extend_from_slice(args);
+        let env = [("RUST_LOG", "info")];
         Node {
-            server: Server::adopt(addr, child),
-            log,
+            server: Server::spawn(&all, Stderr::Keep, false, &env),
         }
     }
 
     /// Every line logged so far.
     pub fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
+        self.server.log().lines().map(str::to_string).collect()
     }
 
     /// The first logged line containing `needle` (waiting up to 10 s for it).

@@ -100,6 +100,17 @@ pub struct Server {
     log: Option<Arc<Mutex<String>>>,
 }
 
+/// What [`Server::spawn`] does with the server's stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stderr {
+    /// The test's own stderr; no [`Server::log`].
+    Inherit,
+    /// Kept for [`Server::log`] and shown on the test's stderr as it comes.
+    KeepAndShow,
+    /// Kept for [`Server::log`] only (the durability tests run it at `info`).
+    Keep,
+}
+
 /// Options set on a client socket before it connects (they shape the receive window and the
 /// segment size the server sees).
 #[derive(Clone, Copy, Debug, Default)]
@@ -114,13 +125,13 @@ impl Server {
     /// Starts the binary on `127.0.0.1:0` (unless `args` has its own `--listen`) with extra
     /// `args` and waits until it listens (on both listeners with `--tls-listen`).
     pub fn start(args: &[&str]) -> Server {
-        Server::spawn(args, false, false)
+        Server::spawn(args, Stderr::Inherit, false, &[])
     }
 
     /// Like [`Server::start`] with the limits per client at their defaults (unless `args`
     /// sets them), not off.
     pub fn start_limited(args: &[&str]) -> Server {
-        Server::spawn(args, false, true)
+        Server::spawn(args, Stderr::Inherit, true, &[])
     }
 
     /// A server some test started itself and saw listening on `addr` (plain only).
@@ -136,11 +147,14 @@ impl Server {
     /// Like [`Server::start`], keeping what the server logs (still shown) for
     /// [`Server::log`].
     pub fn start_logged(args: &[&str]) -> Server {
-        Server::spawn(args, true, false)
+        Server::spawn(args, Stderr::KeepAndShow, false, &[])
     }
 
-    fn spawn(args: &[&str], keep_log: bool, limited: bool) -> Server {
+    /// Starts the binary (see [`Server::start`]) with its stderr handled as `stderr` says,
+    /// the limits per client at their defaults if `limited`, and `env` set.
+    fn spawn(args: &[&str], stderr: Stderr, limited: bool, env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_walletrelay"));
+        cmd.envs(env.iter().copied());
         if limited {
             for (k, _) in LIMITS_OFF {
                 cmd.env_remove(k);
@@ -160,10 +174,10 @@ impl Server {
         let mut child = cmd
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(if keep_log {
-                Stdio::piped()
-            } else {
+            .stderr(if stderr == Stderr::Inherit {
                 Stdio::inherit()
+            } else {
+                Stdio::piped()
             })
             .spawn()
             .expect("spawn walletrelay");
@@ -172,7 +186,9 @@ impl Server {
             let keep = Arc::clone(&log);
             std::thread::spawn(move || {
                 for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    let _ = writeln!(std::io::stderr(), "{line}");
+                    if stderr == Stderr::KeepAndShow {
+                        let _ = writeln!(std::io::stderr(), "{line}");
+                    }
                     let mut l = keep.lock().unwrap();
                     l.push_str(&line);
                     l.push('\n');
@@ -184,10 +200,17 @@ impl Server {
         let mut lines = BufReader::new(stdout).lines();
         let (mut addr, mut tls_addr) = (None, None);
         while (plain && addr.is_none()) || (tls && tls_addr.is_none()) {
-            let line = lines
-                .next()
-                .expect("server exited before listening")
-                .expect("read stdout");
+            let Some(line) = lines.next() else {
+                let _ = child.wait();
+                // What it logged last is read by then (or the log was shown as it came).
+                std::thread::sleep(Duration::from_millis(100));
+                let logged = log.as_ref().map(|l| l.lock().unwrap().clone());
+                panic!(
+                    "server exited before listening:\n{}",
+                    logged.unwrap_or_default()
+                );
+            };
+            let line = line.expect("read stdout");
             if let Some(rest) = line.strip_prefix("walletrelay listening on ") {
                 addr = Some(rest.trim().parse().expect("address"));
             } else if let Some(rest) = line.strip_prefix("walletrelay listening for TLS on ") {

@@ -2,14 +2,14 @@
 //! `redis-server` processes: Redis killed and restarted under load, a Redis that answers
 //! slowly, a full shard queue, a node started with another shard list.
 
-#[path = "common/redis.rs"]
-mod redis_server;
+mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis_server::{data, test_config, Node, RedisServer, WAIT};
+use common::redis::{data, test_config, Node, RedisServer, WAIT};
+use common::wait::wait_until;
 use walletrelay::cluster::{
     ClusterError, ClusterEvent, ConnectError, Origin, PublishOutcome, PublishReq, NS_V2,
 };
@@ -234,14 +234,11 @@ fn an_idle_node_notices_redis_gone_by_its_heartbeat_and_comes_back() {
     stored_ok(&n, "before");
     r.kill();
     // Nothing is sent: only the heartbeats can find out.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match n.cluster.healthy() {
-            Err(e) if e.contains("commands") && e.contains("pub/sub") => break,
-            _ => assert!(Instant::now() < deadline, "the outage went unnoticed"),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let noticed = wait_until(
+        WAIT,
+        || matches!(n.cluster.healthy(), Err(e) if e.contains("commands") && e.contains("pub/sub")),
+    );
+    assert!(noticed, "the outage went unnoticed");
     r.restart();
     n.wait_healthy();
     stored_ok(&n, "after");

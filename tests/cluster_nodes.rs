@@ -6,16 +6,13 @@
 //! dedup per topic; unsubscribe; topics on two shards; one webhook POST per stored publish
 //! in the whole cluster; the per-shard metrics. Failures are in `cluster_outage.rs`.
 
-mod cluster_support;
 mod common;
-#[path = "common/redis.rs"]
-mod redis_server;
-mod webhook_support;
 
-use cluster_support::{channel_subscribers, nodes, publish_raw, push, pushes, topic_on, wait_for};
+use common::cluster::{channel_subscribers, nodes, publish_raw, push, pushes, topic_on};
 use common::metrics::series;
+use common::redis::RedisServer;
 use common::topic;
-use redis_server::RedisServer;
+use common::wait::wait_for;
 use serde_json::json;
 
 #[test]
@@ -175,7 +172,7 @@ fn topics_on_two_shards_each_live_on_their_own_redis_and_work_across_nodes() {
 
 mod webhooks {
     use super::*;
-    use crate::webhook_support::{Receiver, Reply};
+    use crate::common::webhook::{Receiver, Reply};
 
     #[test]
     fn a_webhook_registered_on_one_node_gets_one_post_per_stored_publish_in_the_cluster() {

@@ -6,18 +6,16 @@
 //! `/health` says 503 during it and 204 after, the clients of a dead node get everything
 //! from another node, and a stalled Redis stalls no event loop.
 
-mod cluster_support;
 mod common;
-#[path = "common/redis.rs"]
-mod redis_server;
 
-use cluster_support::{
-    channel_subscribers, check_delivery, health, nodes, push, pushes, topic_on, wait_for,
-    Publisher, Subscriber,
+use common::cluster::{
+    channel_subscribers, check_delivery, health, nodes, push, pushes, topic_on, Publisher,
+    Subscriber,
 };
 use common::metrics::series;
+use common::redis::RedisServer;
 use common::topic;
-use redis_server::RedisServer;
+use common::wait::wait_for;
 use serde_json::json;
 
 /// Publishes in flight per publisher connection.

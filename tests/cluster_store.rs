@@ -2,13 +2,12 @@
 //! public API: what a publish stores, dedup, order, reads after a position, expiry, the cap
 //! per topic, two nodes on one Redis, webhooks, two shards.
 
-#[path = "common/redis.rs"]
-mod redis_server;
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_server::{data, Node, RedisServer};
+use common::redis::{data, Node, RedisServer};
 use walletrelay::cluster::{
     shard_of, ClusterEvent, Origin, PublishOutcome, WebhookAdd, NS_V1, NS_V2,
 };
@@ -109,7 +108,7 @@ fn expired_messages_are_not_read_nor_deduplicated_and_keys_expire_with_the_last(
 #[test]
 fn the_cap_evicts_the_oldest_and_keeps_dedup_state_bounded() {
     let r = RedisServer::start();
-    let mut cfg = redis_server::test_config(&[r.url()]);
+    let mut cfg = common::redis::test_config(&[r.url()]);
     cfg.max_cached_per_topic = 5;
     let n = Node::try_start(cfg).unwrap();
     for i in 1..=8 {
@@ -133,7 +132,7 @@ fn the_cap_evicts_the_oldest_and_keeps_dedup_state_bounded() {
 #[test]
 fn a_large_history_is_read_in_pages() {
     let r = RedisServer::start();
-    let mut cfg = redis_server::test_config(&[r.url()]);
+    let mut cfg = common::redis::test_config(&[r.url()]);
     cfg.read_max_count = 4;
     let n = Node::try_start(cfg).unwrap();
     for i in 1..=10 {
@@ -219,7 +218,7 @@ fn two_nodes_see_each_others_publishes_live_and_in_history() {
 #[test]
 fn webhooks_register_once_are_capped_and_come_back_once_per_stored_publish() {
     let r = RedisServer::start();
-    let mut cfg = redis_server::test_config(&[r.url()]);
+    let mut cfg = common::redis::test_config(&[r.url()]);
     cfg.max_webhooks = 18;
     let a = Node::try_start(cfg.clone()).unwrap();
     let b = Node::try_start(cfg).unwrap();
@@ -324,7 +323,7 @@ fn topics_spread_over_two_shards_and_each_lives_on_its_own() {
 #[test]
 fn big_messages_travel_whole_in_bounded_rounds() {
     let r = RedisServer::start();
-    let mut cfg = redis_server::test_config(&[r.url()]);
+    let mut cfg = common::redis::test_config(&[r.url()]);
     cfg.batch_bytes = 1 << 20;
     cfg.read_max_bytes = 3 << 20;
     let n = Node::try_start(cfg.clone()).unwrap();

@@ -14,18 +14,15 @@
 //! came" is checked with a barrier: a later frame that must arrive through the same Redis
 //! channel (so after anything sent before it), or a ping whose pong must come next.
 
-mod cluster_support;
 mod common;
-#[path = "common/redis.rs"]
-mod redis_server;
-mod webhook_support;
 
 use std::time::Duration;
 
-use cluster_support::{health, node, nodes, topic_on, wait_for};
+use common::cluster::{health, node, nodes, topic_on};
+use common::redis::RedisServer;
 use common::v1::sent_pub;
+use common::wait::wait_for;
 use common::{topic, RawWs, Server};
-use redis_server::RedisServer;
 use serde_json::json;
 
 /// The v1 subscribers of `tp` Redis counts (every field of its count hash, dead nodes'
@@ -319,7 +316,7 @@ fn with_redis_down_a_sub_and_a_pub_are_counted_and_the_connection_lives() {
 
 mod webhooks {
     use super::*;
-    use crate::webhook_support::{Receiver, Reply};
+    use crate::common::webhook::{Receiver, Reply};
 
     #[test]
     fn a_webhook_gets_one_call_per_non_silent_pub_in_the_cluster_live_or_pending() {

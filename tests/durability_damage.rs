@@ -6,15 +6,15 @@
 //! others are served.
 
 mod common;
-mod durability_support;
 
 use std::io::Write;
 
-use durability_support::{history, run_to_exit, Dir, Node};
+use common::durability::{history, run_to_exit, Node};
+use common::TempDir;
 
 /// A server on `dir` at `--threads 1` with `n` messages published on one topic, stopped
 /// with SIGTERM. Returns the topic and its messages in order.
-fn stopped_with_messages(dir: &Dir, n: usize) -> (String, Vec<String>) {
+fn stopped_with_messages(dir: &TempDir, n: usize) -> (String, Vec<String>) {
     let topic = common::topic();
     let node = Node::start(dir, &["--threads", "1"]);
     let mut ws = node.ws();
@@ -29,15 +29,15 @@ fn stopped_with_messages(dir: &Dir, n: usize) -> (String, Vec<String>) {
 }
 
 /// The one segment file of a `--threads 1` server that wrote once.
-fn only_segment(dir: &Dir) -> std::path::PathBuf {
-    let segs = dir.segments();
+fn only_segment(dir: &TempDir) -> std::path::PathBuf {
+    let segs = dir.files_with_ext("log");
     assert_eq!(segs.len(), 1, "{segs:?}");
     segs[0].clone()
 }
 
 #[test]
 fn a_second_process_on_the_same_directory_is_refused_with_a_clear_message() {
-    let dir = Dir::new("second");
+    let dir = TempDir::new("second");
     let first = Node::start(&dir, &["--threads", "1"]);
     let (status, stderr) = run_to_exit(&dir, &["--threads", "1"]);
     assert!(!status.success(), "the second process ran: {status}");
@@ -56,7 +56,7 @@ fn a_second_process_on_the_same_directory_is_refused_with_a_clear_message() {
 
 #[test]
 fn a_torn_tail_is_cut_and_logged_and_every_whole_record_is_served() {
-    let dir = Dir::new("torn");
+    let dir = TempDir::new("torn");
     let (topic, messages) = stopped_with_messages(&dir, 20);
     let seg = only_segment(&dir);
     let whole = std::fs::metadata(&seg).unwrap().len();
@@ -77,7 +77,7 @@ fn a_torn_tail_is_cut_and_logged_and_every_whole_record_is_served() {
 
     // The last record cut short (a crash mid-write): it is dropped, the rest served. The
     // marker of the first check is the newest record of this run's own segment.
-    let newest = dir.segments().pop().unwrap();
+    let newest = dir.files_with_ext("log").pop().unwrap();
     let len = std::fs::metadata(&newest).unwrap().len();
     std::fs::OpenOptions::new()
         .write(true)
@@ -95,7 +95,7 @@ fn a_torn_tail_is_cut_and_logged_and_every_whole_record_is_served() {
 
 #[test]
 fn a_damaged_record_is_skipped_logged_and_counted_and_the_others_are_served() {
-    let dir = Dir::new("damaged");
+    let dir = TempDir::new("damaged");
     let (topic, messages) = stopped_with_messages(&dir, 20);
     let seg = only_segment(&dir);
     let mut bytes = std::fs::read(&seg).unwrap();

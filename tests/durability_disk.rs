@@ -6,15 +6,18 @@
 //! a metric counts the failures, and once space is freed the disk is used again (`/health`
 //! 204) and what was kept in memory meanwhile is written (it survives a `kill -9`).
 //!
-//! The full disk is a small tmpfs mounted on the data directory (needs root; the tests
-//! print a SKIPPED line where the mount fails).
+//! The full disk is a small tmpfs mounted on the data directory (needs root; where the
+//! mount fails the tests say so with `common::skip` and are counted as skipped).
 
 mod common;
-mod durability_support;
 
 use std::time::{Duration, Instant};
 
-use durability_support::{check_history, history, Dir, Node, Tmpfs};
+use common::durability::{check_history, history, Node};
+use common::skip::skip;
+use common::tempdir::Tmpfs;
+use common::wait::poll;
+use common::TempDir;
 use serde_json::{json, Value};
 use tungstenite::Message;
 
@@ -29,7 +32,7 @@ fn record_bytes(body: usize) -> u64 {
 
 #[test]
 fn disk_use_stays_bounded_while_short_lived_messages_come_and_go() {
-    let dir = Dir::new("bounded");
+    let dir = TempDir::new("bounded");
     let seg = SEGMENT.to_string();
     let node = Node::start(&dir, &["--threads", "2", "--segment-bytes", &seg]);
     let topics: Vec<String> = (0..8).map(|_| common::topic()).collect();
@@ -96,25 +99,27 @@ fn publish(ws: &mut common::Ws, topic: &str, message: &str) -> Value {
 
 /// Polls `/health` until it answers `status` (at most 10 s); returns the body.
 fn health_becomes(node: &Node, status: u16) -> String {
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
+    let body = poll(Duration::from_secs(10), || {
         let (st, body) = node.get("/health");
-        if st == Some(status) {
-            return String::from_utf8_lossy(&body).to_string();
-        }
-        assert!(Instant::now() < end, "/health never answered {status}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        (st == Some(status)).then(|| String::from_utf8_lossy(&body).to_string())
+    });
+    body.unwrap_or_else(|| panic!("/health never answered {status}"))
 }
 
 /// A `--threads 1` server with `--fsync fsync` on a data directory that is a 1 MiB tmpfs,
-/// with its flags (`None`: the tmpfs could not be mounted, the test is skipped). Dropped in
-/// order: the server, the tmpfs, the directory.
-type OnTmpfs = (Node, Tmpfs, Dir, [&'static str; 6]);
+/// with its flags (`None`: the tmpfs could not be mounted, and `test` said it is skipped).
+/// Whatever the order they are dropped in, the directory goes (see `Tmpfs`).
+type OnTmpfs = (Node, Tmpfs, TempDir, [&'static str; 6]);
 
-fn on_tmpfs(name: &str, fsync: &'static str) -> Option<OnTmpfs> {
-    let dir = Dir::new(name);
-    let fs = Tmpfs::mount(&dir, "1m", &format!("full disk with --fsync {fsync}"))?;
+fn on_tmpfs(test: &str, fsync: &'static str) -> Option<OnTmpfs> {
+    let dir = TempDir::new(&format!("full-{fsync}"));
+    let fs = match Tmpfs::mount(&dir, "1m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            skip(test, &why);
+            return None;
+        }
+    };
     let args = [
         "--threads",
         "1",
@@ -128,7 +133,10 @@ fn on_tmpfs(name: &str, fsync: &'static str) -> Option<OnTmpfs> {
 
 #[test]
 fn a_full_disk_with_fsync_always_refuses_publishes_until_space_is_freed() {
-    let Some((node, fs, dir, args)) = on_tmpfs("full-always", "always") else {
+    let Some((node, fs, dir, args)) = on_tmpfs(
+        "a_full_disk_with_fsync_always_refuses_publishes_until_space_is_freed",
+        "always",
+    ) else {
         return;
     };
     let topic = common::topic();
@@ -184,7 +192,10 @@ fn a_full_disk_with_fsync_always_refuses_publishes_until_space_is_freed() {
 
 #[test]
 fn a_full_disk_with_fsync_everysec_keeps_relaying_and_writes_it_all_once_space_is_freed() {
-    let Some((node, fs, dir, args)) = on_tmpfs("full-everysec", "everysec") else {
+    let Some((node, fs, dir, args)) = on_tmpfs(
+        "a_full_disk_with_fsync_everysec_keeps_relaying_and_writes_it_all_once_space_is_freed",
+        "everysec",
+    ) else {
         return;
     };
     let topic = common::topic();

@@ -8,16 +8,16 @@
 //! stored just before the kill); it must then be in its place. Nothing else may appear.
 
 mod common;
-mod durability_support;
 
-use durability_support::{by_topic, check_all, check_history, history_on, Dir, Load, Node, Plan};
+use common::durability::{by_topic, check_all, check_history, history_on, Load, Node, Plan};
+use common::TempDir;
 
 /// Publishes acknowledged before the kill, all publishers together.
 const ACKED_BEFORE_KILL: usize = 1500;
 
 #[test]
 fn kill_9_under_load_loses_no_acknowledged_message_whatever_the_thread_counts() {
-    let dir = Dir::new("kill9");
+    let dir = TempDir::new("kill9");
     let node = Node::start(&dir, &["--threads", "2"]);
     let load = Load::start(node.addr, Plan::new(3, 2));
     load.wait_acked(ACKED_BEFORE_KILL);
@@ -67,7 +67,7 @@ fn kill_9_under_load_loses_no_acknowledged_message_whatever_the_thread_counts() 
 
 #[test]
 fn with_fsync_always_acknowledged_publishes_survive_kill_9() {
-    let dir = Dir::new("always");
+    let dir = TempDir::new("always");
     let args = ["--threads", "2", "--fsync", "always"];
     let node = Node::start(&dir, &args);
     let load = Load::start(node.addr, Plan::new(3, 2));
@@ -88,7 +88,7 @@ fn with_fsync_always_acknowledged_publishes_survive_kill_9() {
 
 #[test]
 fn sigterm_flushes_everything_exits_0_and_a_restart_has_it_all() {
-    let dir = Dir::new("sigterm");
+    let dir = TempDir::new("sigterm");
     let args = ["--threads", "2", "--fsync", "off"];
     let node = Node::start(&dir, &args);
     let load = Load::start(

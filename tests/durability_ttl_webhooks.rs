@@ -6,19 +6,18 @@
 //! while the others keep their order and their dedup).
 
 mod common;
-mod durability_support;
-mod webhook_support;
 
 use std::time::Duration;
 
-use durability_support::{history, Dir, Node};
+use common::durability::{history, Node};
+use common::webhook::{Receiver, Reply};
+use common::TempDir;
 use serde_json::json;
-use webhook_support::{Receiver, Reply};
 
 #[test]
 fn a_webhook_registered_before_kill_9_fires_after_the_restart() {
     let hooks = Receiver::start(|_| Reply::Status(200));
-    let dir = Dir::new("webhook");
+    let dir = TempDir::new("webhook");
     let topics: Vec<String> = (0..4).map(|_| common::topic()).collect();
     let node = Node::start(&dir, &["--threads", "2", "--webhook-allow-private"]);
     for t in &topics {
@@ -59,7 +58,7 @@ fn a_webhook_registered_before_kill_9_fires_after_the_restart() {
 
 #[test]
 fn a_message_whose_ttl_ends_while_the_server_is_down_is_gone_after_the_restart() {
-    let dir = Dir::new("ttl");
+    let dir = TempDir::new("ttl");
     let topic = common::topic();
     let node = Node::start(&dir, &["--threads", "1"]);
     let mut ws = node.ws();
@@ -91,7 +90,7 @@ fn publish_ttl(node: &Node, topic: &str, message: &str, ttl: u32) {
 
 #[test]
 fn an_expired_message_stays_gone_and_the_others_keep_their_place_across_other_worker_counts() {
-    let dir = Dir::new("ttl-layouts");
+    let dir = TempDir::new("ttl-layouts");
     // Enough topics that several workers are homes of some.
     let topics: Vec<String> = (0..8).map(|_| common::topic()).collect();
     let node = Node::start(&dir, &["--threads", "4"]);

@@ -13,15 +13,16 @@
 //! order), so a frame that should not be there arrives where the marker is expected.
 
 mod common;
-mod durability_support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::durability::Node;
 use common::metrics::series;
 use common::v1::sent_pub;
+use common::wait::poll;
 use common::RawWs;
-use durability_support::{Dir, Node};
+use common::TempDir;
 
 /// Workers of the first run; topics are placed by their home at this count (a topic's home
 /// at 2 and 1 workers follows from it: the placement is a hash modulo the worker count).
@@ -38,7 +39,7 @@ struct Placed {
 
 /// One data directory, its topics and the frames each should have pending.
 struct Case {
-    dir: Dir,
+    dir: TempDir,
     /// The topics whose frames are checked.
     subjects: Vec<Placed>,
     /// Per home worker (at [`FIRST`]): the topic of the markers.
@@ -61,16 +62,19 @@ fn per_core(node: &Node, name: &str, workers: usize) -> Option<Vec<f64>> {
 
 /// Polls the per-worker values of `name` until `ok` holds (20 s at most); returns them.
 fn wait_cores(node: &Node, name: &str, workers: usize, ok: impl Fn(&[f64]) -> bool) -> Vec<f64> {
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = per_core(node, name, workers) {
-            if ok(&v) {
-                return v;
-            }
-            assert!(Instant::now() < end, "{name} stayed at {v:?}");
+    let mut last = None;
+    let found = poll(Duration::from_secs(20), || {
+        let v = per_core(node, name, workers)?;
+        if ok(&v) {
+            return Some(v);
         }
-        assert!(Instant::now() < end, "/metrics did not answer");
-        std::thread::sleep(Duration::from_millis(20));
+        last = Some(v);
+        None
+    });
+    match (found, last) {
+        (Some(v), _) => v,
+        (None, Some(v)) => panic!("{name} stayed at {v:?}"),
+        (None, None) => panic!("/metrics did not answer"),
     }
 }
 
@@ -105,7 +109,7 @@ impl Case {
     /// Starts the first run (at [`FIRST`] workers) on a fresh directory and finds, for each
     /// worker of `homes`, a subject topic homed there and a marker topic of each home.
     fn start(name: &str, homes: &[usize]) -> (Case, Node) {
-        let dir = Dir::new(name);
+        let dir = TempDir::new(name);
         let node = Node::start(&dir, &["--threads", &FIRST.to_string()]);
         let (mut subjects, mut markers) = (Vec::new(), BTreeMap::new());
         let mut wanted: Vec<usize> = homes.to_vec();

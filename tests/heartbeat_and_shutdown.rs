@@ -7,6 +7,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
 use common::raw_ws::{OP_PING, OP_TEXT};
+use common::wait::poll;
 use common::{topic, Next, RawWs, Server};
 
 fn signal(server: &Server, sig: libc::c_int) {
@@ -18,16 +19,9 @@ fn signal(server: &Server, sig: libc::c_int) {
 
 /// Waits (at most until `deadline`) for the server process to exit; returns its status.
 fn wait_exit(server: &mut Server, deadline: Instant) -> std::process::ExitStatus {
-    loop {
-        if let Some(st) = server.child.try_wait().expect("try_wait") {
-            return st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "server still running 5 s after the signal"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    poll(left, || server.child.try_wait().expect("try_wait"))
+        .expect("server still running 5 s after the signal")
 }
 
 // ------------------------------------------------------------------------------------------

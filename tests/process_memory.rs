@@ -4,7 +4,11 @@
 
 mod common;
 
+use common::skip::skip;
 use common::{proc_field, topic, Server};
+
+/// Why a test here cannot run on this kernel.
+const NO_THP_FIELD: &str = "this kernel reports no THP_enabled in /proc/<pid>/status";
 
 /// Fills the server's message cache with about `mib` MiB of distinct 1 KiB messages over
 /// 64 topics, 256 publishes in flight at a time.
@@ -31,7 +35,10 @@ fn huge_pages_are_off_by_default_and_the_cache_grows_on_small_pages() {
     let server = Server::start(&["--threads", "1"]);
     let pid = server.child.id();
     let Some(enabled) = proc_field(pid, "status", "THP_enabled:") else {
-        eprintln!("skipped: this kernel reports no THP_enabled in /proc/<pid>/status");
+        skip(
+            "huge_pages_are_off_by_default_and_the_cache_grows_on_small_pages",
+            NO_THP_FIELD,
+        );
         return;
     };
     assert_eq!(enabled, 0, "THP_enabled of the server process");
@@ -50,14 +57,15 @@ fn huge_pages_are_off_by_default_and_the_cache_grows_on_small_pages() {
 
 #[test]
 fn huge_pages_flag_leaves_them_to_the_system_setting() {
+    let test = "huge_pages_flag_leaves_them_to_the_system_setting";
     if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
-        eprintln!("skipped: this kernel has no transparent huge pages");
+        skip(test, "this kernel has no transparent huge pages");
         return;
     }
     let server = Server::start(&["--threads", "1", "--huge-pages"]);
     let pid = server.child.id();
     let Some(enabled) = proc_field(pid, "status", "THP_enabled:") else {
-        eprintln!("skipped: this kernel reports no THP_enabled in /proc/<pid>/status");
+        skip(test, NO_THP_FIELD);
         return;
     };
     assert_eq!(

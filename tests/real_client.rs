@@ -12,8 +12,6 @@
 //! `redis-server` (7.0 or later).
 
 mod common;
-#[path = "common/redis.rs"]
-mod redis_server;
 
 use common::tls::TlsSetup;
 use common::{node, Server};
@@ -73,16 +71,9 @@ fn real_walletconnect_client_over_wss_pairs_requests_and_gets_cached_request_thr
 
 #[test]
 fn real_walletconnect_client_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
-    let redis = redis_server::RedisServer::start();
-    let url = redis.url();
-    let nodes: Vec<Server> = (0..3)
-        .map(|_| Server::start(&["--threads", "2", "--redis", &url]))
-        .collect();
-    let relay_url = nodes
-        .iter()
-        .map(|s| format!("ws://{}", s.addr))
-        .collect::<Vec<_>>()
-        .join(",");
+    let redis = common::redis::RedisServer::start();
+    let nodes = common::cluster::nodes(3, &[&redis], &[]);
+    let relay_url = common::cluster::ws_urls(&nodes);
     run_pair_script_at(
         &relay_url,
         &[],

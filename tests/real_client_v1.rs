@@ -15,8 +15,6 @@
 //! `redis-server` (7.0 or later).
 
 mod common;
-#[path = "common/redis.rs"]
-mod redis_server;
 
 use common::{node, Server};
 use std::time::Duration;
@@ -56,16 +54,9 @@ fn walletconnect_1_client_connects_signs_gets_pending_request_and_disconnects_th
 
 #[test]
 fn walletconnect_1_client_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
-    let redis = redis_server::RedisServer::start();
-    let url = redis.url();
-    let nodes: Vec<Server> = (0..3)
-        .map(|_| Server::start(&["--threads", "2", "--redis", &url]))
-        .collect();
-    let bridge = nodes
-        .iter()
-        .map(|s| format!("ws://{}", s.addr))
-        .collect::<Vec<_>>()
-        .join(",");
+    let redis = common::redis::RedisServer::start();
+    let nodes = common::cluster::nodes(3, &[&redis], &[]);
+    let bridge = common::cluster::ws_urls(&nodes);
     run_session_script_at(
         &bridge,
         "3 nodes on one Redis: dApp node 1, wallet node 2, returning wallet node 3",

@@ -1,14 +1,13 @@
 //! The registry rules of DECISIONS §2 against the real binary over real HTTP: one test per
 //! rule (counts, hybrids, order, search, paging, every 400, logo, 404, caching, gzip, CORS,
-//! HEAD, pipelining, `--registry-dir`).
+//! HEAD, pipelining, large answers); the registry from `--registry-dir` is in
+//! `registry_reload.rs`.
 
 mod common;
 
 use std::fmt;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::{HttpConn, Resp, Server, SockOpts};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -502,124 +501,6 @@ fn pipelined_queries_on_one_connection_answer_in_order() {
     assert_eq!(c.response(false).body, a.body);
     assert_eq!(c.response(false).body, b.body);
     assert_eq!(c.response(false).body, c_.body);
-}
-
-fn tmp_dir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("walletrelay-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-#[test]
-fn registry_dir_serves_a_generated_registry() {
-    let dir = tmp_dir("gen");
-    let out = Command::new(env!("CARGO_BIN_EXE_registry-gen"))
-        .args(["--entries", "2000", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = Server::start(&["--registry-dir", dir.to_str().unwrap()]);
-    let all = get(&s, "/api/v1/all").json();
-    assert_eq!(all["count"], 2000);
-    let w = get(&s, "/api/v1/wallets").json()["count"].as_u64().unwrap();
-    let d = get(&s, "/api/v1/dapps").json()["count"].as_u64().unwrap();
-    assert_eq!(w + d - 2000, 2000 * 6 / 245, "hybrids counted once in /all");
-    let page = get(&s, "/api/v1/all?search=wallet&entries=50&page=2").json();
-    assert!(page["total"].as_u64().unwrap() > 50);
-    assert_eq!(page["count"], 50);
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Runs the server expecting it to refuse to start; returns its stderr.
-fn refuses_to_start(dir: &std::path::Path) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_walletrelay"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            "none",
-            "--registry-dir",
-        ])
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("server started on bad data");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    assert!(!out.contains("listening"), "it must not listen: {out}");
-    assert!(!status.success());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    err
-}
-
-#[test]
-fn registry_dir_with_bad_data_stops_the_start_naming_file_and_entry() {
-    let dir = tmp_dir("bad");
-    let good_w = r#"{"w1":{"id":"w1","name":"W"}}"#;
-    let cases: [(&str, &str, &[&str]); 5] = [
-        (
-            good_w,
-            r#"{"d1":{"id":"d1","name":"D"},"d2":{"id":"d2"}}"#,
-            &["dapps.json", "d2", "name"],
-        ),
-        (
-            r#"{"w1":{"name":"W"}}"#,
-            "{}",
-            &["wallets.json", "w1", "id"],
-        ),
-        (
-            r#"{"w1":{"id":"w2","name":"W"}}"#,
-            "{}",
-            &["wallets.json", "w1", "w2"],
-        ),
-        (good_w, "{\"d1\": {", &["dapps.json", "line"]),
-        (
-            r#"{"w1":{"id":"w1","name":7}}"#,
-            "{}",
-            &["wallets.json", "w1", "name"],
-        ),
-    ];
-    for (w, d, want) in cases {
-        std::fs::write(dir.join("wallets.json"), w).unwrap();
-        std::fs::write(dir.join("dapps.json"), d).unwrap();
-        let err = refuses_to_start(&dir);
-        for needle in want {
-            assert!(err.contains(needle), "{needle:?} not in: {err}");
-        }
-    }
-    std::fs::remove_file(dir.join("dapps.json")).unwrap();
-    let err = refuses_to_start(&dir);
-    assert!(err.contains("dapps.json"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Large answers leave the server as ranges of its sealed registry file (`sendfile`) between

@@ -1,14 +1,19 @@
-//! Hot registry reload: SIGHUP re-reads `--registry-dir`, and every worker answers from
-//! the new index between two requests, so a registry update needs no restart. New
-//! entries appear in listings and searches with new ETags (answers the workers had cached
-//! are not served again); a directory that fails to load keeps the old answers and the
-//! log says why. Connections open across the reload keep working.
+//! The registry from `--registry-dir`: a generated registry is served, a directory with bad
+//! data stops the start naming the file and the entry, and hot reload: SIGHUP re-reads the
+//! directory, and every worker answers from the new index between two requests, so a
+//! registry update needs no restart. New entries appear in listings and searches with new
+//! ETags (answers the workers had cached are not served again); a directory that fails to
+//! load keeps the old answers and the log says why. Connections open across the reload keep
+//! working.
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::http::HttpConn;
+use common::wait::poll;
 use common::{Resp, Server, TempDir};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -47,14 +52,16 @@ fn add_entry(dir: &TempDir, id: &str, entry: &str) {
 
 /// Polls `target` until its ETag differs from `old` (bounded); returns the answer.
 fn until_new_etag(s: &Server, target: &str, old: &str) -> Resp {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let mut last = None;
+    let new = poll(WAIT, || {
         let r = get(s, target);
-        if r.header("ETag") != Some(old) || Instant::now() > deadline {
-            return r;
+        if r.header("ETag") != Some(old) {
+            return Some(r);
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        last = Some(r);
+        None
+    });
+    new.or(last).expect("asked at least once")
 }
 
 #[test]
@@ -163,4 +170,109 @@ fn sighup_without_registry_dir_or_tls_changes_nothing() {
     s.wait_log(mark, "SIGHUP", WAIT).expect("SIGHUP not logged");
     s.assert_serving("SIGHUP");
     assert_eq!(get(&s, "/api/v1/all").header("ETag"), Some(tag.as_str()));
+}
+
+// ------------------------------------------------------------------------------------------
+// Loading at start
+
+#[test]
+fn registry_dir_serves_a_generated_registry() {
+    let dir = TempDir::new("gen");
+    let out = Command::new(env!("CARGO_BIN_EXE_registry-gen"))
+        .args(["--entries", "2000", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = Server::start(&["--registry-dir", dir.arg()]);
+    let all = get(&s, "/api/v1/all").json();
+    assert_eq!(all["count"], 2000);
+    let w = get(&s, "/api/v1/wallets").json()["count"].as_u64().unwrap();
+    let d = get(&s, "/api/v1/dapps").json()["count"].as_u64().unwrap();
+    assert_eq!(w + d - 2000, 2000 * 6 / 245, "hybrids counted once in /all");
+    let page = get(&s, "/api/v1/all?search=wallet&entries=50&page=2").json();
+    assert!(page["total"].as_u64().unwrap() > 50);
+    assert_eq!(page["count"], 50);
+}
+
+/// Runs the server expecting it to refuse to start; returns its stderr.
+fn refuses_to_start(dir: &std::path::Path) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_walletrelay"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            "none",
+            "--registry-dir",
+        ])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let Some(status) = poll(Duration::from_secs(20), || child.try_wait().unwrap()) else {
+        let _ = child.kill();
+        panic!("server started on bad data");
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(!out.contains("listening"), "it must not listen: {out}");
+    assert!(!status.success());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
+#[test]
+fn registry_dir_with_bad_data_stops_the_start_naming_file_and_entry() {
+    let dir = TempDir::new("bad");
+    let good_w = r#"{"w1":{"id":"w1","name":"W"}}"#;
+    let cases: [(&str, &str, &[&str]); 5] = [
+        (
+            good_w,
+            r#"{"d1":{"id":"d1","name":"D"},"d2":{"id":"d2"}}"#,
+            &["dapps.json", "d2", "name"],
+        ),
+        (
+            r#"{"w1":{"name":"W"}}"#,
+            "{}",
+            &["wallets.json", "w1", "id"],
+        ),
+        (
+            r#"{"w1":{"id":"w2","name":"W"}}"#,
+            "{}",
+            &["wallets.json", "w1", "w2"],
+        ),
+        (good_w, "{\"d1\": {", &["dapps.json", "line"]),
+        (
+            r#"{"w1":{"id":"w1","name":7}}"#,
+            "{}",
+            &["wallets.json", "w1", "name"],
+        ),
+    ];
+    for (w, d, want) in cases {
+        std::fs::write(dir.join("wallets.json"), w).unwrap();
+        std::fs::write(dir.join("dapps.json"), d).unwrap();
+        let err = refuses_to_start(dir.path());
+        for needle in want {
+            assert!(err.contains(needle), "{needle:?} not in: {err}");
+        }
+    }
+    std::fs::remove_file(dir.join("dapps.json")).unwrap();
+    let err = refuses_to_start(dir.path());
+    assert!(err.contains("dapps.json"), "{err}");
 }

@@ -7,14 +7,16 @@
 //! fields surviving a `kill -9` of the durable engine.
 
 mod common;
-mod durability_support;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
+use common::durability::Node;
+use common::raw_ws::{upgrade_request, RFC_KEY};
+use common::wait::wait_until;
 use common::ws::Ws;
+use common::TempDir;
 use common::{topic, Server};
-use durability_support::{Dir, Node};
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde_json::{json, Value};
 
@@ -81,10 +83,7 @@ fn ws_at(server: &Server, query: &str) -> Ws {
 
 /// The raw HTTP answer to an upgrade at `/?{query}` with `extra` header lines.
 fn upgrade_answer(server: &Server, query: &str, extra: &str) -> String {
-    let req = format!(
-        "GET /?{query} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
-    );
+    let req = upgrade_request(&format!("/?{query}"), RFC_KEY, extra);
     String::from_utf8_lossy(&server.raw_exchange(req.as_bytes())).into_owned()
 }
 
@@ -409,20 +408,17 @@ fn project_ids_are_an_allow_list_reread_on_sighup() {
     assert!(upgrade_answer(&s, "", "").starts_with("HTTP/1.1 403"));
     std::fs::write(&file, "p2\n").unwrap();
     s.signal(libc::SIGHUP);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !upgrade_answer(&s, "projectId=p2", "").starts_with("HTTP/1.1 101") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "p2 allowed after SIGHUP"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let allowed = || upgrade_answer(&s, "projectId=p2", "").starts_with("HTTP/1.1 101");
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), allowed),
+        "p2 allowed after SIGHUP"
+    );
     assert!(upgrade_answer(&s, "projectId=p1", "").starts_with("HTTP/1.1 403"));
 }
 
 #[test]
 fn published_at_tag_and_attestation_survive_a_kill_9() {
-    let dir = Dir::new("irn-fields");
+    let dir = TempDir::new("irn-fields");
     let node = Node::start(&dir, &["--threads", "2"]);
     let t = topic();
     let mut p = node.ws();

@@ -2,6 +2,7 @@
 //! and at four (where publisher and subscriber are placed on different workers on purpose).
 
 mod common;
+use common::wait::poll_every;
 use common::{topic, Server, Ws, THREADS};
 use serde_json::json;
 
@@ -243,14 +244,11 @@ fn closing_a_connection_drops_its_subscriptions() {
         // Read until the server's close answer.
         while a.sock.read().is_ok() {}
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while s.metric("walletrelay_subscriptions") != 0.0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "subscription not dropped"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let every = std::time::Duration::from_millis(20);
+    let dropped = poll_every(every, std::time::Duration::from_secs(5), || {
+        (s.metric("walletrelay_subscriptions") == 0.0).then_some(())
+    });
+    assert!(dropped.is_some(), "subscription not dropped");
 }
 
 #[test]

@@ -24,14 +24,12 @@
 //! `redis-server` (7.0 or later).
 
 mod common;
-mod durability_support;
-#[path = "common/redis.rs"]
-mod redis_server;
 
 use common::tls::TlsSetup;
+use common::wait::wait_until;
+use common::TempDir;
 use common::{node, Server};
-use durability_support::Dir;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Upper bound for one run of the script (it has its own timeout of 120 s, plus the idle time).
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(180);
@@ -111,20 +109,17 @@ fn free_port() -> u16 {
 
 /// Waits (up to 30 s) until `port` can be bound again after the process that held it died.
 fn wait_port_free(port: u16) {
-    let end = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < end,
-            "port {port} still taken 30 s after the kill"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let free = || std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+    assert!(
+        wait_until(Duration::from_secs(30), free),
+        "port {port} still taken 30 s after the kill"
+    );
 }
 
 #[test]
 fn sdk_wallet_gets_the_request_after_the_relay_was_killed_and_restarted_on_its_data_dir() {
     node::ensure_node_modules("e2e-sdk", MARKER);
-    let dir = Dir::new("sdk-restart");
+    let dir = TempDir::new("sdk-restart");
     let listen = format!("127.0.0.1:{}", free_port());
     let args = [
         "--listen",
@@ -163,16 +158,9 @@ fn sdk_wallet_gets_the_request_after_the_relay_was_killed_and_restarted_on_its_d
 
 #[test]
 fn sdk_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
-    let redis = redis_server::RedisServer::start();
-    let url = redis.url();
-    let nodes: Vec<Server> = (0..2)
-        .map(|_| Server::start(&["--threads", "2", "--redis", &url]))
-        .collect();
-    let relay_url = nodes
-        .iter()
-        .map(|s| format!("ws://{}", s.addr))
-        .collect::<Vec<_>>()
-        .join(",");
+    let redis = common::redis::RedisServer::start();
+    let nodes = common::cluster::nodes(2, &[&redis], &[]);
+    let relay_url = common::cluster::ws_urls(&nodes);
     run_sdk(
         "cluster",
         &relay_url,

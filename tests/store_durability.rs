@@ -5,20 +5,17 @@
 //!
 //! The child processes are this test binary itself, re-run with `WR_STORE_CHILD` set.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use common::tempdir::Tmpfs;
+use common::TempDir;
 use walletrelay::store::{self, DirLock, FsyncMode, Log, LogConfig, StoreError, Syncer};
 
 const CHILD: &str = "WR_STORE_CHILD";
-
-fn temp(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("wr-durability-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    p
-}
 
 fn payload(i: u64) -> Vec<u8> {
     format!("{i:08} {}", "m".repeat(590)).into_bytes()
@@ -62,8 +59,9 @@ fn a_second_process_on_the_same_directory_is_refused_with_the_holders_pid() {
         }
         return;
     }
-    let dir = temp("lock");
-    let held = DirLock::acquire(&dir).unwrap();
+    let temp = TempDir::new("store-lock");
+    let dir = temp.path();
+    let held = DirLock::acquire(dir).unwrap();
     let name = "a_second_process_on_the_same_directory_is_refused_with_the_holders_pid";
     let out = child(name, dir.to_str().unwrap()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -88,7 +86,6 @@ fn a_second_process_on_the_same_directory_is_refused_with_the_holders_pid() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(text.contains("NOT REFUSED: Ok"), "after release: {text}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -108,7 +105,8 @@ fn every_record_acknowledged_before_kill_9_comes_back() {
         }
         return;
     }
-    let dir = temp("kill9");
+    let temp = TempDir::new("store-kill9");
+    let dir = temp.path();
     let mut c = child(name, dir.to_str().unwrap()).spawn().unwrap();
     let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
     let mut acked = 0u64;
@@ -129,56 +127,31 @@ fn every_record_acknowledged_before_kill_9_comes_back() {
             acked = acked.max(n.parse().unwrap());
         }
     }
-    let _lock = DirLock::acquire(&dir).expect("the dead child's lock is gone");
-    let (got, stats) = recovered(&dir);
+    let _lock = DirLock::acquire(dir).expect("the dead child's lock is gone");
+    let (got, stats) = recovered(dir);
     assert!(got.len() as u64 >= acked, "{} of {acked} back", got.len());
     for (i, p) in got.iter().enumerate() {
         assert_eq!(*p, payload(i as u64), "record {i}");
     }
     assert_eq!(stats.skipped_regions, 0);
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// A tmpfs of 1 MiB mounted for the test, unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path) -> Result<Tmpfs, String> {
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-            .arg(dir)
-            .output()
-            .map_err(|e| format!("cannot run mount: {e}"))?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-        }
-        Ok(Tmpfs(dir.to_path_buf()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[test]
 fn a_full_disk_is_reported_leaves_whole_records_and_recovers_when_space_is_freed() {
-    let dir = temp("full");
-    let fs = match Tmpfs::mount(&dir) {
+    let dir = TempDir::new("store-full");
+    let fs = match Tmpfs::mount(&dir, "1m") {
         Ok(fs) => fs,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&dir);
-            println!("SKIPPED disk-full test: cannot mount a 1 MiB tmpfs ({e})");
-            eprintln!("SKIPPED disk-full test: cannot mount a 1 MiB tmpfs ({e})");
+        Err(why) => {
+            let test =
+                "a_full_disk_is_reported_leaves_whole_records_and_recovers_when_space_is_freed";
+            common::skip::skip(test, &why);
             return;
         }
     };
-    let filler = fs.0.join("filler");
+    let filler = fs.path().join("filler");
     std::fs::write(&filler, vec![1u8; 600 << 10]).unwrap();
     let s = Syncer::start(FsyncMode::Everysec).unwrap();
-    let mut log = open(&fs.0, 128 << 10, &s);
+    let mut log = open(fs.path(), 128 << 10, &s);
     let mut acked = Vec::new();
     let mut pending = Vec::new();
     let mut lost = None;
@@ -216,7 +189,7 @@ fn a_full_disk_is_reported_leaves_whole_records_and_recovers_when_space_is_freed
     assert_eq!(log.health(), Ok(()));
     assert!(log.metrics().write_errors.get() >= 2);
     drop((log, s));
-    let (got, stats) = recovered(&fs.0);
+    let (got, stats) = recovered(fs.path());
     let want: Vec<Vec<u8>> = acked.iter().map(|&i| payload(i)).collect();
     assert_eq!(got, want, "exactly the acknowledged records, in order");
     assert_eq!((stats.skipped_regions, stats.torn_tails), (0, 0));

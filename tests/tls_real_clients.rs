@@ -5,6 +5,8 @@
 //! makes. It does not start the real server: the real binary is tested with the same
 //! clients (and curl and Python's `ssl`) in `tls_serving.rs`.
 
+mod common;
+
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,9 +22,9 @@ use slab::Slab;
 use walletrelay::outbuf::{FileRange, Flush, OutBuf};
 use walletrelay::tls::{TlsFiles, TlsLoader, TlsScratch, TlsSession, TlsSink};
 
-#[path = "common/tls_pki.rs"]
-mod tls_pki;
-use tls_pki::{Leaf, TestCa};
+use common::tls_pki::{Leaf, TestCa};
+use common::wait::wait_until;
+use common::TempDir;
 
 const LISTENER: Token = Token(usize::MAX);
 /// Shared part of the `/big` body.
@@ -34,11 +36,8 @@ const BIG_FILE: usize = 2 << 20;
 fn big_body() -> (Bytes, FileRange, Vec<u8>) {
     let shared = Bytes::from((0..BIG_SHARED).map(|i| (i % 251) as u8).collect::<Vec<_>>());
     let content: Vec<u8> = (0..BIG_FILE).map(|i| (i % 241) as u8).collect();
-    let path = std::env::temp_dir().join(format!(
-        "tls-big-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
+    let dir = TempDir::new("tls-big");
+    let path = dir.join("big");
     std::fs::write(&path, &content).unwrap();
     let file = Arc::new(std::fs::File::open(&path).unwrap());
     let _ = std::fs::remove_file(&path);
@@ -107,13 +106,8 @@ impl TlsServer {
 
     /// Waits (bounded) until the server holds `n` connections.
     fn wait_open(&self, n: usize) -> bool {
-        for _ in 0..500 {
-            if self.stats.open.load(Ordering::SeqCst) == n {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
+        let open = || self.stats.open.load(Ordering::SeqCst) == n;
+        wait_until(Duration::from_secs(5), open)
     }
 }
 
@@ -248,31 +242,12 @@ fn answer(c: &mut Conn, big: &(Bytes, FileRange, Vec<u8>)) {
     }
 }
 
-fn server_for(ca: &TestCa, serial: u64) -> (TlsLoader, TlsServer, tempdir::Dir) {
-    let dir = tempdir::Dir::new();
+fn server_for(ca: &TestCa, serial: u64) -> (TlsLoader, TlsServer, TempDir) {
+    let dir = TempDir::new("tls-test");
     let (cert, key) = ca.leaf(serial).write_to(&dir.0);
     let loader = TlsLoader::new(TlsFiles { cert, key }).unwrap();
     let server = TlsServer::start(loader.load().unwrap());
     (loader, server, dir)
-}
-
-mod tempdir {
-    /// A directory removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
-    impl Dir {
-        pub fn new() -> Dir {
-            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let p = std::env::temp_dir().join(format!("tls-test-{}-{n}", std::process::id()));
-            std::fs::create_dir_all(&p).unwrap();
-            Dir(p)
-        }
-    }
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }
 
 /// A blocking `rustls` client connection to the server.

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use common::http::HttpConn;
+use common::skip::skip;
 use common::tls::{Stream, TlsSetup};
 use common::{checks, topic, Resp, Server};
 use rustls::{HandshakeKind, ProtocolVersion};
@@ -221,7 +222,8 @@ fn finished_and_the_first_request_in_one_write_are_answered_with_the_ticket() {
 #[test]
 fn curl_with_the_test_ca_gets_the_registry_and_hello_over_tls13_and_tls12() {
     if Command::new("curl").arg("--version").output().is_err() {
-        eprintln!("curl not installed: SKIPPED");
+        let test = "curl_with_the_test_ca_gets_the_registry_and_hello_over_tls13_and_tls12";
+        skip(test, "curl is not installed");
         return;
     }
     let tls = TlsSetup::new();
@@ -261,7 +263,8 @@ fn curl_with_the_test_ca_gets_the_registry_and_hello_over_tls13_and_tls12() {
 #[test]
 fn python_ssl_clients_negotiate_resume_and_get_answers() {
     if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("python3 not installed: SKIPPED");
+        let test = "python_ssl_clients_negotiate_resume_and_get_answers";
+        skip(test, "python3 is not installed");
         return;
     }
     let tls = TlsSetup::new();
@@ -414,7 +417,8 @@ fn python_websockets_client_uses_the_relay_over_wss() {
     let python = match websockets_python() {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("python websockets not available: SKIPPED ({why})");
+            let test = "python_websockets_client_uses_the_relay_over_wss";
+            skip(test, &format!("python websockets is not available ({why})"));
             return;
         }
     };

@@ -7,15 +7,15 @@
 //! for each pub that is not silent, live or pending, none for a silent one.
 
 mod common;
-mod webhook_support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::v1::{null_id_error, sent_pub};
-use common::{each_server, topic, RawWs, Server, SockOpts, THREADS};
-use webhook_support::{Receiver, Reply};
+use common::wait::poll_every;
+use common::webhook::{Receiver, Reply};
+use common::{each_server, topic, RawWs, Server, SockOpts, TempDir, THREADS};
 
 /// Frame payload size in the slow-consumer test.
 const SIZE: usize = 8192;
@@ -176,11 +176,11 @@ fn pending_frames_expire_after_the_pending_ttl() {
             1.0
         );
         // Expired (and counted) a second later.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while s.dropped("expired") < 1.0 {
-            assert!(Instant::now() < deadline, "the pending frame never expired");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let (every, within) = (Duration::from_millis(100), Duration::from_secs(10));
+        let expired = poll_every(every, within, || {
+            (s.dropped("expired") >= 1.0).then_some(())
+        });
+        assert!(expired.is_some(), "the pending frame never expired");
         assert_eq!(s.metric("walletrelay_cached_messages"), 0.0);
         let mut sub = RawWs::open(s);
         sub.v1_sub(&tp);
@@ -193,8 +193,8 @@ fn pending_frames_expire_after_the_pending_ttl() {
 
 #[test]
 fn pending_frames_survive_kill_9_and_a_taken_one_does_not_come_back() {
-    let dir = std::env::temp_dir().join(format!("walletrelay-v1-{}", topic()));
-    let d = dir.to_str().expect("temporary directory name");
+    let dir = TempDir::new("v1-pending");
+    let d = dir.arg();
     let tp = topic();
     {
         let s = Server::start(&["--threads", "4", "--data-dir", d]);
@@ -226,7 +226,6 @@ fn pending_frames_survive_kill_9_and_a_taken_one_does_not_come_back() {
         publ.v1_pub(&tp, "p3", None);
         sub.expect_text(&sent_pub(&tp, "p3", false), "after the second restart");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Registers `url` for `tp` and requires `{"success":true}`.

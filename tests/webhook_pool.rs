@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use walletrelay::webhook::{Delivery, WebhookConfig, WebhookPool};
 
 mod common;
-mod webhook_support;
 use common::metrics;
-use webhook_support::{wait_until, Receiver, Reply};
+use common::wait::wait_until;
+use common::webhook::{Receiver, Reply};
 
 fn config(threads: usize, queue: usize, allow_private: bool, timeout: Duration) -> WebhookConfig {
     WebhookConfig {

@@ -10,13 +10,13 @@
 //! the count must be exactly what is expected.
 
 mod common;
-mod webhook_support;
 
 use std::time::{Duration, Instant};
 
+use common::wait::wait_until;
+use common::webhook::{Receiver, Reply, Seen};
 use common::{topic, Server, THREADS};
 use serde_json::json;
-use webhook_support::{wait_until, Receiver, Reply, Seen};
 
 const LONG: Duration = Duration::from_secs(20);
 /// Time allowed for a call that should not happen to show up anyway.

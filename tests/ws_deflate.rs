@@ -1,6 +1,6 @@
 //! permessage-deflate payloads checked against an independent implementation (CPython's
-//! `zlib`, in a real `python3` process: skipped with a message when there is none), and the
-//! inflater's bound against a DEFLATE bomb built bit by bit here.
+//! `zlib`, in a real `python3` process: those tests are skipped, saying so, when there is
+//! none), and the inflater's bound against a DEFLATE bomb built bit by bit here.
 
 mod common;
 
@@ -8,27 +8,23 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::hex;
+use common::skip::skip;
 use walletrelay::rpc;
 use walletrelay::ws::deflate::{self, DeflateError, Deflater, Inflater};
 
-/// Runs `script` under python3 with `input` on stdin; `None` when python3 is missing.
-fn python(script: &str, input: &[u8]) -> Option<Vec<u8>> {
-    let mut child = match Command::new("python3")
+/// Runs `script` under python3 with `input` on stdin; the error says why python3 could not
+/// be run.
+fn python(script: &str, input: &[u8]) -> Result<Vec<u8>, String> {
+    let mut child = Command::new("python3")
         .args(["-c", script])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("SKIPPED: python3 not available ({e})");
-            return None;
-        }
-    };
+        .map_err(|e| format!("python3 is not available ({e})"))?;
     child.stdin.take().unwrap().write_all(input).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "python3 failed");
-    Some(out.stdout)
+    Ok(out.stdout)
 }
 
 /// Length-prefixed records (4 bytes big-endian, then the bytes).
@@ -117,8 +113,9 @@ fn python_zlib_inflates_what_we_send() {
         sent.push(z);
         expect.push(msg);
     }
-    let Some(out) = python(&py_mode("inflate"), &records(&sent)) else {
-        return;
+    let out = match python(&py_mode("inflate"), &records(&sent)) {
+        Ok(out) => out,
+        Err(why) => return skip("python_zlib_inflates_what_we_send", &why),
     };
     assert_eq!(unrecords(&out), expect);
 }
@@ -132,8 +129,9 @@ fn we_inflate_what_python_zlib_sends() {
         [&prefix[..], &data, rpc::PUSH_SUFFIX].concat(),
         hex(100_000, 5).into_bytes(),
     ];
-    let Some(out) = python(&py_mode("deflate"), &records(&msgs)) else {
-        return;
+    let out = match python(&py_mode("deflate"), &records(&msgs)) {
+        Ok(out) => out,
+        Err(why) => return skip("we_inflate_what_python_zlib_sends", &why),
     };
     let mut inf = Inflater::new();
     let mut got = Vec::new();
@@ -200,8 +198,9 @@ fn a_deflate_bomb_stops_at_the_bound() {
     inf.inflate(&small, 1 << 20, &mut out).unwrap();
     assert_eq!(out.len(), 1 + 258 * 1000);
     assert!(out.iter().all(|&b| b == 0));
-    if let Some(py) = python(&py_mode("inflate"), &records(&[small])) {
-        assert_eq!(unrecords(&py), vec![out.clone()]);
+    match python(&py_mode("inflate"), &records(&[small])) {
+        Ok(py) => assert_eq!(unrecords(&py), vec![out.clone()]),
+        Err(why) => eprintln!("not checked against zlib: {why}"),
     }
     // 6.5 MB that would inflate to 1 GiB: refused after the first MiB, and the buffer
     // never holds more than the bound plus one byte.

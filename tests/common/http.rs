@@ -46,6 +46,14 @@ pub fn body_of(raw: &[u8]) -> &[u8] {
     head_end(raw).map_or(&[][..], |p| &raw[p + 4..])
 }
 
+/// The value of the first header field named `name` (case-insensitive) in `headers`.
+pub fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 /// One HTTP answer as read off the socket.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resp {
@@ -60,10 +68,7 @@ pub struct Resp {
 impl Resp {
     /// The value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
 
     /// The body as UTF-8 text.

@@ -2,9 +2,10 @@
 //! webhook pool's own rendering) and [`Server`] methods that fetch it. It only reads values;
 //! which value is right is the tests' business.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::http::{body_of, status_of};
+use super::wait::poll_every;
 use super::Server;
 
 /// The metric name of a sample line (`name{labels} value` or `name value`).
@@ -81,13 +82,12 @@ impl Server {
     /// Polls a metric until `/metrics` answers and `ok` holds (or `within` passes); returns
     /// the last value (NaN if `/metrics` never answered).
     pub fn wait_metric(&self, name: &str, within: Duration, ok: impl Fn(f64) -> bool) -> f64 {
-        let start = Instant::now();
-        loop {
-            let v = self.try_metric(name);
-            if v.is_some_and(&ok) || start.elapsed() > within {
-                return v.unwrap_or(f64::NAN);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mut last = None;
+        let every = Duration::from_millis(100);
+        let found = poll_every(every, within, || {
+            last = self.try_metric(name);
+            last.filter(|v| ok(*v))
+        });
+        found.or(last).unwrap_or(f64::NAN)
     }
 }

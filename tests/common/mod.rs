@@ -1,40 +1,56 @@
-//! Test support: runs the real `walletrelay` binary on a loopback port and talks to it over
-//! real sockets. One home for every client the integration tests use:
-//! - [`Server`]: the process (started, probed, signalled, killed on drop; its log when
-//!   asked) and plain TCP connections;
+//! Test support, all of it: runs the real `walletrelay` binary on a loopback port and talks
+//! to it over real sockets. The modules and what each owns:
+//! - this file: [`Server`], the process (started, probed, signalled, killed on drop; its
+//!   log when asked) and plain TCP connections; topics, hex payloads, `/proc` readings;
+//! - [`tempdir`]: [`TempDir`], the one temporary directory (removed on drop), and
+//!   [`tempdir::Tmpfs`], a small tmpfs on one for the full-disk tests;
+//! - [`wait`]: the one wait-until helper (poll a condition until it holds or time is up);
+//! - [`skip`]: a test that cannot set up what it needs says so (counted as skipped);
 //! - [`tls`]: TLS connections to its TLS listener, with a test CA ([`tls_pki`]);
 //! - [`ws::Ws`]: a normal WebSocket client (tungstenite);
-//! - [`raw_ws::RawWs`]: a raw WebSocket client that controls every byte;
+//! - [`raw_ws::RawWs`]: the one raw WebSocket client, that controls every byte;
+//! - [`v1`]: WalletConnect 1.0 bridge frames over a [`RawWs`];
 //! - [`http`]: HTTP/1.1 requests and a strict answer reader;
 //! - [`metrics`]: `/metrics` scraping;
 //! - [`checks`]: "the server still serves" assertions;
-//! - [`node`]: Node.js scripts (the real WalletConnect clients from npm) against the binary;
 //! - [`rng::Rng`]: a seeded RNG for reproducible "random" input;
-//! - [`v1`]: WalletConnect 1.0 bridge frames over a [`RawWs`];
-//! - [`skip`]: a test that cannot set up what it needs says so (counted as skipped).
+//! - [`node`]: Node.js scripts (the real WalletConnect clients from npm) against the binary;
+//! - [`durability`]: the binary on a data directory (`kill -9`, SIGTERM, its log), pipelined
+//!   publishers that record what was acknowledged, a topic's history after a restart;
+//! - [`redis`]: a real `redis-server`, and the cluster library's side of a node on it;
+//! - [`cluster`]: nodes of the binary on real Redis shards, clients that keep publishing
+//!   or reading on their own threads;
+//! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told.
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
-//! flags and signals (or `/proc` for its memory).
+//! flags and signals (or `/proc` for its memory). Two exceptions, each said in its module:
+//! [`redis`] drives the cluster library itself (for the cluster library's tests), and
+//! [`cluster`] asks it which shard a topic lives on.
 #![allow(dead_code)]
 
 pub mod checks;
+pub mod cluster;
+pub mod durability;
 pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod raw_ws;
+pub mod redis;
 pub mod rng;
 pub mod skip;
+pub mod tempdir;
 pub mod tls;
 pub mod tls_pki;
 pub mod v1;
+pub mod wait;
+pub mod webhook;
 pub mod ws;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 // Each test binary uses some of these, none uses all.
 #[allow(unused_imports)]
@@ -43,6 +59,8 @@ pub use http::{HttpConn, Resp};
 pub use raw_ws::{Frame, Next, RawWs};
 #[allow(unused_imports)]
 pub use rng::Rng;
+#[allow(unused_imports)]
+pub use tempdir::TempDir;
 #[allow(unused_imports)]
 pub use ws::Ws;
 
@@ -82,6 +100,17 @@ pub struct Server {
     log: Option<Arc<Mutex<String>>>,
 }
 
+/// What [`Server::spawn`] does with the server's stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stderr {
+    /// The test's own stderr; no [`Server::log`].
+    Inherit,
+    /// Kept for [`Server::log`] and shown on the test's stderr as it comes.
+    KeepAndShow,
+    /// Kept for [`Server::log`] only (the durability tests run it at `info`).
+    Keep,
+}
+
 /// Options set on a client socket before it connects (they shape the receive window and the
 /// segment size the server sees).
 #[derive(Clone, Copy, Debug, Default)]
@@ -96,13 +125,13 @@ impl Server {
     /// Starts the binary on `127.0.0.1:0` (unless `args` has its own `--listen`) with extra
     /// `args` and waits until it listens (on both listeners with `--tls-listen`).
     pub fn start(args: &[&str]) -> Server {
-        Server::spawn(args, false, false)
+        Server::spawn(args, Stderr::Inherit, false, &[])
     }
 
     /// Like [`Server::start`] with the limits per client at their defaults (unless `args`
     /// sets them), not off.
     pub fn start_limited(args: &[&str]) -> Server {
-        Server::spawn(args, false, true)
+        Server::spawn(args, Stderr::Inherit, true, &[])
     }
 
     /// A server some test started itself and saw listening on `addr` (plain only).
@@ -118,11 +147,14 @@ impl Server {
     /// Like [`Server::start`], keeping what the server logs (still shown) for
     /// [`Server::log`].
     pub fn start_logged(args: &[&str]) -> Server {
-        Server::spawn(args, true, false)
+        Server::spawn(args, Stderr::KeepAndShow, false, &[])
     }
 
-    fn spawn(args: &[&str], keep_log: bool, limited: bool) -> Server {
+    /// Starts the binary (see [`Server::start`]) with its stderr handled as `stderr` says,
+    /// the limits per client at their defaults if `limited`, and `env` set.
+    fn spawn(args: &[&str], stderr: Stderr, limited: bool, env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_walletrelay"));
+        cmd.envs(env.iter().copied());
         if limited {
             for (k, _) in LIMITS_OFF {
                 cmd.env_remove(k);
@@ -142,10 +174,10 @@ impl Server {
         let mut child = cmd
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(if keep_log {
-                Stdio::piped()
-            } else {
+            .stderr(if stderr == Stderr::Inherit {
                 Stdio::inherit()
+            } else {
+                Stdio::piped()
             })
             .spawn()
             .expect("spawn walletrelay");
@@ -154,7 +186,9 @@ impl Server {
             let keep = Arc::clone(&log);
             std::thread::spawn(move || {
                 for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    let _ = writeln!(std::io::stderr(), "{line}");
+                    if stderr == Stderr::KeepAndShow {
+                        let _ = writeln!(std::io::stderr(), "{line}");
+                    }
                     let mut l = keep.lock().unwrap();
                     l.push_str(&line);
                     l.push('\n');
@@ -166,10 +200,17 @@ impl Server {
         let mut lines = BufReader::new(stdout).lines();
         let (mut addr, mut tls_addr) = (None, None);
         while (plain && addr.is_none()) || (tls && tls_addr.is_none()) {
-            let line = lines
-                .next()
-                .expect("server exited before listening")
-                .expect("read stdout");
+            let Some(line) = lines.next() else {
+                let _ = child.wait();
+                // What it logged last is read by then (or the log was shown as it came).
+                std::thread::sleep(Duration::from_millis(100));
+                let logged = log.as_ref().map(|l| l.lock().unwrap().clone());
+                panic!(
+                    "server exited before listening:\n{}",
+                    logged.unwrap_or_default()
+                );
+            };
+            let line = line.expect("read stdout");
             if let Some(rest) = line.strip_prefix("walletrelay listening on ") {
                 addr = Some(rest.trim().parse().expect("address"));
             } else if let Some(rest) = line.strip_prefix("walletrelay listening for TLS on ") {
@@ -195,22 +236,11 @@ impl Server {
     /// Waits (at most `within`) until the log has a line containing `needle` after its
     /// first `skip` bytes; returns that line.
     pub fn wait_log(&self, skip: usize, needle: &str, within: Duration) -> Option<String> {
-        let deadline = Instant::now() + within;
-        loop {
+        wait::poll(within, || {
             let log = self.log();
-            if let Some(l) = log
-                .get(skip..)
-                .unwrap_or("")
-                .lines()
-                .find(|l| l.contains(needle))
-            {
-                return Some(l.to_string());
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            let line = log.get(skip..)?.lines().find(|l| l.contains(needle))?;
+            Some(line.to_string())
+        })
     }
 
     /// Sends the server a signal (`libc::SIGHUP`, ...).
@@ -223,10 +253,7 @@ impl Server {
 
     /// A raw TCP connection with generous timeouts.
     pub fn tcp(&self) -> TcpStream {
-        let s = TcpStream::connect(self.addr).expect("connect");
-        s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-        s.set_nodelay(true).unwrap();
-        s
+        tcp_to(self.addr)
     }
 
     /// Like [`Server::tcp`], with socket options set before connecting.
@@ -276,31 +303,13 @@ impl Drop for Server {
     }
 }
 
-/// A directory under the system's temp dir, removed (with its contents) on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    /// A new, empty directory whose name starts with `tag`.
-    pub fn new(tag: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static N: AtomicU64 = AtomicU64::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let d = std::env::temp_dir().join(format!("walletrelay-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("create a temp dir");
-        TempDir(d)
-    }
-
-    /// A path inside it.
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A TCP connection to `addr` with the tests' read timeout and no Nagle delay (for threads
+/// that hold an address, not a [`Server`]).
+pub fn tcp_to(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
 }
 
 /// Runs `f` against a fresh server at each worker count of [`THREADS`], with extra flags.

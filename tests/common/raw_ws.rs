@@ -4,7 +4,9 @@
 //! arbitrary bytes) and the server's frames are decoded here, so nothing in between forgives
 //! a mistake. It reads only when told to and never answers anything on its own (no pong, no
 //! close reply): what a client does is the test's choice. It must not judge the server
-//! beyond the framing rules every server frame must follow (unmasked, no reserved bits).
+//! beyond the framing rules every server frame must follow (unmasked, no reserved bits but
+//! RSV1 once permessage-deflate was agreed); payloads are given as they came (a test
+//! inflates a compressed one itself).
 
 use std::io::{self, ErrorKind};
 use std::net::TcpStream;
@@ -108,6 +110,11 @@ impl Frame {
         serde_json::from_slice(&self.payload).expect("server text is JSON")
     }
 
+    /// RSV1: the payload is compressed (permessage-deflate).
+    pub fn rsv1(&self) -> bool {
+        self.rsv & 0x4 != 0
+    }
+
     /// The status code of a close frame whose payload holds one.
     pub fn close_code(&self) -> Option<u16> {
         let p = self.payload.get(..2)?;
@@ -157,6 +164,8 @@ pub struct RawWs<S = TcpStream> {
     pos: usize,
     mask_seed: u32,
     next_id: u64,
+    /// The `Sec-WebSocket-Extensions` of the 101, if any.
+    extensions: Option<String>,
 }
 
 impl RawWs {
@@ -205,13 +214,27 @@ impl<S: Stream> RawWs<S> {
                 .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))),
             "{r:?}"
         );
+        let extensions = r.header("Sec-WebSocket-Extensions").map(str::to_string);
         RawWs {
             sock: c.s,
             buf: c.buf,
             pos: 0,
             mask_seed: 0x9e37_79b9,
             next_id: 1,
+            extensions,
         }
+    }
+
+    /// The extensions the server agreed to (`Sec-WebSocket-Extensions` of its 101).
+    pub fn extensions(&self) -> Option<&str> {
+        self.extensions.as_deref()
+    }
+
+    /// Whether permessage-deflate was agreed (the server may then set RSV1).
+    fn deflate(&self) -> bool {
+        self.extensions
+            .as_deref()
+            .is_some_and(|e| e.starts_with("permessage-deflate"))
     }
 
     // --------------------------------------------------------------------------------------
@@ -251,7 +274,12 @@ impl<S: Stream> RawWs<S> {
 
     /// Sends one masked frame.
     pub fn send_frame(&mut self, fin: bool, op: u8, payload: &[u8]) {
-        let f = self.masked_frame(if fin { 0x80 } else { 0 } | op, payload);
+        self.send_b0(if fin { 0x80 } else { 0 } | op, payload);
+    }
+
+    /// Sends one masked frame with first byte `b0` as given (FIN, RSV, opcode).
+    pub fn send_b0(&mut self, b0: u8, payload: &[u8]) {
+        let f = self.masked_frame(b0, payload);
         self.send_raw(&f);
     }
 
@@ -360,12 +388,14 @@ impl<S: Stream> RawWs<S> {
     }
 
     /// The next server frame (waiting up to the socket's read timeout). A server frame
-    /// must never be masked nor set reserved bits (RFC 6455 §5.1, §5.2).
+    /// must never be masked nor set reserved bits (RFC 6455 §5.1, §5.2), but RSV1 when
+    /// permessage-deflate was agreed (RFC 7692).
     pub fn next(&mut self) -> Next {
         match self.parse() {
             Ok(f) => {
                 assert!(!f.masked, "server sent a masked frame: {f:?}");
-                assert_eq!(f.rsv, 0, "server set reserved bits: {f:?}");
+                let allowed = if self.deflate() { 0x4 } else { 0 };
+                assert_eq!(f.rsv & !allowed, 0, "server set reserved bits: {f:?}");
                 Next::Frame(f)
             }
             Err(n) => n,

@@ -1,22 +1,27 @@
-//! Test support: a real `redis-server` on a free loopback port, killed on drop.
+//! Redis for the cluster tests: [`RedisServer`], a real `redis-server` on a free loopback
+//! port (persistent or not, killed, restarted, put to sleep), killed on drop; and [`Node`],
+//! the cluster library's side of a node on it with its events collected, for the tests of
+//! that library (`cluster_store`, `cluster_failures`): the one place in `common` that drives
+//! the server's code itself rather than the binary.
 //!
 //! Needs `redis-server` (7.0 or later) on `PATH` or at `/usr/bin/redis-server`; without it
 //! the tests fail with a message saying so (CI installs it).
-#![allow(dead_code)]
 
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use super::wait::{poll, wait_until};
+use super::TempDir;
 
 /// A running `redis-server`.
 pub struct RedisServer {
     /// Its port on 127.0.0.1.
     pub port: u16,
     child: Option<Child>,
-    /// Working directory (append-only file when persistent).
-    dir: PathBuf,
+    /// Working directory (append-only file when persistent), removed after the process
+    /// is killed (fields drop after `Drop::drop`).
+    dir: TempDir,
     persistent: bool,
 }
 
@@ -44,8 +49,6 @@ fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
 impl RedisServer {
     /// A server without persistence (`--save "" --appendonly no`).
     pub fn start() -> RedisServer {
@@ -59,19 +62,14 @@ impl RedisServer {
     }
 
     fn launch(persistent: bool) -> RedisServer {
-        let dir = std::env::temp_dir().join(format!(
-            "walletrelay-redis-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut s = RedisServer {
+            port: 0,
+            child: None,
+            dir: TempDir::new("redis"),
+            persistent,
+        };
         for _ in 0..5 {
-            let mut s = RedisServer {
-                port: free_port(),
-                child: None,
-                dir: dir.clone(),
-                persistent,
-            };
+            s.port = free_port();
             if s.spawn() {
                 return s;
             }
@@ -85,7 +83,7 @@ impl RedisServer {
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--enable-debug-command", "yes"])
-            .args(["--dir", self.dir.to_str().expect("utf-8 temp dir")])
+            .args(["--dir", self.dir.arg()])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if self.persistent {
@@ -95,20 +93,16 @@ impl RedisServer {
         }
         let child = cmd.spawn().expect("spawn redis-server");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
+        let up = poll(Duration::from_secs(10), || {
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(_)) = c.try_wait() {
                     self.child = None;
-                    return false; // exited: port taken?
+                    return Some(false); // exited: port taken?
                 }
             }
-            if self.ping() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+            self.ping().then_some(true)
+        });
+        up == Some(true)
     }
 
     /// Whether the server answers PING now.
@@ -156,14 +150,8 @@ impl RedisServer {
     /// Starts again on the same port and directory (a persistent server reloads its file).
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.spawn() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("redis-server did not restart on port {}", self.port);
+        let up = wait_until(Duration::from_secs(10), || self.spawn());
+        assert!(up, "redis-server did not restart on port {}", self.port);
     }
 
     /// Puts the server to sleep (`DEBUG SLEEP secs`, on a thread of its own) and returns
@@ -178,11 +166,8 @@ impl RedisServer {
                 .query(&mut c)
                 .unwrap();
         });
-        let deadline = Instant::now() + WAIT;
-        while self.ping() {
-            assert!(Instant::now() < deadline, "DEBUG SLEEP never took effect");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let asleep = wait_until(WAIT, || !self.ping());
+        assert!(asleep, "DEBUG SLEEP never took effect");
         sleeper
     }
 
@@ -195,7 +180,6 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -358,10 +342,14 @@ impl Node {
 
     /// Waits until `healthy()` is `Ok`.
     pub fn wait_healthy(&self) {
-        let deadline = Instant::now() + WAIT;
-        while let Err(e) = self.cluster.healthy() {
-            assert!(Instant::now() < deadline, "never healthy: {e}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut why = String::new();
+        let healthy = wait_until(WAIT, || match self.cluster.healthy() {
+            Ok(()) => true,
+            Err(e) => {
+                why = e.to_string();
+                false
+            }
+        });
+        assert!(healthy, "never healthy: {why}");
     }
 }

@@ -15,8 +15,10 @@ pub fn skipped_file() -> PathBuf {
     target.join("test-skipped.txt")
 }
 
-/// Records that `test` did not run, and why. The caller returns right after.
+/// Records that `test` did not run, and why (on one line, whatever `reason` holds: the
+/// file is counted by lines). The caller returns right after.
 pub fn skip(test: &str, reason: &str) {
+    let reason = reason.split_whitespace().collect::<Vec<_>>().join(" ");
     let line = format!("SKIPPED {test}: {reason}");
     eprintln!("{line}");
     let path = skipped_file();

@@ -3,11 +3,12 @@
 //! Tests that must control every byte use [`super::raw_ws::RawWs`] instead. Both work over
 //! plain TCP or TLS (any [`Stream`]).
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use super::tls::Stream;
 use super::{Server, READ_TIMEOUT};
+
 /// A blocking WebSocket client (tungstenite) connected to the relay.
 pub struct Ws<S = TcpStream> {
     /// The socket.
@@ -17,10 +18,19 @@ pub struct Ws<S = TcpStream> {
     next_id: u64,
 }
 
+impl Ws {
+    /// Opens a WebSocket to the relay at `addr` (for threads that hold an address, not a
+    /// [`Server`]).
+    pub fn connect(addr: SocketAddr) -> Ws {
+        let url = format!("ws://{addr}{}", super::raw_ws::RELAY_PATH);
+        Ws::handshake(super::tcp_to(addr), &url)
+    }
+}
+
 impl Server {
     /// Opens a WebSocket to the relay at `/` (with the query real clients send).
     pub fn ws(&self) -> Ws {
-        self.ws_path(super::raw_ws::RELAY_PATH)
+        Ws::connect(self.addr)
     }
 
     /// Opens a WebSocket at `path`.

@@ -1,35 +1,24 @@
-//! Test support for the multi-node tests (DECISIONS §7): real `redis-server`s
-//! (`common/redis.rs`), real `walletrelay` nodes started with `--redis`, topics chosen on a
-//! given shard, and clients that keep publishing or reading on their own threads while a
-//! test kills things around them.
+//! The multi-node tests' support (DECISIONS §7): real `walletrelay` nodes started with
+//! `--redis` on real `redis-server`s ([`super::redis`]), topics chosen on a given shard,
+//! and clients that keep publishing or reading on their own threads while a test kills
+//! things around them.
 //!
-//! Like `common`, it reaches the nodes only through their sockets, flags and signals; the
-//! library is used for one thing only, `cluster::shard_of`, to pick a topic's shard.
-#![allow(dead_code)]
+//! Like the rest of `common`, it reaches the nodes only through their sockets, flags and
+//! signals; the library is used for one thing only, `cluster::shard_of`, to pick a topic's
+//! shard.
 
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::{topic, Server, Ws};
-use crate::redis_server::RedisServer;
-
-/// How long a test waits for a condition that should come soon before it fails.
-pub const WAIT: Duration = Duration::from_secs(30);
-
-/// Polls `cond` every 10 ms until it holds; panics with `what` after [`WAIT`].
-pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use super::redis::RedisServer;
+use super::wait::{wait_until, WAIT};
+use super::{topic, Server, Ws};
 
 /// The `--redis` value for these servers, in order (one shard each).
 pub fn redis_flag(shards: &[&RedisServer]) -> String {
@@ -53,6 +42,13 @@ pub fn node(shards: &[&RedisServer], extra: &[&str]) -> Server {
 /// `n` nodes on these shards.
 pub fn nodes(n: usize, shards: &[&RedisServer], extra: &[&str]) -> Vec<Server> {
     (0..n).map(|_| node(shards, extra)).collect()
+}
+
+/// The nodes' `ws://` addresses, comma-separated (what the real-client scripts take to put
+/// the dApp and the wallet on different nodes).
+pub fn ws_urls(nodes: &[Server]) -> String {
+    let urls: Vec<String> = nodes.iter().map(|s| format!("ws://{}", s.addr)).collect();
+    urls.join(",")
 }
 
 /// A fresh topic that lives on shard `shard` of `shards`.
@@ -323,26 +319,25 @@ impl Subscriber {
 
     /// Waits until every message of `want` was received (panics after [`WAIT`]).
     pub fn wait_all(&self, who: &str, want: &[String]) {
-        let end = Instant::now() + WAIT;
-        loop {
-            let got = self.got();
-            let missing: Vec<&String> = {
-                let have: std::collections::HashSet<&String> = got.iter().collect();
-                want.iter().filter(|m| !have.contains(m)).collect()
-            };
-            if missing.is_empty() {
-                return;
-            }
-            assert!(
-                Instant::now() < end,
-                "{who}: {} of {} messages never arrived, first {:?} (got {})",
-                missing.len(),
-                want.len(),
-                &missing[..missing.len().min(5)],
-                got.len()
-            );
-            std::thread::sleep(Duration::from_millis(10));
+        let missing = |got: &[String]| -> Vec<String> {
+            let have: std::collections::HashSet<&String> = got.iter().collect();
+            want.iter().filter(|m| !have.contains(m)).cloned().collect()
+        };
+        if wait_until(WAIT, || missing(&self.got()).is_empty()) {
+            return;
         }
+        let got = self.got();
+        let missing = missing(&got);
+        if missing.is_empty() {
+            return; // all there just now
+        }
+        panic!(
+            "{who}: {} of {} messages never arrived, first {:?} (got {})",
+            missing.len(),
+            want.len(),
+            &missing[..missing.len().min(5)],
+            got.len()
+        );
     }
 
     /// Stops reading; returns the connection (if it is still open) and what it received.

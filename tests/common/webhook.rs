@@ -1,13 +1,12 @@
-//! Test support for the webhook tests: a small HTTP/1.1 webhook receiver on 127.0.0.1 (its
-//! own threads, keep-alive) that records every request and answers as the test says.
-#![allow(dead_code)]
+//! The webhook tests' support: a small HTTP/1.1 webhook receiver on 127.0.0.1 (its own
+//! threads, keep-alive) that records every request and answers as the test says.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What a receiver does with its n-th request (0-based, over all connections).
 #[derive(Clone, Copy, Debug)]
@@ -38,10 +37,7 @@ pub struct Seen {
 impl Seen {
     /// The first header field named `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        super::http::find_header(&self.headers, name)
     }
 }
 
@@ -133,10 +129,8 @@ fn serve(
                 headers.push((k.trim().to_string(), v.trim().to_string()));
             }
         }
-        let len = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.parse::<usize>().ok())
+        let len = super::http::find_header(&headers, "content-length")
+            .and_then(|v| v.parse::<usize>().ok())
             .unwrap_or(0);
         let mut body = vec![0; len];
         if reader.read_exact(&mut body).is_err() {
@@ -177,19 +171,5 @@ fn serve(
         if writer.write_all(answer.as_bytes()).is_err() {
             return;
         }
-    }
-}
-
-/// Polls `cond` until it holds or `within` passes; returns whether it held.
-pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
     }
 }

@@ -1,88 +1,29 @@
-//! Test support for the durability tests (DECISIONS §6): a temporary data directory removed
-//! at the end, the real binary started on it with its log captured, `kill -9` and SIGTERM,
-//! pipelined publishers that record exactly which publishes were answered `true`, and a
-//! fresh subscriber's view of a topic's history.
+//! The durability tests' support (DECISIONS §6): the real binary started on a data
+//! directory (a [`TempDir`]) with its log captured, `kill -9` and SIGTERM, pipelined
+//! publishers that record exactly which publishes were answered `true`, and a fresh
+//! subscriber's view of a topic's history.
 //!
-//! Like `common`, it goes through the binary's flags, sockets, signals, files and log only;
-//! it must not reach into the server's code.
-#![allow(dead_code)]
+//! Like the rest of `common`, it goes through the binary's flags, sockets, signals, files and
+//! log only; it must not reach into the server's code.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tungstenite::Message;
 
-use crate::common::{Server, Ws, READ_TIMEOUT};
+use super::wait::{poll, wait_until};
+use super::{Server, Stderr, TempDir, Ws};
 
-/// A data directory of its own under the system's temp directory, removed on drop.
-pub struct Dir(PathBuf);
-
-impl Dir {
-    /// A fresh, empty directory named after the test, in the system's temp directory.
-    pub fn new(name: &str) -> Dir {
-        Dir::under(&std::env::temp_dir(), name)
-    }
-
-    /// A fresh, empty directory named after the test, in `parent`.
-    pub fn under(parent: &Path, name: &str) -> Dir {
-        let p = parent.join(format!("wr-dur-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create the data directory");
-        Dir(p)
-    }
-
-    /// Its path.
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// Its path as a flag value.
-    pub fn arg(&self) -> &str {
-        self.0.to_str().expect("UTF-8 temp path")
-    }
-
-    /// The segment files (`w<i>-<16 hex>.log`), sorted by name.
-    pub fn segments(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(&self.0)
-            .expect("list the data directory")
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "log"))
-            .collect();
-        v.sort();
-        v
-    }
-
-    /// Bytes of all files in the directory.
-    pub fn bytes(&self) -> u64 {
-        std::fs::read_dir(&self.0)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok()?.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A server process on a data directory, with every line it logged.
+/// A server process on a data directory, with every line it logged (at `info`).
 pub struct Node {
     /// The process and its address.
     pub server: Server,
-    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl std::ops::Deref for Node {
@@ -92,68 +33,29 @@ impl std::ops::Deref for Node {
     }
 }
 
-/// Reads `r` line by line into `log` until EOF.
-fn capture(r: impl std::io::Read + Send + 'static, log: Arc<Mutex<Vec<String>>>) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            log.lock().unwrap().push(line);
-        }
-    });
-}
-
 impl Node {
     /// Starts the binary on `127.0.0.1:0` with `--data-dir dir` and `args`, and waits until
     /// it listens (it recovers the directory before that).
-    pub fn start(dir: &Dir, args: &[&str]) -> Node {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_walletrelay"))
-            .args(["--listen", "127.0.0.1:0", "--data-dir", dir.arg()])
-            .args(args)
-            .env("RUST_LOG", "info")
-            .envs(crate::common::LIMITS_OFF)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn walletrelay");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        capture(child.stderr.take().expect("stderr"), log.clone());
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let addr: SocketAddr = loop {
-            let Some(Ok(line)) = lines.next() else {
-                let _ = child.wait();
-                std::thread::sleep(Duration::from_millis(100));
-                panic!("server exited before listening: {:#?}", log.lock().unwrap());
-            };
-            if let Some(rest) = line.strip_prefix("walletrelay listening on ") {
-                break rest.trim().parse().expect("address");
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+    pub fn start(dir: &TempDir, args: &[&str]) -> Node {
+        let mut all = vec!["--data-dir", dir.arg()];
+        all.extend_from_slice(args);
+        let env = [("RUST_LOG", "info")];
         Node {
-            server: Server::adopt(addr, child),
-            log,
+            server: Server::spawn(&all, Stderr::Keep, false, &env),
         }
     }
 
     /// Every line logged so far.
     pub fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
+        self.server.log().lines().map(str::to_string).collect()
     }
 
     /// The first logged line containing `needle` (waiting up to 10 s for it).
     pub fn wait_log(&self, needle: &str) -> String {
-        let end = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(l) = self.log().into_iter().find(|l| l.contains(needle)) {
-                return l;
-            }
-            assert!(
-                Instant::now() < end,
-                "no log line with {needle:?}: {:#?}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let found = poll(Duration::from_secs(10), || {
+            self.log().into_iter().find(|l| l.contains(needle))
+        });
+        found.unwrap_or_else(|| panic!("no log line with {needle:?}: {:#?}", self.log()))
     }
 
     /// The start-up line saying what was recovered: (messages, webhooks, the line).
@@ -179,20 +81,15 @@ impl Node {
         let pid = self.server.child.id() as libc::pid_t;
         // SAFETY: kill(2) with a pid we spawned and still own (not reaped yet).
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(st) = self.server.child.try_wait().expect("wait") {
-                return st;
-            }
-            assert!(Instant::now() < end, "no exit 15 s after SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = &mut self.server.child;
+        poll(Duration::from_secs(15), || child.try_wait().expect("wait"))
+            .expect("no exit 15 s after SIGTERM")
     }
 }
 
 /// Runs the binary on `dir` expecting it to exit by itself; returns its status and what it
 /// wrote on stderr.
-pub fn run_to_exit(dir: &Dir, args: &[&str]) -> (ExitStatus, String) {
+pub fn run_to_exit(dir: &TempDir, args: &[&str]) -> (ExitStatus, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_walletrelay"))
         .args(["--listen", "127.0.0.1:0", "--data-dir", dir.arg()])
         .args(args)
@@ -200,17 +97,6 @@ pub fn run_to_exit(dir: &Dir, args: &[&str]) -> (ExitStatus, String) {
         .output()
         .expect("run walletrelay");
     (out.status, String::from_utf8_lossy(&out.stderr).to_string())
-}
-
-/// A WebSocket client connected to `addr` (for threads that hold no `Server`).
-pub fn connect(addr: SocketAddr) -> tungstenite::WebSocket<TcpStream> {
-    let s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-    s.set_nodelay(true).unwrap();
-    let url = format!("ws://{addr}/?protocol=wc&version=2");
-    tungstenite::client::client(url.as_str(), s)
-        .expect("handshake")
-        .0
 }
 
 /// What one publisher did: per topic, the messages sent and those answered `true`, each in
@@ -232,7 +118,7 @@ pub struct Published {
 /// The body of message `n` of publisher `p` on its topic `t`: unique, then `size` hex
 /// characters, like a real encrypted payload.
 pub fn body(p: usize, t: usize, n: usize, size: usize) -> String {
-    let filler = crate::common::hex(size, (p * 1000 + t) as u64 + 1);
+    let filler = super::hex(size, (p * 1000 + t) as u64 + 1);
     format!("p{p}t{t}n{n:06}-{filler}")
 }
 
@@ -289,9 +175,7 @@ impl Load {
         let handles = (0..plan.publishers)
             .map(|p| {
                 let (stop, acked) = (stop.clone(), acked.clone());
-                let topics: Vec<String> = (0..plan.topics_each)
-                    .map(|_| crate::common::topic())
-                    .collect();
+                let topics: Vec<String> = (0..plan.topics_each).map(|_| super::topic()).collect();
                 std::thread::spawn(move || publish_pipelined(addr, p, topics, plan, &stop, &acked))
             })
             .collect();
@@ -304,11 +188,12 @@ impl Load {
 
     /// Waits until `n` publishes were answered `true` (at most 60 s).
     pub fn wait_acked(&self, n: usize) {
-        let end = Instant::now() + Duration::from_secs(60);
-        while self.acked.load(Ordering::Relaxed) < n {
-            assert!(Instant::now() < end, "only {:?} acked", self.acked);
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let acked = || self.acked.load(Ordering::Relaxed) >= n;
+        assert!(
+            wait_until(Duration::from_secs(60), acked),
+            "only {:?} acked",
+            self.acked
+        );
     }
 
     /// Tells the publishers to stop sending; each waits for the answers of what it sent.
@@ -343,7 +228,7 @@ fn publish_pipelined(
         record,
         ..
     } = plan;
-    let mut ws = connect(addr);
+    let mut ws = Ws::connect(addr);
     let n = topics.len();
     let mut out = Published {
         sent: vec![Vec::new(); n],
@@ -362,7 +247,7 @@ fn publish_pipelined(
             let msg = body(p, t, k, size);
             let req = json!({"id": id, "jsonrpc": "2.0", "method": "waku_publish",
                 "params": {"topic": out.topics[t], "message": msg, "ttl": ttl}});
-            if ws.send(Message::text(req.to_string())).is_err() {
+            if ws.sock.send(Message::text(req.to_string())).is_err() {
                 break;
             }
             if record {
@@ -375,7 +260,7 @@ fn publish_pipelined(
         let Some((want, t, msg)) = inflight.pop_front() else {
             break;
         };
-        let v: Value = match ws.read() {
+        let v: Value = match ws.sock.read() {
             Ok(Message::Text(s)) => serde_json::from_str(s.as_str()).expect("JSON answer"),
             Ok(_) => {
                 inflight.push_front((want, t, msg));
@@ -472,52 +357,4 @@ pub fn check_all(
             got
         })
         .collect()
-}
-
-/// A tmpfs of `size` (e.g. `1m`) mounted on a data directory for one test (needs root),
-/// unmounted on drop. `None`, with the reason printed as a SKIPPED line, where it cannot be
-/// mounted.
-pub struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    /// Mounts it on `dir`, or says why not.
-    pub fn mount(dir: &Dir, size: &str, test: &str) -> Option<Tmpfs> {
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output();
-        let why = match out {
-            Ok(o) if o.status.success() => return Some(Tmpfs(dir.path().to_path_buf())),
-            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
-            Err(e) => format!("cannot run mount: {e}"),
-        };
-        let line =
-            format!("SKIPPED {test}: cannot mount a {size} tmpfs on the data directory ({why})");
-        println!("{line}");
-        eprintln!("{line}");
-        None
-    }
-
-    /// Fills the file system with a file `filler` until it is full; returns its path.
-    pub fn fill(&self) -> PathBuf {
-        use std::io::Write;
-        let path = self.0.join("filler");
-        let mut f = std::fs::File::create(&path).expect("create the filler");
-        let chunk = vec![0x5a; 16 << 10];
-        loop {
-            match f.write(&chunk) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                Err(e) => panic!("filling the tmpfs: {e}"),
-            }
-        }
-        path
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }

@@ -87,8 +87,8 @@ pub struct Config {
     pub busy_poll_us: u32,
 
     /// Let the kernel back this process's heap with transparent huge pages. Off by
-    /// default: the first touch of a 2 MB page clears all of it at once, a 1-3 ms stall of
-    /// the worker that faults it (docs/TUNING.md, "Transparent huge pages").
+    /// default: the first touch of a 2 MB page clears all of it at once, a stall of the
+    /// worker that faults it (docs/TUNING.md, "Transparent huge pages").
     #[arg(long, env = "WALLETRELAY_HUGE_PAGES")]
     pub huge_pages: bool,
 
@@ -358,8 +358,7 @@ pub struct Limits {
     pub fanout_min: usize,
 
     /// ... and this many per open connection, when that is more: the more pushes a round
-    /// gives each connection, the fewer writes per delivery (16 per connection: 1.4M
-    /// deliveries/s for 1 -> 10,000 on one core; 64: 1.8-1.95M; docs/PERFORMANCE.md, "Big
+    /// gives each connection, the fewer writes per delivery (docs/PERFORMANCE.md, "Big
     /// fan-outs").
     #[arg(skip = (64) as usize)]
     pub fanout_per_conn: usize,

@@ -4,8 +4,8 @@
 use std::io::Write;
 
 /// mimalloc: per-thread free lists suit the one-thread-per-core design (every message
-/// allocates and frees on the worker that handles it); measured faster than glibc malloc
-/// under load (docs/PERFORMANCE.md).
+/// allocates and frees on the worker that handles it); docs/PERFORMANCE.md, "Smaller
+/// choices".
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

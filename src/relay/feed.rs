@@ -105,8 +105,8 @@ impl Feed {
     /// [`UNASKED`]); syncing subscriptions get it held (at most `cap` held; the oldest is
     /// dropped past it). Returns the position to read after when some subscription must
     /// read again.
-    // Inlined into the relay's delivery of each live message, with its `push` closure:
-    // ~60 instructions a message fewer (callgrind, `pairs` closed loop).
+    // Inlined into the relay's delivery of each live message, with its `push` closure
+    // (docs/PERFORMANCE.md, "Smaller choices").
     #[inline]
     pub fn deliver_live<S: Follower>(
         &mut self,

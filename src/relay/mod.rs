@@ -450,9 +450,9 @@ impl Relay {
 
 /// Most entries an emptied event or delivery vector keeps room for (past a bigger burst,
 /// its memory goes back). A closed-loop round of thousands of publishes fills them with
-/// thousands of entries: growing them again each round (by doubling, copying) cost ~125
-/// instructions a message. At most ~400 KB per vector and worker, and only once a round
-/// that large has happened.
+/// thousands of entries, and growing them again each round (by doubling, copying) showed in
+/// the instructions per message (docs/PERFORMANCE.md, "Smaller choices"). At most ~400 KB
+/// per vector and worker, and only once a round that large has happened.
 const RECYCLE_MAX: usize = 4096;
 
 /// `v`, emptied, to be used again: kept with its room unless a burst made it large.

@@ -10,10 +10,9 @@
 //!
 //! DEFLATE itself is flate2 over zlib-rs, which the registry already uses: raw streams, sync
 //! flush and window sizes 9 to 15 all work through it. miniz_oxide (also in the tree, under
-//! flate2) was measured against it in `benches/deflate.rs`: as fast on a 512-hex push
-//! (8.6-8.9 µs of CPU against 8.2-9.4 µs), 12 bytes longer (357 B against 345 B), and
-//! below a 15-bit window it does not shrink its window but falls back to fast or RLE-only
-//! modes, so it was not taken.
+//! flate2) was measured against it in `benches/deflate.rs` (docs/PERFORMANCE.md,
+//! "permessage-deflate"): as fast, a little longer, and below a 15-bit window it does not
+//! shrink its window but falls back to fast or RLE-only modes, so it was not taken.
 
 mod compress;
 mod inflate;

@@ -7,8 +7,8 @@
 //! - a min-heap on expiry time, with lazy deletion, compacted once stale entries outnumber
 //!   live ones so that its size stays within about twice the cache. The compaction never
 //!   stops the worker: a fresh heap is built from the slab a few dozen slots per cache
-//!   operation, while the old one still answers (see `Expiry`). Rebuilding it at once took
-//!   22 ms at 1.47M messages (the default budget's worth of 512-byte publishes).
+//!   operation, while the old one still answers (see `Expiry`): rebuilding it at once stalled
+//!   the worker (docs/PERFORMANCE.md, "The expiry heap compacts without stopping the worker").
 //!
 //! The per-topic order (a `VecDeque` of keys) and the per-topic dedup filter (content hash
 //! -> count) are kept by the caller (`engine::home`), which also owns the topics themselves: a
@@ -25,7 +25,7 @@ use slab::Slab;
 const NIL: usize = usize::MAX;
 
 /// Slab slots scanned per cache operation while the expiry heap is compacted: the scan of
-/// a full default cache (1.47M messages) spreads over ~23k operations, ~1 µs each.
+/// a full default cache (1.47M messages) spreads over ~23k operations.
 const COMPACT_STEP: usize = 64;
 
 /// An expiry heap entry: (expires, seq, slab key), smallest first.

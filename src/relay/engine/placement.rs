@@ -8,9 +8,9 @@
 #[derive(Debug, Clone)]
 pub struct Placement {
     hasher: ahash::RandomState,
-    /// Content hashes: foldhash, measured 2.2x faster than ahash on a 600-byte message
-    /// without AES instructions enabled at build time (49 vs 109 ns); a collision only costs
-    /// a byte comparison in the dedup check.
+    /// Content hashes: foldhash, faster than ahash on a message-sized input without AES
+    /// instructions enabled at build time (docs/PERFORMANCE.md, "Smaller choices"); a
+    /// collision only costs a byte comparison in the dedup check.
     content: foldhash::quality::SeedableRandomState,
     workers: usize,
 }

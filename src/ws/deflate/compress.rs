@@ -15,18 +15,16 @@ use flate2::{Compress, Compression, FlushCompress};
 use super::negotiate::MAX_WINDOW_BITS;
 use crate::ws::{self, Opcode};
 
-/// zlib level of every message. On a push of a 512-character hex message (603 bytes),
-/// measured in `benches/deflate.rs` (CPU time): level 1 is zlib-rs's `deflate_quick`, fixed
-/// Huffman code only, which leaves hex at 8 bits a character (581 B, 3.8 µs); levels 2 to 6
-/// all give 345 B in 8.2-9.4 µs (the same within noise); 9 gives 357 B. 2 is the lowest
-/// level with a dynamic code.
+/// zlib level of every message: level 1 is zlib-rs's `deflate_quick`, fixed Huffman code
+/// only, which leaves hex (what clients send: ciphertext) at 8 bits a character; levels 2 to
+/// 6 compress it alike at the same cost. 2 is the lowest level with a dynamic code
+/// (`benches/deflate.rs`; docs/PERFORMANCE.md, "permessage-deflate").
 pub const LEVEL: u32 = 2;
 
 /// Messages shorter than this are sent uncompressed (RFC 7692 lets each message choose).
-/// Every compression costs at least a zlib-rs reset (clearing its 128 KiB hash table),
-/// 4-5 µs of CPU in `benches/deflate.rs`: an ack (53 B) comes out 2 bytes longer and a
-/// subscribe result (115 B) 20 bytes shorter for that, while a push of a 64-character hex
-/// message (312 B) saves 96 bytes for 6.4 µs.
+/// Every compression costs at least a zlib-rs reset (clearing its 128 KiB hash table): an
+/// ack comes out longer and a subscribe result hardly shorter for that, while a push of a
+/// short hex message already saves a third (docs/PERFORMANCE.md, "permessage-deflate").
 pub const MIN_COMPRESS: usize = 256;
 
 /// The most a stored block holds.

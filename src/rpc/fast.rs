@@ -16,7 +16,7 @@
 //! Declined (the general parser decides, valid JSON or not): batches and anything but an
 //! object at top level; a backslash anywhere in a string (escapes); a raw control character
 //! or invalid UTF-8 in a string; a number with a fraction or an exponent, of more than 19
-//! digits (18 when negative), with a leading zero, or `-0`; nesting deeper than
+//! digits, below `-(2^63 - 1)`, with a leading zero, or `-0`; nesting deeper than
 //! [`MAX_NEST`]; anything but whitespace after the object. The scanner never answers an
 //! error itself, so it cannot turn a valid message into a parse error.
 

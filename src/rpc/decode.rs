@@ -6,9 +6,32 @@
 use super::wire::{Envelope, Loose, Top};
 use super::{code, Call, Id, Incoming, Item, ParseError, RpcError, MAX_BATCH, MAX_DEPTH};
 
-/// Decodes one WebSocket message. `buf` is parsed in place (simd-json), so it is clobbered;
-/// `scratch` holds the parser's buffers between calls (one per worker).
+/// Decodes one WebSocket message: the fast path (`fast.rs`) when the message has the usual
+/// shape, else [`decode_general`]; the result is the same either way. `buf` may be parsed in
+/// place (simd-json), so it is clobbered; `scratch` holds the parser's buffers between calls
+/// (one per worker).
 pub fn decode<'a>(
+    buf: &'a mut [u8],
+    scratch: &mut simd_json::Buffers,
+) -> Result<Incoming<'a>, ParseError> {
+    let whole: *const [u8] = &*buf;
+    // SAFETY: `whole` points to `buf`'s bytes, valid and unchanged for 'a while only read.
+    // The shared view is read by the fast path, then either (a) its result, which borrows
+    // from the view, is returned and `buf` is never used again, so the view is the only
+    // access for the rest of 'a; or (b) it declined: `None` holds no borrow of the view and
+    // the view is never used again, so `buf`'s mutable use below is the only access. No
+    // shared and mutable access ever overlap (the borrow checker cannot see this split by
+    // the result's variant: the NLL "conditional return of a borrow" limitation).
+    let view: &'a [u8] = unsafe { &*whole };
+    if let Some(top) = super::fast::parse(view) {
+        return Ok(classify_top(top));
+    }
+    decode_general(buf, scratch)
+}
+
+/// [`decode`] without the fast path: `serde` + `simd-json` on any message, the reference
+/// the fast path is proven against.
+pub fn decode_general<'a>(
     buf: &'a mut [u8],
     scratch: &mut simd_json::Buffers,
 ) -> Result<Incoming<'a>, ParseError> {
@@ -18,6 +41,12 @@ pub fn decode<'a>(
     let top: Top<'_> =
         simd_json::serde::from_slice_with_buffers(buf, scratch).map_err(|_| ParseError)?;
     Ok(classify_top(top))
+}
+
+/// The fast path alone: `Some` with what [`decode_general`] gives when the message has the
+/// usual shape (`fast.rs`), `None` when it declines. For the differential tests.
+pub fn decode_fast(buf: &[u8]) -> Option<Incoming<'_>> {
+    super::fast::parse(buf).map(classify_top)
 }
 
 /// [`decode`] with `serde_json` instead of `simd-json` (for the benchmark that decides

@@ -3,7 +3,8 @@
 //! and encoding results, errors and the `waku_subscription` push.
 //!
 //! Three separate steps, as in mini-redis: wire parsing ([`decode`], in `decode.rs` over the
-//! wire model of `wire.rs`), command parsing ([`Call::op`], in `op.rs`), and execution, which
+//! wire model of `wire.rs`; messages of the usual shape by the scanner of `fast.rs`, which
+//! gives the same result as the general parser, proven by differential tests), command parsing ([`Call::op`], in `op.rs`), and execution, which
 //! is not here (`worker` runs ops against `relay`). Encoding is `encode.rs`. This file holds
 //! the types, limits, error codes and errors they share.
 
@@ -13,11 +14,12 @@ use thiserror::Error;
 
 mod decode;
 mod encode;
+mod fast;
 mod op;
 pub mod v1;
 mod wire;
 
-pub use decode::{decode, decode_serde_json};
+pub use decode::{decode, decode_fast, decode_general, decode_serde_json};
 pub use encode::{
     encode_data, push_shape, write_error, write_id, write_push_prefix, write_result, write_str,
     BETA_PUSH_SUFFIX, PUSH_SUFFIX,
@@ -117,7 +119,7 @@ pub enum Id<'a> {
 }
 
 /// A decoded WebSocket message.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub enum Incoming<'a> {
     /// One element.
     Single(Item<'a>),
@@ -126,7 +128,7 @@ pub enum Incoming<'a> {
 }
 
 /// One element of a message, classified.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub enum Item<'a> {
     /// A request: execute and answer (unless it is a notification, without `id`).
     Call(Call<'a>),
@@ -139,7 +141,7 @@ pub enum Item<'a> {
 }
 
 /// A request with a method.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Call<'a> {
     /// The id; `None` for a notification (executed, never answered).
     pub id: Option<Id<'a>>,

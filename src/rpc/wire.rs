@@ -177,14 +177,14 @@ impl<'de> Deserialize<'de> for Top<'de> {
 }
 
 impl Envelope<'_> {
-    fn not_object() -> Self {
+    pub(super) fn not_object() -> Self {
         Envelope {
             is_object: false,
             ..Envelope::object()
         }
     }
 
-    fn object() -> Self {
+    pub(super) fn object() -> Self {
         Envelope {
             jsonrpc: None,
             id: None,
@@ -229,22 +229,89 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
+/// Where a member's value goes: the one table of member names, shared by the `serde`
+/// visitors here and the fast path (`fast.rs`), so both fill the same fields the same way.
+pub(super) enum Slot<'s, 'a> {
+    /// Any value, reduced to a [`Loose`].
+    Loose(&'s mut Option<Loose<'a>>),
+    /// The `params` member.
+    Params(&'s mut Option<ParamsField<'a>>),
+    /// A list member of params.
+    List(&'s mut Option<List<'a>>),
+    /// An unknown member: its value is checked to be JSON and dropped.
+    Ignore,
+}
+
+impl<'a> Envelope<'a> {
+    /// The slot of top-level member `key` (the last of duplicate members wins).
+    pub(super) fn slot(&mut self, key: &str) -> Slot<'_, 'a> {
+        match key {
+            "jsonrpc" => Slot::Loose(&mut self.jsonrpc),
+            "id" => Slot::Loose(&mut self.id),
+            "method" => Slot::Loose(&mut self.method),
+            "params" => Slot::Params(&mut self.params),
+            "topic" => Slot::Loose(&mut self.v1_mut().topic),
+            "type" => Slot::Loose(&mut self.v1_mut().kind),
+            "payload" => Slot::Loose(&mut self.v1_mut().payload),
+            "silent" => Slot::Loose(&mut self.v1_mut().silent),
+            _ => Slot::Ignore,
+        }
+    }
+}
+
+impl<'a> Params<'a> {
+    /// The slot of params member `key` (the last of duplicate members wins).
+    pub(super) fn slot(&mut self, key: &str) -> Slot<'_, 'a> {
+        match key {
+            "topic" => Slot::Loose(&mut self.topic),
+            "message" => Slot::Loose(&mut self.message),
+            "ttl" => Slot::Loose(&mut self.ttl),
+            "prompt" => Slot::Loose(&mut self.prompt),
+            "id" => Slot::Loose(&mut self.id),
+            "tag" => Slot::Loose(&mut self.tag),
+            "attestation" => Slot::Loose(&mut self.attestation),
+            "topics" => Slot::List(&mut self.extra_mut().topics),
+            "subscriptions" => Slot::List(&mut self.extra_mut().subscriptions),
+            "pairingTopic" => Slot::Loose(&mut self.extra_mut().pairing_topic),
+            "sessionTopic" => Slot::Loose(&mut self.extra_mut().session_topic),
+            "sessionProposal" => Slot::Loose(&mut self.extra_mut().session_proposal),
+            "sessionProposalResponse" => Slot::Loose(&mut self.extra_mut().proposal_response),
+            "sessionSettlementRequest" => Slot::Loose(&mut self.extra_mut().settlement_request),
+            _ => Slot::Ignore,
+        }
+    }
+}
+
+/// The slot of member `key` of a subscription object (an element of `subscriptions`).
+pub(super) fn sub_slot<'s, 'a>(
+    topic: &'s mut Option<Loose<'a>>,
+    id: &'s mut Option<Loose<'a>>,
+    key: &str,
+) -> Slot<'s, 'a> {
+    match key {
+        "topic" => Slot::Loose(topic),
+        "id" => Slot::Loose(id),
+        _ => Slot::Ignore,
+    }
+}
+
+/// Reads the value of the member whose slot is `slot` from `map`.
+fn fill<'de, A: MapAccess<'de>>(map: &mut A, slot: Slot<'_, 'de>) -> Result<(), A::Error> {
+    match slot {
+        Slot::Loose(s) => *s = Some(map.next_value()?),
+        Slot::Params(s) => *s = Some(map.next_value()?),
+        Slot::List(s) => *s = Some(map.next_value()?),
+        Slot::Ignore => {
+            map.next_value::<IgnoredAny>()?;
+        }
+    }
+    Ok(())
+}
+
 fn envelope_from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Envelope<'de>, A::Error> {
     let mut e = Envelope::object();
     while let Some(k) = map.next_key::<Key<'de>>()? {
-        match &*k.0 {
-            "jsonrpc" => e.jsonrpc = Some(map.next_value()?),
-            "id" => e.id = Some(map.next_value()?),
-            "method" => e.method = Some(map.next_value()?),
-            "params" => e.params = Some(map.next_value()?),
-            "topic" => e.v1_mut().topic = Some(map.next_value()?),
-            "type" => e.v1_mut().kind = Some(map.next_value()?),
-            "payload" => e.v1_mut().payload = Some(map.next_value()?),
-            "silent" => e.v1_mut().silent = Some(map.next_value()?),
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
+        fill(&mut map, e.slot(&k.0))?;
     }
     Ok(e)
 }
@@ -301,31 +368,7 @@ impl<'de> Deserialize<'de> for ParamsField<'de> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut p = Params::default();
                 while let Some(k) = map.next_key::<Key<'de>>()? {
-                    match &*k.0 {
-                        "topic" => p.topic = Some(map.next_value()?),
-                        "message" => p.message = Some(map.next_value()?),
-                        "ttl" => p.ttl = Some(map.next_value()?),
-                        "prompt" => p.prompt = Some(map.next_value()?),
-                        "id" => p.id = Some(map.next_value()?),
-                        "tag" => p.tag = Some(map.next_value()?),
-                        "attestation" => p.attestation = Some(map.next_value()?),
-                        "topics" => p.extra_mut().topics = Some(map.next_value()?),
-                        "subscriptions" => p.extra_mut().subscriptions = Some(map.next_value()?),
-                        "pairingTopic" => p.extra_mut().pairing_topic = Some(map.next_value()?),
-                        "sessionTopic" => p.extra_mut().session_topic = Some(map.next_value()?),
-                        "sessionProposal" => {
-                            p.extra_mut().session_proposal = Some(map.next_value()?)
-                        }
-                        "sessionProposalResponse" => {
-                            p.extra_mut().proposal_response = Some(map.next_value()?)
-                        }
-                        "sessionSettlementRequest" => {
-                            p.extra_mut().settlement_request = Some(map.next_value()?)
-                        }
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
+                    fill(&mut map, p.slot(&k.0))?;
                 }
                 Ok(ParamsField::Object(p))
             }
@@ -480,13 +523,7 @@ impl<'de> Deserialize<'de> for Elem<'de> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let (mut topic, mut id) = (None, None);
                 while let Some(k) = map.next_key::<Key<'de>>()? {
-                    match &*k.0 {
-                        "topic" => topic = Some(map.next_value()?),
-                        "id" => id = Some(map.next_value()?),
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
+                    fill(&mut map, sub_slot(&mut topic, &mut id, &k.0))?;
                 }
                 Ok(Elem::Sub { topic, id })
             }

@@ -1,0 +1,419 @@
+//! The fast path of [`decode`](super::decode): a scanner for messages of the usual shape,
+//! which builds the same wire model ([`Top`]) as the `serde` + `simd-json` parser, or
+//! declines (`None`) so that the general parser runs. The general parser is the reference:
+//! for every input this scanner accepts, both give the same [`Top`] (proven by the
+//! differential fuzz target `fuzz/fuzz_targets/rpc_fastpath.rs` and the property tests of
+//! `tests/rpc_fastpath.rs`). Member names go through the same table as the `serde` visitors
+//! (`wire::Slot`), so that both fill the same fields the same way (last duplicate wins,
+//! unknown members dropped once checked to be JSON).
+//!
+//! The usual shape: one JSON object, possibly with whitespace between tokens, whose strings
+//! have no escapes and whose numbers are integers. It is what every client sends: a publish
+//! or subscribe (`{"id":…,"jsonrpc":"2.0","method":"irn_publish","params":{…}}` in any member
+//! order, with the SDK's extra members such as `correlationId` or `txHashes: [...]`), an
+//! acknowledgement of a push (`{"id":…,"jsonrpc":"2.0","result":true}`), a v1 frame.
+//!
+//! Declined (the general parser decides, valid JSON or not): batches and anything but an
+//! object at top level; a backslash anywhere in a string (escapes); a raw control character
+//! or invalid UTF-8 in a string; a number with a fraction or an exponent, of more than 19
+//! digits, below `-(2^63 - 1)`, with a leading zero, or `-0`; nesting deeper than
+//! [`MAX_NEST`]; anything but whitespace after the object. The scanner never answers an
+//! error itself, so it cannot turn a valid message into a parse error.
+
+use std::borrow::Cow;
+
+use super::wire::{
+    sub_slot, Elem, Envelope, List, Loose, Params, ParamsField, Slot, Top, MAX_LIST,
+};
+
+/// Deepest nesting the scanner walks (skipped values included), far below
+/// [`MAX_DEPTH`](super::MAX_DEPTH); deeper is the general parser's.
+const MAX_NEST: usize = 8;
+
+/// Most digits of a non-negative integer taken here: any 19 digits fit a `u64`.
+const MAX_DIGITS: usize = 19;
+
+/// Scans `buf` as one message of the usual shape; `None` when it is not one.
+pub(super) fn parse(buf: &[u8]) -> Option<Top<'_>> {
+    let mut s = Scan { b: buf, i: 0 };
+    s.ws();
+    let mut e = Envelope::object();
+    s.object(1, |s, key| s.fill(e.slot(key), 2))?;
+    s.ws();
+    (s.i == buf.len()).then_some(Top::One(e))
+}
+
+/// A position in the message.
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scan<'a> {
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    /// Skips JSON whitespace.
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// Consumes `c`, which must be next.
+    #[inline]
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    /// Consumes the literal `w`, which must be next.
+    fn word(&mut self, w: &[u8]) -> Option<()> {
+        (self.b.get(self.i..self.i + w.len())? == w).then(|| self.i += w.len())
+    }
+
+    /// An object at nesting `depth`: `member` reads each member's value, given its name.
+    fn object(
+        &mut self,
+        depth: usize,
+        mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        self.seq([b'{', b'}'], depth, |s| {
+            let key = s.string()?;
+            s.ws();
+            s.eat(b':')?;
+            s.ws();
+            member(s, key)
+        })
+    }
+
+    /// An array at nesting `depth`: `elem` reads each element.
+    fn array(&mut self, depth: usize, elem: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.seq([b'[', b']'], depth, elem)
+    }
+
+    /// An object or array at nesting `depth` (`open` and `close` are its brackets): `item`
+    /// reads each member or element.
+    fn seq(
+        &mut self,
+        [open, close]: [u8; 2],
+        depth: usize,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        if depth > MAX_NEST {
+            return None;
+        }
+        self.eat(open)?;
+        self.ws();
+        if self.peek()? == close {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            item(self)?;
+            self.ws();
+            match self.peek()? {
+                b',' => {
+                    self.i += 1;
+                    self.ws();
+                }
+                b if b == close => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Reads a member's value into its slot; `depth` is the nesting of an object or array
+    /// value.
+    fn fill(&mut self, slot: Slot<'_, 'a>, depth: usize) -> Option<()> {
+        match slot {
+            Slot::Loose(v) => *v = Some(self.loose(depth)?),
+            Slot::Params(v) => *v = Some(self.params(depth)?),
+            Slot::List(v) => *v = Some(self.list(depth)?),
+            Slot::Ignore => self.skip(depth)?,
+        }
+        Some(())
+    }
+
+    /// The `params` member (`wire::ParamsField`'s visitor).
+    fn params(&mut self, depth: usize) -> Option<ParamsField<'a>> {
+        if self.peek()? != b'{' {
+            self.skip(depth)?;
+            return Some(ParamsField::Other);
+        }
+        let mut p = Params::default();
+        self.object(depth, |s, key| s.fill(p.slot(key), depth + 1))?;
+        Some(ParamsField::Object(p))
+    }
+
+    /// A list member (`wire::List`'s visitor).
+    fn list(&mut self, depth: usize) -> Option<List<'a>> {
+        if self.peek()? != b'[' {
+            self.skip(depth)?;
+            return Some(List::NotArray);
+        }
+        let mut v = Vec::new();
+        let mut too_long = false;
+        self.array(depth, |s| {
+            if too_long || v.len() == MAX_LIST {
+                too_long = true;
+                return s.skip(depth + 1);
+            }
+            v.push(s.elem(depth + 1)?);
+            Some(())
+        })?;
+        Some(if too_long {
+            List::TooLong
+        } else {
+            List::Items(v)
+        })
+    }
+
+    /// An element of a list member (`wire::Elem`'s visitor).
+    fn elem(&mut self, depth: usize) -> Option<Elem<'a>> {
+        match self.peek()? {
+            b'"' => Some(Elem::Str(Cow::Borrowed(self.string()?))),
+            b'{' => {
+                let (mut topic, mut id) = (None, None);
+                self.object(depth, |s, key| {
+                    s.fill(sub_slot(&mut topic, &mut id, key), depth + 1)
+                })?;
+                Some(Elem::Sub { topic, id })
+            }
+            _ => {
+                self.skip(depth)?;
+                Some(Elem::Other)
+            }
+        }
+    }
+
+    /// Any value, reduced (`wire::Loose`'s visitor).
+    fn loose(&mut self, depth: usize) -> Option<Loose<'a>> {
+        Some(match self.peek()? {
+            b'"' => Loose::Str(Cow::Borrowed(self.string()?)),
+            b'{' => {
+                self.skip(depth)?;
+                Loose::Object
+            }
+            b'[' => {
+                self.skip(depth)?;
+                Loose::Array
+            }
+            b't' => {
+                self.word(b"true")?;
+                Loose::Bool(true)
+            }
+            b'f' => {
+                self.word(b"false")?;
+                Loose::Bool(false)
+            }
+            b'n' => {
+                self.word(b"null")?;
+                Loose::Null
+            }
+            _ => self.number()?,
+        })
+    }
+
+    /// Any value, checked and dropped (`serde::de::IgnoredAny`).
+    fn skip(&mut self, depth: usize) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' => self.object(depth, |s, _| s.skip(depth + 1)),
+            b'[' => self.array(depth, |s| s.skip(depth + 1)),
+            _ => self.loose(depth).map(drop),
+        }
+    }
+
+    /// An integer: `U64` when non-negative, `I64` when negative (as the `serde` visitor
+    /// maps `simd-json`'s numbers).
+    fn number(&mut self) -> Option<Loose<'a>> {
+        let neg = self.peek()? == b'-';
+        if neg {
+            self.i += 1;
+        }
+        let start = self.i;
+        let mut n: u64 = 0;
+        while let Some(d @ b'0'..=b'9') = self.peek() {
+            if self.i - start == MAX_DIGITS {
+                return None;
+            }
+            n = n * 10 + u64::from(d - b'0');
+            self.i += 1;
+        }
+        let digits = self.i - start;
+        let leading_zero = digits > 1 && self.b.get(start) == Some(&b'0');
+        if digits == 0 || leading_zero || matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        if !neg {
+            return Some(Loose::U64(n));
+        }
+        // -0 (a float for some parsers) and what does not fit an i64 are declined.
+        let n = i64::try_from(n).ok().filter(|&n| n != 0)?;
+        Some(Loose::I64(-n))
+    }
+
+    /// A string without escapes: its contents, borrowed.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let rest = self.b.get(self.i..)?;
+        let n = plain_len(rest);
+        let s = match *rest.get(n)? {
+            b'"' => {
+                let head = rest.get(..n)?;
+                debug_assert!(head.is_ascii());
+                // SAFETY: `plain_len` counts only bytes from 0x20 to 0x7f (see `plain`):
+                // `head` is ASCII, and ASCII is valid UTF-8.
+                unsafe { std::str::from_utf8_unchecked(head) }
+            }
+            0x80.. => {
+                // Not ASCII (rare): the closing quote, then the checks on the whole string.
+                let end = memchr::memchr2(b'"', b'\\', rest)?;
+                let body = rest.get(..end)?;
+                if rest.get(end) != Some(&b'"') || body.iter().any(|&b| b < 0x20) {
+                    return None;
+                }
+                simdutf8::basic::from_utf8(body).ok()?
+            }
+            _ => return None,
+        };
+        self.i += s.len() + 1;
+        Some(s)
+    }
+}
+
+/// A byte a string of the usual shape holds as it is: printable ASCII (and DEL) but the
+/// quote and the backslash.
+#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
+#[inline(always)]
+fn plain(b: u8) -> bool {
+    (0x20..0x80).contains(&b) && b != b'"' && b != b'\\'
+}
+
+/// How many bytes at the start of `s` are [`plain`]: on x86-64 16 at a time with SSE2 (part
+/// of the x86-64 baseline), a few instructions per block and the end found by one bit scan.
+/// (AVX2, 32 at a time, saved nothing measurable: the strings are short or one message.)
+#[inline]
+fn plain_len(s: &[u8]) -> usize {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    // SAFETY: `plain_len_sse2` only needs SSE2, which this build targets (the `cfg`).
+    return unsafe { plain_len_sse2(s) };
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    plain_len_bytewise(s)
+}
+
+/// [`plain_len`] with SSE2.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[target_feature(enable = "sse2")]
+fn plain_len_sse2(s: &[u8]) -> usize {
+    let (blocks, tail) = s.as_chunks::<16>();
+    let mut at = 0;
+    for block in blocks {
+        let stops = stops_sse2(block);
+        if stops != 0 {
+            return at + stops.trailing_zeros() as usize;
+        }
+        at += 16;
+    }
+    // The last bytes (fewer than 16) as a block of their own, padded with NULs, which stop.
+    let mut last = [0u8; 16];
+    if let Some(head) = last.get_mut(..tail.len()) {
+        head.copy_from_slice(tail);
+    }
+    at + stops_sse2(&last).trailing_zeros() as usize
+}
+
+/// A bit for each byte of `block` that is not [`plain`], the first byte's the lowest.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[target_feature(enable = "sse2")]
+#[inline]
+fn stops_sse2(block: &[u8; 16]) -> u32 {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+        _mm_set_epi64x,
+    };
+    let x = u128::from_le_bytes(*block);
+    let v = _mm_set_epi64x((x >> 64) as i64, x as i64);
+    // Signed: below 0x20 are the control characters and every byte from 0x80.
+    let stop = _mm_or_si128(
+        _mm_or_si128(
+            _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8)),
+            _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8)),
+        ),
+        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),
+    );
+    _mm_movemask_epi8(stop) as u32
+}
+
+/// `plain_len` a byte at a time (other architectures; the tests' reference).
+#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
+fn plain_len_bytewise(s: &[u8]) -> usize {
+    s.iter().position(|&b| !plain(b)).unwrap_or(s.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_len_stops_at_the_first_byte_that_is_not_plain() {
+        // Every length around the block size, the stopping byte at every place.
+        for len in 0..140 {
+            let s = vec![b'a'; len];
+            assert_eq!(plain_len_bytewise(&s), len);
+            assert_eq!(plain_len(&s), len);
+            let mut sc = Scan { b: &s, i: 0 };
+            assert_eq!(sc.string(), None, "no opening quote");
+            for at in 0..len {
+                for stop in [b'"', b'\\', 0x00, 0x1f, 0x80, 0xff] {
+                    let mut t = s.clone();
+                    t[at] = stop;
+                    assert_eq!(plain_len_bytewise(&t), at);
+                    assert_eq!(plain_len(&t), at, "{len} {at} {stop}");
+                    let mut quoted = vec![b'"'];
+                    quoted.extend_from_slice(&t);
+                    let mut sc = Scan { b: &quoted, i: 0 };
+                    let got = sc.string();
+                    if stop == b'"' {
+                        assert_eq!(got.map(str::len), Some(at), "{len} {at}");
+                        assert_eq!(sc.i, at + 2);
+                    } else {
+                        assert_eq!(got, None, "{len} {at} {stop}");
+                    }
+                }
+            }
+        }
+        for b in 0..=255u8 {
+            assert_eq!(
+                plain(b),
+                (0x20..0x80).contains(&b) && b != b'"' && b != b'\\'
+            );
+        }
+    }
+
+    #[test]
+    fn non_ascii_strings_are_checked_whole() {
+        let ok = "\"é日本\u{1F600}x\"rest";
+        let mut sc = Scan {
+            b: ok.as_bytes(),
+            i: 0,
+        };
+        assert_eq!(sc.string(), Some("é日本\u{1F600}x"));
+        for bad in [
+            &b"\"\xc3\""[..],
+            b"\"\xe6\x97\"",
+            b"\"\xff\"",
+            b"\"\xc3\xa9\x01\"",
+            b"\"\xc3\xa9\\n\"",
+        ] {
+            let mut sc = Scan { b: bad, i: 0 };
+            assert_eq!(sc.string(), None, "{bad:?}");
+        }
+    }
+}

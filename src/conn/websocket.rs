@@ -40,8 +40,8 @@ impl DeflateKit {
 }
 
 /// WebSocket phase state: one allocation per upgraded connection, kept within mimalloc's
-/// 128-byte size class (a unit test holds it there): what few connections need is boxed
-/// apart (`Rare`).
+/// 128-byte size class (a unit test holds it there): what not every connection has is
+/// boxed apart (`Rare`, 16 bytes).
 #[derive(Debug)]
 pub struct WsState {
     /// Test-only echo connection (`/echo`, `--ws-echo`) instead of the relay.

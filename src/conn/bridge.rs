@@ -27,14 +27,14 @@ pub fn frame<S>(conn: &mut Conn<S>, f: V1Frame<'_>, ctx: &mut Ctx<'_>) -> Result
     match f.kind {
         V1Kind::Sub => {
             let max = ctx.shared.config.limits.max_subscriptions;
-            let known = conn.v1_topics.iter().any(|t| **t == *f.topic);
-            if !known && conn.subs.len() + conn.v1_topics.len() >= max {
+            let known = conn.v1_topics().iter().any(|t| **t == *f.topic);
+            if !known && conn.subs.len() + conn.v1_topics().len() >= max {
                 return Err(RpcError::server(
                     RelayError::TooManySubscriptions(max).to_string(),
                 ));
             }
             if let Some(name) = ctx.relay.v1_subscribe(me, &f.topic) {
-                conn.v1_topics.push(name);
+                conn.v1.get_or_insert_with(Default::default).push(name);
             }
         }
         V1Kind::Pub => ctx.relay.v1_publish(me, &f.topic, &f.payload, f.silent),

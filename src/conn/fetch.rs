@@ -64,7 +64,7 @@ pub fn start<S>(
             .and_then(|s| relay.sub_position(s.slot, me));
         let cursor = conn
             .ws()
-            .and_then(|w| w.cursors.as_ref())
+            .and_then(|w| w.cursors())
             .map_or(Position::ZERO, |c| c.get(topic));
         let after = subscribed.map_or(cursor, |p| p.max(cursor));
         ctx.relay.fetch(me, answer, topic, after);
@@ -94,9 +94,7 @@ pub fn resolve<S>(
     });
     if found && last > after {
         if let Some(w) = conn.ws() {
-            w.cursors
-                .get_or_insert_with(Default::default)
-                .set(topic, last, MAX_CURSORS);
+            w.cursors_mut().set(topic, last, MAX_CURSORS);
         }
     }
     found

@@ -123,7 +123,8 @@ pub struct Marks {
 }
 
 /// One connection in a worker's slab. `S` is its socket (the protocol state never touches
-/// it: the worker reads and writes; unit tests use `()`).
+/// it: the worker reads and writes; unit tests use `()`). 256 bytes with a plain socket in
+/// a release build (a unit test holds it there): what few connections need is boxed.
 pub struct Conn<S = TcpStream> {
     /// The socket.
     pub sock: S,
@@ -145,8 +146,9 @@ pub struct Conn<S = TcpStream> {
     /// This connection's subscriptions (kept outside the phase so that closing, whatever
     /// the phase by then, always finds them).
     pub subs: Vec<ConnSub>,
-    /// Its WalletConnect 1.0 subscriptions (topics).
-    pub v1_topics: Vec<Arc<str>>,
+    /// Its WalletConnect 1.0 subscriptions (topics), boxed: few connections have any (see
+    /// [`Conn::v1_topics`]).
+    pub v1: Option<Box<Vec<Arc<str>>>>,
     /// Tick of the live timer-wheel entry (0 = none).
     pub timer_tick: u64,
     /// The phase's deadline (ms): slowloris / keep-alive idle for HTTP, next heartbeat
@@ -170,11 +172,16 @@ impl<S> Conn<S> {
             backlog: Backlog::default(),
             marks: Marks::default(),
             subs: Vec::new(),
-            v1_topics: Vec::new(),
+            v1: None,
             timer_tick: 0,
             deadline,
             limit: crate::limits::ConnLimit::default(),
         }
+    }
+
+    /// Its WalletConnect 1.0 subscriptions (topics).
+    pub fn v1_topics(&self) -> &[Arc<str>] {
+        self.v1.as_deref().map_or(&[], |v| v.as_slice())
     }
 
     /// Whether this is the connection `r` names (and not a later one in its slab slot).

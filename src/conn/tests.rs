@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use clap::Parser;
 
-use super::{process, Conn, Ctx, HttpWait, IdSource, Phase, Shared};
+use super::{process, Conn, Ctx, HttpWait, IdSource, Phase, Shared, WsState};
 use crate::config::Config;
 use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
@@ -411,4 +411,27 @@ fn a_live_message_that_comes_before_the_history_is_pushed_after_it() {
     let data = |n| format!(r#""data":{{"topic":"t","message":"n{n}"}}}}}}"#);
     assert!(texts[0].ends_with(&data(1)), "{}", texts[0]);
     assert!(texts[1].ends_with(&data(2)), "{}", texts[1]);
+}
+
+/// Idle memory per connection (issue 24: no higher than before the limits, when `WsState`
+/// took mimalloc's 160-byte class and a slab entry 256 bytes): the WebSocket state stays in
+/// the 128-byte class and the slab entry at 256 bytes with a release build's socket (one
+/// file descriptor; debug builds of mio add a selector id to it).
+#[test]
+fn per_connection_state_stays_in_its_size_classes() {
+    use std::mem::size_of;
+    /// `slab::Entry`, whose slots the worker's slab holds.
+    #[allow(dead_code, reason = "only measured")]
+    enum SlabEntry<T> {
+        Vacant(usize),
+        Occupied(T),
+    }
+    assert!(size_of::<WsState>() <= 128, "{}", size_of::<WsState>());
+    assert!(size_of::<crate::ws::Decoder>() <= 40);
+    assert!(size_of::<crate::limits::ConnBuckets>() <= 40);
+    assert!(size_of::<crate::limits::ConnLimit>() <= 10);
+    assert!(size_of::<crate::limits::Handle>() <= 4);
+    let entry = size_of::<SlabEntry<Conn<std::os::fd::OwnedFd>>>();
+    assert!(entry <= 256, "{entry}");
+    assert!(size_of::<Conn>() <= 272, "{}", size_of::<Conn>());
 }

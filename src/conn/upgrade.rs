@@ -94,7 +94,7 @@ pub fn upgrade<S>(
     if let Some(c) = &client {
         ctx.limits.bind_client(&mut conn.limit, c, ctx.now);
     }
-    ws.client = client;
+    ws.set_client(client);
     conn.phase = Phase::Ws(Box::new(ws));
     conn.deadline = first_ping;
     ctx.metrics().websockets_open.inc();

@@ -375,10 +375,10 @@ fn subscribe<S>(
     }
     // v1 subscriptions count too (DECISIONS §8: the same limits).
     let max = ctx.shared.config.limits.max_subscriptions;
-    if conn.subs.len() + conn.v1_topics.len() >= max {
+    if conn.subs.len() + conn.v1_topics().len() >= max {
         return Err(rpc_error(&RelayError::TooManySubscriptions(max)));
     }
-    let id = match conn.ws().and_then(|w| w.client.as_deref()) {
+    let id = match conn.ws().and_then(|w| w.client().map(|c| &**c)) {
         Some(client) => SubId::for_client(topic, &client.did()),
         None => ctx.ids.next_id(),
     };

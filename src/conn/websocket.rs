@@ -3,7 +3,11 @@
 //! messages handed to [`super::waku`] (or echoed on the test-only `/echo` route). A protocol
 //! violation closes the connection with the codec's close code.
 
+use std::sync::Arc;
+
+use super::fetch::Cursors;
 use super::{waku, Conn, Ctx};
+use crate::auth::ClientKey;
 use crate::ws::deflate::{self, Agreement, Deflater, Inflater, Shared};
 use crate::ws::{self, Decoder, Event, Opcode, WsError};
 
@@ -35,7 +39,9 @@ impl DeflateKit {
     }
 }
 
-/// WebSocket phase state.
+/// WebSocket phase state: one allocation per upgraded connection, kept within mimalloc's
+/// 128-byte size class (a unit test holds it there): what not every connection has is
+/// boxed apart (`Rare`, 16 bytes).
 #[derive(Debug)]
 pub struct WsState {
     /// Test-only echo connection (`/echo`, `--ws-echo`) instead of the relay.
@@ -52,13 +58,21 @@ pub struct WsState {
     pub last_rx: u64,
     /// When the server sends its next ping (ms).
     pub next_ping: u64,
-    /// The client id a valid relay-auth JWT gave (DECISIONS §10): subscription ids are
-    /// then the ones the client computes itself. Shared by the connections of one token.
-    pub client: Option<std::sync::Arc<crate::auth::ClientKey>>,
-    /// What fetches gave the connection, per topic (made on its first fetch).
-    pub cursors: Option<Box<super::fetch::Cursors>>,
+    /// Its relay-auth client and fetch cursors, made when it has either.
+    rare: Option<Box<Rare>>,
     /// Its own rate-limit buckets and refusals in a row (DECISIONS §11).
     pub limits: crate::limits::ConnBuckets,
+}
+
+/// The parts of a WebSocket's state that only some connections have, boxed together so that
+/// the others pay one pointer for them.
+#[derive(Debug, Default)]
+struct Rare {
+    /// The client id a valid relay-auth JWT gave (DECISIONS §10): subscription ids are
+    /// then the ones the client computes itself. Shared by the connections of one token.
+    client: Option<Arc<ClientKey>>,
+    /// What fetches gave the connection, per topic (made on its first fetch).
+    cursors: Option<Box<Cursors>>,
 }
 
 impl WsState {
@@ -81,10 +95,34 @@ impl WsState {
             next_answer: 1,
             last_rx: now,
             next_ping: first_ping,
-            client: None,
-            cursors: None,
+            rare: None,
             limits: crate::limits::ConnBuckets::default(),
         }
+    }
+
+    /// The client id its relay-auth JWT gave, if any.
+    pub fn client(&self) -> Option<&Arc<ClientKey>> {
+        self.rare.as_ref()?.client.as_ref()
+    }
+
+    /// Keeps the client id its relay-auth JWT gave.
+    pub fn set_client(&mut self, client: Option<Arc<ClientKey>>) {
+        if client.is_some() || self.rare.is_some() {
+            self.rare.get_or_insert_with(Default::default).client = client;
+        }
+    }
+
+    /// Its fetch cursors, if a fetch gave it any.
+    pub fn cursors(&self) -> Option<&Cursors> {
+        self.rare.as_ref()?.cursors.as_deref()
+    }
+
+    /// Its fetch cursors, made if needed.
+    pub fn cursors_mut(&mut self) -> &mut Cursors {
+        self.rare
+            .get_or_insert_with(Default::default)
+            .cursors
+            .get_or_insert_with(Default::default)
     }
 }
 

@@ -21,7 +21,7 @@ use crate::auth::ClientKey;
 use crate::ip::{self, Cidr};
 use std::net::IpAddr;
 
-pub use bucket::{Bucket, Rate};
+pub use bucket::{Bucket, ConnBuckets, Rate};
 pub use table::Handle;
 use table::{Table, BUCKETS};
 
@@ -40,7 +40,7 @@ pub struct Limited {
 }
 
 /// Refusals in a row after which a WebSocket is closed with 1013.
-pub const CLOSE_AFTER_REFUSALS: u32 = 100;
+pub const CLOSE_AFTER_REFUSALS: u8 = 100;
 
 /// The WebSocket close code for a connection that keeps going after its refusals
 /// ("try again later").
@@ -110,7 +110,8 @@ impl Policy {
     }
 }
 
-/// A connection's place in the limits, kept in its slab entry from accept to removal.
+/// A connection's place in the limits, kept in its slab entry from accept to removal
+/// (10 bytes: two 4-byte [`Handle`]s and two flags).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ConnLimit {
     /// Its address's entry.
@@ -130,14 +131,6 @@ impl ConnLimit {
     }
 }
 
-/// A WebSocket's own buckets (publishes, bytes, subscriptions) and its refusals in a row.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ConnBuckets {
-    buckets: [Bucket; 3],
-    /// Requests refused since the last one let through.
-    pub refusals: u32,
-}
-
 /// One worker's limits: the policy and the per-address and per-client tables.
 #[derive(Debug)]
 pub struct Limiter {
@@ -148,8 +141,9 @@ pub struct Limiter {
     next_sweep: u64,
 }
 
-/// Entries per table per worker: about 100 bytes each, allocated as addresses come.
-const TABLE_CAP: usize = 1 << 16;
+/// Entries per table per worker: about 100 bytes each, allocated as addresses come (the
+/// most a [`Handle`] can name).
+const TABLE_CAP: usize = u16::MAX as usize;
 /// Entries a sweep looks at (one sweep a second).
 const SWEEP_BUDGET: usize = 1024;
 
@@ -166,10 +160,7 @@ impl Limiter {
 
     /// Fresh buckets for a connection that upgrades at `now`.
     pub fn conn_buckets(&self, now: u64) -> ConnBuckets {
-        ConnBuckets {
-            buckets: self.policy.conn.map(|r| Bucket::full(r, now)),
-            refusals: 0,
-        }
+        ConnBuckets::full(&self.policy.conn, now)
     }
 
     /// A connection accepted from `peer`: counted under its address, or refused.
@@ -290,11 +281,12 @@ impl Limiter {
             cost.subscribes as f64,
         ];
         let mut refused: Option<Limited> = None;
+        own.refill(&self.policy.conn, now);
         for (i, &n) in asks.iter().enumerate() {
             if n == 0.0 {
                 continue;
             }
-            let mut wait = own.buckets[i].wait(self.policy.conn[i], now, n);
+            let mut wait = own.wait(&self.policy.conn, i, n);
             let r = self.policy.shared[i];
             if let Some(e) = self.ips.get(lim.ip) {
                 wait = wait.max(e.buckets[i].wait(r, now, n));
@@ -318,7 +310,7 @@ impl Limiter {
             if n == 0.0 {
                 continue;
             }
-            own.buckets[i].take(self.policy.conn[i], n);
+            own.take(&self.policy.conn, i, n);
             let r = self.policy.shared[i];
             if let Some(e) = self.ips.get(lim.ip) {
                 e.buckets[i].take(r, n);

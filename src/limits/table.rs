@@ -17,23 +17,27 @@ use super::bucket::{Bucket, Rate};
 /// How many buckets an entry holds (publishes, bytes, subscriptions, accepts).
 pub const BUCKETS: usize = 4;
 
-/// A connection's reference to a table entry; stale once the entry is reused.
+/// A connection's reference to a table entry; stale once the entry is reused. Four bytes
+/// (every connection keeps two): a table holds at most `u16::MAX` entries, and a 16-bit
+/// generation is enough because an entry with a connection counted under it is never
+/// reused (neither swept nor taken over), so a live connection's handle never goes stale;
+/// the generation only guards handles used after their connection let go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Handle {
-    slot: u32,
-    gen: u32,
+    slot: u16,
+    gen: u16,
 }
 
 impl Handle {
     /// No entry.
     pub const NONE: Handle = Handle {
-        slot: u32::MAX,
+        slot: u16::MAX,
         gen: 0,
     };
 
     /// Whether it names an entry.
     pub fn is_some(&self) -> bool {
-        self.slot != u32::MAX
+        self.slot != u16::MAX
     }
 }
 
@@ -49,7 +53,7 @@ pub struct Entry<K> {
     /// The key (`None`: a free slot).
     key: Option<K>,
     /// Bumped whenever the slot changes hands: older handles no longer match.
-    gen: u32,
+    gen: u16,
     /// Open connections counted under it (never dropped while > 0).
     pub conns: u32,
     /// Last use (ms), for choosing whom to evict.
@@ -62,8 +66,8 @@ pub struct Entry<K> {
 #[derive(Debug)]
 pub struct Table<K> {
     entries: Vec<Entry<K>>,
-    index: HashMap<K, u32>,
-    free: Vec<u32>,
+    index: HashMap<K, u16>,
+    free: Vec<u16>,
     cap: usize,
     /// Where the next eviction search and sweep start.
     hand: usize,
@@ -73,13 +77,14 @@ pub struct Table<K> {
 const EVICT_SCAN: usize = 64;
 
 impl<K: Hash + Eq + Clone> Table<K> {
-    /// An empty table of at most `cap` entries (allocated as they come).
+    /// An empty table of at most `cap` entries (allocated as they come; `u16::MAX` at most,
+    /// so that a slot fits a [`Handle`]).
     pub fn new(cap: usize) -> Table<K> {
         Table {
             entries: Vec::new(),
             index: HashMap::new(),
             free: Vec::new(),
-            cap: cap.min(u32::MAX as usize - 1),
+            cap: cap.min(u16::MAX as usize),
             hand: 0,
         }
     }
@@ -116,7 +121,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
 
     /// A slot for a new entry: a free one, a new one under the cap, or an idle one taken
     /// over.
-    fn free_slot(&mut self) -> Option<u32> {
+    fn free_slot(&mut self) -> Option<u16> {
         if let Some(s) = self.free.pop() {
             return Some(s);
         }
@@ -128,7 +133,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
                 last: 0,
                 buckets: [Bucket::default(); BUCKETS],
             });
-            return Some((self.entries.len() - 1) as u32);
+            return u16::try_from(self.entries.len() - 1).ok();
         }
         let n = self.entries.len();
         let mut best: Option<(usize, u64)> = None;
@@ -153,7 +158,9 @@ impl<K: Hash + Eq + Clone> Table<K> {
         if let Some(k) = e.key.take() {
             self.index.remove(&k);
             e.gen = e.gen.wrapping_add(1);
-            self.free.push(at as u32);
+            if let Ok(at) = u16::try_from(at) {
+                self.free.push(at);
+            }
         }
     }
 

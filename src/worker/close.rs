@@ -35,7 +35,7 @@ impl Worker {
             for s in &c.subs {
                 self.relay.unsubscribe(s.slot, me);
             }
-            for t in &c.v1_topics {
+            for t in c.v1_topics() {
                 self.relay.v1_unsubscribe(me, t);
             }
             // Dropping the socket closes its only descriptor (sockets are never duplicated),

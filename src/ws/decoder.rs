@@ -19,11 +19,12 @@ use super::{check_close_payload, unmask, FrameHead, Opcode, WsError};
 pub struct Reassembly {
     /// Opcode of the message being reassembled, when one is.
     pub opcode: Option<Opcode>,
+    /// Of a text message: how many bytes at the end of `buf` are not yet known to be valid
+    /// UTF-8 (an incomplete sequence waiting for the next fragment: at most 3, so a byte
+    /// holds it where a `usize` offset would cost 8).
+    unchecked: u8,
     /// The payload so far.
     pub buf: Vec<u8>,
-    /// Of a text message: how much of `buf` is known to be valid UTF-8 (an incomplete
-    /// sequence at the end waits for the next fragment).
-    checked: usize,
 }
 
 impl Reassembly {
@@ -32,9 +33,9 @@ impl Reassembly {
     pub fn start(&mut self, opcode: Opcode, first: &[u8]) -> Result<(), WsError> {
         self.opcode = Some(opcode);
         self.buf.clear();
-        self.checked = 0;
+        self.unchecked = 0;
         self.buf.extend_from_slice(first);
-        self.check_utf8()
+        self.check_utf8(0)
     }
 
     /// Appends a continuation, refusing a message that grows past `max` or, for text, one
@@ -43,20 +44,24 @@ impl Reassembly {
         if self.buf.len() + more.len() > max {
             return Err(WsError::TooBig);
         }
+        let from = self.buf.len().saturating_sub(usize::from(self.unchecked));
         self.buf.extend_from_slice(more);
-        self.check_utf8()
+        self.check_utf8(from)
     }
 
-    /// Validates the text received since the last check.
-    fn check_utf8(&mut self) -> Result<(), WsError> {
+    /// Validates the text from `from` on (what was not yet known valid).
+    fn check_utf8(&mut self, from: usize) -> Result<(), WsError> {
         if self.opcode != Some(Opcode::Text) {
             return Ok(());
         }
-        let new = self.buf.get(self.checked..).unwrap_or_default();
+        let new = self.buf.get(from..).unwrap_or_default();
         match simdutf8::compat::from_utf8(new) {
-            Ok(_) => self.checked = self.buf.len(),
-            // Only an incomplete sequence at the very end: the next fragment may finish it.
-            Err(e) if e.error_len().is_none() => self.checked += e.valid_up_to(),
+            Ok(_) => self.unchecked = 0,
+            // Only an incomplete sequence at the very end (at most 3 bytes): the next
+            // fragment may finish it.
+            Err(e) if e.error_len().is_none() => {
+                self.unchecked = u8::try_from(new.len() - e.valid_up_to()).unwrap_or(u8::MAX);
+            }
             Err(_) => return Err(WsError::InvalidUtf8),
         }
         Ok(())
@@ -64,7 +69,7 @@ impl Reassembly {
 
     /// Ends the message, returning its opcode and payload and freeing the buffer.
     pub fn finish(&mut self) -> (Opcode, Vec<u8>) {
-        self.checked = 0;
+        self.unchecked = 0;
         let op = self.opcode.take().unwrap_or(Opcode::Binary);
         (op, std::mem::take(&mut self.buf))
     }
@@ -72,12 +77,21 @@ impl Reassembly {
     /// [`Reassembly::finish`], refusing a text message that ends inside a UTF-8 sequence
     /// (the only invalid text the fragment checks let through).
     pub fn finish_valid(&mut self) -> Result<(Opcode, Vec<u8>), WsError> {
-        let cut = self.opcode == Some(Opcode::Text) && self.checked != self.buf.len();
-        let done = self.finish();
+        let op = self.end_valid();
+        let done = std::mem::take(&mut self.buf);
+        Ok((op?, done))
+    }
+
+    /// Ends the message as [`Reassembly::finish_valid`] does but leaves its payload in
+    /// `buf` (the decoder lends it from there and frees it on its next call).
+    fn end_valid(&mut self) -> Result<Opcode, WsError> {
+        let cut = self.opcode == Some(Opcode::Text) && self.unchecked != 0;
+        self.unchecked = 0;
+        let op = self.opcode.take().unwrap_or(Opcode::Binary);
         if cut {
             return Err(WsError::InvalidUtf8);
         }
-        Ok(done)
+        Ok(op)
     }
 }
 
@@ -141,7 +155,8 @@ enum Step {
 }
 
 /// A client message decoder for one connection: the message limit and the fragmented
-/// message in progress. Empty (no heap) when idle, about 80 bytes in all.
+/// message in progress. Empty (no heap) when idle, 40 bytes in all (it lives in every
+/// WebSocket's state: see `conn::websocket::WsState`).
 ///
 /// ```
 /// use walletrelay::ws::{Decoder, Event};
@@ -157,14 +172,15 @@ enum Step {
 /// ```
 #[derive(Debug)]
 pub struct Decoder {
-    /// Largest message in bytes, whole or reassembled (`Limits::max_message`); also bounds
-    /// one frame, so what a caller keeps pending stays under `max_message + 14`.
-    max_message: usize,
-    /// The fragmented message in progress, if any.
+    /// Largest message in bytes, whole or reassembled (`Limits::max_message`, at most
+    /// `u32::MAX`: a message is held whole in memory, so a larger limit means nothing); also
+    /// bounds one frame, so what a caller keeps pending stays under `max_message + 14`.
+    max_message: u32,
+    /// The fragmented message in progress, if any. Once it is whole, its payload stays in
+    /// `frag.buf` (with no opcode) while its `Event::Message` lends it out, and is freed by
+    /// the next `decode` call (which a caller's loop always makes, the one that answers
+    /// `Ok(None)`).
     frag: Reassembly,
-    /// The last reassembled message, lent out by its `Event::Message`; freed by the next
-    /// `decode` call (which a caller's loop always makes, the one that answers `Ok(None)`).
-    done: Vec<u8>,
     /// permessage-deflate was negotiated: RSV1 marks a compressed message.
     deflate: bool,
     /// The real opcode of the compressed message being reassembled (reassembled as binary,
@@ -173,12 +189,12 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// A decoder refusing messages over `max_message` bytes.
+    /// A decoder refusing messages over `max_message` bytes (taken as `u32::MAX` when
+    /// larger).
     pub fn new(max_message: usize) -> Decoder {
         Decoder {
-            max_message,
+            max_message: u32::try_from(max_message).unwrap_or(u32::MAX),
             frag: Reassembly::default(),
-            done: Vec::new(),
             deflate: false,
             compressed: None,
         }
@@ -200,15 +216,16 @@ impl Decoder {
         &'a mut self,
         buf: &'a mut [u8],
     ) -> Result<Option<(usize, Event<'a>)>, WsError> {
-        if self.done.capacity() != 0 {
-            self.done = Vec::new();
+        if self.frag.opcode.is_none() && self.frag.buf.capacity() != 0 {
+            // The message the last call lent out.
+            self.frag.buf = Vec::new();
         }
         let (n, step) = match self.step(buf) {
             Ok(Some(found)) => found,
             Ok(None) => return Ok(None),
             Err(e) => {
                 let deflate = self.deflate;
-                *self = Decoder::new(self.max_message);
+                *self = Decoder::new(self.max_message());
                 self.deflate = deflate;
                 return Err(e);
             }
@@ -228,7 +245,7 @@ impl Decoder {
                 }
             }
             Step::Reassembled { binary, compressed } => {
-                let payload = &mut self.done[..];
+                let payload = &mut self.frag.buf[..];
                 if compressed {
                     Event::Compressed { binary, payload }
                 } else {
@@ -250,13 +267,13 @@ impl Decoder {
 
     /// The message limit this decoder enforces.
     pub fn max_message(&self) -> usize {
-        self.max_message
+        self.max_message as usize
     }
 
     /// Parses, checks and unmasks the first frame of `buf` and applies it to the state.
     #[inline]
     fn step(&mut self, buf: &mut [u8]) -> Result<Option<(usize, Step)>, WsError> {
-        let Some((head, rsv1)) = super::deflate::parse_head(buf, self.max_message, self.deflate)?
+        let Some((head, rsv1)) = super::deflate::parse_head(buf, self.max_message(), self.deflate)?
         else {
             return Ok(None);
         };
@@ -289,12 +306,11 @@ impl Decoder {
                 Step::Fragment
             }
             Opcode::Continuation => {
-                self.frag.push(payload, self.max_message)?;
+                self.frag.push(payload, self.max_message())?;
                 if !head.fin {
                     return Ok(Some((end, Step::Fragment)));
                 }
-                let (op, message) = self.frag.finish_valid()?;
-                self.done = message;
+                let op = self.frag.end_valid()?;
                 let real = self.compressed.take();
                 Step::Reassembled {
                     binary: real.unwrap_or(op) == Opcode::Binary,
@@ -320,7 +336,7 @@ impl Decoder {
                 Err(WsError::Protocol("continuation without a message"))
             }
             (Opcode::Continuation, Some(_))
-                if head.payload_len > self.max_message.saturating_sub(self.frag.buf.len()) =>
+                if head.payload_len > self.max_message().saturating_sub(self.frag.buf.len()) =>
             {
                 Err(WsError::TooBig)
             }

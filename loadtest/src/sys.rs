@@ -200,6 +200,18 @@ pub fn nice_current_thread(nice: i32, slice_ns: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Puts the calling thread under SCHED_IDLE (Linux: per thread; no privilege needed): it
+/// runs only when no other thread of its CPU is runnable, and any wakeup of one preempts it.
+pub fn idle_current_thread() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler(0 = this thread, SCHED_IDLE, a valid sched_param).
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The 1-minute load average from /proc/loadavg (None if unreadable).
 pub fn loadavg1() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")

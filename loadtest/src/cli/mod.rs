@@ -402,6 +402,12 @@ pub struct AbuseOpts {
     /// that when it runs it gives the core back to the honest loop within that long.
     #[arg(long, default_value = "100us", value_parser = parse_duration)]
     pub abuser_slice: Duration,
+    /// Run the abuser's thread under SCHED_IDLE: it gets only the CPU time nothing else on
+    /// its core wants, so it cannot delay the honest loop's sends at all (a remote abuser
+    /// has its own CPUs; on one machine this is the closest to that). Overrides
+    /// `--abuser-nice` and `--abuser-slice`.
+    #[arg(long)]
+    pub abuser_idle: bool,
     /// Pin the abuser's thread to this CPU (e.g. the server's, to keep it off the honest
     /// loop's core: then it takes CPU from the server instead, which a remote abuser does not).
     #[arg(long)]

@@ -329,7 +329,11 @@ pub(super) fn abuser(
         }
     }
     let slice = o.abuser_slice.as_nanos() as u64;
-    if o.abuser_nice != 0 || slice > 0 {
+    if o.abuser_idle {
+        if let Err(e) = crate::sys::idle_current_thread() {
+            eprintln!("loadtest: could not put the abuser thread under SCHED_IDLE: {e}");
+        }
+    } else if o.abuser_nice != 0 || slice > 0 {
         if let Err(e) = crate::sys::nice_current_thread(o.abuser_nice, slice) {
             eprintln!("loadtest: could not renice the abuser thread: {e}");
         }

@@ -5,7 +5,8 @@
 //! Checks, besides "no panic": a whole record's every proper prefix is "incomplete", never
 //! "invalid" and never a record; resync only lands on whole valid records, after the damage;
 //! the scan always advances, so it ends; an entry that decodes re-encodes to the same bytes
-//! (one encoding per entry); framing any payload decodes back to it.
+//! (one encoding per entry), and a compact message (`Body`, kind 6) holds its topic in its
+//! body as the writer's check wants; framing any payload decodes back to it.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -25,6 +26,9 @@ fuzz_target!(|data: &[u8]| {
                     e.encode(&mut again).expect("a decoded entry encodes");
                     assert_eq!(again, payload, "entry encoding is not canonical");
                     assert_eq!(e.encoded_len(), payload.len());
+                    if let Entry::Body { topic, data, .. } = e {
+                        assert!(Entry::topic_in_body(topic, data));
+                    }
                 }
                 pos += n;
             }

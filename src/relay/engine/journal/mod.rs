@@ -282,12 +282,24 @@ impl Journal {
         prompt: bool,
         data: &[u8],
     ) -> Option<crate::store::Appended> {
+        let expires_unix_ms = expires.saturating_add_signed(self.unix_offset);
+        // A v2 body holds its topic: the compact kind does not write it twice.
+        if !v1 && Entry::topic_in_body(topic, data) {
+            return self.append(&Entry::Body {
+                topic,
+                epoch: pos.epoch,
+                seq: pos.seq,
+                expires_unix_ms,
+                prompt,
+                data,
+            });
+        }
         self.append(&Entry::Message {
             ns: if v1 { Ns::V1 } else { Ns::V2 },
             topic,
             epoch: pos.epoch,
             seq: pos.seq,
-            expires_unix_ms: expires.saturating_add_signed(self.unix_offset),
+            expires_unix_ms,
             prompt,
             body: !v1,
             data,

@@ -128,7 +128,7 @@ impl Rig {
         drop(j);
         let (mut bodies, mut urls) = (Vec::new(), Vec::new());
         store::recover(&dir.0, |_, _, p| {
-            match store::entry::Entry::decode(p).unwrap() {
+            match store::entry::Entry::decode(p).unwrap().expanded() {
                 Entry::Message { data, body, .. } => {
                     assert!(body, "a v2 message is recorded as a body");
                     bodies.push(message_of(data))
@@ -232,7 +232,7 @@ fn records(dir: &std::path::Path) -> Vec<(&'static str, u64, u64, String)> {
     let mut out = Vec::new();
     store::recover(dir, |_, _, p| {
         let text = |d: &[u8]| String::from_utf8_lossy(d).into_owned();
-        match Entry::decode(p).unwrap() {
+        match Entry::decode(p).unwrap().expanded() {
             Entry::Message {
                 ns: Ns::V2,
                 epoch,

@@ -25,10 +25,10 @@
 //! })?;
 //! let syncer = Syncer::start(FsyncMode::Always)?;
 //! let mut log = Log::open(dir, "w0", LogConfig::default(), &syncer,
-//!     Box::new(|ev| { /* to the worker's mailbox, then wake its mio::Waker */ }))?;
+//!     Box::new(|ev| { /* to the engine's mailbox, which rings the worker's doorbell */ }))?;
 //! // for every record recovered from "w0" that the cache keeps: log.keep(loc);
-//! let msg = Entry::Message { ns: Ns::V2, topic: "t", epoch: 1, seq: 1,
-//!     expires_unix_ms: 1_900_000_000_000, prompt: true, data: b"payload" };
+//! let msg = Entry::Message { ns: Ns::V1, topic: "t", epoch: 1, seq: 1,
+//!     expires_unix_ms: 1_900_000_000_000, prompt: true, body: false, data: b"payload" };
 //! let appended = log.append_entry(&msg)?;      // many per event-loop iteration
 //! let written = log.flush()?;                  // once, at the end of the iteration
 //! // everysec/off: answer `true` now; always: when SyncEvent::Synced(n) with n >= appended.lsn

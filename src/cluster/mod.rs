@@ -38,6 +38,7 @@ mod routes;
 pub mod script;
 mod shard;
 mod stats;
+mod subconn;
 mod types;
 pub mod v1;
 

@@ -24,11 +24,11 @@
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{select, Receiver, Sender};
 use redis::Value;
@@ -36,7 +36,8 @@ use redis::Value;
 use super::command::{set_health, ShardCtx};
 use super::routes::{self, Route, RouteSender, Routes};
 use super::script::{self, Packer};
-use super::types::{ClusterConfig, ClusterEvent, NS_V1};
+use super::subconn::connect;
+use super::types::{ClusterEvent, NS_V1};
 use crate::message::{Body, Message, Position};
 
 /// Most channels in one SUBSCRIBE / UNSUBSCRIBE command.
@@ -159,44 +160,12 @@ impl Subscriber {
     }
 }
 
-/// Connects and authenticates; returns the write half and the buffered read half.
-fn connect(sh: &Shared) -> Result<(TcpStream, BufReader<TcpStream>, redis::Parser), String> {
-    let cfg = &sh.ctx.cfg;
-    let addr = (sh.ctx.addr.host.as_str(), sh.ctx.addr.port)
-        .to_socket_addrs()
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or("no address")?;
-    let s = TcpStream::connect_timeout(&addr, cfg.connect_timeout).map_err(|e| e.to_string())?;
-    let _ = s.set_nodelay(true);
-    s.set_read_timeout(Some(liveness_timeout(cfg)))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(cfg.read_timeout))
-        .map_err(|e| e.to_string())?;
-    let mut w = s.try_clone().map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(s);
-    let mut parser = redis::Parser::new();
-    if let Some(pw) = sh.ctx.addr.password.as_deref() {
-        let mut buf = Vec::new();
-        let mut p = Packer::new(&mut buf);
-        match sh.ctx.addr.username.as_deref() {
-            Some(u) => p.cmd(3).arg(b"AUTH").arg(u.as_bytes()).arg(pw.as_bytes()),
-            None => p.cmd(2).arg(b"AUTH").arg(pw.as_bytes()),
-        };
-        w.write_all(&buf).map_err(|e| e.to_string())?;
-        if let Value::ServerError(e) = parser.parse_value(&mut r).map_err(|e| e.to_string())? {
-            return Err(format!("AUTH: {e:?}"));
-        }
-    }
-    Ok((w, r, parser))
-}
-
 /// The reader thread: connect, install, read until error, uninstall, back off, again.
 fn reader(sh: &Shared, mut routes: Routes, bell: &Sender<()>, stop: &Receiver<()>) {
     let mut delay = sh.ctx.cfg.backoff_min;
     let mut connected_once = false;
     while !sh.stop.load(Ordering::SeqCst) {
-        match connect(sh) {
+        match connect(&sh.ctx) {
             Ok((w, mut r, mut parser)) => {
                 delay = sh.ctx.cfg.backoff_min;
                 {
@@ -613,10 +582,4 @@ impl Writer {
         }
         self.buf.clear();
     }
-}
-
-/// How long the reader waits for any byte before it declares the server dead: the writer
-/// pings every heartbeat, so a healthy server sends something at least that often.
-pub(crate) fn liveness_timeout(cfg: &ClusterConfig) -> Duration {
-    cfg.heartbeat * 2 + cfg.read_timeout
 }

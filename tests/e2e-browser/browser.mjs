@@ -39,6 +39,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import crypto from "node:crypto";
+import { offline, within } from "../e2e-common/offline.mjs";
 
 const RELAY_URL = need("RELAY_URL");
 const CHROMIUM = need("CHROMIUM");
@@ -72,31 +73,11 @@ function assert(cond, msg) {
   if (!cond) throw new Error(`assertion failed: ${msg}`);
 }
 
-/** Resolves with `p`, or rejects after `ms` naming `what`. */
-function within(p, ms, what) {
-  let t;
-  const timer = new Promise((_, reject) => {
-    t = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
-  });
-  return Promise.race([p, timer]).finally(() => clearTimeout(t));
-}
 
 // ---------------------------------------------------------------------------------------------
 // Node reaches nothing outside loopback
 
-const fetched = [];
-globalThis.fetch = async (input) => {
-  const url = typeof input === "string" ? input : (input?.url ?? String(input));
-  fetched.push(url);
-  throw new Error(`fetch is disabled in this test (${url})`);
-};
-const unhandled = [];
-process.on("unhandledRejection", (reason) => {
-  const text = reason instanceof Error ? reason.stack : JSON.stringify(reason);
-  unhandled.push(text);
-  log("process", `unhandledRejection: ${text}`);
-});
-process.env.IS_VITEST = "true";
+const { fetched, unhandled } = offline(log);
 
 const { SignClient } = await import("@walletconnect/sign-client");
 const { default: puppeteer } = await import("puppeteer-core");

@@ -39,6 +39,7 @@
 
 import { createRequire } from "node:module";
 import readline from "node:readline";
+import { offline, within } from "../e2e-common/offline.mjs";
 
 const SCENARIO = process.env.SCENARIO || "session";
 const RELAY_URLS = (process.env.RELAY_URL || "")
@@ -116,32 +117,12 @@ function begin(name) {
   log("test", `--- ${name}`);
 }
 
-/** Resolves with `p`, or rejects after `ms` naming `what`. */
-function within(p, ms, what) {
-  let t;
-  const timer = new Promise((_, reject) => {
-    t = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
-  });
-  return Promise.race([p, timer]).finally(() => clearTimeout(t));
-}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // ---------------------------------------------------------------------------------------------
 // The environment the SDK runs in: no network besides the relay
 
-const fetched = [];
-globalThis.fetch = async (input) => {
-  const url = typeof input === "string" ? input : (input?.url ?? String(input));
-  fetched.push(url);
-  throw new Error(`fetch is disabled in this test (${url})`);
-};
-const unhandled = [];
-process.on("unhandledRejection", (reason) => {
-  const text = reason instanceof Error ? reason.stack : JSON.stringify(reason);
-  unhandled.push(text);
-  log("process", `unhandledRejection: ${text}`);
-});
-process.env.IS_VITEST = "true";
+const { fetched, unhandled } = offline(log);
 
 // Node 20 has no global WebSocket, so @walletconnect/jsonrpc-ws-connection uses the `ws` package.
 // Its frames are watched (always): requests sent, error answers and closes are kept for the

@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 const MAX_US: u64 = 3_600_000_000;
 
 /// A latency histogram in microseconds.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Lat(Histogram<u64>);
 
 impl Default for Lat {

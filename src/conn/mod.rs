@@ -289,6 +289,10 @@ pub struct Ctx<'a> {
     pub gate: &'a mut crate::auth::Gate,
     /// The worker's limits per address and client (DECISIONS §11).
     pub limits: &'a mut crate::limits::Limiter,
+    /// WebSocket messages the connection may still handle in this turn
+    /// (`Limits::messages_per_turn`); at 0 the rest of its input waits in its buffer and
+    /// the worker gives the other connections their turn first.
+    pub turn_left: usize,
 }
 
 impl Ctx<'_> {
@@ -372,7 +376,7 @@ pub fn process<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> us
             Phase::Ws(_) => pos += websocket::step(conn, &mut input[pos..], ctx),
             Phase::Closing { .. } => return input.len(),
         }
-        if pos == before || pos >= input.len() {
+        if pos == before || pos >= input.len() || ctx.turn_left == 0 {
             return pos;
         }
     }

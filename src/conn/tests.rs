@@ -90,6 +90,8 @@ struct Bench {
     gate: crate::auth::Gate,
     limits: crate::limits::Limiter,
     registry: Registry,
+    /// Messages each `feed` may handle (`Ctx::turn_left`).
+    turn: usize,
 }
 
 impl Recipients for Conn<()> {
@@ -161,6 +163,7 @@ impl Bench {
                 1,
             )),
             registry,
+            turn: usize::MAX,
         }
     }
 
@@ -182,6 +185,7 @@ impl Bench {
             deflate: &mut self.deflate,
             gate: &mut self.gate,
             limits: &mut self.limits,
+            turn_left: self.turn,
         };
         process(&mut self.conn, &mut input, &mut ctx)
     }
@@ -434,4 +438,28 @@ fn per_connection_state_stays_in_its_size_classes() {
     let entry = size_of::<SlabEntry<Conn<std::os::fd::OwnedFd>>>();
     assert!(entry <= 256, "{entry}");
     assert!(size_of::<Conn>() <= 272, "{}", size_of::<Conn>());
+}
+
+#[test]
+fn a_connection_hands_the_worker_back_after_its_turn_and_resumes_where_it_stopped() {
+    let mut b = Bench::new(&[]);
+    b.upgrade();
+    b.turn = 2;
+    let sub = |id: u64, t: &str| {
+        text(&format!(
+            r#"{{"id":{id},"jsonrpc":"2.0","method":"waku_subscribe","params":{{"topic":"{t}"}}}}"#
+        ))
+    };
+    let (one, two, three) = (sub(1, "a"), sub(2, "b"), sub(3, "c"));
+    let input = [one.clone(), two.clone(), three.clone()].concat();
+    // Two messages this turn; the third is left unconsumed, whole, for the next.
+    assert_eq!(b.feed(&input), one.len() + two.len());
+    let texts = b.texts();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts[0].starts_with(r#"{"id":1,"#), "{texts:?}");
+    assert!(texts[1].starts_with(r#"{"id":2,"#), "{texts:?}");
+    assert_eq!(b.feed(&three), three.len());
+    let texts = b.texts();
+    assert_eq!(texts.len(), 1, "{texts:?}");
+    assert!(texts[0].starts_with(r#"{"id":3,"#), "{texts:?}");
 }

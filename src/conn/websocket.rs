@@ -142,9 +142,10 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
 fn decode<S>(conn: &mut Conn<S>, dec: &mut Decoder, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
     let max_pending = ctx.shared.config.limits.max_pending_answers;
     let mut pos = 0;
-    // Past the fan-out budget, or with too many answers pending, the rest waits in the
-    // connection's buffer: the worker delivers and flushes first, then resumes it.
-    while !ctx.relay.over_fanout_budget() && !conn.input_blocked(max_pending) {
+    // Past the fan-out budget, with too many answers pending, or at the end of its turn, the
+    // rest waits in the connection's buffer: the worker delivers and flushes first (and
+    // serves the other connections), then resumes it.
+    while ctx.turn_left > 0 && !ctx.relay.over_fanout_budget() && !conn.input_blocked(max_pending) {
         let Some(w) = conn.ws() else { break };
         w.last_rx = ctx.now;
         let (n, ev) = match dec.decode(&mut input[pos..]) {
@@ -157,8 +158,12 @@ fn decode<S>(conn: &mut Conn<S>, dec: &mut Decoder, input: &mut [u8], ctx: &mut 
         };
         pos += n;
         match ev {
-            Event::Message { binary, payload } => on_message(conn, binary, payload, ctx),
+            Event::Message { binary, payload } => {
+                ctx.turn_left -= 1;
+                on_message(conn, binary, payload, ctx);
+            }
             Event::Compressed { binary, payload } => {
+                ctx.turn_left -= 1;
                 if let Err(e) = on_compressed(conn, binary, payload, ctx) {
                     fail(conn, &e, ctx);
                     return input.len();

@@ -34,6 +34,9 @@ pub struct LogConfig {
     /// size (a single larger record still gets a segment of its own). At most 4 GiB.
     pub segment_bytes: u64,
     /// Bound of the in-memory batch: an append that would pass it writes the batch first.
+    /// Small enough that the batch is still in the core's cache when the kernel copies it
+    /// into the page cache: at saturation a round appends megabytes, and one 4 MiB `write`
+    /// per round copied cold memory (docs/PERFORMANCE.md, "Durable engine").
     pub batch_bytes: usize,
     /// A sealed segment is a compaction candidate when its live bytes are below this
     /// fraction of its size.
@@ -44,7 +47,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             segment_bytes: 64 << 20,
-            batch_bytes: 4 << 20,
+            batch_bytes: 256 << 10,
             compact_below: 0.5,
         }
     }

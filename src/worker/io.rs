@@ -155,7 +155,8 @@ impl Worker {
         let mut total = 0usize;
         loop {
             let c = &mut self.conns[key];
-            if c.marks.closed || c.input_blocked(max_pending) {
+            // `ready`: its turn ended with input left (resumed after the others).
+            if c.marks.closed || c.marks.ready || c.input_blocked(max_pending) {
                 return;
             }
             if self.relay.over_fanout_budget() {
@@ -302,8 +303,11 @@ impl Worker {
             deflate: &mut self.deflate,
             gate: &mut self.gate,
             limits: &mut self.limits,
+            turn_left: self.shared.config.limits.messages_per_turn,
         };
-        conn::process(c, input, &mut ctx)
+        let used = conn::process(c, input, &mut ctx);
+        self.turn_over = ctx.turn_left == 0;
+        used
     }
 
     /// Bookkeeping after a connection consumed input: re-arm its timer (a partial HTTP
@@ -312,9 +316,13 @@ impl Worker {
         let now = self.now;
         let head_ms = self.shared.config.limits.head_timeout().as_millis() as u64;
         let c = &mut self.conns[key];
-        if !c.rbuf.is_empty() && !c.marks.closed && self.relay.over_fanout_budget() {
-            // Input left unprocessed for the fan-out budget: no event will come for it,
-            // so resume it once the queued pushes are delivered.
+        if !c.rbuf.is_empty()
+            && !c.marks.closed
+            && (self.turn_over || self.relay.over_fanout_budget())
+        {
+            // Input left unprocessed for the fan-out budget or at the end of the
+            // connection's turn: no event will come for it, so resume it once the other
+            // connections had their turn and the queued pushes are delivered.
             self.resume_later(key);
         }
         let c = &mut self.conns[key];

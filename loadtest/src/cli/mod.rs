@@ -408,6 +408,14 @@ pub struct AbuseOpts {
     /// `--abuser-nice` and `--abuser-slice`.
     #[arg(long)]
     pub abuser_idle: bool,
+    /// Most bytes the abuser hands to one `write` (a pipelined flood is still written
+    /// whole, in several calls). On loopback the writer's own thread does the server side's
+    /// TCP receive work too, which a remote abuser's packets would have done on the
+    /// server's machine; on a kernel without preemption one large write of the abuser keeps
+    /// the honest clients' thread off its shared core until it returns, however idle the
+    /// abuser's priority. 16 KiB bounds that to tens of µs.
+    #[arg(long, default_value_t = 16 << 10)]
+    pub abuser_max_write: usize,
     /// Pin the abuser's thread to this CPU (e.g. the server's, to keep it off the honest
     /// loop's core: then it takes CPU from the server instead, which a remote abuser does not).
     #[arg(long)]

@@ -227,6 +227,8 @@ pub struct Io {
     fixed_source: Option<std::net::IpAddr>,
     /// New connections close with a RST whatever ends them ([`Io::set_rst_always`]).
     rst_always: bool,
+    /// Most bytes handed to one `write` ([`Io::set_max_write`]; unbounded by default).
+    max_write: usize,
     /// Global index of this loop's next connection, for spreading source addresses.
     next_conn_index: usize,
     conn_index_step: usize,
@@ -266,6 +268,7 @@ impl Io {
             source_ips,
             fixed_source: None,
             rst_always: false,
+            max_write: usize::MAX,
             next_conn_index: thread,
             conn_index_step: threads.max(1),
             epoch,
@@ -288,6 +291,14 @@ impl Io {
     /// no TIME_WAIT on our side when many are opened.
     pub fn set_rst_always(&mut self) {
         self.rst_always = true;
+    }
+
+    /// Write at most `n` bytes per `write` call (at least 1). On loopback a `write` also
+    /// does the receiving side's TCP work, in the writer's thread and without a point where
+    /// the kernel (built with `PREEMPT_NONE`) lets another thread in: one 200 KiB write of a
+    /// pipelined flood holds its core for a few hundred µs, whatever the thread's priority.
+    pub fn set_max_write(&mut self, n: usize) {
+        self.max_write = n.max(1);
     }
 
     /// Start connecting; the handler hears `on_open` or `on_closed` later.

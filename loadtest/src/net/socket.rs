@@ -45,7 +45,8 @@ impl Io {
             }
             let mut failed = None;
             while c.out_pos < c.out.len() {
-                match tls::write(&mut c.stream, c.tls.as_deref_mut(), &c.out[c.out_pos..]) {
+                let end = c.out.len().min(c.out_pos.saturating_add(self.max_write));
+                match tls::write(&mut c.stream, c.tls.as_deref_mut(), &c.out[c.out_pos..end]) {
                     Ok(0) => {
                         failed = Some(CloseWhy::Io(io::ErrorKind::WriteZero));
                         break;

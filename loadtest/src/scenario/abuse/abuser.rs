@@ -352,6 +352,7 @@ pub(super) fn abuser(
     let mut io = ctx.io(0)?;
     io.set_source(IpAddr::V4(o.abuser_ip));
     io.set_rst_always();
+    io.set_max_write(o.abuser_max_write);
     let rpc = o.protocol.rpc();
     let n = o.abuser_conns;
     let topics: Vec<String> = (0..n)

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cli::{AbuseKind, AbuseOpts, RelayProtocol, Target};
-use crate::stats::Report;
+use crate::stats::{Lat, Report};
 
 use super::topics::{self, Load, Shape};
 use super::{Ctx, RunError};
@@ -55,6 +55,8 @@ pub struct PhaseFig {
     pub load1: f64,
     /// The server's CPU use over the phase (CPU seconds per second; NaN if unknown).
     pub server_cpu: f64,
+    /// Honest publish->delivery latencies of the phase (for the pooled summary).
+    pub delivery: Lat,
 }
 
 /// The side-by-side table: one line per phase, the "with" line carrying the ratio of its
@@ -161,7 +163,67 @@ pub fn run(target: &Target, o: &AbuseOpts) -> Result<(Vec<Report>, String), RunE
             }
         }
     }
-    Ok((reports, side_by_side(&rows)))
+    let mut table = side_by_side(&rows);
+    table.push_str(&pooled(&rows));
+    Ok((reports, table))
+}
+
+/// Per abuser kind, over all rounds: the honest p99 of all "without" phases pooled, of all
+/// "with" phases pooled, their ratio, and the median of the rounds' own ratios. Host noise
+/// on a shared machine comes in bursts that hit one phase and not its neighbour; pooling and
+/// the median keep one such burst from deciding the figure.
+pub fn pooled(rows: &[PhaseFig]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let mut kinds: Vec<&str> = Vec::new();
+    for r in rows {
+        if !kinds.contains(&r.kind) {
+            kinds.push(r.kind);
+        }
+    }
+    let _ = writeln!(
+        s,
+        "{:<9} {:>6} {:>12} {:>12} {:>8} {:>14} {:>6}",
+        "pooled", "rounds", "p99_without", "p99_with", "p99x", "median_round_x", "lost"
+    );
+    for kind in kinds {
+        let (mut without, mut with) = (Lat::new(), Lat::new());
+        let mut ratios = Vec::new();
+        let mut lost = 0;
+        let mut rounds = 0;
+        for r in rows.iter().filter(|r| r.kind == kind) {
+            lost += r.lost + r.unacked + r.honest_errors;
+            if r.with {
+                with.merge(&r.delivery);
+                rounds += 1;
+                if let Some(b) = rows
+                    .iter()
+                    .find(|b| !b.with && b.kind == kind && b.round == r.round && b.p99 > 0)
+                {
+                    ratios.push(r.p99 as f64 / b.p99 as f64);
+                }
+            } else {
+                without.merge(&r.delivery);
+            }
+        }
+        ratios.sort_by(f64::total_cmp);
+        let median = match ratios.len() {
+            0 => "?".to_string(),
+            n if n % 2 == 1 => format!("{:.2}", ratios[n / 2]),
+            n => format!("{:.2}", (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0),
+        };
+        let (a, b) = (without.summary().p99, with.summary().p99);
+        let x = if a > 0 {
+            format!("{:.2}", b as f64 / a as f64)
+        } else {
+            "?".into()
+        };
+        let _ = writeln!(
+            s,
+            "{kind:<9} {rounds:>6} {a:>12} {b:>12} {x:>8} {median:>14} {lost:>6}"
+        );
+    }
+    s
 }
 
 fn phase(
@@ -227,6 +289,7 @@ fn phase(
         abuser: abuser.clone(),
         load1,
         server_cpu,
+        delivery: st.delivery.clone(),
     };
     let mut r = Report::new("abuse");
     r.text("abuser", kind.label())

@@ -53,3 +53,38 @@ fn table_sets_with_beside_without() {
     assert_eq!(cols(lines[3])[8], "0.50");
     assert_eq!(cols(lines[5])[8], "?"); // no baseline
 }
+
+#[test]
+fn pooled_merges_rounds_and_takes_the_median_ratio() {
+    let with_lat = |us: &[u64]| {
+        let mut l = Lat::new();
+        for &u in us {
+            l.record_ns(u * 1000);
+        }
+        l
+    };
+    let mk = |round, with, p99, lat: Lat| PhaseFig {
+        delivery: lat,
+        ..row("subscribe", round, with, p99)
+    };
+    // Round 1 is hit by a burst of host noise in its "without" phase: its own ratio is low,
+    // the pooled figures and the median still come out of all three rounds.
+    let rows = [
+        mk(0, false, 100, with_lat(&[100; 99])),
+        mk(0, true, 120, with_lat(&[120; 99])),
+        mk(1, true, 130, with_lat(&[130; 99])),
+        mk(1, false, 1000, with_lat(&[1000; 99])),
+        mk(2, false, 100, with_lat(&[100; 99])),
+        mk(2, true, 110, with_lat(&[110; 99])),
+    ];
+    let t = pooled(&rows);
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(lines.len(), 2, "{t}");
+    let cols: Vec<&str> = lines[1].split_whitespace().collect();
+    // 297 samples a side; the pooled p99 of "without" is the noisy round's 1000.
+    assert_eq!(cols[..3], ["subscribe", "3", "1000"], "{t}");
+    assert_eq!(cols[3], "130", "{t}");
+    // Ratios 1.20, 0.13, 1.10: the median is 1.10.
+    assert_eq!(cols[5], "1.10", "{t}");
+    assert_eq!(cols[6], "0", "{t}");
+}

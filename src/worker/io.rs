@@ -262,19 +262,19 @@ impl Worker {
     /// Processes input read into a worker buffer (the connection holds none); what it
     /// does not consume is kept in the connection's buffer.
     pub(super) fn process_front(&mut self, key: usize, input: &mut [u8]) {
-        let used = self.process(key, input);
+        let (used, turn_over) = self.process(key, input);
         if used < input.len() {
             let c = &mut self.conns[key];
             if !matches!(c.phase, Phase::Closing { .. }) {
                 c.rbuf.extend_from_slice(&input[used..]);
             }
         }
-        self.after_input(key);
+        self.after_input(key, turn_over);
     }
 
     pub(super) fn process_buffered(&mut self, key: usize) {
         let mut buf = std::mem::take(&mut self.conns[key].rbuf);
-        let used = self.process(key, &mut buf);
+        let (used, turn_over) = self.process(key, &mut buf);
         let c = &mut self.conns[key];
         if used >= buf.len() || matches!(c.phase, Phase::Closing { .. }) {
             buf = Vec::new();
@@ -282,11 +282,12 @@ impl Worker {
             buf.drain(..used);
         }
         c.rbuf = buf;
-        self.after_input(key);
+        self.after_input(key, turn_over);
     }
 
-    /// Runs `conn::process` on connection `key` with this worker's context.
-    fn process(&mut self, key: usize, input: &mut [u8]) -> usize {
+    /// Runs `conn::process` on connection `key` with this worker's context; returns the
+    /// bytes consumed and whether the connection's turn ended (`messages_per_turn`).
+    fn process(&mut self, key: usize, input: &mut [u8]) -> (usize, bool) {
         let c = &mut self.conns[key];
         let mut ctx = Ctx {
             me: self.id,
@@ -306,20 +307,16 @@ impl Worker {
             turn_left: self.shared.config.limits.messages_per_turn,
         };
         let used = conn::process(c, input, &mut ctx);
-        self.turn_over = ctx.turn_left == 0;
-        used
+        (used, ctx.turn_left == 0)
     }
 
     /// Bookkeeping after a connection consumed input: re-arm its timer (a partial HTTP
-    /// head shortens the deadline), schedule its output.
-    fn after_input(&mut self, key: usize) {
+    /// head shortens the deadline), schedule its output; `turn_over`: its turn ended.
+    fn after_input(&mut self, key: usize, turn_over: bool) {
         let now = self.now;
         let head_ms = self.shared.config.limits.head_timeout().as_millis() as u64;
         let c = &mut self.conns[key];
-        if !c.rbuf.is_empty()
-            && !c.marks.closed
-            && (self.turn_over || self.relay.over_fanout_budget())
-        {
+        if !c.rbuf.is_empty() && !c.marks.closed && (turn_over || self.relay.over_fanout_budget()) {
             // Input left unprocessed for the fan-out budget or at the end of the
             // connection's turn: no event will come for it, so resume it once the other
             // connections had their turn and the queued pushes are delivered.

@@ -125,8 +125,6 @@ pub struct Worker {
     now: u64,
     /// Retry `accept` at the next tick (after running out of file descriptors).
     accept_retry: bool,
-    /// The last connection processed ended its turn (`Limits::messages_per_turn`).
-    turn_over: bool,
     /// A listener (plain, TLS) still had connections waiting when its round's accept
     /// budget ran out: accept again next round, without sleeping.
     accept_more: [bool; 2],
@@ -211,7 +209,6 @@ impl Worker {
             date_sec: u64::MAX,
             now,
             accept_retry: false,
-            turn_over: false,
             accept_more: [false; 2],
             stop_at: None,
             engine_waiting: false,

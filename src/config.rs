@@ -295,6 +295,17 @@ pub struct Limits {
     #[arg(long, env = "WALLETRELAY_ACCEPT_BURST_PER_IP", default_value_t = 500)]
     pub accept_burst_per_ip: u64,
 
+    /// An address refused at accept (by the two limits above) this many times within one
+    /// second is blocked at the listener for `--accept-block-ms`: its SYNs are dropped
+    /// by a socket filter, so a connection storm costs the workers nothing (split over the
+    /// workers; docs/TUNING.md, "Blocking a storm at the listener"). 0 = never.
+    #[arg(long, env = "WALLETRELAY_ACCEPT_BLOCK_AFTER", default_value_t = 1000)]
+    pub accept_block_after: u32,
+
+    /// How long such a block lasts, in milliseconds. 0 = never block.
+    #[arg(long, env = "WALLETRELAY_ACCEPT_BLOCK_MS", default_value_t = 1000)]
+    pub accept_block_ms: u64,
+
     /// Publishes a second per connection, per authenticated client id and per IP address
     /// (token buckets; the last two split over the workers); past it JSON-RPC -32000
     /// `rate limited`. 0 = off.

@@ -23,6 +23,12 @@ fn is_v4(b: u128) -> bool {
     b >> 32 == 0xffff
 }
 
+/// Whether a key of [`ip_key`] is an IPv4 address (its low 32 bits) rather than an IPv6 /64
+/// (its high 64 bits).
+pub fn key_is_v4(key: u128) -> bool {
+    is_v4(key)
+}
+
 /// The key an address is counted under: an IPv4 address itself, an IPv6 address's /64
 /// (one subscriber line usually gets a whole /64, so counting single IPv6 addresses would
 /// let one client take 2^64 of them).

@@ -115,6 +115,70 @@ fn new_connections_per_address_are_rate_limited() {
     assert_eq!(limited(&server, "accept_rate"), 2.0);
 }
 
+/// Whether a TCP handshake from `src` completes within `wait` (a blocked address's SYN
+/// gets no answer at all; a refused-at-accept one completes and is then reset).
+fn handshake_from(server: &Server, src: &str, wait: std::time::Duration) -> bool {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
+    let from: SocketAddr = format!("{src}:0").parse().expect("source address");
+    sock.bind(&from.into()).expect("bind");
+    match sock.connect_timeout(&server.addr.into(), wait) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => false,
+        Err(e) => panic!("connect from {src}: {e}"),
+    }
+}
+
+#[test]
+fn a_storm_of_refused_connections_is_blocked_at_the_listener_then_let_go() {
+    let server = Server::start_limited(&[
+        "--threads",
+        "1",
+        "--accept-rate-per-ip",
+        "0.001",
+        "--accept-burst-per-ip",
+        "1",
+        "--accept-block-after",
+        "10",
+        "--accept-block-ms",
+        "3000",
+        // The metrics are read from here.
+        "--limit-exempt",
+        "127.0.0.1",
+    ]);
+    let metric = |name: &str| server.try_metric(name).expect("/metrics answers");
+    let blocks = || metric("walletrelay_accept_blocks_total");
+    assert_eq!(http_status_from(&server, "127.0.0.30"), Some(200));
+    // Refused at accept: the handshake completes, the connection is reset unanswered.
+    for _ in 0..9 {
+        assert_eq!(http_status_from(&server, "127.0.0.30"), None);
+    }
+    assert_eq!(blocks(), 0.0);
+    assert_eq!(http_status_from(&server, "127.0.0.30"), None);
+    // The 10th refusal in a second blocked the address: its SYNs go unanswered.
+    assert_eq!(blocks(), 1.0);
+    assert_eq!(metric("walletrelay_blocked_addresses"), 1.0);
+    let refused = limited(&server, "accept_rate");
+    assert_eq!(refused, 10.0);
+    let short = std::time::Duration::from_millis(300);
+    assert!(!handshake_from(&server, "127.0.0.30", short));
+    // Nothing reached the worker: no accept, no refusal counted.
+    assert_eq!(limited(&server, "accept_rate"), refused);
+    // Another address is served as before.
+    assert_eq!(http_status_from(&server, "127.0.0.31"), Some(200));
+    // The block ends: the address is refused at accept again (its bucket is still empty).
+    let mut let_go = false;
+    for _ in 0..40 {
+        if handshake_from(&server, "127.0.0.30", short) {
+            let_go = true;
+            break;
+        }
+    }
+    assert!(let_go, "the block never ended");
+    assert_eq!(metric("walletrelay_blocked_addresses"), 0.0);
+    assert_eq!(blocks(), 1.0);
+}
+
 #[test]
 fn a_refused_publish_is_neither_delivered_nor_stored() {
     let server = Server::start_limited(&[

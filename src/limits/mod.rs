@@ -14,6 +14,7 @@
 //! [`Limited`]) and mapped to close-at-accept, HTTP 429 or JSON-RPC -32000 by `worker` and
 //! `conn`.
 
+pub mod block;
 pub mod bucket;
 pub mod table;
 
@@ -21,6 +22,7 @@ use crate::auth::ClientKey;
 use crate::ip::{self, Cidr};
 use std::net::IpAddr;
 
+pub use block::Blocks;
 pub use bucket::{Bucket, ConnBuckets, Rate};
 pub use table::Handle;
 use table::{Table, BUCKETS};
@@ -75,6 +77,11 @@ pub struct Policy {
     requests_on: bool,
     /// Any per-address limit is on.
     ip_on: bool,
+    /// Refusals at accept in one second after which an address is blocked at the
+    /// listener (split; 0 = never).
+    block_after: u32,
+    /// How long such a block lasts (ms).
+    block_ms: u64,
 }
 
 impl Policy {
@@ -106,6 +113,11 @@ impl Policy {
             trusted: l.trusted_proxies.clone(),
             requests_on,
             ip_on: requests_on || max_conns > 0 || !accept.is_off(),
+            block_after: match (l.accept_block_after, l.accept_block_ms) {
+                (0, _) | (_, 0) => 0,
+                (n, _) => (n / w as u32).max(1),
+            },
+            block_ms: l.accept_block_ms,
         }
     }
 }
@@ -137,6 +149,10 @@ pub struct Limiter {
     policy: Policy,
     ips: Table<u128>,
     clients: Table<[u8; 32]>,
+    /// Addresses blocked at the listener.
+    blocks: Blocks,
+    /// Blocks begun since the start.
+    blocked: u64,
     /// The next time idle entries are looked for (ms).
     next_sweep: u64,
 }
@@ -154,6 +170,8 @@ impl Limiter {
             policy,
             ips: Table::new(TABLE_CAP),
             clients: Table::new(TABLE_CAP),
+            blocks: Blocks::default(),
+            blocked: 0,
             next_sweep: 0,
         }
     }
@@ -185,24 +203,37 @@ impl Limiter {
         if !self.policy.ip_on {
             return Ok(());
         }
-        let Some(h) = self
-            .ips
-            .find_or_add(&ip::ip_key(addr), &self.policy.shared, now)
-        else {
+        let key = ip::ip_key(addr);
+        let Some(h) = self.ips.find_or_add(&key, &self.policy.shared, now) else {
             return Ok(());
         };
         let Some(e) = self.ips.get(h) else {
             return Ok(());
         };
-        if self.policy.max_conns > 0 && e.conns >= self.policy.max_conns {
-            return Err(Kind::Connections);
-        }
         let accept = self.policy.shared[Kind::AcceptRate as usize];
-        let b = &mut e.buckets[Kind::AcceptRate as usize];
-        if b.wait(accept, now, 1.0) > 0 {
-            return Err(Kind::AcceptRate);
+        let refused = if self.policy.max_conns > 0 && e.conns >= self.policy.max_conns {
+            Some(Kind::Connections)
+        } else if e.buckets[Kind::AcceptRate as usize].wait(accept, now, 1.0) > 0 {
+            Some(Kind::AcceptRate)
+        } else {
+            None
+        };
+        if let Some(kind) = refused {
+            // A storm: more refusals in one second than `block_after` blocks the address.
+            if now.saturating_sub(e.refused_since) >= 1000 {
+                e.refused = 0;
+                e.refused_since = now;
+            }
+            e.refused += 1;
+            if self.policy.block_after > 0 && e.refused >= self.policy.block_after {
+                e.refused = 0;
+                if self.blocks.add(key, now + self.policy.block_ms) {
+                    self.blocked += 1;
+                }
+            }
+            return Err(kind);
         }
-        b.take(accept, 1.0);
+        e.buckets[Kind::AcceptRate as usize].take(accept, 1.0);
         e.conns += 1;
         lim.ip = h;
         Ok(())
@@ -324,15 +355,29 @@ impl Limiter {
         Ok(())
     }
 
-    /// Periodic upkeep (called every loop iteration; works once a second): drops idle
-    /// entries, a bounded number at a time.
+    /// Periodic upkeep (called every loop iteration): ends the blocks due, and once a
+    /// second drops idle entries, a bounded number at a time.
     pub fn tick(&mut self, now: u64) {
+        if !self.blocks.is_empty() {
+            self.blocks.expire(now);
+        }
         if now < self.next_sweep {
             return;
         }
         self.next_sweep = now + 1000;
         self.ips.sweep(&self.policy.shared, now, SWEEP_BUDGET);
         self.clients.sweep(&self.policy.shared, now, SWEEP_BUDGET);
+    }
+
+    /// The listeners' filter if the blocked addresses changed since the last call
+    /// (`Some(empty)`: no filter), for the worker to attach.
+    pub fn take_block_change(&mut self) -> Option<Vec<block::Insn>> {
+        self.blocks.take_change()
+    }
+
+    /// Blocks begun since the start, and addresses blocked now (metrics).
+    pub fn blocks(&self) -> (u64, usize) {
+        (self.blocked, self.blocks.len())
     }
 
     /// Addresses and clients currently tracked (tests, metrics).

@@ -60,6 +60,11 @@ pub struct Entry<K> {
     pub last: u64,
     /// Its buckets, indexed like `Kind`.
     pub buckets: [Bucket; BUCKETS],
+    /// Connections refused at accept since `refused_since` (addresses only; see
+    /// `block`).
+    pub refused: u32,
+    /// When the current second of `refused` began (ms).
+    pub refused_since: u64,
 }
 
 /// A bounded table of entries keyed by `K`.
@@ -115,6 +120,8 @@ impl<K: Hash + Eq + Clone> Table<K> {
         e.conns = 0;
         e.last = now;
         e.buckets = buckets;
+        e.refused = 0;
+        e.refused_since = now;
         self.index.insert(owned, slot);
         Some(Handle { slot, gen: e.gen })
     }
@@ -132,6 +139,8 @@ impl<K: Hash + Eq + Clone> Table<K> {
                 conns: 0,
                 last: 0,
                 buckets: [Bucket::default(); BUCKETS],
+                refused: 0,
+                refused_since: 0,
             });
             return u16::try_from(self.entries.len() - 1).ok();
         }

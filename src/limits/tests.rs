@@ -71,6 +71,85 @@ fn accept_rate_per_address() {
 }
 
 #[test]
+fn a_storm_of_refusals_in_one_second_blocks_the_address_for_a_while() {
+    let args = [
+        "--accept-rate-per-ip",
+        "0.001",
+        "--accept-burst-per-ip",
+        "1",
+        "--accept-block-after",
+        "5",
+        "--accept-block-ms",
+        "3000",
+    ];
+    let mut l = limiter(&args, 1);
+    l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    // Refusals spread over more than a second each: never 5 in one second.
+    for t in 0..8 {
+        assert!(l.on_accept(ip("10.0.0.1"), 10 + t * 300).is_err());
+        l.tick(10 + t * 300);
+        assert!(l.take_block_change().is_none(), "at {t}");
+    }
+    // 5 in one second: blocked (one program with the address), counted once.
+    let t0 = 5000;
+    for i in 0..5 {
+        assert_eq!(
+            l.on_accept(ip("10.0.0.1"), t0 + i).unwrap_err(),
+            Kind::AcceptRate
+        );
+    }
+    assert!(l.take_block_change().is_some_and(|p| !p.is_empty()));
+    assert_eq!(l.blocks(), (1, 1));
+    // Still refused at accept (a connection made before the filter), not blocked twice.
+    for i in 0..10 {
+        assert!(l.on_accept(ip("10.0.0.1"), t0 + 10 + i).is_err());
+    }
+    assert!(l.take_block_change().is_none());
+    assert_eq!(l.blocks(), (1, 1));
+    // The block ends after 3 s: the filter comes off.
+    l.tick(t0 + 4 + 2999);
+    assert!(l.take_block_change().is_none());
+    l.tick(t0 + 4 + 3000);
+    assert!(l.take_block_change().is_some_and(|p| p.is_empty()));
+    assert_eq!(l.blocks(), (1, 0));
+}
+
+#[test]
+fn blocks_are_split_over_the_workers_and_off_with_0() {
+    // Blocks begun after `refusals` refusals at accept, all in the same millisecond.
+    let over = |args: &[&str], workers, refusals: u32| {
+        let mut l = limiter(args, workers);
+        let mut refused = 0;
+        for _ in 0..refusals + 100 {
+            if refused == refusals {
+                break;
+            }
+            refused += u32::from(l.on_accept(ip("10.0.0.1"), 0).is_err());
+        }
+        assert_eq!(refused, refusals);
+        l.blocks().0
+    };
+    let rate = [
+        "--accept-rate-per-ip",
+        "0.001",
+        "--accept-burst-per-ip",
+        "4",
+    ];
+    let with = |extra: &[&'static str]| [&rate[..], extra].concat();
+    let after8 = with(&["--accept-block-after", "8"]);
+    // 8 a second over 2 workers: 4 each.
+    assert_eq!(over(&after8, 2, 3), 0);
+    assert_eq!(over(&after8, 2, 4), 1);
+    assert_eq!(over(&after8, 1, 7), 0);
+    assert_eq!(over(&after8, 1, 8), 1);
+    assert_eq!(over(&with(&["--accept-block-after", "0"]), 1, 5000), 0);
+    assert_eq!(over(&with(&["--accept-block-ms", "0"]), 1, 5000), 0);
+    // The default: 1,000 a second.
+    assert_eq!(over(&rate, 1, 999), 0);
+    assert_eq!(over(&rate, 1, 1000), 1);
+}
+
+#[test]
 fn publishes_per_connection_then_retry_after() {
     let mut l = limiter(&["--publish-rate", "10", "--publish-burst", "2"], 1);
     let lim = l.on_accept(ip("10.0.0.1"), 0).unwrap();

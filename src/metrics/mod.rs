@@ -156,6 +156,11 @@ pub struct CoreMetrics {
     pub limited: [Cell; 5],
     /// WebSockets closed with 1013 after refusals in a row.
     pub limit_closes: Cell,
+    /// Addresses blocked at the listener after a storm of refused connections, since the
+    /// start, and now.
+    pub accept_blocks: Cell,
+    /// ... blocked now.
+    pub blocked_addresses: Cell,
 }
 
 impl CoreMetrics {
@@ -188,7 +193,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 23] = [
+        let per_core: [(&str, &str, &str, Get); 25] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -315,6 +320,18 @@ impl Metrics {
                 "counter",
                 "WebSockets closed with 1013 after 100 rate-limit refusals in a row",
                 |c| &c.limit_closes,
+            ),
+            (
+                "accept_blocks_total",
+                "counter",
+                "Addresses blocked at the listener after --accept-block-after refusals at accept in a second",
+                |c| &c.accept_blocks,
+            ),
+            (
+                "blocked_addresses",
+                "gauge",
+                "Addresses blocked at the listener now",
+                |c| &c.blocked_addresses,
             ),
         ];
         for (name, kind, help, get) in per_core {

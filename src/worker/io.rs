@@ -52,6 +52,35 @@ impl Worker {
         self.accept_more[usize::from(tls)] = true;
     }
 
+    /// Puts the limiter's blocked addresses on the listeners when they changed (a storm
+    /// began or a block ended): a classic BPF filter that drops their packets, or none.
+    pub(super) fn apply_blocks(&mut self) {
+        let Some(program) = self.limits.take_block_change() else {
+            return;
+        };
+        let (total, now) = self.limits.blocks();
+        let m = self.m();
+        m.accept_blocks.set(total);
+        m.blocked_addresses.set(now as u64);
+        for l in [self.listener.as_ref(), self.tls_listener.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            let sock = socket2::SockRef::from(l);
+            let done = match program.is_empty() {
+                true => sock.detach_filter(),
+                false => sock.attach_filter(&program),
+            };
+            if let Err(e) = done {
+                // ENOENT when there was no filter to take off; anything else leaves the
+                // storm refused at accept, as without blocks.
+                if !program.is_empty() || e.raw_os_error() != Some(libc::ENOENT) {
+                    log::warn!("worker {}: listener filter not set: {e}", self.id);
+                }
+            }
+        }
+    }
+
     fn add_conn(&mut self, mut sock: TcpStream, peer: IpAddr, tls: bool) {
         let limits = &self.shared.config.limits;
         if self.conns.len() >= limits.max_connections_per_worker {

@@ -27,6 +27,7 @@ impl Worker {
         }
         self.relay.tick(self.now);
         self.limits.tick(self.now);
+        self.apply_blocks();
         if self.accept_retry && !due.is_empty() {
             self.accept_retry = false;
             self.accept(false);

@@ -85,6 +85,9 @@ struct SlotState {
     error: Option<String>,
     /// A full sync round is asked for whatever the mode (a probe after a failure).
     forced: bool,
+    /// The segment whose synced pages were last dropped, and up to where: the next drop
+    /// of the same file starts there (with `always`, many a second).
+    dropped: (SegmentId, u64),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -319,6 +322,11 @@ fn sync_slot(slot: &Slot, full: bool) {
             std::mem::take(&mut st.dir_dirty) || forced,
         )
     };
+    // What each file holds before its sync: all of it is on disk once the sync returns.
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|(_, f)| f.metadata().map_or(0, |m| m.len()))
+        .collect();
     let t0 = Instant::now();
     let mut result = files
         .iter()
@@ -354,7 +362,45 @@ fn sync_slot(slot: &Slot, full: bool) {
         }
     }
     drop(cb);
+    let mut dropped = lock(&slot.state).dropped;
+    for ((id, f), &size) in files.iter().zip(&sizes) {
+        let from = if dropped.0 == *id { dropped.1 } else { 0 };
+        dropped = (*id, drop_synced_pages(f, from, size));
+    }
+    lock(&slot.state).dropped = dropped;
     delete_retired(slot);
+}
+
+/// Takes the whole pages between `from` (a page boundary, where the last drop of this file
+/// ended) and `size` of a synced file out of the page cache; returns where this drop ended. A log is read only at recovery, so the pages it wrote are never wanted again once
+/// they are on disk; left cached, they would grow the page cache by everything the log
+/// writes until the kernel reclaims them, and each new page the log writes would be a fresh
+/// page the kernel must find. Dropped after each sync, the pages come back to the free
+/// lists warm and the log's next writes reuse them (docs/PERFORMANCE.md, "Dropping synced
+/// pages"). The page `size` falls in is kept: the log still appends to it, and a write into
+/// a partial page that is not cached would first read it from disk, on the event loop. The
+/// kernel drops only clean pages. Advice only: a failure changes nothing but the cache.
+fn drop_synced_pages(f: &File, from: u64, size: u64) -> u64 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sysconf takes an integer and reads no memory of ours.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as u64,
+        _ => return from,
+    };
+    let end = size / page * page;
+    let (Ok(off), Ok(len)) = (
+        libc::off_t::try_from(from),
+        libc::off_t::try_from(end.saturating_sub(from)),
+    ) else {
+        return from;
+    };
+    if len == 0 {
+        return from;
+    }
+    // SAFETY: posix_fadvise takes a descriptor and integers (no pointers); `f` keeps the
+    // descriptor open for the duration of the call.
+    let _ = unsafe { libc::posix_fadvise(f.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED) };
+    end
 }
 
 /// Deletes the retired segments whose copies are synced, then syncs the directory.
@@ -393,5 +439,75 @@ fn delete_retired(slot: &Slot) {
     let cb = lock(&slot.on_sync);
     for id in done {
         cb(SyncEvent::Retired(id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    /// Which of the file's pages are in the page cache (`mincore` over a read-only mapping).
+    fn resident(f: &File, len: usize) -> Vec<bool> {
+        let page = 4096;
+        let pages = len.div_ceil(page);
+        // SAFETY: a fresh shared read-only mapping of `len` bytes of an open file; it is only
+        // passed to mincore (never read through) and unmapped before returning.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: `map` is a live mapping of `len` bytes and `vec` has one byte per page.
+        let rc = unsafe { libc::mincore(map, len, vec.as_mut_ptr()) };
+        // SAFETY: unmaps exactly the mapping made above.
+        unsafe { libc::munmap(map, len) };
+        assert_eq!(rc, 0);
+        vec.iter().map(|b| b & 1 == 1).collect()
+    }
+
+    #[test]
+    fn a_synced_file_leaves_the_page_cache_but_its_tail_page_stays() {
+        let dir = super::super::log_tests::TempDir::new("dropped-pages");
+        let path = dir.0.join("segment");
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let len = 64 * 4096 + 100;
+        f.write_all(&vec![7u8; len]).unwrap();
+        // tmpfs keeps its pages whatever the advice: nothing to test there.
+        let fs = std::process::Command::new("stat")
+            .args(["-f", "-c", "%T"])
+            .arg(&dir.0)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        if fs == "tmpfs" {
+            return;
+        }
+        let before = resident(&f, len);
+        assert!(before.iter().all(|&r| r), "written pages are cached");
+        f.sync_data().unwrap();
+        let end = drop_synced_pages(&f, 0, len as u64);
+        assert_eq!(end, 64 * 4096);
+        let after = resident(&f, len);
+        assert!(
+            !after[..64].iter().any(|&r| r),
+            "synced whole pages dropped"
+        );
+        assert!(after[64], "the tail page, still being appended to, stays");
+        // The data is all there (read back from disk).
+        assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; len]);
     }
 }

@@ -116,7 +116,8 @@ fn new_connections_per_address_are_rate_limited() {
 }
 
 /// Whether a TCP handshake from `src` completes within `wait` (a blocked address's SYN
-/// gets no answer at all; a refused-at-accept one completes and is then reset).
+/// gets no answer at all; a refused-at-accept one completes and is then reset, which the
+/// connect may already report).
 fn handshake_from(server: &Server, src: &str, wait: std::time::Duration) -> bool {
     use socket2::{Domain, Protocol, Socket, Type};
     let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
@@ -124,6 +125,8 @@ fn handshake_from(server: &Server, src: &str, wait: std::time::Duration) -> bool
     sock.bind(&from.into()).expect("bind");
     match sock.connect_timeout(&server.addr.into(), wait) {
         Ok(()) => true,
+        // Accepted and reset (refused at accept) before the connect was seen complete.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => true,
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => false,
         Err(e) => panic!("connect from {src}: {e}"),
     }

@@ -10,6 +10,9 @@
 //! through the [`Handle`]s it keeps in [`ConnLimit`], checked by generation, never by hashing
 //! a key per message. Nothing here allocates per message.
 //!
+//! An address refused at accept too often within a second is blocked at the listener for a
+//! while ([`block`]): the limiter keeps the list and makes the filter, the worker attaches it.
+//!
 //! What it must not do: touch sockets or the wire. Refusals are typed ([`Kind`],
 //! [`Limited`]) and mapped to close-at-accept, HTTP 429 or JSON-RPC -32000 by `worker` and
 //! `conn`.
@@ -219,8 +222,9 @@ impl Limiter {
             None
         };
         if let Some(kind) = refused {
-            // A storm: more refusals in one second than `block_after` blocks the address.
-            if now.saturating_sub(e.refused_since) >= 1000 {
+            // A storm: `block_after` refusals within one second block the address at the
+            // listener (`block`).
+            if e.refused == 0 || now.saturating_sub(e.refused_since) >= 1000 {
                 e.refused = 0;
                 e.refused_since = now;
             }

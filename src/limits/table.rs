@@ -63,7 +63,7 @@ pub struct Entry<K> {
     /// Connections refused at accept since `refused_since` (addresses only; see
     /// `block`).
     pub refused: u32,
-    /// When the current second of `refused` began (ms).
+    /// When the current second of `refused` began (ms): at its first refusal.
     pub refused_since: u64,
 }
 

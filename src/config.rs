@@ -302,7 +302,9 @@ pub struct Limits {
     #[arg(long, env = "WALLETRELAY_ACCEPT_BLOCK_AFTER", default_value_t = 1000)]
     pub accept_block_after: u32,
 
-    /// How long such a block lasts, in milliseconds. 0 = never block.
+    /// How long such a block lasts, in milliseconds; a block that begins within the last
+    /// one's length after it ended lasts twice as long, up to 64 times this. 0 = never
+    /// block.
     #[arg(long, env = "WALLETRELAY_ACCEPT_BLOCK_MS", default_value_t = 1000)]
     pub accept_block_ms: u64,
 

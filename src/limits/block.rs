@@ -5,7 +5,8 @@
 //! handshake, and the worker accepts it and closes it again, on the loop that serves
 //! everyone else (about half of a worker's time under a storm of 20,000 refused
 //! connections a second, docs/RELIABILITY.md §5). An address refused at accept
-//! `--accept-block-after` times within one second is therefore blocked for `--accept-block-ms`:
+//! `--accept-block-after` times within one second is therefore blocked for `--accept-block-ms`
+//! (twice as long for each block that follows the last within its length, `limits::on_accept`):
 //! its packets to the listening socket (its SYNs) are dropped by a classic BPF filter on the
 //! worker's listeners, so the kernel answers nothing and queues nothing, and the client's
 //! own SYN retransmission (1 s, then 3 s, 7 s, ...) paces it. Connections it already has

@@ -47,6 +47,10 @@ pub struct Limited {
 /// Refusals in a row after which a WebSocket is closed with 1013.
 pub const CLOSE_AFTER_REFUSALS: u8 = 100;
 
+/// Doublings of a block at the listener for a storm that goes on (64 times
+/// `--accept-block-ms` at most).
+pub const MAX_DOUBLINGS: u8 = 6;
+
 /// The WebSocket close code for a connection that keeps going after its refusals
 /// ("try again later").
 pub const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
@@ -231,8 +235,16 @@ impl Limiter {
             e.refused += 1;
             if self.policy.block_after > 0 && e.refused >= self.policy.block_after {
                 e.refused = 0;
-                if self.blocks.add(key, now + self.policy.block_ms) {
+                // A storm that goes on: a block that begins within the last one's length
+                // after it ended is twice as long, up to 2^MAX_DOUBLINGS times the first.
+                if now >= e.strike_until {
+                    e.strikes = 0;
+                }
+                let ms = self.policy.block_ms << e.strikes.min(MAX_DOUBLINGS);
+                if self.blocks.add(key, now + ms) {
                     self.blocked += 1;
+                    e.strikes = e.strikes.saturating_add(1);
+                    e.strike_until = now + 2 * ms;
                 }
             }
             return Err(kind);

@@ -65,6 +65,10 @@ pub struct Entry<K> {
     pub refused: u32,
     /// When the current second of `refused` began (ms): at its first refusal.
     pub refused_since: u64,
+    /// Blocks at the listener in a row (each doubles the next one's length).
+    pub strikes: u8,
+    /// Until when (ms) a new block counts as one more in the row (kept while it lasts).
+    pub strike_until: u64,
 }
 
 /// A bounded table of entries keyed by `K`.
@@ -122,6 +126,8 @@ impl<K: Hash + Eq + Clone> Table<K> {
         e.buckets = buckets;
         e.refused = 0;
         e.refused_since = now;
+        e.strikes = 0;
+        e.strike_until = 0;
         self.index.insert(owned, slot);
         Some(Handle { slot, gen: e.gen })
     }
@@ -141,6 +147,8 @@ impl<K: Hash + Eq + Clone> Table<K> {
                 buckets: [Bucket::default(); BUCKETS],
                 refused: 0,
                 refused_since: 0,
+                strikes: 0,
+                strike_until: 0,
             });
             return u16::try_from(self.entries.len() - 1).ok();
         }
@@ -189,7 +197,8 @@ impl<K: Hash + Eq + Clone> Table<K> {
     }
 
     /// Looks at up to `budget` entries from where the last sweep stopped and drops those
-    /// with no open connection whose buckets are full again.
+    /// with no open connection whose buckets are full again (and whose row of blocks at
+    /// the listener is over).
     pub fn sweep(&mut self, rates: &[Rate; BUCKETS], now: u64, budget: usize) {
         let n = self.entries.len();
         if n == 0 {
@@ -200,6 +209,7 @@ impl<K: Hash + Eq + Clone> Table<K> {
             let e = &mut self.entries[at];
             let idle = e.key.is_some()
                 && e.conns == 0
+                && e.strike_until <= now
                 && e.buckets
                     .iter_mut()
                     .zip(rates)
@@ -256,6 +266,17 @@ mod tests {
             let _ = t.find_or_add(&k, &R, 10);
         }
         assert!(t.len() <= 3 && t.entries.len() <= 3);
+    }
+
+    #[test]
+    fn sweep_keeps_an_idle_entry_while_its_row_of_blocks_can_go_on() {
+        let mut t: Table<u128> = Table::new(4);
+        let h = t.find_or_add(&1, &R, 0).unwrap();
+        t.get(h).unwrap().strike_until = 500;
+        t.sweep(&R, 499, 4);
+        assert!(t.get(h).is_some(), "row still open: kept");
+        t.sweep(&R, 500, 4);
+        assert!(t.get(h).is_none(), "row over: dropped");
     }
 
     #[test]

@@ -115,6 +115,46 @@ fn a_storm_of_refusals_in_one_second_blocks_the_address_for_a_while() {
 }
 
 #[test]
+fn a_storm_that_goes_on_is_blocked_longer_each_time_then_forgiven() {
+    let args = [
+        "--accept-rate-per-ip",
+        "0.001",
+        "--accept-burst-per-ip",
+        "1",
+        "--accept-block-after",
+        "2",
+        "--accept-block-ms",
+        "100",
+    ];
+    let mut l = limiter(&args, 1);
+    l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    // Two refusals at `t` block the address; how long until the block ends.
+    let block = |l: &mut Limiter, t: &mut u64| {
+        let start = *t;
+        for _ in 0..2 {
+            assert!(l.on_accept(ip("10.0.0.1"), start).is_err());
+        }
+        assert_eq!(l.blocks().1, 1, "blocked at {start}");
+        while l.blocks().1 == 1 {
+            *t += 1;
+            l.tick(*t);
+        }
+        *t - start
+    };
+    let mut t = 10;
+    // Storming again as soon as each block ends: each one twice as long, up to 64 times.
+    let lengths: Vec<u64> = (0..9).map(|_| block(&mut l, &mut t)).collect();
+    assert_eq!(lengths, [100, 200, 400, 800, 1600, 3200, 6400, 6400, 6400]);
+    // Quiet for less than the last block's length: still in the row.
+    t += 6399;
+    assert_eq!(block(&mut l, &mut t), 6400);
+    // Quiet for as long as the last block: forgiven, back to the first length.
+    t += 6400;
+    assert_eq!(block(&mut l, &mut t), 100);
+    assert_eq!(l.blocks().0, 11);
+}
+
+#[test]
 fn blocks_are_split_over_the_workers_and_off_with_0() {
     // Blocks begun after `refusals` refusals at accept, all in the same millisecond.
     let over = |args: &[&str], workers, refusals: u32| {

@@ -70,20 +70,27 @@ fn accept_rate_per_address() {
     );
 }
 
-#[test]
-fn a_storm_of_refusals_in_one_second_blocks_the_address_for_a_while() {
+/// A limiter blocking after `after` refusals at accept in a second, for `ms`; 10.0.0.1 has
+/// had its one connection, so each of its next ones is refused.
+fn storm_limiter(after: &str, ms: &str) -> Limiter {
     let args = [
         "--accept-rate-per-ip",
         "0.001",
         "--accept-burst-per-ip",
         "1",
         "--accept-block-after",
-        "5",
+        after,
         "--accept-block-ms",
-        "3000",
+        ms,
     ];
     let mut l = limiter(&args, 1);
     l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    l
+}
+
+#[test]
+fn a_storm_of_refusals_in_one_second_blocks_the_address_for_a_while() {
+    let mut l = storm_limiter("5", "3000");
     // Refusals spread over more than a second each: never 5 in one second.
     for t in 0..8 {
         assert!(l.on_accept(ip("10.0.0.1"), 10 + t * 300).is_err());
@@ -116,18 +123,7 @@ fn a_storm_of_refusals_in_one_second_blocks_the_address_for_a_while() {
 
 #[test]
 fn a_storm_that_goes_on_is_blocked_longer_each_time_then_forgiven() {
-    let args = [
-        "--accept-rate-per-ip",
-        "0.001",
-        "--accept-burst-per-ip",
-        "1",
-        "--accept-block-after",
-        "2",
-        "--accept-block-ms",
-        "100",
-    ];
-    let mut l = limiter(&args, 1);
-    l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let mut l = storm_limiter("2", "100");
     // Two refusals at `t` block the address; how long until the block ends.
     let block = |l: &mut Limiter, t: &mut u64| {
         let start = *t;

@@ -156,10 +156,10 @@ pub struct CoreMetrics {
     pub limited: [Cell; 5],
     /// WebSockets closed with 1013 after refusals in a row.
     pub limit_closes: Cell,
-    /// Addresses blocked at the listener after a storm of refused connections, since the
-    /// start, and now.
+    /// Blocks at the listener begun since the start (an address refused at accept too
+    /// often in a second).
     pub accept_blocks: Cell,
-    /// ... blocked now.
+    /// Addresses blocked at the listener now.
     pub blocked_addresses: Cell,
 }
 

@@ -372,8 +372,9 @@ fn sync_slot(slot: &Slot, full: bool) {
 }
 
 /// Takes the whole pages between `from` (a page boundary, where the last drop of this file
-/// ended) and `size` of a synced file out of the page cache; returns where this drop ended. A log is read only at recovery, so the pages it wrote are never wanted again once
-/// they are on disk; left cached, they would grow the page cache by everything the log
+/// ended) and `size` of a synced file out of the page cache; returns where this drop ended.
+/// A log is read only at recovery, so the pages it wrote are never wanted again once they
+/// are on disk; left cached, they would grow the page cache by everything the log
 /// writes until the kernel reclaims them, and each new page the log writes would be a fresh
 /// page the kernel must find. Dropped after each sync, the pages come back to the free
 /// lists warm and the log's next writes reuse them (docs/PERFORMANCE.md, "Dropping synced

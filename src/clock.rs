@@ -1,5 +1,7 @@
 //! The server's monotonic clock in milliseconds since start: the one time base for cache
-//! expiry, deadlines and the heartbeat, so that all of them compare plain integers.
+//! expiry, deadlines and the heartbeat, so that all of them compare plain integers; the
+//! wall clock for dates; and a per-thread coarse reading of both ([`coarse`]) for the
+//! publish path.
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -19,4 +21,89 @@ pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Calls of [`coarse`] answered from one reading before the clocks are read again.
+const COARSE_USES: u32 = 32;
+
+/// A thread's last reading of both clocks, and how many more calls of [`coarse`] it serves
+/// (only on a thread that calls [`refresh`] as its rounds begin).
+#[derive(Clone, Copy)]
+struct Reading {
+    mono: u64,
+    unix: u64,
+    left: u32,
+    rounds: bool,
+}
+
+thread_local! {
+    static LAST: std::cell::Cell<Reading> = const {
+        std::cell::Cell::new(Reading { mono: 0, unix: 0, left: 0, rounds: false })
+    };
+}
+
+/// Reads both clocks (`now_ms`, `unix_ms`) and keeps the reading for this thread's next
+/// [`coarse`] calls: a worker calls it as each loop round begins.
+pub fn refresh() -> (u64, u64) {
+    let r = Reading {
+        mono: now_ms(),
+        unix: unix_ms(),
+        left: COARSE_USES,
+        rounds: true,
+    };
+    LAST.with(|c| c.set(r));
+    (r.mono, r.unix)
+}
+
+/// Both clocks (`now_ms`, `unix_ms`) as this thread last read them, on a thread that calls
+/// [`refresh`] as each of its rounds begins: that reading serves [`COARSE_USES`] calls, then
+/// the clocks are read again. So a reading is never older than the worker's round, nor than
+/// the last 32 publishes of a long one. Per publish, the two clock reads were ~2% of a
+/// saturated core (docs/PERFORMANCE.md, "Where the time goes at saturation"). Any other
+/// thread reads the clocks at every call.
+pub fn coarse() -> (u64, u64) {
+    LAST.with(|c| {
+        let mut r = c.get();
+        if r.left == 0 {
+            return if r.rounds {
+                refresh()
+            } else {
+                (now_ms(), unix_ms())
+            };
+        }
+        r.left -= 1;
+        c.set(r);
+        (r.mono, r.unix)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coarse_reading_serves_a_bounded_number_of_calls_then_is_read_again() {
+        let (mono, unix) = refresh();
+        for _ in 0..COARSE_USES {
+            assert_eq!(coarse(), (mono, unix));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let (m2, u2) = coarse();
+        assert!(m2 > mono, "read again after {COARSE_USES} uses");
+        assert!(u2 >= unix);
+    }
+
+    #[test]
+    fn a_thread_that_never_refreshes_reads_the_clocks() {
+        std::thread::spawn(|| {
+            let a = coarse().0;
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            let b = coarse().0;
+            assert!(b > a);
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            assert!(coarse().0 > b);
+        })
+        .join()
+        .unwrap();
+    }
 }

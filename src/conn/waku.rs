@@ -240,7 +240,7 @@ fn publish<S>(
     ctx: &mut Ctx<'_>,
 ) -> Done<Result<(), RelayError>> {
     let meta = Meta {
-        published_at: crate::clock::unix_ms(),
+        published_at: crate::clock::coarse().1,
         tag,
         attestation,
     };

@@ -57,11 +57,15 @@ const SMALL_IOV: usize = 16;
 /// Size of a fresh tail buffer.
 const TAIL_SIZE: usize = 2048;
 
-/// Most tail buffers a thread keeps for reuse (about 1 MiB per worker at most).
+/// Most tail buffers a thread keeps for reuse (8 MiB per worker at most, see below).
 const POOL_MAX: usize = 256;
 
-/// Largest tail buffer worth keeping.
-const POOL_BUF_MAX: usize = 4 * TAIL_SIZE;
+/// Largest tail buffer worth keeping: 32 KiB, a round of 32 pushes of a 512-character
+/// message and more. A connection given that many pushes in a round grew its buffer by
+/// doubling from 2 KiB, copying it at each step (`realloc`), every round, when only
+/// buffers up to 8 KiB were kept (docs/PERFORMANCE.md, "Where the time goes at
+/// saturation").
+const POOL_BUF_MAX: usize = 16 * TAIL_SIZE;
 
 thread_local! {
     /// Each worker thread's empty tail buffers: a connection takes one when it has bytes to

@@ -329,8 +329,9 @@ impl Worker {
     }
 
     fn tick_clock(&mut self) {
-        self.now = crate::clock::now_ms();
-        let sec = crate::clock::unix_ms() / 1000;
+        let (now, unix) = crate::clock::refresh();
+        self.now = now;
+        let sec = unix / 1000;
         if sec != self.date_sec {
             self.date_sec = sec;
             self.date = response::http_date(std::time::SystemTime::now());

@@ -19,6 +19,7 @@ use crate::metrics::{CoreMetrics, DropReason, Metrics};
 use crate::relay::error::RelayError;
 use crate::store::Loc;
 use by_name::ByName;
+use filter::Filter;
 
 /// One home topic.
 #[derive(Debug)]
@@ -34,9 +35,9 @@ pub struct HomeTopic {
     pub watchers: Vec<u16>,
     /// Cached message keys, oldest first.
     cached: VecDeque<usize>,
-    /// Content hash -> how many of `cached` have it: a publish whose hash is absent is new
-    /// without reading any cached message; a present one is compared byte for byte.
-    hashes: HashMap<u64, u32, foldhash::fast::RandomState>,
+    /// The content hashes of `cached` (see [`Filter`]): a publish whose hash is absent is
+    /// new without reading any cached message; a present one is compared byte for byte.
+    hashes: Filter,
     /// Webhook registrations.
     pub webhooks: Vec<Webhook>,
     /// WalletConnect 1.0: workers with v1 subscribers, and how many each has.
@@ -80,7 +81,7 @@ impl HomeTopic {
             last_seq: 0,
             watchers: Vec::new(),
             cached: VecDeque::new(),
-            hashes: HashMap::default(),
+            hashes: Filter::default(),
             webhooks: Vec::new(),
             v1_watchers: Vec::new(),
             v1_pending: VecDeque::new(),
@@ -117,20 +118,12 @@ impl HomeTopic {
 
     /// Records a cached message's hash.
     fn note(&mut self, hash: u64) {
-        *self.hashes.entry(hash).or_insert(0) += 1;
+        self.hashes.note(hash);
     }
 
-    /// Forgets a removed message's hash (the map's memory goes with its last entry).
+    /// Forgets a removed message's hash (the filter's memory goes with its last entry).
     fn forget(&mut self, hash: u64) {
-        if let Some(c) = self.hashes.get_mut(&hash) {
-            *c -= 1;
-            if *c == 0 {
-                self.hashes.remove(&hash);
-                if self.hashes.is_empty() {
-                    self.hashes = HashMap::default();
-                }
-            }
-        }
+        self.hashes.forget(hash);
     }
 }
 
@@ -305,7 +298,7 @@ impl HomeTopics {
     /// A message identical to `req` is cached on the topic.
     fn is_duplicate(&self, slot: u32, req: &PublishReq, hash: u64) -> bool {
         let t = &self.topics[slot as usize];
-        t.hashes.contains_key(&hash)
+        t.hashes.may_contain(hash)
             && t.cached.iter().any(|&k| {
                 self.cache.get(k).is_some_and(|m| {
                     m.hash == hash
@@ -480,4 +473,5 @@ mod tests;
 
 mod by_name;
 mod durable;
+mod filter;
 mod v1;

@@ -168,7 +168,7 @@ impl LocalEngine {
         if self.journal.as_ref().is_some_and(Journal::refuses) {
             return (Err(RelayError::StorageUnavailable), None);
         }
-        let now = crate::clock::now_ms();
+        let now = crate::clock::coarse().0;
         let o = self.home.store(&req, hash, now);
         let Stored::New(pos) = o.stored else {
             // A duplicate is as durable as its original, which may still wait for its sync.

@@ -35,22 +35,8 @@ impl Relay {
         }
     }
 
-    /// Something is queued for [`Relay::deliver`].
-    pub fn has_queued(&self) -> bool {
-        !self.queue.is_empty()
-    }
-
-    /// [`Relay::deliver`] within a round: the pushes made still count against the round's
-    /// fan-out budget.
-    pub fn deliver_within_round(&mut self, to: &mut impl Recipients) {
-        let pending = self.pending_pushes;
-        self.deliver(to);
-        self.pending_pushes += pending;
-    }
-
     /// Carries out the queued deliveries on the worker's connections.
     pub fn deliver(&mut self, to: &mut impl Recipients) {
-        self.pending_pushes = 0;
         // Reads answered at once while delivering (a resync) queue more: a few rounds.
         for _ in 0..4 {
             if self.queue.is_empty() {

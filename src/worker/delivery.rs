@@ -199,23 +199,6 @@ impl Recipients for Conns<'_> {
 impl Worker {
     /// Carries out what the relay decided since the last call.
     pub(super) fn deliver(&mut self) {
-        self.deliver_as(false);
-    }
-
-    /// Carries out what one connection's input just queued, while the bodies it published
-    /// are still in the core's cache (at the round's end, thousands of publishes later, each
-    /// was read back from memory to be copied into its subscribers' buffers). The pushes
-    /// still count against the round's fan-out budget, and no socket is written here: they
-    /// wait in the buffers for the round's flush, which comes after the engine has handed
-    /// its work on (`Relay::flush`), as before (docs/PERFORMANCE.md, "Where the time goes
-    /// at saturation").
-    pub(super) fn deliver_early(&mut self) {
-        if self.relay.has_queued() {
-            self.deliver_as(true);
-        }
-    }
-
-    fn deliver_as(&mut self, within_round: bool) {
         let limits = &self.shared.config.limits;
         let mut conns = Conns {
             conns: &mut self.conns,
@@ -234,12 +217,8 @@ impl Worker {
             node: self.relay.node(),
             me: self.id as u16,
         };
-        if within_round {
-            self.relay.deliver_within_round(&mut conns);
-        } else {
-            self.relay.deliver(&mut conns);
-        }
-        // The compressed form of the last push is not kept past the call.
+        self.relay.deliver(&mut conns);
+        // The compressed form of the last push is not kept past the round.
         self.deflate.push = [None, None];
     }
 }

@@ -56,9 +56,9 @@ pub fn refresh() -> (u64, u64) {
 }
 
 /// Both clocks (`now_ms`, `unix_ms`) as this thread last read them, on a thread that calls
-/// [`refresh`] as each of its rounds begins: that reading serves [`COARSE_USES`] calls, then
-/// the clocks are read again. So a reading is never older than the worker's round, nor than
-/// the last 32 publishes of a long one. Per publish, the two clock reads were ~2% of a
+/// [`refresh`] as each of its rounds begins: that reading serves [`COARSE_USES`] calls (a
+/// publish makes two), then the clocks are read again. So a reading is never older than the
+/// worker's round, nor than the last 16 publishes of a long one. Per publish, the two clock reads were ~2% of a
 /// saturated core (docs/PERFORMANCE.md, "Where the time goes at saturation"). Any other
 /// thread reads the clocks at every call.
 pub fn coarse() -> (u64, u64) {

@@ -115,16 +115,6 @@ impl HomeTopic {
             seq: m.topic_seq,
         }
     }
-
-    /// Records a cached message's hash.
-    fn note(&mut self, hash: u64) {
-        self.hashes.note(hash);
-    }
-
-    /// Forgets a removed message's hash (the filter's memory goes with its last entry).
-    fn forget(&mut self, hash: u64) {
-        self.hashes.forget(hash);
-    }
 }
 
 /// The topics homed on one worker, and their cache.
@@ -266,7 +256,7 @@ impl HomeTopics {
             .insert(slot, seq, hash, data, beta_len, expires, origin);
         let t = &mut self.topics[slot as usize];
         t.cached.push_back(key);
-        t.note(hash);
+        t.hashes.note(hash);
         self.m().cached_messages.inc();
         self.bound(slot, false);
         key
@@ -329,7 +319,7 @@ impl HomeTopics {
                 list.remove(pos);
             }
             if !m.v1 {
-                t.forget(m.hash);
+                t.hashes.forget(m.hash);
             }
         }
         self.gc(m.topic);

@@ -117,18 +117,18 @@ fn the_per_topic_cap_evicts_the_oldest_but_positions_go_on() {
 fn a_topics_hash_filter_counts_copies_and_lets_its_memory_go_when_empty() {
     let mut t = HomeTopic::new(Arc::from("t"));
     let (one, two) = (1 << 40, 2 << 40);
-    t.note(one);
-    t.note(one);
-    t.note(two);
-    t.forget(one);
+    t.hashes.note(one);
+    t.hashes.note(one);
+    t.hashes.note(two);
+    t.hashes.forget(one);
     assert!(
         t.hashes.may_contain(one),
         "one copy of hash 1 is still cached"
     );
-    t.forget(one);
+    t.hashes.forget(one);
     assert!(!t.hashes.may_contain(one));
-    t.forget(7 << 40); // never noted: nothing happens
-    t.forget(two);
+    t.hashes.forget(7 << 40); // never noted: nothing happens
+    t.hashes.forget(two);
     assert_eq!(t.hashes.len(), 0);
     assert_eq!(t.hashes.capacity(), 0, "an empty filter keeps no table");
 }

@@ -146,6 +146,9 @@ pub struct CoreMetrics {
     pub resyncs: Cell,
     /// Events handled, and loop iterations, for batching figures.
     pub loop_iterations: Cell,
+    /// Deliveries carried out within a round, right after the input that queued them (a
+    /// round past `relay::EARLY_DELIVERY_BYTES`: the core is saturated).
+    pub early_deliveries: Cell,
     /// TLS handshakes completed (full or resumed).
     pub tls_handshakes: Cell,
     /// TLS connections closed for a TLS error (a bad or failed handshake, plaintext on the
@@ -193,7 +196,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 25] = [
+        let per_core: [(&str, &str, &str, Get); 26] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -302,6 +305,12 @@ impl Metrics {
                 "counter",
                 "Event loop iterations",
                 |c| &c.loop_iterations,
+            ),
+            (
+                "early_deliveries_total",
+                "counter",
+                "Deliveries carried out within a loop iteration, its queued bodies past EARLY_DELIVERY_BYTES (a saturated core)",
+                |c| &c.early_deliveries,
             ),
             (
                 "tls_handshakes_total",

@@ -261,9 +261,21 @@ impl OutBuf {
         if self.tail.capacity() == 0 {
             self.tail = pool_take();
             self.tail.reserve(data.len().max(TAIL_SIZE));
+        } else if self.tail.capacity() - self.tail.len() < data.len() {
+            self.grow(data.len());
         }
         self.tail.extend_from_slice(data);
         self.len += data.len();
+    }
+
+    /// Room for `n` more copied bytes. A tail smaller than [`POOL_BUF_MAX`] grows to it at
+    /// once: a subscriber given a round of pushes (22 KiB for 32 of a 512-character
+    /// message) grew its buffer by doubling from 2 KiB, copying at each step, in most
+    /// rounds (the pool holds far fewer buffers than a saturated worker has busy
+    /// connections); now it copies its first 2 KiB once. Past that size, by doubling.
+    fn grow(&mut self, n: usize) {
+        let len = self.tail.len();
+        self.tail.reserve(n.max(POOL_BUF_MAX.saturating_sub(len)));
     }
 
     /// Gives the copied bytes not yet covered by a chunk their `Tail` chunk, so that a

@@ -182,3 +182,22 @@ fn random_mixes_of_copies_shared_bodies_and_files_arrive_in_order() {
         assert_eq!(o.covered, 0);
     }
 }
+
+#[test]
+fn a_small_tail_grows_to_the_pooled_size_at_once_and_keeps_its_bytes() {
+    let mut o = OutBuf::default();
+    let first: Vec<u8> = (0..TAIL_SIZE).map(|i| i as u8).collect();
+    o.extend(&first);
+    assert!(o.tail.capacity() < POOL_BUF_MAX);
+    o.extend(b"more");
+    assert!(o.tail.capacity() >= POOL_BUF_MAX, "{}", o.tail.capacity());
+    let mut w = Trickle {
+        got: Vec::new(),
+        cap: usize::MAX,
+        block_next: false,
+    };
+    assert_eq!(o.write_to(&mut w).unwrap(), Flush::Done);
+    let mut want = first;
+    want.extend_from_slice(b"more");
+    assert_eq!(w.got, want);
+}

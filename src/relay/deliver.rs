@@ -12,6 +12,16 @@ use super::{
 };
 use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
+/// Bytes of bodies queued for delivery (each counted once per subscriber) past which a
+/// worker delivers within its round, right after the input that queued them, rather than
+/// at the round's end: a saturated round publishes megabytes, and each body, written as
+/// it was published, had left the core's cache (1 MiB of L2 here) by the time it was
+/// copied into its subscribers' buffers. A round smaller than this (any load the core
+/// keeps up with: 20,000 publishes a second make rounds of a few dozen) is delivered at
+/// its end, as before, so its latency does not change (docs/PERFORMANCE.md, "Where the
+/// time goes at saturation").
+pub const EARLY_DELIVERY_BYTES: usize = 128 << 10;
+
 impl Relay {
     /// Asks again for a read that failed: its subscriptions move to a new one.
     pub(super) fn retry(&mut self, topic: &Arc<str>, old: Ticket) {
@@ -35,8 +45,24 @@ impl Relay {
         }
     }
 
+    /// The queued live deliveries will copy at least [`EARLY_DELIVERY_BYTES`] of bodies:
+    /// the worker carries them out now, within the round (see [`Relay::deliver_within_round`]).
+    pub fn early_delivery_due(&self) -> bool {
+        self.queued_bytes >= EARLY_DELIVERY_BYTES
+    }
+
+    /// [`Relay::deliver`] within a round, while the bodies just published are still in the
+    /// core's cache: the pushes made still count against the round's fan-out budget.
+    pub fn deliver_within_round(&mut self, to: &mut impl Recipients) {
+        let pending = self.pending_pushes;
+        self.deliver(to);
+        self.pending_pushes += pending;
+    }
+
     /// Carries out the queued deliveries on the worker's connections.
     pub fn deliver(&mut self, to: &mut impl Recipients) {
+        self.pending_pushes = 0;
+        self.queued_bytes = 0;
         // Reads answered at once while delivering (a resync) queue more: a few rounds.
         for _ in 0..4 {
             if self.queue.is_empty() {

@@ -27,6 +27,7 @@ use crate::metrics::{CoreMetrics, Metrics};
 
 pub use crate::message::{Body, Meta};
 pub use crate::rpc::Dialect;
+pub use deliver::EARLY_DELIVERY_BYTES;
 pub use engine::{Done, Engine, Event, Message, Origin, Position, PublishReq, Stored, Ticket};
 pub use error::RelayError;
 pub use subs::{ConnRef, SubId};
@@ -135,6 +136,9 @@ pub struct Relay {
     /// Pushes the queued deliveries will make: input processing pauses once this reaches
     /// the round's budget (`Limits::fanout_min`).
     pending_pushes: usize,
+    /// Bytes of message bodies the queued live deliveries will copy (each body once per
+    /// subscriber): see [`Relay::early_delivery_due`].
+    queued_bytes: usize,
     fanout_budget: usize,
     retries: Vec<Retry>,
     limits: Limits,
@@ -163,6 +167,7 @@ impl Relay {
             spare_queue: Vec::new(),
             live_hint: None,
             pending_pushes: 0,
+            queued_bytes: 0,
             fanout_budget: limits.fanout_min,
             retries: Vec::new(),
             limits,
@@ -400,7 +405,7 @@ impl Relay {
     fn absorb_one(&mut self, mut event: Event) {
         let mut slot = 0;
         match &mut event {
-            Event::Live { topic, .. } => {
+            Event::Live { topic, msg } => {
                 // The topic just published here is found without hashing it again
                 // (the name's pointer proves the slot still holds it).
                 let hinted = self.live_hint.filter(|&s| {
@@ -415,6 +420,7 @@ impl Relay {
                     return;
                 };
                 self.pending_pushes += t.subs.len();
+                self.queued_bytes += t.subs.len() * msg.body.len();
                 // Delivered under the slot's own name (`get_named` compares pointers).
                 if !Arc::ptr_eq(&t.name, topic) {
                     *topic = t.name.clone();

@@ -199,6 +199,25 @@ impl Recipients for Conns<'_> {
 impl Worker {
     /// Carries out what the relay decided since the last call.
     pub(super) fn deliver(&mut self) {
+        self.deliver_as(false);
+    }
+
+    /// After a connection's input: carries out what is queued once it would copy
+    /// [`EARLY_DELIVERY_BYTES`](crate::relay::EARLY_DELIVERY_BYTES) or more, while the
+    /// bodies are still in the core's cache (at the end of a saturated round, thousands of
+    /// publishes later, each was read back from memory to be copied into its subscribers'
+    /// buffers). The pushes still count against the round's fan-out budget, and no socket
+    /// is written here: they wait in the buffers for the round's flush, which comes after
+    /// the engine has handed its work on (`Relay::flush`), as before (docs/PERFORMANCE.md,
+    /// "Where the time goes at saturation").
+    pub(super) fn deliver_early(&mut self) {
+        if self.relay.early_delivery_due() {
+            self.m().early_deliveries.inc();
+            self.deliver_as(true);
+        }
+    }
+
+    fn deliver_as(&mut self, within_round: bool) {
         let limits = &self.shared.config.limits;
         let mut conns = Conns {
             conns: &mut self.conns,
@@ -217,8 +236,12 @@ impl Worker {
             node: self.relay.node(),
             me: self.id as u16,
         };
-        self.relay.deliver(&mut conns);
-        // The compressed form of the last push is not kept past the round.
+        if within_round {
+            self.relay.deliver_within_round(&mut conns);
+        } else {
+            self.relay.deliver(&mut conns);
+        }
+        // The compressed form of the last push is not kept past the call.
         self.deflate.push = [None, None];
     }
 }

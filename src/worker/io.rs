@@ -299,6 +299,7 @@ impl Worker {
             }
         }
         self.after_input(key, turn_over);
+        self.deliver_early();
     }
 
     pub(super) fn process_buffered(&mut self, key: usize) {
@@ -312,6 +313,7 @@ impl Worker {
         }
         c.rbuf = buf;
         self.after_input(key, turn_over);
+        self.deliver_early();
     }
 
     /// Runs `conn::process` on connection `key` with this worker's context; returns the

@@ -28,6 +28,7 @@ pub mod mailbox;
 pub mod message;
 pub mod metrics;
 pub mod outbuf;
+pub mod prefetch;
 pub mod registry;
 pub mod relay;
 pub mod reload;

@@ -144,6 +144,17 @@ impl Cache {
         self.msgs.get(key)
     }
 
+    /// Starts loading the lines of the message at `key` that removing it reads (see
+    /// `crate::prefetch`).
+    pub fn prefetch(&self, key: usize) {
+        if let Some(m) = self.msgs.get(key) {
+            crate::prefetch::line(&m.hash);
+            crate::prefetch::line(&m.data);
+            crate::prefetch::line(&m.prev);
+            crate::prefetch::line(&m.next);
+        }
+    }
+
     /// Records where the message at `key` lives in the durable log.
     pub fn set_record(&mut self, key: usize, loc: crate::store::Loc) {
         if let Some(m) = self.msgs.get_mut(key) {

@@ -68,6 +68,17 @@ impl Filter {
         }
     }
 
+    /// Starts loading the line where a probe for `hash` begins (see `crate::prefetch`).
+    pub(super) fn prefetch(&self, hash: u64) {
+        if self.len == 0 {
+            return;
+        }
+        let i = Self::home(fingerprint(hash), self.slots.len() - 1);
+        if let Some(s) = self.slots.get(i) {
+            crate::prefetch::line(s);
+        }
+    }
+
     /// Notes one more cached message with `hash`.
     pub(super) fn note(&mut self, hash: u64) {
         if (self.len + 1) * 2 > self.slots.len() {

@@ -208,6 +208,43 @@ impl HomeTopics {
         }
     }
 
+    /// The topic `name` (as an `Arc` a publish hands in), if it is known here under that
+    /// very allocation (no hashing: see [`ByName`]).
+    fn named(&self, name: &Arc<str>) -> Option<&HomeTopic> {
+        let t = self.topics.get(self.by_name.candidate(name) as usize)?;
+        Arc::ptr_eq(&t.name, name).then_some(t)
+    }
+
+    /// The cache key of the message a publish on `t` will evict (its oldest, once the topic
+    /// holds its cap).
+    fn next_evicted(&self, t: &HomeTopic) -> Option<usize> {
+        if t.cached.len() < self.limits.max_cached_per_topic {
+            return None;
+        }
+        t.cached.front().copied()
+    }
+
+    /// Before a publish on `topic` is hashed: starts loading the message it will evict, so
+    /// that this miss overlaps the hashing (see `crate::prefetch`).
+    pub fn prefetch_eviction(&self, topic: &Arc<str>) {
+        if let Some(k) = self.named(topic).and_then(|t| self.next_evicted(t)) {
+            self.cache.prefetch(k);
+        }
+    }
+
+    /// Before a publish with content hash `hash` on `topic` is stored: starts loading the
+    /// lines of the topic's filter that its check and the eviction's removal will probe,
+    /// together (see `crate::prefetch`).
+    pub fn prefetch_dedup(&self, topic: &Arc<str>, hash: u64) {
+        let Some(t) = self.named(topic) else { return };
+        t.hashes.prefetch(hash);
+        if let Some(m) = self.next_evicted(t).and_then(|k| self.cache.get(k)) {
+            t.hashes.prefetch(m.hash);
+            // The start of its body, which freeing it writes.
+            crate::prefetch::line(&*m.data);
+        }
+    }
+
     /// Stores a publish whose content hash is `hash` at `now` (worker clock, ms): dedup,
     /// next position, per-topic cap, byte budget.
     pub fn store(&mut self, req: &PublishReq, hash: u64, now: u64) -> StoreOutcome {
@@ -228,6 +265,15 @@ impl HomeTopics {
         let key = self.insert(slot, pos.seq, hash, &req.body, expires, req.origin);
         self.m().stored.inc();
         let still = self.topics.contains(slot as usize).then_some(slot);
+        // A client publishes to its topic several times in one read: the next publish's
+        // eviction is asked for now (see `prefetch_eviction`).
+        if let Some(k) = self
+            .topics
+            .get(slot as usize)
+            .and_then(|t| self.next_evicted(t))
+        {
+            self.cache.prefetch(k);
+        }
         StoreOutcome {
             stored: Stored::New(pos),
             slot: still,

@@ -267,9 +267,16 @@ impl Engine for LocalEngine {
         ticket: Ticket,
         out: &mut Events,
     ) -> Done<Result<Stored, RelayError>> {
-        let hash = self.shared.placement.content_hash(req.body.beta_bytes());
         let home = self.home_of(&req.topic);
-        if home == usize::from(self.me) {
+        let here = home == usize::from(self.me);
+        // The home's cold lines are asked for before they are needed, together (at
+        // saturation each would otherwise be a miss of its own, one after another).
+        if here {
+            self.home.prefetch_eviction(&req.topic);
+        }
+        let hash = self.shared.placement.content_hash(req.body.beta_bytes());
+        if here {
+            self.home.prefetch_dedup(&req.topic, hash);
             return match self.store_here(req, hash, out) {
                 (result, None) => Done::Now(result),
                 done => {

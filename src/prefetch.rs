@@ -1,0 +1,21 @@
+//! A hint to the CPU: start loading a value's cache line now, because it will be read soon.
+//! At saturation a publish touches a few lines of the home's state that are cold by then
+//! (its topic's dedup filter, the message it evicts); asked for together, their misses
+//! overlap instead of following one another (docs/PERFORMANCE.md, "Where the time goes at
+//! saturation"). Changes no value and no behaviour; on other architectures it does nothing.
+
+/// Starts loading the cache line holding the start of `value` into every cache level.
+#[inline(always)]
+pub fn line<T: ?Sized>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p = (value as *const T).cast::<i8>();
+        // SAFETY: `_mm_prefetch` is a hint: it never faults, reads nothing the program
+        // sees and writes nothing, whatever the address (here a live reference's, so a
+        // valid one anyway). It needs SSE, part of the x86-64 baseline every build of this
+        // crate targets.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}

@@ -16,11 +16,12 @@ use crate::outbuf::{fanout_share_min, fanout_shares_body};
 /// worker delivers within its round, right after the input that queued them, rather than
 /// at the round's end: a saturated round publishes megabytes, and each body, written as
 /// it was published, had left the core's cache (1 MiB of L2 here) by the time it was
-/// copied into its subscribers' buffers. A round smaller than this (any load the core
-/// keeps up with: 20,000 publishes a second make rounds of a few dozen) is delivered at
-/// its end, as before, so its latency does not change (docs/PERFORMANCE.md, "Where the
-/// time goes at saturation").
-pub const EARLY_DELIVERY_BYTES: usize = 128 << 10;
+/// copied into its subscribers' buffers. A round below this (about 47 pushes of a
+/// 512-character message) is delivered at its end, as before: at any load the core keeps
+/// up with, rounds are far smaller (at 20,000 publishes a second, about one publish each),
+/// so their latency does not change (docs/PERFORMANCE.md, "Where the time goes at
+/// saturation").
+pub const EARLY_DELIVERY_BYTES: usize = 32 << 10;
 
 impl Relay {
     /// Asks again for a read that failed: its subscriptions move to a new one.

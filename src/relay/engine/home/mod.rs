@@ -208,13 +208,6 @@ impl HomeTopics {
         }
     }
 
-    /// The topic `name` (as an `Arc` a publish hands in), if it is known here under that
-    /// very allocation (no hashing: see [`ByName`]).
-    fn named(&self, name: &Arc<str>) -> Option<&HomeTopic> {
-        let t = self.topics.get(self.by_name.candidate(name) as usize)?;
-        Arc::ptr_eq(&t.name, name).then_some(t)
-    }
-
     /// The cache key of the message a publish on `t` will evict (its oldest, once the topic
     /// holds its cap).
     fn next_evicted(&self, t: &HomeTopic) -> Option<usize> {
@@ -225,18 +218,27 @@ impl HomeTopics {
     }
 
     /// Before a publish on `topic` is hashed: starts loading the message it will evict, so
-    /// that this miss overlaps the hashing (see `crate::prefetch`).
-    pub fn prefetch_eviction(&self, topic: &Arc<str>) {
-        if let Some(k) = self.named(topic).and_then(|t| self.next_evicted(t)) {
+    /// that this miss overlaps the hashing (see `crate::prefetch`). Returns the topic's slot
+    /// when `topic` is its name's own allocation, for [`HomeTopics::prefetch_dedup`].
+    pub fn prefetch_eviction(&self, topic: &Arc<str>) -> Option<u32> {
+        let slot = self.by_name.candidate(topic);
+        let t = self
+            .topics
+            .get(slot as usize)
+            .filter(|t| Arc::ptr_eq(&t.name, topic))?;
+        if let Some(k) = self.next_evicted(t) {
             self.cache.prefetch(k);
         }
+        Some(slot)
     }
 
-    /// Before a publish with content hash `hash` on `topic` is stored: starts loading the
-    /// lines of the topic's filter that its check and the eviction's removal will probe,
-    /// together (see `crate::prefetch`).
-    pub fn prefetch_dedup(&self, topic: &Arc<str>, hash: u64) {
-        let Some(t) = self.named(topic) else { return };
+    /// Before a publish with content hash `hash` on the topic in `slot` is stored: starts
+    /// loading the lines of the topic's filter that its check and the eviction's removal
+    /// will probe, together (see `crate::prefetch`).
+    pub fn prefetch_dedup(&self, slot: u32, hash: u64) {
+        let Some(t) = self.topics.get(slot as usize) else {
+            return;
+        };
         t.hashes.prefetch(hash);
         if let Some(m) = self.next_evicted(t).and_then(|k| self.cache.get(k)) {
             t.hashes.prefetch(m.hash);

@@ -271,12 +271,16 @@ impl Engine for LocalEngine {
         let here = home == usize::from(self.me);
         // The home's cold lines are asked for before they are needed, together (at
         // saturation each would otherwise be a miss of its own, one after another).
-        if here {
-            self.home.prefetch_eviction(&req.topic);
-        }
+        let named = if here {
+            self.home.prefetch_eviction(&req.topic)
+        } else {
+            None
+        };
         let hash = self.shared.placement.content_hash(req.body.beta_bytes());
         if here {
-            self.home.prefetch_dedup(&req.topic, hash);
+            if let Some(slot) = named {
+                self.home.prefetch_dedup(slot, hash);
+            }
             return match self.store_here(req, hash, out) {
                 (result, None) => Done::Now(result),
                 done => {

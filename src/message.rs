@@ -114,6 +114,66 @@ pub struct Meta<'a> {
 /// What separates the beta part of a body from the members the `irn` shape adds.
 const TAIL_START: &[u8] = b",\"publishedAt\":";
 
+/// The most bytes a body adds to its topic and message when neither needs escaping:
+/// `{"topic":""` (11), `,"message":""` (13), [`TAIL_START`] (15) and a `u64` (20),
+/// `,"tag":` (7) and a `u32` (10), `}` (1). Sized so that the buffer never grows while the
+/// body is written (growing copied the whole body once more).
+const FRAMING: usize = 11 + 13 + TAIL_START.len() + 20 + 7 + 10 + 1;
+
+/// What an attestation adds besides its own bytes: `,"attestation":""`.
+const ATTESTATION_FRAMING: usize = 17;
+
+/// The buffer the next body is written into, allocated and brought into the cache while
+/// the worker does other work (its decode, its store, its delivery), not while the body is
+/// written. At saturation an allocation's memory is cold (the cache's evicted bodies are
+/// what it reuses): writing a body into it stalled on each of its ~10 lines in turn, about
+/// half the cost of encoding it (docs/PERFORMANCE.md, "Where the time goes at saturation").
+///
+/// One per thread, for bodies up to [`next_buf::MAX`]; sized for the last body, taken when
+/// the next one fits it closely (within an eighth), so a body never holds much more than
+/// the allocator would have given it.
+mod next_buf {
+    use std::cell::RefCell;
+
+    /// Bodies larger than this get a buffer of their own at once (no per-thread buffer
+    /// that large is kept, nor brought into the cache ahead).
+    pub(super) const MAX: usize = 4096;
+
+    thread_local! {
+        static NEXT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty buffer of at least `need` bytes: the prepared one if it fits closely.
+    pub(super) fn take(need: usize) -> Vec<u8> {
+        if need <= MAX {
+            let fits = |cap: usize| cap >= need && cap - need <= need / 8;
+            let ready = NEXT.with(|n| {
+                let mut n = n.borrow_mut();
+                fits(n.capacity()).then(|| std::mem::take(&mut *n))
+            });
+            if let Some(v) = ready {
+                return v;
+            }
+        }
+        Vec::with_capacity(need)
+    }
+
+    /// Prepares the next body's buffer, sized like this one's (`need`), unless one that
+    /// size is ready.
+    pub(super) fn prepare(need: usize) {
+        if need > MAX {
+            return;
+        }
+        NEXT.with(|n| {
+            let mut n = n.borrow_mut();
+            if n.capacity() != need {
+                *n = Vec::with_capacity(need);
+                crate::prefetch::range(n.as_ptr(), need);
+            }
+        });
+    }
+}
+
 /// A message's content, encoded once (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Body {
@@ -126,14 +186,18 @@ pub struct Body {
 impl Body {
     /// Encodes a publish's content.
     pub fn encode(topic: &str, message: &str, meta: Meta<'_>) -> Body {
-        let extra = meta.attestation.map_or(0, |a| a.len() + 20);
-        let mut v = Vec::with_capacity(topic.len() + message.len() + extra + 64);
+        let extra = meta
+            .attestation
+            .map_or(0, |a| a.len() + ATTESTATION_FRAMING);
+        let need = topic.len() + message.len() + extra + FRAMING;
+        let mut v = next_buf::take(need);
         v.extend_from_slice(b"{\"topic\":");
         crate::json::write_str(&mut v, topic);
         v.extend_from_slice(b",\"message\":");
         crate::json::write_str(&mut v, message);
         let beta_len = v.len() as u32;
         Self::close(&mut v, meta);
+        next_buf::prepare(need);
         Body {
             json: Bytes::from(v),
             beta_len,
@@ -292,5 +356,40 @@ mod tests {
             None
         );
         assert_eq!(Body::from_beta(b"{", meta(0, 0, None)), None);
+    }
+    /// Bodies of sizes that grow, repeat, shrink a little and jump (each taking the buffer
+    /// prepared for it or not), the largest numbers, an attestation and bodies over the
+    /// prepared size: each is exactly its reference encoding, and none changes when later
+    /// ones are written.
+    #[test]
+    fn every_body_is_its_own_exact_encoding_whatever_buffer_it_took() {
+        let sizes = [
+            0, 1, 500, 500, 501, 498, 440, 512, 512, 9000, 512, 4100, 3, 512,
+        ];
+        let mut made = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let topic = format!("t{i}");
+            let message: String = "ab".repeat(n / 2 + n % 2).chars().take(n).collect();
+            let att = (i % 5 == 4).then(|| "x\"y".repeat(i));
+            let m = meta(u64::MAX - i as u64, u32::MAX - i as u32, att.as_deref());
+            let b = Body::encode(&topic, &message, m);
+            let mut want = format!(
+                r#"{{"topic":"{topic}","message":"{message}","publishedAt":{},"tag":{}"#,
+                m.published_at, m.tag
+            );
+            if let Some(a) = &att {
+                want += &format!(r#","attestation":{}"#, serde_json::to_string(a).unwrap());
+            }
+            want.push('}');
+            assert_eq!(std::str::from_utf8(b.irn()).unwrap(), want, "body {i}");
+            made.push((b.clone(), want));
+        }
+        for (i, (b, want)) in made.iter().enumerate() {
+            assert_eq!(
+                std::str::from_utf8(b.irn()).unwrap(),
+                want,
+                "body {i} later"
+            );
+        }
     }
 }

@@ -7,14 +7,17 @@ like the log's batches; `sync` calls fdatasync every 64 MiB, `dontneed` also dro
 synced pages with posix_fadvise(POSIX_FADV_DONTNEED) as the sync thread does, `plain` never
 syncs; `overwrite` first writes and syncs the file whole (not measured), then writes it again
 from its start, synced every 64 MiB, into pages that are cached and blocks that are
-allocated (what reusing a log segment's file would cost). Prints the wall time, the time
-inside write() and the kernel CPU time of the measured writes.
+allocated (what reusing a log segment's file would cost); `direct` writes with O_DIRECT
+from a page-aligned buffer, synced every 64 MiB (no page cache: the device reads the
+buffer). Prints the wall time, the time inside write() and the kernel CPU time of the
+measured writes.
 Bounded: one file, removed at the end.
 
-Usage: scripts/pagecache-bench.py plain|sync|dontneed|overwrite [SIZE_MIB] [DIR]
+Usage: scripts/pagecache-bench.py plain|sync|dontneed|overwrite|direct [SIZE_MIB] [DIR]
 Run the modes alternately a few times; a fresh page costs most on a VM that hands free
 memory back to its host.
 """
+import mmap
 import os
 import resource
 import sys
@@ -26,7 +29,14 @@ path = os.path.join(sys.argv[3] if len(sys.argv) > 3 else "/tmp", f"pagecache-be
 chunk = 256 << 10
 every = 64 << 20
 buf = os.urandom(chunk)
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+if mode == "direct":
+    # O_DIRECT needs an aligned buffer: an anonymous mapping is page-aligned.
+    aligned = mmap.mmap(-1, chunk)
+    aligned.write(buf)
+    buf = aligned
+    flags |= os.O_DIRECT
+fd = os.open(path, flags, 0o644)
 try:
     if mode == "overwrite":
         for off in range(0, total, chunk):

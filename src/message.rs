@@ -357,6 +357,7 @@ mod tests {
         );
         assert_eq!(Body::from_beta(b"{", meta(0, 0, None)), None);
     }
+
     /// Bodies of sizes that grow, repeat, shrink a little and jump (each taking the buffer
     /// prepared for it or not), the largest numbers, an attestation and bodies over the
     /// prepared size: each is exactly its reference encoding, and none changes when later

@@ -11,31 +11,29 @@ const LINE: usize = 64;
 /// Starts loading the cache line holding the start of `value` into every cache level.
 #[inline(always)]
 pub fn line<T: ?Sized>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let p = (value as *const T).cast::<i8>();
-        // SAFETY: `_mm_prefetch` is a hint: it never faults, reads nothing the program
-        // sees and writes nothing, whatever the address (here a live reference's, so a
-        // valid one anyway). It needs SSE, part of the x86-64 baseline every build of this
-        // crate targets.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
+    hint((value as *const T).cast());
 }
 
 /// Starts loading every cache line of the `len` bytes from `start` (memory about to be
 /// written: an allocation's capacity, initialised or not) into every cache level.
 #[inline]
 pub fn range(start: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
     for off in (0..len).step_by(LINE) {
-        let p = start.wrapping_add(off).cast::<i8>();
-        // SAFETY: as in `line`: a prefetch never faults and neither reads nor writes
-        // anything the program sees, whatever the address, so it is sound for any pointer
-        // (`wrapping_add` forms it without claiming it is in bounds).
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) };
+        // `wrapping_add` forms the address without claiming it is in bounds.
+        hint(start.wrapping_add(off));
     }
+}
+
+/// The hint itself, for the line holding `p`, which may be any address.
+#[inline(always)]
+fn hint(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` is a hint: it never faults, reads nothing the program sees and
+    // writes nothing, whatever the address, so it is sound for any pointer. It needs SSE,
+    // part of the x86-64 baseline every build of this crate targets.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (start, len, LINE);
+    let _ = p;
 }

@@ -266,16 +266,13 @@ impl HomeTopics {
         let pos = t.last();
         let key = self.insert(slot, pos.seq, hash, &req.body, expires, req.origin);
         self.m().stored.inc();
-        let still = self.topics.contains(slot as usize).then_some(slot);
+        let t = self.topics.get(slot as usize);
         // A client publishes to its topic several times in one read: the next publish's
         // eviction is asked for now (see `prefetch_eviction`).
-        if let Some(k) = self
-            .topics
-            .get(slot as usize)
-            .and_then(|t| self.next_evicted(t))
-        {
+        if let Some(k) = t.and_then(|t| self.next_evicted(t)) {
             self.cache.prefetch(k);
         }
+        let still = t.is_some().then_some(slot);
         StoreOutcome {
             stored: Stored::New(pos),
             slot: still,

@@ -119,8 +119,8 @@ fn routing(c: &mut Criterion) {
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
-            let data = Body::encode(&topic, &format!("{msg}{i}"), Meta::default());
-            let done = rs[0].publish(publisher, 1, &topic, data, 21600, false);
+            let m = format!("{msg}{i}");
+            let done = rs[0].publish(publisher, 1, &topic, &m, Meta::default(), 21600, false);
             assert_eq!(done, Done::Now(Ok(())));
             rs[0].deliver(&mut out);
             black_box(out.pushes);
@@ -139,10 +139,10 @@ fn routing(c: &mut Criterion) {
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
-            let data = Body::encode(&topic, &format!("{msg}{i}"), Meta::default());
+            let m = format!("{msg}{i}");
             let (pushes, answers) = (out.pushes, out.answers);
             assert_eq!(
-                rs[0].publish(publisher, 1, &topic, data, 21600, false),
+                rs[0].publish(publisher, 1, &topic, &m, Meta::default(), 21600, false),
                 Done::Later
             );
             pump(&mut rs, &mut out);

@@ -12,7 +12,7 @@ use super::admit::{admit, cost_of};
 use super::outbound::{self, write_publish_answer, Part};
 use super::{Conn, ConnSub, Ctx, Phase};
 use crate::limits;
-use crate::message::{Body, Meta};
+use crate::message::Meta;
 use crate::relay::{Done, RelayError, SubId};
 use crate::rpc::{self, Dialect, Id, Incoming, Item, Op, Request, RpcError};
 
@@ -244,9 +244,9 @@ fn publish<S>(
         tag,
         attestation,
     };
-    let body = Body::encode(topic, message, meta);
     let me = ctx.conn_ref(conn);
-    ctx.relay.publish(me, answer, topic, body, ttl, prompt)
+    ctx.relay
+        .publish(me, answer, topic, message, meta, ttl, prompt)
 }
 
 /// sign-client's tags of the session set-up (DECISIONS §10).

@@ -282,14 +282,20 @@ impl Relay {
         self.absorb();
     }
 
-    /// Publishes `body` from a local connection, whose `answer`-th reply waits for the
-    /// outcome when it is not known at once.
+    /// Publishes `message` (encoded here with `meta`, once: `message::Body`) from a local
+    /// connection, whose `answer`-th reply waits for the outcome when it is not known at
+    /// once.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a publish's fields, named at the caller"
+    )]
     pub fn publish(
         &mut self,
         conn: ConnRef,
         answer: u64,
         topic: &str,
-        body: Body,
+        message: &str,
+        meta: Meta<'_>,
         ttl: u32,
         prompt: bool,
     ) -> Done<Result<(), RelayError>> {
@@ -299,12 +305,21 @@ impl Relay {
             None => (Arc::from(topic), None),
         };
         self.live_hint = hint;
+        // The engine starts loading what the store will touch, then the body is encoded
+        // while those lines arrive.
+        let hash = self.engine.prepare_publish(&topic, message);
+        let body = Body::encode(&topic, message, meta);
+        // The hash is of `message` as it is: it is the body's when JSON wrote both strings
+        // verbatim (`{"topic":` 9 + quotes 2 + `,"message":` 11 + quotes 2 bytes around
+        // them; an escape only lengthens a string).
+        let verbatim = body.beta_len() as usize == topic.len() + message.len() + 24;
         let req = PublishReq {
             topic,
             body,
             ttl,
             prompt,
             origin: self.origin_of(conn.uid),
+            hash: hash.filter(|_| verbatim),
         };
         // The ticket is taken only for an answer that comes later: most publishes are
         // answered at once (their topic's home is this worker), and their event, if any,

@@ -133,22 +133,25 @@ impl<'a> Scan<'a> {
     fn fill(&mut self, slot: Slot<'_, 'a>, depth: usize) -> Option<()> {
         match slot {
             Slot::Loose(v) => *v = Some(self.loose(depth)?),
-            Slot::Params(v) => *v = Some(self.params(depth)?),
+            Slot::Params(v) => self.params(v, depth)?,
             Slot::List(v) => *v = Some(self.list(depth)?),
             Slot::Ignore => self.skip(depth)?,
         }
         Some(())
     }
 
-    /// The `params` member (`wire::ParamsField`'s visitor).
-    fn params(&mut self, depth: usize) -> Option<ParamsField<'a>> {
+    /// The `params` member (`wire::ParamsField`'s visitor), read into `v` where it stays
+    /// (a publish's params are most of the message's model: built in place, not moved).
+    fn params(&mut self, v: &mut Option<ParamsField<'a>>, depth: usize) -> Option<()> {
         if self.peek()? != b'{' {
             self.skip(depth)?;
-            return Some(ParamsField::Other);
+            *v = Some(ParamsField::Other);
+            return Some(());
         }
-        let mut p = Params::default();
-        self.object(depth, |s, key| s.fill(p.slot(key), depth + 1))?;
-        Some(ParamsField::Object(p))
+        let ParamsField::Object(p) = v.insert(ParamsField::Object(Params::default())) else {
+            return None;
+        };
+        self.object(depth, |s, key| s.fill(p.slot(key), depth + 1))
     }
 
     /// A list member (`wire::List`'s visitor).
@@ -193,6 +196,7 @@ impl<'a> Scan<'a> {
     }
 
     /// Any value, reduced (`wire::Loose`'s visitor).
+    #[inline(always)]
     fn loose(&mut self, depth: usize) -> Option<Loose<'a>> {
         Some(match self.peek()? {
             b'"' => Loose::Str(Cow::Borrowed(self.string()?)),

@@ -20,7 +20,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use bytes::Bytes;
-use slab::Slab;
+
+use super::slots::Slots;
 
 const NIL: usize = usize::MAX;
 
@@ -92,7 +93,7 @@ struct Expiry {
 /// The cache of one worker.
 #[derive(Debug, Default)]
 pub struct Cache {
-    msgs: Slab<Cached>,
+    msgs: Slots<Cached>,
     oldest: Option<usize>,
     newest: Option<usize>,
     expiry: Expiry,
@@ -114,7 +115,7 @@ impl Cache {
     pub fn with_capacity(n: usize) -> Cache {
         let heap_room = 2 * n + n / COMPACT_STEP + 2048;
         Cache {
-            msgs: Slab::with_capacity(n),
+            msgs: Slots::with_capacity(n),
             expiry: Expiry {
                 heap: BinaryHeap::with_capacity(heap_room),
                 old: BinaryHeap::with_capacity(heap_room),
@@ -147,11 +148,16 @@ impl Cache {
     /// Starts loading the lines of the message at `key` that removing it reads (see
     /// `crate::prefetch`).
     pub fn prefetch(&self, key: usize) {
+        self.msgs.prefetch(key);
+    }
+
+    /// Starts loading the entries that removing the message at `key` relinks (its neighbours
+    /// in insertion order), once its own entry has arrived (see `crate::prefetch`).
+    pub fn prefetch_links(&self, key: usize) {
         if let Some(m) = self.msgs.get(key) {
-            crate::prefetch::line(&m.hash);
-            crate::prefetch::line(&m.data);
-            crate::prefetch::line(&m.prev);
-            crate::prefetch::line(&m.next);
+            for k in [m.prev, m.next] {
+                self.msgs.prefetch(k);
+            }
         }
     }
 
@@ -207,7 +213,11 @@ impl Cache {
             next: NIL,
         });
         match self.newest {
-            Some(n) => self.msgs[n].next = key,
+            Some(n) => {
+                if let Some(m) = self.msgs.get_mut(n) {
+                    m.next = key;
+                }
+            }
             None => self.oldest = Some(key),
         }
         self.newest = Some(key);
@@ -222,13 +232,13 @@ impl Cache {
         let m = self.msgs.try_remove(key)?;
         if m.prev == NIL {
             self.oldest = (m.next != NIL).then_some(m.next);
-        } else {
-            self.msgs[m.prev].next = m.next;
+        } else if let Some(p) = self.msgs.get_mut(m.prev) {
+            p.next = m.next;
         }
         if m.next == NIL {
             self.newest = (m.prev != NIL).then_some(m.prev);
-        } else {
-            self.msgs[m.next].prev = m.prev;
+        } else if let Some(n) = self.msgs.get_mut(m.next) {
+            n.prev = m.prev;
         }
         self.bytes -= m.data.len() + ENTRY_OVERHEAD;
         self.maybe_start_compaction();

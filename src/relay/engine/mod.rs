@@ -35,6 +35,7 @@ pub mod journal;
 pub mod local;
 pub mod placement;
 pub mod redis;
+pub mod slots;
 
 use std::sync::Arc;
 
@@ -62,6 +63,9 @@ pub struct PublishReq {
     pub prompt: bool,
     /// The publisher.
     pub origin: Origin,
+    /// The content hash of `body`, when [`Engine::prepare_publish`] gave it (else the
+    /// engine computes it).
+    pub hash: Option<u64>,
 }
 
 /// A WalletConnect 1.0 `pub` (DECISIONS §8).
@@ -181,6 +185,15 @@ pub trait Engine: Send {
         ticket: Ticket,
         out: &mut Events,
     ) -> Done<Result<Stored, RelayError>>;
+
+    /// Before a publish of `message` on `topic` is encoded: the engine may start loading
+    /// what storing it will touch, so that those memory misses overlap the encoding
+    /// (`crate::prefetch`). Returns the content hash of `message` as written verbatim
+    /// (`Placement::message_hash`), when it computed one: the caller passes it on in
+    /// [`PublishReq::hash`] if JSON wrote the message as it is. Changes no state.
+    fn prepare_publish(&self, _topic: &Arc<str>, _message: &str) -> Option<u64> {
+        None
+    }
 
     /// Reads the topic's cached messages after `after`; answered with [`Event::History`]
     /// (already in `out` when the topic's state is at hand).

@@ -21,6 +21,10 @@ use crate::store::Loc;
 use by_name::ByName;
 use filter::Filter;
 
+/// How many publishes ahead on a topic the entry its eviction removes is asked for (see
+/// [`HomeTopics::prefetch_ahead`]).
+const AHEAD: usize = 8;
+
 /// One home topic.
 #[derive(Debug)]
 pub struct HomeTopic {
@@ -247,6 +251,32 @@ impl HomeTopics {
         }
     }
 
+    /// After a store on `t`: asks for what the topic's next evictions will touch, in two
+    /// stages along its queue. A client sends many publishes to its topic in one read (about
+    /// eighteen per read at saturation), so the next publishes on `t` follow at once: the
+    /// entry evicted [`AHEAD`] publishes from now is asked for, and for the one half as far,
+    /// whose entry an earlier store asked for, the lines behind it (its filter slot, its
+    /// body's start, its neighbours in the cache's insertion order). Each miss then overlaps
+    /// the publishes in between instead of stalling its own.
+    fn prefetch_ahead(&self, t: &HomeTopic) {
+        if t.cached.len() < self.limits.max_cached_per_topic {
+            return;
+        }
+        if let Some(&k) = t.cached.get(AHEAD) {
+            self.cache.prefetch(k);
+        }
+        if let Some(&k) = t.cached.get(AHEAD / 2) {
+            if let Some(m) = self.cache.get(k) {
+                t.hashes.prefetch(m.hash);
+                crate::prefetch::line(&*m.data);
+            }
+            self.cache.prefetch_links(k);
+        }
+        if let Some(&k) = t.cached.front() {
+            self.cache.prefetch(k);
+        }
+    }
+
     /// Stores a publish whose content hash is `hash` at `now` (worker clock, ms): dedup,
     /// next position, per-topic cap, byte budget.
     pub fn store(&mut self, req: &PublishReq, hash: u64, now: u64) -> StoreOutcome {
@@ -267,10 +297,8 @@ impl HomeTopics {
         let key = self.insert(slot, pos.seq, hash, &req.body, expires, req.origin);
         self.m().stored.inc();
         let t = self.topics.get(slot as usize);
-        // A client publishes to its topic several times in one read: the next publish's
-        // eviction is asked for now (see `prefetch_eviction`).
-        if let Some(k) = t.and_then(|t| self.next_evicted(t)) {
-            self.cache.prefetch(k);
+        if let Some(t) = t {
+            self.prefetch_ahead(t);
         }
         let still = t.is_some().then_some(slot);
         StoreOutcome {

@@ -22,6 +22,7 @@ fn req(topic: &Arc<str>, body: &str) -> PublishReq {
         ttl: 60,
         prompt: true,
         origin: Origin::NONE,
+        hash: None,
     }
 }
 

@@ -75,6 +75,7 @@ impl Rig {
             ttl: 3600,
             prompt: false,
             origin: Origin::NONE,
+            hash: None,
         };
         let now = crate::clock::now_ms();
         let o = self.home.store(&req, body.len() as u64, now);

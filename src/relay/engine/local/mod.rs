@@ -269,18 +269,21 @@ impl Engine for LocalEngine {
     ) -> Done<Result<Stored, RelayError>> {
         let home = self.home_of(&req.topic);
         let here = home == usize::from(self.me);
-        // The home's cold lines are asked for before they are needed, together (at
-        // saturation each would otherwise be a miss of its own, one after another).
-        let named = if here {
-            self.home.prefetch_eviction(&req.topic)
-        } else {
-            None
-        };
-        let hash = self.shared.placement.content_hash(req.body.beta_bytes());
-        if here {
-            if let Some(slot) = named {
-                self.home.prefetch_dedup(slot, hash);
+        let hash = match req.hash {
+            Some(h) => h,
+            None => {
+                // Not prepared: the home's cold lines are asked for now, together.
+                let named = here
+                    .then(|| self.home.prefetch_eviction(&req.topic))
+                    .flatten();
+                let h = self.shared.placement.content_hash(req.body.beta_bytes());
+                if let Some(slot) = named {
+                    self.home.prefetch_dedup(slot, h);
+                }
+                h
             }
+        };
+        if here {
             return match self.store_here(req, hash, out) {
                 (result, None) => Done::Now(result),
                 done => {
@@ -295,6 +298,19 @@ impl Engine for LocalEngine {
         };
         self.send(home, HomeMsg::Publish { req, hash, reply });
         Done::Later
+    }
+
+    /// At saturation the lines a store touches are cold (the topic's dedup filter, the
+    /// message it evicts): asked for here, before the body is encoded, their misses overlap
+    /// the encoding instead of stalling the store one after another.
+    fn prepare_publish(&self, topic: &Arc<str>, message: &str) -> Option<u64> {
+        let hash = self.shared.placement.message_hash(message.as_bytes());
+        if self.is_mine(topic) {
+            if let Some(slot) = self.home.prefetch_eviction(topic) {
+                self.home.prefetch_dedup(slot, hash);
+            }
+        }
+        Some(hash)
     }
 
     fn read(&mut self, topic: &Arc<str>, after: Position, ticket: Ticket, out: &mut Events) {

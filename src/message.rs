@@ -265,7 +265,8 @@ impl Body {
         (&self.json, self.beta_len as usize)
     }
 
-    /// `{"topic":T,"message":M` (what dedup compares and hashes).
+    /// `{"topic":T,"message":M` (what dedup compares; its hash is of `M` alone, see
+    /// `engine::placement::Placement::content_hash`).
     pub fn beta_bytes(&self) -> &[u8] {
         self.json.get(..self.beta_len as usize).unwrap_or(&[])
     }

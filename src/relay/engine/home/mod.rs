@@ -238,39 +238,37 @@ impl HomeTopics {
 
     /// Before a publish with content hash `hash` on the topic in `slot` is stored: starts
     /// loading the lines of the topic's filter that its check and the eviction's removal
-    /// will probe, together (see `crate::prefetch`).
+    /// will probe, the evicted body's first line and its neighbours' entries, together (see
+    /// `crate::prefetch`).
     pub fn prefetch_dedup(&self, slot: u32, hash: u64) {
         let Some(t) = self.topics.get(slot as usize) else {
             return;
         };
         t.hashes.prefetch(hash);
-        if let Some(m) = self.next_evicted(t).and_then(|k| self.cache.get(k)) {
-            t.hashes.prefetch(m.hash);
-            // The start of its body, which freeing it writes.
-            crate::prefetch::line(&*m.data);
+        if let Some(k) = self.next_evicted(t) {
+            if let Some(m) = self.cache.get(k) {
+                t.hashes.prefetch(m.hash);
+                // The start of its body, which freeing it writes.
+                crate::prefetch::line(&*m.data);
+            }
+            // Its neighbours in the cache's order, which removing it relinks.
+            self.cache.prefetch_links(k);
         }
     }
 
-    /// After a store on `t`: asks for what the topic's next evictions will touch, in two
-    /// stages along its queue. A client sends many publishes to its topic in one read (about
-    /// eighteen per read at saturation), so the next publishes on `t` follow at once: the
-    /// entry evicted [`AHEAD`] publishes from now is asked for, and for the one half as far,
-    /// whose entry an earlier store asked for, the lines behind it (its filter slot, its
-    /// body's start, its neighbours in the cache's insertion order). Each miss then overlaps
-    /// the publishes in between instead of stalling its own.
+    /// After a store on `t`: asks for the cache entries of the topic's next evictions, the
+    /// next one and the one [`AHEAD`] publishes from now. A client sends many publishes to
+    /// its topic in one read (about eighteen per read at saturation), so the next publishes
+    /// on `t` follow at once and find their entries arrived; what lies behind an entry (its
+    /// filter slot, its body, its neighbours) is asked for by the publish that evicts it
+    /// ([`HomeTopics::prefetch_dedup`]). Only keys are read here: an entry that is not
+    /// needed soon (a client with few publishes in flight) costs a hint, never a wait.
     fn prefetch_ahead(&self, t: &HomeTopic) {
         if t.cached.len() < self.limits.max_cached_per_topic {
             return;
         }
         if let Some(&k) = t.cached.get(AHEAD) {
             self.cache.prefetch(k);
-        }
-        if let Some(&k) = t.cached.get(AHEAD / 2) {
-            if let Some(m) = self.cache.get(k) {
-                t.hashes.prefetch(m.hash);
-                crate::prefetch::line(&*m.data);
-            }
-            self.cache.prefetch_links(k);
         }
         if let Some(&k) = t.cached.front() {
             self.cache.prefetch(k);

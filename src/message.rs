@@ -265,6 +265,13 @@ impl Body {
         (&self.json, self.beta_len as usize)
     }
 
+    /// Whether this body, encoded from `topic` and `message`, holds both strings as they are
+    /// (no escape in either): its beta part is then `{"topic":"` (10), `topic`,
+    /// `","message":"` (13), `message` and `"` (1), an escape only lengthening a string.
+    pub fn is_verbatim(&self, topic: &str, message: &str) -> bool {
+        self.beta_len as usize == topic.len() + message.len() + 24
+    }
+
     /// `{"topic":T,"message":M` (what dedup compares; its hash is of `M` alone, see
     /// `engine::placement::Placement::content_hash`).
     pub fn beta_bytes(&self) -> &[u8] {
@@ -331,6 +338,21 @@ mod tests {
         assert_eq!(Body::from_stored(b.irn().clone()), Some(b.clone()));
         let v: serde_json::Value = serde_json::from_slice(b.irn()).unwrap();
         assert_eq!(v["publishedAt"], 1700000000123u64);
+    }
+
+    #[test]
+    fn a_body_knows_whether_it_holds_its_strings_verbatim() {
+        for (t, m, verbatim) in [
+            ("t", "m", true),
+            ("", "", true),
+            ("t\"", "m", false),
+            ("t", "m\\", false),
+            ("t", "\u{1}", false),
+            ("é", "\u{7f}", true),
+        ] {
+            let b = Body::encode(t, m, meta(5, 7, Some("a\"b")));
+            assert_eq!(b.is_verbatim(t, m), verbatim, "{t:?} {m:?}");
+        }
     }
 
     #[test]

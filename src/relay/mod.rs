@@ -309,10 +309,8 @@ impl Relay {
         // while those lines arrive.
         let hash = self.engine.prepare_publish(&topic, message);
         let body = Body::encode(&topic, message, meta);
-        // The hash is of `message` as it is: it is the body's when JSON wrote both strings
-        // verbatim (`{"topic":` 9 + quotes 2 + `,"message":` 11 + quotes 2 bytes around
-        // them; an escape only lengthens a string).
-        let verbatim = body.beta_len() as usize == topic.len() + message.len() + 24;
+        // The hash is of `message` as it is: it is the body's when JSON wrote it verbatim.
+        let verbatim = body.is_verbatim(&topic, message);
         let req = PublishReq {
             topic,
             body,

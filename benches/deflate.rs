@@ -137,7 +137,7 @@ fn deliver_shared(
     sink: &mut Vec<u8>,
 ) {
     let mut shared = deflate::Shared::new(
-        bytes::Bytes::copy_from_slice(data),
+        walletrelay::arcbuf::ArcBuf::copy_from_slice(data),
         bytes::Bytes::from_static(rpc::PUSH_SUFFIX),
     );
     for p in prefixes {

@@ -21,7 +21,7 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
 /// question does not mind seeing a byte twice). Every message is scanned once as it is
 /// encoded (`message::Body::encode`): 32-byte chunks with a byte-by-byte tail took 1.3 instructions a
 /// byte, this about half.
-fn needs_escape(b: &[u8]) -> bool {
+pub fn needs_escape(b: &[u8]) -> bool {
     #[cfg(target_arch = "x86_64")]
     if b.len() >= 64 && std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the function only needs AVX2 to be sound to call, and this CPU has it

@@ -14,6 +14,7 @@
     clippy::unreachable
 )]
 
+pub mod arcbuf;
 pub mod auth;
 pub mod clock;
 pub mod cluster;

@@ -18,7 +18,7 @@
 //! subscriber; dedup compares that part only (the same message published twice is a
 //! duplicate whatever its time or tag).
 
-use bytes::Bytes;
+use crate::arcbuf::{ArcBuf, Writer};
 
 /// A place in a topic's history. `seq` counts the topic's stored messages from 1; `epoch`
 /// names the history the count belongs to and changes (grows) whenever that history is lost
@@ -134,28 +134,37 @@ const ATTESTATION_FRAMING: usize = 17;
 /// the allocator would have given it.
 mod next_buf {
     use std::cell::RefCell;
+    use std::mem::MaybeUninit;
+    use std::sync::Arc;
 
     /// Bodies larger than this get a buffer of their own at once (no per-thread buffer
     /// that large is kept, nor brought into the cache ahead).
     pub(super) const MAX: usize = 4096;
 
+    type Buf = Arc<[MaybeUninit<u8>]>;
+
     thread_local! {
-        static NEXT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        static NEXT: RefCell<Option<Buf>> = const { RefCell::new(None) };
     }
 
-    /// An empty buffer of at least `need` bytes: the prepared one if it fits closely.
-    pub(super) fn take(need: usize) -> Vec<u8> {
+    /// A buffer for a body of at most `need` bytes and its capacity: the prepared one if
+    /// it fits closely, else `None` and `need` (a fresh one).
+    pub(super) fn take(need: usize) -> (Option<Buf>, usize) {
         if need <= MAX {
             let fits = |cap: usize| cap >= need && cap - need <= need / 8;
             let ready = NEXT.with(|n| {
                 let mut n = n.borrow_mut();
-                fits(n.capacity()).then(|| std::mem::take(&mut *n))
+                n.as_ref()
+                    .is_some_and(|b| fits(b.len()))
+                    .then(|| n.take())
+                    .flatten()
             });
-            if let Some(v) = ready {
-                return v;
+            if let Some(b) = ready {
+                let cap = b.len();
+                return (Some(b), cap);
             }
         }
-        Vec::with_capacity(need)
+        (None, need)
     }
 
     /// Prepares the next body's buffer, sized like this one's (`need`), unless one that
@@ -166,9 +175,12 @@ mod next_buf {
         }
         NEXT.with(|n| {
             let mut n = n.borrow_mut();
-            if n.capacity() != need {
-                *n = Vec::with_capacity(need);
-                crate::prefetch::range(n.as_ptr(), need);
+            if n.as_ref().is_none_or(|b| b.len() != need) {
+                let b: Buf = Arc::new_uninit_slice(need);
+                // The allocation's first line holds its counts; its bytes follow them.
+                crate::prefetch::range(Arc::as_ptr(&b).cast(), need);
+                crate::prefetch::line(&*b);
+                *n = Some(b);
             }
         });
     }
@@ -178,49 +190,65 @@ mod next_buf {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Body {
     /// The `irn` object, closed.
-    json: Bytes,
+    json: ArcBuf,
     /// Bytes of `json` before [`TAIL_START`]: the beta object without its closing `}`.
     beta_len: u32,
 }
 
 impl Body {
-    /// Encodes a publish's content.
+    /// Encodes a publish's content, in place, into the buffer that holds it from then on.
     pub fn encode(topic: &str, message: &str, meta: Meta<'_>) -> Body {
         let extra = meta
             .attestation
             .map_or(0, |a| a.len() + ATTESTATION_FRAMING);
         let need = topic.len() + message.len() + extra + FRAMING;
-        let mut v = next_buf::take(need);
-        v.extend_from_slice(b"{\"topic\":");
-        crate::json::write_str(&mut v, topic);
-        v.extend_from_slice(b",\"message\":");
-        crate::json::write_str(&mut v, message);
-        let beta_len = v.len() as u32;
-        Self::close(&mut v, meta);
+        let (ready, cap) = next_buf::take(need);
+        let mut beta_len = 0;
+        let built = ArcBuf::build(ready, cap, |w| {
+            w.extend(b"{\"topic\":");
+            write_str(w, topic);
+            w.extend(b",\"message\":");
+            write_str(w, message);
+            beta_len = w.len() as u32;
+            Self::close(w, meta);
+        });
         next_buf::prepare(need);
-        Body {
-            json: Bytes::from(v),
-            beta_len,
+        match built {
+            Some(json) => Body { json, beta_len },
+            // Escapes made it longer than `need`: written again where it may grow.
+            None => {
+                let mut v = Vec::with_capacity(need * 2);
+                v.extend_from_slice(b"{\"topic\":");
+                crate::json::write_str(&mut v, topic);
+                v.extend_from_slice(b",\"message\":");
+                crate::json::write_str(&mut v, message);
+                let beta_len = v.len() as u32;
+                Self::close(&mut v, meta);
+                Body {
+                    json: ArcBuf::from(v),
+                    beta_len,
+                }
+            }
         }
     }
 
     /// Appends the `irn` members and the closing brace.
-    fn close(v: &mut Vec<u8>, meta: Meta<'_>) {
-        v.extend_from_slice(TAIL_START);
-        v.extend_from_slice(itoa::Buffer::new().format(meta.published_at).as_bytes());
-        v.extend_from_slice(b",\"tag\":");
-        v.extend_from_slice(itoa::Buffer::new().format(meta.tag).as_bytes());
+    fn close(v: &mut impl Out, meta: Meta<'_>) {
+        v.put(TAIL_START);
+        v.put(itoa::Buffer::new().format(meta.published_at).as_bytes());
+        v.put(b",\"tag\":");
+        v.put(itoa::Buffer::new().format(meta.tag).as_bytes());
         if let Some(a) = meta.attestation {
-            v.extend_from_slice(b",\"attestation\":");
-            crate::json::write_str(v, a);
+            v.put(b",\"attestation\":");
+            v.put_str(a);
         }
-        v.push(b'}');
+        v.put(b"}");
     }
 
     /// A body as stored (by this build): `None` when `json` is not of the `irn` shape
     /// (no `,"publishedAt":` member, which no JSON string can contain unescaped; looked
     /// for from the end, where it is).
-    pub fn from_stored(json: Bytes) -> Option<Body> {
+    pub fn from_stored(json: ArcBuf) -> Option<Body> {
         let at = memchr::memmem::rfind(&json, TAIL_START).filter(|&at| at > 0)?;
         let beta_len = u32::try_from(at).ok()?;
         if json.last() != Some(&b'}') {
@@ -238,14 +266,14 @@ impl Body {
         let beta_len = u32::try_from(v.len()).ok()?;
         Self::close(&mut v, meta);
         Some(Body {
-            json: Bytes::from(v),
+            json: ArcBuf::from(v),
             beta_len,
         })
     }
 
     /// A body from its two parts as [`Body::beta_len`] and [`Body::irn`] gave them (a cache
     /// keeps them apart); `None` when `beta_len` does not fit in `json`.
-    pub fn from_parts(json: Bytes, beta_len: u32) -> Option<Body> {
+    pub fn from_parts(json: ArcBuf, beta_len: u32) -> Option<Body> {
         (beta_len > 0 && (beta_len as usize) < json.len()).then_some(Body { json, beta_len })
     }
 
@@ -255,13 +283,13 @@ impl Body {
     }
 
     /// The whole `irn` object (`irn_subscription` data, a fetch answer's element).
-    pub fn irn(&self) -> &Bytes {
+    pub fn irn(&self) -> &ArcBuf {
         &self.json
     }
 
     /// The shared buffer and how many of its bytes the beta object takes before its closing
     /// `}` (the beta push sends `json[..n]` then `}`).
-    pub fn beta(&self) -> (&Bytes, usize) {
+    pub fn beta(&self) -> (&ArcBuf, usize) {
         (&self.json, self.beta_len as usize)
     }
 
@@ -291,9 +319,51 @@ impl Body {
     /// This body in a buffer of its own (a big fan-out's worker copy, see `relay`).
     pub fn detached(&self) -> Body {
         Body {
-            json: Bytes::copy_from_slice(&self.json),
+            json: ArcBuf::copy_from_slice(&self.json),
             beta_len: self.beta_len,
         }
+    }
+}
+
+/// Where a body is written: in place ([`Writer`]), or a `Vec` that may grow.
+trait Out {
+    fn put(&mut self, b: &[u8]);
+
+    /// `s` as a JSON string.
+    fn put_str(&mut self, s: &str);
+}
+
+impl Out for Writer<'_> {
+    fn put(&mut self, b: &[u8]) {
+        self.extend(b);
+    }
+
+    fn put_str(&mut self, s: &str) {
+        write_str(self, s);
+    }
+}
+
+impl Out for Vec<u8> {
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+
+    fn put_str(&mut self, s: &str) {
+        crate::json::write_str(self, s);
+    }
+}
+
+/// `s` as a JSON string, in place: as it is unless JSON needs it escaped.
+#[inline]
+fn write_str(w: &mut Writer<'_>, s: &str) {
+    if crate::json::needs_escape(s.as_bytes()) {
+        let mut v = Vec::with_capacity(s.len() + 8);
+        crate::json::write_str(&mut v, s);
+        w.extend(&v);
+    } else {
+        w.extend(b"\"");
+        w.extend(s.as_bytes());
+        w.extend(b"\"");
     }
 }
 
@@ -375,7 +445,7 @@ mod tests {
         );
         assert_eq!(b, Body::encode("t", "m", meta(9, 0, None)));
         assert_eq!(
-            Body::from_stored(Bytes::from_static(br#"{"topic":"t"}"#)),
+            Body::from_stored(ArcBuf::copy_from_slice(br#"{"topic":"t"}"#)),
             None
         );
         assert_eq!(Body::from_beta(b"{", meta(0, 0, None)), None);

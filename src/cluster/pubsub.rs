@@ -38,6 +38,7 @@ use super::routes::{self, Route, RouteSender, Routes};
 use super::script::{self, Packer};
 use super::subconn::connect;
 use super::types::{ClusterEvent, NS_V1};
+use crate::arcbuf::ArcBuf;
 use crate::message::{Body, Message, Position};
 
 /// Most channels in one SUBSCRIBE / UNSUBSCRIBE command.
@@ -315,7 +316,7 @@ fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
     let msg = if *ns == NS_V1 {
         None
     } else {
-        let Some(body) = Body::from_stored(m.data.clone()) else {
+        let Some(body) = Body::from_stored(ArcBuf::copy_from_slice(&m.data)) else {
             log::warn!(
                 "redis shard {}: a message on a channel is not a stored message body",
                 sh.ctx.addr

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::types::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
+use crate::arcbuf::ArcBuf;
 use crate::message::Body;
 
 /// `publish.lua`: dedup + store + trim + expiry + PUBLISH, returns position and webhooks.
@@ -332,7 +333,7 @@ pub fn decode_read(v: Value) -> Result<History, BadReply> {
         };
         let origin = Origin::from_bytes(&o).ok_or(BadReply("read: origin"))?;
         let expires_ms = uint(&x).ok_or(BadReply("read: expiry"))?;
-        let body = Body::from_stored(Bytes::from(data)).ok_or(BadReply("read: data"))?;
+        let body = Body::from_stored(ArcBuf::from(data)).ok_or(BadReply("read: data"))?;
         messages.push(HistoryMessage {
             seq,
             body,

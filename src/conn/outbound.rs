@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use super::{Conn, Phase};
+use crate::arcbuf::ArcBuf;
 use crate::message::Body;
 use crate::relay::{RelayError, SubId};
 use crate::rpc::{self, Dialect, Id, RpcError};
@@ -26,7 +27,7 @@ struct QueuedPush {
     dialect: Dialect,
     /// The data object is `data[..len]` then `suffix`; or (`compressed`) `data` is the
     /// shared compressed `data` + suffix.
-    data: Bytes,
+    data: ArcBuf,
     len: usize,
     suffix: &'static [u8],
     live: bool,
@@ -176,7 +177,7 @@ impl<S> Conn<S> {
         let q = QueuedPush {
             id: *id,
             dialect,
-            data: Bytes::new(),
+            data: ArcBuf::new(),
             len,
             suffix,
             live,
@@ -195,7 +196,7 @@ impl<S> Conn<S> {
         &mut self,
         id: &SubId,
         dialect: Dialect,
-        z: &Bytes,
+        z: &ArcBuf,
         live: bool,
         fill_mark: usize,
         share_min: usize,
@@ -204,7 +205,7 @@ impl<S> Conn<S> {
         let q = QueuedPush {
             id: *id,
             dialect,
-            data: Bytes::new(),
+            data: ArcBuf::new(),
             len: z.len(),
             suffix: b"",
             live,
@@ -218,7 +219,7 @@ impl<S> Conn<S> {
     fn deliver_push(
         &mut self,
         mut q: QueuedPush,
-        data: &Bytes,
+        data: &ArcBuf,
         fill_mark: usize,
         share_min: usize,
         scratch: &mut Vec<u8>,
@@ -386,7 +387,7 @@ impl<S> Conn<S> {
     fn push_message(
         &mut self,
         q: &QueuedPush,
-        data: &Bytes,
+        data: &ArcBuf,
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
@@ -401,7 +402,7 @@ impl<S> Conn<S> {
         let n = ws::write_head(&mut h, true, Opcode::Text, len);
         self.out.extend(&h[..n]);
         self.out.extend(scratch);
-        self.out.push_shared_prefix(data, q.len, share_min);
+        self.out.push_arc_prefix(data, q.len, share_min);
         self.out.extend(q.suffix);
     }
 }
@@ -413,7 +414,7 @@ impl<S> Conn<S> {
         &mut self,
         id: &SubId,
         dialect: Dialect,
-        z: &Bytes,
+        z: &ArcBuf,
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
@@ -426,7 +427,7 @@ impl<S> Conn<S> {
         let mut head = Vec::with_capacity(scratch.len() + 16);
         crate::ws::deflate::push_head(scratch, z, &mut head);
         self.out.extend(&head);
-        self.out.push_shared(z, share_min);
+        self.out.push_arc_prefix(z, z.len(), share_min);
     }
 }
 

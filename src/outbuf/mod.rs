@@ -15,7 +15,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
+
+use crate::arcbuf::ArcBuf;
 
 /// Payloads at least this large are queued by reference instead of copied.
 pub const SHARE_THRESHOLD: usize = 4096;
@@ -57,7 +59,8 @@ const SMALL_IOV: usize = 16;
 /// Size of a fresh tail buffer.
 const TAIL_SIZE: usize = 2048;
 
-/// Most tail buffers a thread keeps for reuse (8 MiB per worker at most, see below).
+/// Most tail buffers a thread keeps for reuse of each size class (8.5 MiB per worker at
+/// most, see below).
 const POOL_MAX: usize = 256;
 
 /// Largest tail buffer worth keeping: 32 KiB, a round of 32 pushes of a 512-character
@@ -70,27 +73,42 @@ const POOL_BUF_MAX: usize = 16 * TAIL_SIZE;
 thread_local! {
     /// Each worker thread's empty tail buffers: a connection takes one when it has bytes to
     /// send and gives it back once flushed, so an idle connection owns none and a busy one
-    /// does not allocate per message.
-    static POOL: std::cell::RefCell<Vec<BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// does not allocate per message. Two stacks: buffers of [`TAIL_SIZE`] (`[0]`) and
+    /// larger ones (`[1]`), so that a connection that needs a large one (a subscriber given
+    /// a round of pushes) is not handed the small one a publisher's answers just gave back,
+    /// only to grow it (`realloc`, 1.5% of a saturated core when the stacks were one).
+    static POOL: std::cell::RefCell<[Vec<Vec<u8>>; 2]> =
+        const { std::cell::RefCell::new([Vec::new(), Vec::new()]) };
 }
 
-/// An empty buffer from this thread's pool (or a new, unallocated one).
-fn pool_take() -> BytesMut {
-    POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default()
+/// An empty buffer from this thread's pool, of the large class first when `large` (or a
+/// new, unallocated one).
+fn pool_take(large: bool) -> Vec<u8> {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let [first, second] = &mut *p;
+        let (a, b) = if large {
+            (second, first)
+        } else {
+            (first, second)
+        };
+        a.pop().or_else(|| b.pop())
+    })
+    .unwrap_or_default()
 }
 
-/// Keeps `buf` for reuse when it is the sole owner of a reasonably sized allocation.
-fn pool_give(mut buf: BytesMut) {
+/// Keeps `buf` for reuse when it is of a reasonable size.
+fn pool_give(mut buf: Vec<u8>) {
     buf.clear();
-    // Moves the (empty) view back to the start of its allocation when nothing else shares
-    // it; otherwise it would allocate, and the buffer is simply dropped.
-    if !buf.try_reclaim(TAIL_SIZE) || buf.capacity() > POOL_BUF_MAX {
+    if buf.capacity() > POOL_BUF_MAX {
         return;
     }
     POOL.with(|p| {
         let mut p = p.borrow_mut();
-        if p.len() < POOL_MAX {
-            p.push(buf);
+        if let Some(p) = p.get_mut(usize::from(buf.capacity() > TAIL_SIZE)) {
+            if p.len() < POOL_MAX {
+                p.push(buf);
+            }
         }
     });
 }
@@ -197,6 +215,8 @@ impl Sink for mio::net::TcpStream {
 enum Chunk {
     /// Shared memory, queued by reference.
     Mem(Bytes),
+    /// A shared body or compressed push, queued by reference.
+    Arc(ArcBuf),
     /// A file range, sent with `sendfile`.
     File(FileRange),
     /// The next this many bytes of the copy buffer (`OutBuf::tail`).
@@ -207,6 +227,7 @@ impl Chunk {
     fn len(&self) -> usize {
         match self {
             Chunk::Mem(b) => b.len(),
+            Chunk::Arc(b) => b.len(),
             Chunk::File(f) => f.len,
             Chunk::Tail(n) => *n,
         }
@@ -222,6 +243,52 @@ pub enum Flush {
     Blocked,
 }
 
+/// The copy buffer: `buf[head..]` are the copied bytes still to send. Sent bytes are dropped
+/// by moving `head`, and once all are sent the buffer starts over from its beginning, so a
+/// buffer keeps its whole capacity from round to round. (A `BytesMut` kept the offset of its
+/// sent bytes, even when empty: a pooled buffer's room shrank round after round until a
+/// round made it grow by `realloc`, 1.5% of a saturated core.)
+#[derive(Debug, Default)]
+struct Tail {
+    buf: Vec<u8>,
+    head: usize,
+}
+
+impl Tail {
+    /// Bytes still to send.
+    fn len(&self) -> usize {
+        self.buf.len() - self.head
+    }
+
+    /// Bytes that fit without growing.
+    fn room(&self) -> usize {
+        self.buf.capacity() - self.buf.len()
+    }
+
+    /// The bytes still to send.
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(self.head..).unwrap_or_default()
+    }
+
+    /// `n` bytes (at most all of them) were sent.
+    fn advance(&mut self, n: usize) {
+        self.head = (self.head + n).min(self.buf.len());
+        if self.head == self.buf.len() {
+            self.buf.clear();
+            self.head = 0;
+        }
+    }
+
+    /// Room for `n` more bytes: the unsent ones moved to the front first, if that makes it.
+    fn reserve(&mut self, n: usize) {
+        if self.room() < n && self.head > 0 {
+            self.buf.drain(..self.head);
+            self.head = 0;
+        }
+        self.buf.reserve(n);
+    }
+}
+
 /// A queue of bytes waiting for a socket.
 ///
 /// Copied bytes all live in one buffer, `tail`. `chunks` lists the queued pieces in order,
@@ -235,11 +302,15 @@ pub struct OutBuf {
     /// Queued pieces, oldest first.
     chunks: VecDeque<Chunk>,
     /// The copied bytes: those of the `Tail` chunks, in order, then the last ones.
-    tail: BytesMut,
+    tail: Tail,
     /// Bytes of `tail` that `Tail` chunks cover.
     covered: usize,
     /// Total queued bytes.
     len: usize,
+    /// `tail` held more than [`TAIL_SIZE`] bytes at once since it was taken.
+    large: bool,
+    /// The last tail did: the next is taken from the large class first.
+    want_large: bool,
 }
 
 impl OutBuf {
@@ -258,14 +329,23 @@ impl OutBuf {
         if data.is_empty() {
             return;
         }
-        if self.tail.capacity() == 0 {
-            self.tail = pool_take();
-            self.tail.reserve(data.len().max(TAIL_SIZE));
-        } else if self.tail.capacity() - self.tail.len() < data.len() {
+        if self.tail.buf.capacity() == 0 {
+            // A connection whose last tail grew is given room for as much at once (when
+            // the pool has no large buffer left: a saturated worker has more busy
+            // subscribers than the pool keeps buffers).
+            let size = if self.want_large {
+                POOL_BUF_MAX
+            } else {
+                TAIL_SIZE
+            };
+            self.tail.buf = pool_take(self.want_large);
+            self.tail.reserve(data.len().max(size));
+        } else if self.tail.room() < data.len() {
             self.grow(data.len());
         }
-        self.tail.extend_from_slice(data);
+        self.tail.buf.extend_from_slice(data);
         self.len += data.len();
+        self.large |= self.tail.len() > TAIL_SIZE;
     }
 
     /// Room for `n` more copied bytes. A tail smaller than [`POOL_BUF_MAX`] grows to it at
@@ -312,18 +392,16 @@ impl OutBuf {
         self.chunks.push_back(Chunk::Mem(data.clone()));
     }
 
-    /// [`OutBuf::push_shared`] of `data[..len]`.
-    pub fn push_shared_prefix(&mut self, data: &Bytes, len: usize, min: usize) {
-        if len >= data.len() {
-            return self.push_shared(data, min);
-        }
+    /// [`OutBuf::push_shared`] of `data[..len]`, for an [`ArcBuf`].
+    pub fn push_arc_prefix(&mut self, data: &ArcBuf, len: usize, min: usize) {
+        let len = len.min(data.len());
         if len < min {
             self.extend(data.get(..len).unwrap_or(&[]));
             return;
         }
         self.cover_tail();
         self.len += len;
-        self.chunks.push_back(Chunk::Mem(data.slice(..len)));
+        self.chunks.push_back(Chunk::Arc(data.prefix(len)));
     }
 
     /// Queues a file range by reference; it is sent with [`Sink::send_file`].
@@ -378,16 +456,17 @@ impl OutBuf {
         for c in self.chunks.iter().take(iov.len()) {
             iov[k] = match c {
                 Chunk::Mem(b) => IoSlice::new(b),
+                Chunk::Arc(b) => IoSlice::new(b),
                 Chunk::Tail(n) => {
                     at += n;
-                    IoSlice::new(&self.tail[at - n..at])
+                    IoSlice::new(self.tail.bytes().get(at - n..at).unwrap_or_default())
                 }
                 Chunk::File(_) => return (k, true),
             };
             k += 1;
         }
         if k == self.chunks.len() && k < iov.len() && self.tail.len() > self.covered {
-            iov[k] = IoSlice::new(&self.tail[self.covered..]);
+            iov[k] = IoSlice::new(self.tail.bytes().get(self.covered..).unwrap_or_default());
             k += 1;
         }
         (k, false)
@@ -404,6 +483,7 @@ impl OutBuf {
             let take = n.min(front.len());
             match front {
                 Chunk::Mem(b) => b.advance(take),
+                Chunk::Arc(b) => b.advance(take),
                 Chunk::File(f) => {
                     f.offset += take as u64;
                     f.len -= take;
@@ -426,7 +506,10 @@ impl OutBuf {
     /// keeps an idle subscribed connection near 1 KiB instead of 3).
     fn release(&mut self) {
         if self.len == 0 {
-            pool_give(std::mem::take(&mut self.tail));
+            if self.tail.buf.capacity() > 0 {
+                pool_give(std::mem::take(&mut self.tail).buf);
+                self.want_large = std::mem::take(&mut self.large);
+            }
             self.covered = 0;
             if self.chunks.capacity() > 0 {
                 self.chunks = VecDeque::new();

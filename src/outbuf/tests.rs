@@ -154,7 +154,7 @@ fn random_mixes_of_copies_shared_bodies_and_files_arrive_in_order() {
         for op in 0..rnd(400) {
             let len = rnd(900);
             let byte = (round * 7 + op) as u8;
-            match rnd(4) {
+            match rnd(5) {
                 0 => {
                     let data = vec![byte; len];
                     o.extend(&data);
@@ -164,6 +164,13 @@ fn random_mixes_of_copies_shared_bodies_and_files_arrive_in_order() {
                     let data = Bytes::from(vec![byte; len]);
                     o.push_shared(&data, PUSH_SHARE_MIN);
                     want.extend_from_slice(&data);
+                }
+                3 => {
+                    // A body, sent whole or as its beta prefix.
+                    let data = ArcBuf::copy_from_slice(&vec![byte.wrapping_add(1); len + 4]);
+                    let n = len + rnd(5);
+                    o.push_arc_prefix(&data, n, PUSH_SHARE_MIN);
+                    want.extend_from_slice(&data[..n]);
                 }
                 _ => {
                     let r = whole.slice(rnd(content.len()), len);
@@ -188,9 +195,13 @@ fn a_small_tail_grows_to_the_pooled_size_at_once_and_keeps_its_bytes() {
     let mut o = OutBuf::default();
     let first: Vec<u8> = (0..TAIL_SIZE).map(|i| i as u8).collect();
     o.extend(&first);
-    assert!(o.tail.capacity() < POOL_BUF_MAX);
+    assert!(o.tail.buf.capacity() < POOL_BUF_MAX);
     o.extend(b"more");
-    assert!(o.tail.capacity() >= POOL_BUF_MAX, "{}", o.tail.capacity());
+    assert!(
+        o.tail.buf.capacity() >= POOL_BUF_MAX,
+        "{}",
+        o.tail.buf.capacity()
+    );
     let mut w = Trickle {
         got: Vec::new(),
         cap: usize::MAX,
@@ -200,4 +211,36 @@ fn a_small_tail_grows_to_the_pooled_size_at_once_and_keeps_its_bytes() {
     let mut want = first;
     want.extend_from_slice(b"more");
     assert_eq!(w.got, want);
+}
+
+/// A connection whose last round needed a large buffer is given a large one from the pool,
+/// not the small one another connection gave back since (which it would have to grow).
+#[test]
+fn a_connection_that_needed_a_large_buffer_takes_a_large_one_again() {
+    let mut w = Trickle {
+        got: Vec::new(),
+        cap: usize::MAX,
+        block_next: false,
+    };
+    let (mut big, mut small) = (OutBuf::default(), OutBuf::default());
+    // A round of pushes: past a fresh buffer's size, the tail grows to the pooled size.
+    big.extend(&[1; TAIL_SIZE]);
+    big.extend(b"more");
+    small.extend(b"answer");
+    while big.write_to(&mut w).unwrap() == Flush::Blocked {}
+    while small.write_to(&mut w).unwrap() == Flush::Blocked {}
+    // The small buffer went back last; the big connection still gets the large one.
+    big.extend(b"push");
+    assert!(
+        big.tail.buf.capacity() > 8 * TAIL_SIZE,
+        "{}",
+        big.tail.buf.capacity()
+    );
+    small.extend(b"answer");
+    assert_eq!(small.tail.buf.capacity(), TAIL_SIZE);
+    // A round that stayed small makes the next one small again.
+    while big.write_to(&mut w).unwrap() == Flush::Blocked {}
+    while small.write_to(&mut w).unwrap() == Flush::Blocked {}
+    big.extend(b"push");
+    assert_eq!(big.tail.buf.capacity(), TAIL_SIZE);
 }

@@ -160,6 +160,10 @@ pub enum Removed {
 pub struct Subscriptions {
     topics: Slab<LocalTopic>,
     index: HashMap<Arc<str>, u32, ahash::RandomState>,
+    /// The slot [`Subscriptions::name_and_slot`] last found: a client sends its publishes
+    /// to its topic many at a time (about eighteen per read at saturation), so the next
+    /// one is looked up by comparing names, not by hashing one (1.6% of a saturated core).
+    last: std::cell::Cell<u32>,
 }
 
 impl Subscriptions {
@@ -182,9 +186,14 @@ impl Subscriptions {
 
     /// The shared name and slot of `topic` if some subscription of this worker is on it.
     pub fn name_and_slot(&self, topic: &str) -> Option<(Arc<str>, u32)> {
-        self.index
-            .get_key_value(topic)
-            .map(|(name, &slot)| (name.clone(), slot))
+        let last = self.last.get();
+        // A slot is reused once its topic leaves: its name is what says it is `topic`'s.
+        if let Some(t) = self.topics.get(last as usize).filter(|t| *t.name == *topic) {
+            return Some((t.name.clone(), last));
+        }
+        let (name, &slot) = self.index.get_key_value(topic)?;
+        self.last.set(slot);
+        Some((name.clone(), slot))
     }
 
     /// Adds a subscription; returns the topic's slot and whether it is the topic's first
@@ -296,5 +305,31 @@ mod tests {
         assert_eq!(gone, Removed::Last(Arc::from("a")));
         assert_eq!(t.find("a"), None);
         assert!(t.get(slot).is_none());
+    }
+
+    #[test]
+    fn a_topic_is_found_by_name_whatever_was_found_before() {
+        let mut t = Subscriptions::default();
+        assert_eq!(t.name_and_slot("a"), None);
+        let (a, _) = t.add("a", sub(1));
+        let (b, _) = t.add("b", sub(2));
+        for (topic, slot) in [("a", a), ("a", a), ("b", b), ("a", a), ("b", b), ("b", b)] {
+            let (name, found) = t.name_and_slot(topic).unwrap();
+            assert_eq!((&*name, found), (topic, slot));
+        }
+        assert_eq!(t.name_and_slot("c"), None);
+        // The slot last found leaves and is reused by another topic: it is that topic's now.
+        assert!(matches!(
+            t.remove(b, ConnRef { key: 2, uid: 1 }),
+            Removed::Last(_)
+        ));
+        assert_eq!(t.name_and_slot("b"), None);
+        let (c, _) = t.add("c", sub(3));
+        assert_eq!(c, b);
+        assert_eq!(t.name_and_slot("b"), None);
+        assert_eq!(
+            t.name_and_slot("c").map(|(n, s)| (n.to_string(), s)),
+            Some(("c".into(), c))
+        );
     }
 }

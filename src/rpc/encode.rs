@@ -81,7 +81,7 @@ pub const BETA_PUSH_SUFFIX: &[u8] = b"}}}";
 pub fn push_shape(
     body: &crate::message::Body,
     dialect: Dialect,
-) -> (&bytes::Bytes, usize, &'static [u8]) {
+) -> (&crate::arcbuf::ArcBuf, usize, &'static [u8]) {
     match dialect {
         Dialect::Waku => {
             let (b, n) = body.beta();

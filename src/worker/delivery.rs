@@ -109,7 +109,7 @@ impl Recipients for Conns<'_> {
                 let kit = &mut *self.deflate;
                 let z = deflate.and_then(|a| {
                     let (data, len, suffix) = crate::rpc::push_shape(body, dialect);
-                    let data = data.slice(..len);
+                    let data = data.prefix(len);
                     let slot = &mut kit.push[usize::from(dialect != Dialect::Waku)];
                     if !slot.as_ref().is_some_and(|p| p.is_for(&data)) {
                         *slot = Some(Shared::new(data, Bytes::from_static(suffix)));

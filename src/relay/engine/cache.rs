@@ -19,7 +19,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use bytes::Bytes;
+use crate::arcbuf::ArcBuf;
 
 use super::slots::Slots;
 
@@ -50,7 +50,7 @@ pub struct Cached {
     pub hash: u64,
     /// The stored bytes: a v2 message's [`Body`](crate::message::Body) (see
     /// [`Cached::body`]), or a v1 frame.
-    pub data: Bytes,
+    pub data: ArcBuf,
     /// A v2 message's beta part (see `Body::beta`); 0 for a v1 frame.
     pub beta_len: u32,
     /// Expiry, in the worker clock's milliseconds.
@@ -151,6 +151,17 @@ impl Cache {
         self.msgs.prefetch(key);
     }
 
+    /// Starts loading the expiry heap's entry that the next insert's entry is compared with
+    /// first (its parent in the heap). Messages of one ttl expire in the order they came, so
+    /// that comparison is mostly the only one, and its line, in the middle of a heap of a
+    /// million entries, is cold (2.2% of a saturated core).
+    pub fn prefetch_expiry(&self) {
+        let heap = self.expiry.heap.as_slice();
+        if let Some(parent) = heap.get(heap.len().saturating_sub(1) / 2) {
+            crate::prefetch::line(parent);
+        }
+    }
+
     /// Starts loading the entries that removing the message at `key` relinks (its neighbours
     /// in insertion order), once its own entry has arrived (see `crate::prefetch`).
     pub fn prefetch_links(&self, key: usize) {
@@ -190,7 +201,7 @@ impl Cache {
         topic: u32,
         topic_seq: u64,
         hash: u64,
-        data: Bytes,
+        data: ArcBuf,
         beta_len: u32,
         expires: u64,
         origin: Origin,
@@ -342,8 +353,8 @@ pub fn strict_overcommit() -> bool {
 mod tests {
     use super::*;
 
-    fn b(s: &str) -> Bytes {
-        Bytes::copy_from_slice(s.as_bytes())
+    fn b(s: &str) -> ArcBuf {
+        ArcBuf::copy_from_slice(s.as_bytes())
     }
 
     #[test]

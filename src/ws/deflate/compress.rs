@@ -10,6 +10,8 @@
 //! shared bytes. Nothing here touches a connection or a socket.
 
 use bytes::Bytes;
+
+use crate::arcbuf::ArcBuf;
 use flate2::{Compress, Compression, FlushCompress};
 
 use super::negotiate::MAX_WINDOW_BITS;
@@ -148,15 +150,15 @@ fn effective_window(window_bits: u8, len: usize) -> u8 {
 /// One push's compressed `data + suffix`, made at most once per window size on this core and
 /// shared by all of its subscribers. Lives for one fan-out.
 pub struct Shared {
-    data: Bytes,
+    data: ArcBuf,
     suffix: Bytes,
     /// Index `bits - 9`: not tried yet, tried and not worth it, or the shared bytes.
-    forms: [Option<Option<Bytes>>; 7],
+    forms: [Option<Option<ArcBuf>>; 7],
 }
 
 impl Shared {
     /// Nothing compressed yet: a fan-out that reaches no compressing subscriber costs nothing.
-    pub fn new(data: Bytes, suffix: Bytes) -> Shared {
+    pub fn new(data: ArcBuf, suffix: Bytes) -> Shared {
         Shared {
             data,
             suffix,
@@ -165,14 +167,14 @@ impl Shared {
     }
 
     /// Whether this is the push of `data` (the same bytes, shared by reference).
-    pub fn is_for(&self, data: &Bytes) -> bool {
-        self.data.as_ptr() == data.as_ptr() && self.data.len() == data.len()
+    pub fn is_for(&self, data: &ArcBuf) -> bool {
+        self.data.same(data)
     }
 
     /// The shared compressed bytes for a subscriber whose agreement allows `window_bits`,
     /// compressing on first need; `None` when the push should go uncompressed (short, or not
     /// smaller). Follow with [`push_head`] for each subscriber.
-    pub fn get(&mut self, deflater: &mut Deflater, window_bits: u8) -> Option<&Bytes> {
+    pub fn get(&mut self, deflater: &mut Deflater, window_bits: u8) -> Option<&ArcBuf> {
         let raw_len = self.data.len() + self.suffix.len();
         let bits = effective_window(window_bits, raw_len);
         let (data, suffix) = (&self.data[..], &self.suffix[..]);
@@ -186,17 +188,20 @@ impl Shared {
                 let limit = raw_len - STORED_HEADER;
                 deflater
                     .deflate(&[data, suffix], bits, raw_len, limit, &mut out)
-                    .then(|| Bytes::from(out))
+                    .then(|| ArcBuf::from(out))
             })
             .as_ref()
     }
 }
 
 /// Compresses `data + suffix` once, as [`Shared::get`] does, for a 15-bit window.
-pub fn compress_shared(deflater: &mut Deflater, data: &[u8], suffix: &[u8]) -> Option<Bytes> {
-    Shared::new(Bytes::copy_from_slice(data), Bytes::copy_from_slice(suffix))
-        .get(deflater, MAX_WINDOW_BITS)
-        .cloned()
+pub fn compress_shared(deflater: &mut Deflater, data: &[u8], suffix: &[u8]) -> Option<ArcBuf> {
+    Shared::new(
+        ArcBuf::copy_from_slice(data),
+        Bytes::copy_from_slice(suffix),
+    )
+    .get(deflater, MAX_WINDOW_BITS)
+    .cloned()
 }
 
 /// Writes one subscriber's frame up to the shared bytes into `out`: the frame header (FIN,
@@ -367,13 +372,13 @@ mod tests {
         // A message within the client's window shares the 15-bit form.
         let mut d = Deflater::new();
         let (data, suffix) = (text(400), &b"}}"[..]);
-        let mut s = Shared::new(Bytes::from(data.clone()), Bytes::copy_from_slice(suffix));
+        let mut s = Shared::new(ArcBuf::from(data.clone()), Bytes::copy_from_slice(suffix));
         let a = s.get(&mut d, 9).unwrap().clone();
         let b = s.get(&mut d, 15).unwrap().clone();
         assert_eq!(a.as_ptr(), b.as_ptr());
         // A longer one gets its own form for the small window.
         let data = text(5000);
-        let mut s = Shared::new(Bytes::from(data.clone()), Bytes::copy_from_slice(suffix));
+        let mut s = Shared::new(ArcBuf::from(data.clone()), Bytes::copy_from_slice(suffix));
         let a = s.get(&mut d, 9).unwrap().clone();
         let b = s.get(&mut d, 15).unwrap().clone();
         assert_ne!(a.as_ptr(), b.as_ptr());
@@ -390,7 +395,7 @@ mod tests {
             assert_eq!(ours(&z), msg);
             let data = text(3000);
             assert!(
-                Shared::new(Bytes::from(data.clone()), Bytes::from_static(b""))
+                Shared::new(ArcBuf::from(data.clone()), Bytes::from_static(b""))
                     .get(&mut d, bits)
                     .is_some()
             );
@@ -401,11 +406,11 @@ mod tests {
     fn shared_is_made_once_and_not_for_short_pushes() {
         let mut d = Deflater::new();
         let data = text(10);
-        let mut s = Shared::new(Bytes::from(data.clone()), Bytes::from_static(b"}}"));
+        let mut s = Shared::new(ArcBuf::from(data.clone()), Bytes::from_static(b"}}"));
         assert!(s.get(&mut d, 15).is_none());
         assert_eq!(format!("{d:?}"), "Deflater { windows: [] }");
         let data = text(1000);
-        let mut s = Shared::new(Bytes::from(data.clone()), Bytes::from_static(b"}}"));
+        let mut s = Shared::new(ArcBuf::from(data.clone()), Bytes::from_static(b"}}"));
         let a = s.get(&mut d, 15).unwrap().as_ptr();
         assert_eq!(s.get(&mut d, 15).unwrap().as_ptr(), a);
     }

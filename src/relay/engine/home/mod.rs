@@ -233,6 +233,7 @@ impl HomeTopics {
         if let Some(k) = self.next_evicted(t) {
             self.cache.prefetch(k);
         }
+        self.cache.prefetch_expiry();
         Some(slot)
     }
 

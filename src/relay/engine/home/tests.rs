@@ -201,7 +201,8 @@ fn taken(h: &mut HomeTopics, topic: &str) -> Vec<(String, Position)> {
 }
 
 fn restore_frame(h: &mut HomeTopics, t: &Arc<str>, at: Position, body: &'static str, n: u32) {
-    h.v1_restore(t, at, Bytes::from_static(body.as_bytes()), 60_000, loc(n));
+    let frame = crate::arcbuf::ArcBuf::copy_from_slice(body.as_bytes());
+    h.v1_restore(t, at, frame, 60_000, loc(n));
 }
 
 // Epochs of an earlier run are far smaller than the ones this process makes (`new_epoch`).

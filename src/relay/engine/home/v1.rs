@@ -53,6 +53,7 @@ impl HomeTopics {
             epoch: t.v1_epoch,
             seq: t.v1_seq,
         };
+        let frame = crate::arcbuf::ArcBuf::copy_from_slice(&frame);
         self.insert_v1(slot, pos.seq, frame, expires, origin)
             .map(|k| (k, pos))
     }
@@ -61,7 +62,7 @@ impl HomeTopics {
         &mut self,
         slot: u32,
         seq: u64,
-        frame: bytes::Bytes,
+        frame: crate::arcbuf::ArcBuf,
         expires: u64,
         origin: Origin,
     ) -> Option<usize> {
@@ -93,7 +94,7 @@ impl HomeTopics {
                     epoch,
                     seq: m.topic_seq,
                 };
-                frames.push((m.data, pos, m.record));
+                frames.push((m.data.to_bytes(), pos, m.record));
             }
         }
         self.m().cached_bytes.set(self.cache.bytes() as u64);
@@ -110,7 +111,7 @@ impl HomeTopics {
         &mut self,
         topic: &Arc<str>,
         pos: Position,
-        frame: bytes::Bytes,
+        frame: crate::arcbuf::ArcBuf,
         expires: u64,
         record: Loc,
     ) {

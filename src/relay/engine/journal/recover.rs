@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
+use crate::arcbuf::ArcBuf;
 
 use super::{Cancels, Journal};
 use crate::config::{Config, Fsync};
@@ -34,7 +34,7 @@ struct Found {
     pos: Position,
     expires_unix: u64,
     /// A v2 message's `Body` (its parts), or a v1 frame.
-    data: Bytes,
+    data: ArcBuf,
     /// A v2 message's `Body::beta_len`; 0 for a v1 frame.
     beta_len: u32,
     loc: Loc,
@@ -74,7 +74,7 @@ struct Recovered {
 /// read back (`now`, ms) and tag 0 (docs/DECISIONS.md, "Stored messages before irn").
 fn stored_body(body: bool, data: &[u8], now: u64) -> Option<Body> {
     if body {
-        Body::from_stored(Bytes::copy_from_slice(data))
+        Body::from_stored(ArcBuf::copy_from_slice(data))
     } else {
         let meta = Meta {
             published_at: now,
@@ -130,7 +130,7 @@ impl Recovered {
                             return;
                         }
                     },
-                    Ns::V1 => (&mut share.frames, Bytes::copy_from_slice(data), 0),
+                    Ns::V1 => (&mut share.frames, ArcBuf::copy_from_slice(data), 0),
                 };
                 list.push(Found {
                     topic: Arc::from(topic),
@@ -474,7 +474,7 @@ mod tests {
     }
 
     /// A message as recovery keeps it: topic, position, expiry, body, beta length.
-    type Kept = (String, Position, u64, Bytes, u32);
+    type Kept = (String, Position, u64, ArcBuf, u32);
 
     /// What recovery keeps of one record, and whether it was undecodable.
     fn read_back(payload: &[u8]) -> (u64, Vec<Kept>) {
@@ -576,7 +576,7 @@ mod tests {
         );
         let (undecodable, kept) = read_back(&c);
         assert_eq!(undecodable, 0);
-        assert_eq!(kept[0].3, upgraded.irn());
+        assert_eq!(&kept[0].3, upgraded.irn());
         assert_eq!(kept[0].4, upgraded.beta_len());
     }
 }

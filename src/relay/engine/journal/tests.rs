@@ -9,8 +9,6 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use super::*;
 use crate::config::Limits;
 use crate::metrics::Metrics;
@@ -279,7 +277,7 @@ fn a_rewrite_records_every_message_and_frame_at_its_own_position_and_a_take_forg
     }
     for (seq, body) in [(2, "f2"), (3, "f3")] {
         let at = Position { epoch: 50, seq };
-        let frame = Bytes::from_static(body.as_bytes());
+        let frame = crate::arcbuf::ArcBuf::copy_from_slice(body.as_bytes());
         r.home
             .v1_restore(&t, at, frame, far, elsewhere(10 + seq as u32));
     }

@@ -20,14 +20,14 @@ use crate::relay::{RelayError, SubId};
 use crate::rpc::{self, Dialect, Id, RpcError};
 use crate::ws::{self, Opcode};
 
-/// A push waiting in a connection's backlog.
+/// A push, written now or waiting in a connection's backlog with its shared bytes
+/// (`Queued::Push`).
 #[derive(Debug)]
 struct QueuedPush {
     id: SubId,
     dialect: Dialect,
-    /// The data object is `data[..len]` then `suffix`; or (`compressed`) `data` is the
-    /// shared compressed `data` + suffix.
-    data: ArcBuf,
+    /// The data object is the first `len` of the shared bytes, then `suffix`; or
+    /// (`compressed`) the shared bytes are the compressed `data` + suffix.
     len: usize,
     suffix: &'static [u8],
     live: bool,
@@ -94,7 +94,7 @@ impl Part {
 /// A queued item.
 #[derive(Debug)]
 enum Queued {
-    Push(QueuedPush),
+    Push(QueuedPush, ArcBuf),
     /// A text message sent as it is (a WalletConnect 1.0 frame), by reference.
     Raw {
         data: Bytes,
@@ -177,7 +177,6 @@ impl<S> Conn<S> {
         let q = QueuedPush {
             id: *id,
             dialect,
-            data: ArcBuf::new(),
             len,
             suffix,
             live,
@@ -205,7 +204,6 @@ impl<S> Conn<S> {
         let q = QueuedPush {
             id: *id,
             dialect,
-            data: ArcBuf::new(),
             len: z.len(),
             suffix: b"",
             live,
@@ -214,11 +212,11 @@ impl<S> Conn<S> {
         self.deliver_push(q, z, fill_mark, share_min, scratch);
     }
 
-    /// `q` (its `data` still empty) with `data`: written now or queued.
+    /// `q` with its shared bytes `data`: written now or queued.
     #[inline]
     fn deliver_push(
         &mut self,
-        mut q: QueuedPush,
+        q: QueuedPush,
         data: &ArcBuf,
         fill_mark: usize,
         share_min: usize,
@@ -234,8 +232,7 @@ impl<S> Conn<S> {
             if q.live {
                 self.backlog.live += q.len;
             }
-            q.data = data.clone();
-            self.backlog.items.push_back(Queued::Push(q));
+            self.backlog.items.push_back(Queued::Push(q, data.clone()));
         }
     }
 
@@ -341,15 +338,15 @@ impl<S> Conn<S> {
                 Some(_) => {}
             }
             match self.backlog.items.pop_front() {
-                Some(Queued::Push(q)) => {
+                Some(Queued::Push(q, data)) => {
                     if q.live {
                         self.backlog.live -= q.len;
                     }
                     let min = crate::outbuf::PUSH_SHARE_MIN;
                     if q.compressed {
-                        self.push_compressed(&q.id, q.dialect, &q.data, min, scratch);
+                        self.push_compressed(&q.id, q.dialect, &data, min, scratch);
                     } else {
-                        self.push_message(&q, &q.data, min, scratch);
+                        self.push_message(&q, &data, min, scratch);
                     }
                 }
                 Some(Queued::Raw { data, live }) => {

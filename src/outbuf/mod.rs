@@ -248,16 +248,23 @@ pub enum Flush {
 /// buffer keeps its whole capacity from round to round. (A `BytesMut` kept the offset of its
 /// sent bytes, even when empty: a pooled buffer's room shrank round after round until a
 /// round made it grow by `realloc`, 1.5% of a saturated core.)
+///
+/// It also remembers whether its bytes outgrew a fresh buffer (`large`, for the pool; kept
+/// here, beside a 32-bit `head`, so that a connection's state keeps its size class).
 #[derive(Debug, Default)]
 struct Tail {
     buf: Vec<u8>,
-    head: usize,
+    head: u32,
+    /// This buffer held more than [`TAIL_SIZE`] bytes at once since it was taken.
+    large: bool,
+    /// The last buffer did: the next is taken from the large class first.
+    want_large: bool,
 }
 
 impl Tail {
     /// Bytes still to send.
     fn len(&self) -> usize {
-        self.buf.len() - self.head
+        self.buf.len() - self.head as usize
     }
 
     /// Bytes that fit without growing.
@@ -267,14 +274,20 @@ impl Tail {
 
     /// The bytes still to send.
     fn bytes(&self) -> &[u8] {
-        self.buf.get(self.head..).unwrap_or_default()
+        self.buf.get(self.head as usize..).unwrap_or_default()
     }
 
     /// `n` bytes (at most all of them) were sent.
     fn advance(&mut self, n: usize) {
-        self.head = (self.head + n).min(self.buf.len());
-        if self.head == self.buf.len() {
+        let head = self.head as usize + n;
+        if head >= self.buf.len() {
             self.buf.clear();
+            self.head = 0;
+        } else if let Ok(h) = u32::try_from(head) {
+            self.head = h;
+        } else {
+            // Past 4 GiB of sent bytes in one buffer (never with the outbound limits).
+            self.buf.drain(..head);
             self.head = 0;
         }
     }
@@ -282,7 +295,7 @@ impl Tail {
     /// Room for `n` more bytes: the unsent ones moved to the front first, if that makes it.
     fn reserve(&mut self, n: usize) {
         if self.room() < n && self.head > 0 {
-            self.buf.drain(..self.head);
+            self.buf.drain(..self.head as usize);
             self.head = 0;
         }
         self.buf.reserve(n);
@@ -307,10 +320,6 @@ pub struct OutBuf {
     covered: usize,
     /// Total queued bytes.
     len: usize,
-    /// `tail` held more than [`TAIL_SIZE`] bytes at once since it was taken.
-    large: bool,
-    /// The last tail did: the next is taken from the large class first.
-    want_large: bool,
 }
 
 impl OutBuf {
@@ -333,19 +342,19 @@ impl OutBuf {
             // A connection whose last tail grew is given room for as much at once (when
             // the pool has no large buffer left: a saturated worker has more busy
             // subscribers than the pool keeps buffers).
-            let size = if self.want_large {
+            let size = if self.tail.want_large {
                 POOL_BUF_MAX
             } else {
                 TAIL_SIZE
             };
-            self.tail.buf = pool_take(self.want_large);
+            self.tail.buf = pool_take(self.tail.want_large);
             self.tail.reserve(data.len().max(size));
         } else if self.tail.room() < data.len() {
             self.grow(data.len());
         }
         self.tail.buf.extend_from_slice(data);
         self.len += data.len();
-        self.large |= self.tail.len() > TAIL_SIZE;
+        self.tail.large |= self.tail.len() > TAIL_SIZE;
     }
 
     /// Room for `n` more copied bytes. A tail smaller than [`POOL_BUF_MAX`] grows to it at
@@ -507,8 +516,9 @@ impl OutBuf {
     fn release(&mut self) {
         if self.len == 0 {
             if self.tail.buf.capacity() > 0 {
-                pool_give(std::mem::take(&mut self.tail).buf);
-                self.want_large = std::mem::take(&mut self.large);
+                pool_give(std::mem::take(&mut self.tail.buf));
+                self.tail.head = 0;
+                self.tail.want_large = std::mem::take(&mut self.tail.large);
             }
             self.covered = 0;
             if self.chunks.capacity() > 0 {

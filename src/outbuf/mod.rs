@@ -1,6 +1,7 @@
 //! Per-connection outbound byte queue: small writes are coalesced into one contiguous tail,
 //! large shared payloads (a pre-encoded frame body fanned out to many subscribers: see
-//! [`fanout_share_min`]) are queued as reference-counted [`Bytes`] without copying, ranges
+//! [`fanout_share_min`]) are queued by reference without copying (a message body's
+//! [`ArcBuf`], or any [`Bytes`]), ranges
 //! of an immutable file (the registry's precomputed bodies, [`FileRange`]) are queued by
 //! reference and sent with `sendfile`, so the kernel takes their pages instead of copying
 //! them; memory is flushed with one `writev` per readiness.

@@ -27,11 +27,6 @@ pub struct ArcBuf {
 }
 
 impl ArcBuf {
-    /// No bytes.
-    pub fn new() -> ArcBuf {
-        ArcBuf::copy_from_slice(&[])
-    }
-
     /// A copy of `b` (at most `u32::MAX` bytes are kept; no caller comes near: frames and
     /// bodies are bounded far below).
     pub fn copy_from_slice(b: &[u8]) -> ArcBuf {
@@ -41,13 +36,6 @@ impl ArcBuf {
             start: 0,
             end: b.len() as u32,
         }
-    }
-
-    /// The bytes from `at` on (`at` past the end gives none).
-    pub fn slice_from(&self, at: usize) -> ArcBuf {
-        let mut s = self.clone();
-        s.advance(at);
-        s
     }
 
     /// The first `len` bytes (all of them when `len` is past the end).
@@ -115,12 +103,6 @@ impl ArcBuf {
     }
 }
 
-impl Default for ArcBuf {
-    fn default() -> ArcBuf {
-        ArcBuf::new()
-    }
-}
-
 impl Deref for ArcBuf {
     type Target = [u8];
 
@@ -152,12 +134,6 @@ impl PartialEq for ArcBuf {
 }
 
 impl Eq for ArcBuf {}
-
-impl PartialEq<[u8]> for ArcBuf {
-    fn eq(&self, other: &[u8]) -> bool {
-        **self == *other
-    }
-}
 
 impl std::fmt::Debug for ArcBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -227,7 +203,9 @@ mod tests {
         let a = ArcBuf::copy_from_slice(b"hello world");
         let p = a.prefix(5);
         assert_eq!(&p[..], b"hello");
-        assert_eq!(&a.slice_from(6)[..], b"world");
+        let mut w = a.clone();
+        w.advance(6);
+        assert_eq!(&w[..], b"world");
         assert_eq!(&a.prefix(100)[..], b"hello world");
         assert!(a.prefix(100).same(&a));
         assert!(!p.same(&a));

@@ -177,9 +177,8 @@ mod next_buf {
             let mut n = n.borrow_mut();
             if n.as_ref().is_none_or(|b| b.len() != need) {
                 let b: Buf = Arc::new_uninit_slice(need);
-                // The allocation's first line holds its counts; its bytes follow them.
+                // Its bytes (the counts before them share their first line).
                 crate::prefetch::range(Arc::as_ptr(&b).cast(), need);
-                crate::prefetch::line(&*b);
                 *n = Some(b);
             }
         });
@@ -205,12 +204,7 @@ impl Body {
         let (ready, cap) = next_buf::take(need);
         let mut beta_len = 0;
         let built = ArcBuf::build(ready, cap, |w| {
-            w.extend(b"{\"topic\":");
-            write_str(w, topic);
-            w.extend(b",\"message\":");
-            write_str(w, message);
-            beta_len = w.len() as u32;
-            Self::close(w, meta);
+            beta_len = Self::write(w, topic, message, meta)
         });
         next_buf::prepare(need);
         match built {
@@ -218,18 +212,24 @@ impl Body {
             // Escapes made it longer than `need`: written again where it may grow.
             None => {
                 let mut v = Vec::with_capacity(need * 2);
-                v.extend_from_slice(b"{\"topic\":");
-                crate::json::write_str(&mut v, topic);
-                v.extend_from_slice(b",\"message\":");
-                crate::json::write_str(&mut v, message);
-                let beta_len = v.len() as u32;
-                Self::close(&mut v, meta);
+                let beta_len = Self::write(&mut v, topic, message, meta);
                 Body {
                     json: ArcBuf::from(v),
                     beta_len,
                 }
             }
         }
+    }
+
+    /// Writes the whole object; returns the length of its beta part (see [`Body::beta`]).
+    fn write(v: &mut impl Out, topic: &str, message: &str, meta: Meta<'_>) -> u32 {
+        v.put(b"{\"topic\":");
+        v.put_str(topic);
+        v.put(b",\"message\":");
+        v.put_str(message);
+        let beta_len = v.len() as u32;
+        Self::close(v, meta);
+        beta_len
     }
 
     /// Appends the `irn` members and the closing brace.
@@ -331,6 +331,9 @@ trait Out {
 
     /// `s` as a JSON string.
     fn put_str(&mut self, s: &str);
+
+    /// Bytes written so far.
+    fn len(&self) -> usize;
 }
 
 impl Out for Writer<'_> {
@@ -338,8 +341,22 @@ impl Out for Writer<'_> {
         self.extend(b);
     }
 
+    /// As it is unless JSON needs it escaped (then through `json::write_str`).
+    #[inline]
     fn put_str(&mut self, s: &str) {
-        write_str(self, s);
+        if crate::json::needs_escape(s.as_bytes()) {
+            let mut v = Vec::with_capacity(s.len() + 8);
+            crate::json::write_str(&mut v, s);
+            self.extend(&v);
+        } else {
+            self.extend(b"\"");
+            self.extend(s.as_bytes());
+            self.extend(b"\"");
+        }
+    }
+
+    fn len(&self) -> usize {
+        Writer::len(self)
     }
 }
 
@@ -351,19 +368,9 @@ impl Out for Vec<u8> {
     fn put_str(&mut self, s: &str) {
         crate::json::write_str(self, s);
     }
-}
 
-/// `s` as a JSON string, in place: as it is unless JSON needs it escaped.
-#[inline]
-fn write_str(w: &mut Writer<'_>, s: &str) {
-    if crate::json::needs_escape(s.as_bytes()) {
-        let mut v = Vec::with_capacity(s.len() + 8);
-        crate::json::write_str(&mut v, s);
-        w.extend(&v);
-    } else {
-        w.extend(b"\"");
-        w.extend(s.as_bytes());
-        w.extend(b"\"");
+    fn len(&self) -> usize {
+        Vec::len(self)
     }
 }
 

@@ -8,8 +8,9 @@
 //! (`bytes::shared_drop`, 3% of the core, plus 1.7% allocating it; docs/PERFORMANCE.md). Here
 //! the count sits in the allocation's first line, which the eviction asks for ahead anyway.
 //!
-//! Where an API needs a `Bytes` (the cluster's Redis client, a v1 frame), [`ArcBuf::to_bytes`]
-//! wraps one without copying it (one small allocation).
+//! At the edges where another type is wanted: a v1 frame taken from the cache leaves as a
+//! `Bytes` by [`ArcBuf::to_bytes`] (wrapped, not copied); a body read back from Redis or
+//! from disk is copied in once.
 
 use std::mem::MaybeUninit;
 use std::ops::Deref;

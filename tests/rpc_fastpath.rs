@@ -117,6 +117,24 @@ fn edge_cases_agree_or_are_declined() {
         r#"{"id":1,"jsonrpc":"1.0","method":"waku_subscribe"}"#,
         r#"{"type":"pub","jsonrpc":"2.0"}"#,
         r#"{"type":5}"#,
+        // Acknowledgements in and out of the exact form taken without a scan.
+        r#"{"id":0,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":00,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":07,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":9999999999999999999,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":18446744073709551615,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":99999999999999999999999,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":-1,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":1x,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":"1","jsonrpc":"2.0","result":true}"#,
+        r#"{"id":1,"jsonrpc":"2.0","result":false}"#,
+        r#"{"id":1,"jsonrpc":"2.0","result":true} "#,
+        r#"{"id":1,"jsonrpc":"2.0","result":true}}"#,
+        r#"{"id":1,"jsonrpc":"2.0","result":true,"topic":"t"}"#,
+        r#"{"id":1,"jsonrpc":"1.0","result":true}"#,
+        r#"{"id":1 ,"jsonrpc":"2.0","result":true}"#,
+        r#"{"id":1,"jsonrpc":"2.0","error":{"code":1,"message":"m"}}"#,
     ];
     for c in cases {
         agree(c.as_bytes());
@@ -377,8 +395,30 @@ fn mutate(msg: &str, edits: &[(prop::sample::Index, u8, u8)]) -> Vec<u8> {
     b
 }
 
+/// Acknowledgements with any id text of up to 22 digits, some with a byte changed.
+fn ack() -> impl Strategy<Value = Vec<u8>> {
+    (
+        "[0-9]{0,22}",
+        proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+    )
+        .prop_map(|(id, edit)| {
+            let mut m = format!(r#"{{"id":{id},"jsonrpc":"2.0","result":true}}"#).into_bytes();
+            if let Some((at, b)) = edit {
+                let i = at.index(m.len());
+                m[i] = b;
+            }
+            m
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Every acknowledgement the exact-form check takes agrees with the general parser.
+    #[test]
+    fn acknowledgements_agree(msg in ack()) {
+        agree(&msg);
+    }
 
     #[test]
     fn generated_requests_agree(msg in request()) {

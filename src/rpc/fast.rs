@@ -33,6 +33,24 @@ const MAX_NEST: usize = 8;
 /// Most digits of a non-negative integer taken here: any 19 digits fit a `u64`.
 const MAX_DIGITS: usize = 19;
 
+/// The acknowledgement a client sends for every push, byte for byte as the SDK (and
+/// loadtest) write it: `{"id":N,"jsonrpc":"2.0","result":true}`, `N` an integer of 1 to
+/// [`MAX_DIGITS`] digits without a leading zero. It is `Item::Ack` for the general parser
+/// too (an object with an id and no method); recognised here by two comparisons and a digit
+/// check, without the member-by-member scan and the model ([`parse`] takes any other
+/// acknowledgement). At saturation there is one per delivery.
+pub(super) fn is_ack(buf: &[u8]) -> bool {
+    let Some(id) = buf
+        .strip_prefix(b"{\"id\":")
+        .and_then(|r| r.strip_suffix(b",\"jsonrpc\":\"2.0\",\"result\":true}"))
+    else {
+        return false;
+    };
+    (1..=MAX_DIGITS).contains(&id.len())
+        && id.iter().all(u8::is_ascii_digit)
+        && (id.len() == 1 || id.first() != Some(&b'0'))
+}
+
 /// Scans `buf` as one message of the usual shape; `None` when it is not one.
 pub(super) fn parse(buf: &[u8]) -> Option<Top<'_>> {
     let mut s = Scan { b: buf, i: 0 };
@@ -243,6 +261,18 @@ impl<'a> Scan<'a> {
         }
         let start = self.i;
         let mut n: u64 = 0;
+        // Eight digits at a time while they fit the 19 (an id has 13 to 19), then one by one.
+        while self.i - start + 8 <= MAX_DIGITS {
+            let Some(&block) = self.b.get(self.i..).and_then(|r| r.first_chunk::<8>()) else {
+                break;
+            };
+            let x = u64::from_le_bytes(block);
+            if !eight_digits(x) {
+                break;
+            }
+            n = n * 100_000_000 + eight_digits_value(x);
+            self.i += 8;
+        }
         while let Some(d @ b'0'..=b'9') = self.peek() {
             if self.i - start == MAX_DIGITS {
                 return None;
@@ -290,6 +320,23 @@ impl<'a> Scan<'a> {
         self.i += s.len() + 1;
         Some(s)
     }
+}
+
+/// The eight bytes of `x` (the first in its lowest byte) are all ASCII digits: every byte's
+/// high nibble is 3, and adding 6 leaves it 3 (`0`-`9`, not `:`-`?`).
+#[inline(always)]
+fn eight_digits(x: u64) -> bool {
+    const HIGH: u64 = 0xf0f0_f0f0_f0f0_f0f0;
+    (x & HIGH) | ((x.wrapping_add(0x0606_0606_0606_0606) & HIGH) >> 4) == 0x3333_3333_3333_3333
+}
+
+/// The value of eight ASCII digits (see [`eight_digits`]), the first the most significant:
+/// pairs, then fours, then all eight combined by three multiplications.
+#[inline(always)]
+fn eight_digits_value(x: u64) -> u64 {
+    let x = (x & 0x0f0f_0f0f_0f0f_0f0f).wrapping_mul(2561) >> 8;
+    let x = (x & 0x00ff_00ff_00ff_00ff).wrapping_mul(6_553_601) >> 16;
+    (x & 0x0000_ffff_0000_ffff).wrapping_mul(42_949_672_960_001) >> 32
 }
 
 /// A byte a string of the usual shape holds as it is: printable ASCII (and DEL) but the
@@ -398,6 +445,45 @@ mod tests {
                 plain(b),
                 (0x20..0x80).contains(&b) && b != b'"' && b != b'\\'
             );
+        }
+    }
+
+    #[test]
+    fn eight_digits_are_recognised_and_read() {
+        for n in [
+            0u64, 1, 7, 10, 99_999_999, 12_345_678, 87_654_321, 10_000_000, 9,
+        ] {
+            let s = format!("{n:08}");
+            let x = u64::from_le_bytes(s.as_bytes().try_into().unwrap());
+            assert!(eight_digits(x), "{s}");
+            assert_eq!(eight_digits_value(x), n, "{s}");
+        }
+        // Any byte that is not a digit, at any place.
+        for at in 0..8 {
+            for b in (0..=255u8).filter(|b| !b.is_ascii_digit()) {
+                let mut s = *b"12345678";
+                s[at] = b;
+                assert!(!eight_digits(u64::from_le_bytes(s)), "{s:?}");
+            }
+        }
+        // Numbers of every length up to and past the limit, in and out of the block path.
+        for len in 1..=21usize {
+            let digits: String = (0..len).map(|i| char::from(b'1' + (i % 9) as u8)).collect();
+            for tail in ["", ",", "}", ".5", "e3", "x"] {
+                let text = format!("{digits}{tail}");
+                let mut sc = Scan {
+                    b: text.as_bytes(),
+                    i: 0,
+                };
+                let got = sc.number();
+                let want = (len <= MAX_DIGITS && !matches!(tail, ".5" | "e3"))
+                    .then(|| digits.parse::<u64>().unwrap());
+                match got {
+                    Some(Loose::U64(v)) => assert_eq!(Some(v), want, "{text}"),
+                    None => assert_eq!(want, None, "{text}"),
+                    _ => panic!("{text}"),
+                }
+            }
         }
     }
 

@@ -282,11 +282,12 @@ impl Decoder {
         let Some(payload) = buf.get_mut(start..end) else {
             return Ok(None);
         };
-        unmask(payload, head.mask, 0);
+        let ascii = unmask(payload, head.mask, 0);
         let step = match head.opcode {
             Opcode::Text | Opcode::Binary if head.fin => {
                 let binary = head.opcode == Opcode::Binary;
-                if !binary && !rsv1 && simdutf8::basic::from_utf8(payload).is_err() {
+                // ASCII is valid UTF-8: the full check only for the rest.
+                if !binary && !rsv1 && !ascii && simdutf8::basic::from_utf8(payload).is_err() {
                     return Err(WsError::InvalidUtf8);
                 }
                 Step::Whole {

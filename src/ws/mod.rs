@@ -188,21 +188,62 @@ pub fn parse_head(buf: &[u8], max_payload: usize) -> Result<Option<FrameHead>, W
     }))
 }
 
-/// XORs `data` with the masking key in place, the key's phase starting at `offset`.
-pub fn unmask(data: &mut [u8], mask: [u8; 4], offset: usize) {
-    let mut m = [0u8; 4];
+/// XORs `data` with the masking key in place, the key's phase starting at `offset`, 16
+/// bytes at a time. Returns whether every unmasked byte is ASCII (below 0x80), noted along
+/// the way at one OR per block: ASCII is valid UTF-8, so a text frame of the usual JSON
+/// needs no UTF-8 check of its own.
+pub fn unmask(data: &mut [u8], mask: [u8; 4], offset: usize) -> bool {
+    let mut m = [0u8; 16];
     for (i, b) in m.iter_mut().enumerate() {
         *b = mask[(i + offset) & 3];
     }
-    let word = u32::from_ne_bytes(m);
-    let mut chunks = data.chunks_exact_mut(4);
-    for c in &mut chunks {
-        let v = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]) ^ word;
-        c.copy_from_slice(&v.to_ne_bytes());
+    let (blocks, tail) = data.as_chunks_mut::<16>();
+    let mut ascii = unmask_blocks(blocks, m);
+    // A block's length is a multiple of 4: the tail starts at the key's phase `offset`.
+    for (b, k) in tail.iter_mut().zip(m) {
+        *b ^= k;
+        ascii &= *b < 0x80;
     }
-    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
-        *b ^= m[i];
+    ascii
+}
+
+/// [`unmask`]'s whole blocks, `m` the key repeated from their phase: one SSE2 load, XOR, OR
+/// and store per block (the compiler made scalar code of every portable form tried, two
+/// to four times the instructions); whether every byte is ASCII from one `movemask`.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+fn unmask_blocks(blocks: &mut [[u8; 16]], m: [u8; 16]) -> bool {
+    use std::arch::x86_64::{
+        __m128i, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_setzero_si128,
+        _mm_storeu_si128, _mm_xor_si128,
+    };
+    // SAFETY: SSE2 is enabled for this build (the `cfg`). Every load and store reads or
+    // writes exactly one `[u8; 16]`: `m`, or a block of `blocks`, which is borrowed mutably
+    // here, so the 16 bytes are in bounds, initialised and not aliased; `loadu`/`storeu`
+    // need no alignment.
+    unsafe {
+        let k = _mm_loadu_si128(m.as_ptr().cast::<__m128i>());
+        let mut seen = _mm_setzero_si128();
+        for block in blocks {
+            let p = block.as_mut_ptr().cast::<__m128i>();
+            let v = _mm_xor_si128(_mm_loadu_si128(p), k);
+            seen = _mm_or_si128(seen, v);
+            _mm_storeu_si128(p, v);
+        }
+        _mm_movemask_epi8(seen) == 0
     }
+}
+
+/// [`unmask_blocks`] on other architectures.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn unmask_blocks(blocks: &mut [[u8; 16]], m: [u8; 16]) -> bool {
+    let word = u128::from_ne_bytes(m);
+    let mut seen = 0u128;
+    for block in blocks {
+        let v = u128::from_ne_bytes(*block) ^ word;
+        seen |= v;
+        *block = v.to_ne_bytes();
+    }
+    seen & u128::from_ne_bytes([0x80; 16]) == 0
 }
 
 /// Writes a server (unmasked) frame header for a payload of `len` bytes into `out` and
@@ -286,6 +327,33 @@ mod tests {
         v.extend_from_slice(&mask);
         v.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
         v
+    }
+
+    #[test]
+    fn unmask_reports_whether_the_payload_is_ascii() {
+        // Every length around the block size, every phase, a non-ASCII byte at every place.
+        for len in 0..70usize {
+            for offset in 0..4 {
+                let mask = [0x9c, 0x01, 0xff, 0x37];
+                let plain: Vec<u8> = (0..len).map(|i| b' ' + (i % 90) as u8).collect();
+                let masked = |p: &[u8]| -> Vec<u8> {
+                    p.iter()
+                        .enumerate()
+                        .map(|(i, b)| b ^ mask[(i + offset) % 4])
+                        .collect()
+                };
+                let mut v = masked(&plain);
+                assert!(unmask(&mut v, mask, offset), "{len} {offset}");
+                assert_eq!(v, plain);
+                for at in 0..len {
+                    let mut p = plain.clone();
+                    p[at] = 0x80 | (at as u8);
+                    let mut v = masked(&p);
+                    assert!(!unmask(&mut v, mask, offset), "{len} {offset} {at}");
+                    assert_eq!(v, p);
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! One worker's message cache: every message cached on the topics this worker is home of,
 //! with per-message expiry and oldest-first eviction under a byte budget.
 //!
-//! Messages live in a slab. Two indexes point into it, each O(1) or O(log n) per
-//! operation, so nothing ever scans the whole cache:
+//! Messages live in a slab. Indexes point into it, each O(1) or O(log n) per operation, so
+//! nothing ever scans the whole cache:
 //! - an intrusive doubly linked list in insertion order (oldest first) for byte eviction;
-//! - a min-heap on expiry time, with lazy deletion, compacted once stale entries outnumber
-//!   live ones so that its size stays within about twice the cache. The compaction never
-//!   stops the worker: a fresh heap is built from the slab a few dozen slots per cache
-//!   operation, while the old one still answers (see `Expiry`): rebuilding it at once stalled
-//!   the worker (docs/PERFORMANCE.md, "The expiry heap compacts without stopping the worker").
+//! - the expiry index, in two parts. Messages of one ttl expire in the order they came, so
+//!   most messages go to one of a few *lanes*: intrusive doubly linked lists, each in
+//!   expiry order, which a removal leaves in O(1) and which cost nothing to keep. A message
+//!   that fits no lane (its expiry earlier than every busy lane's last) goes to a min-heap
+//!   with lazy deletion, compacted once its stale entries outnumber its live ones so that
+//!   its size stays within about twice what it holds. The compaction never stops the
+//!   worker: a fresh heap is built from the slab a few dozen slots per cache operation,
+//!   while the old one still answers (see `Expiry`): rebuilding it at once stalled the
+//!   worker (docs/PERFORMANCE.md, "The expiry heap compacts without stopping the worker").
 //!
 //! The per-topic order (a `VecDeque` of keys) and the per-topic dedup filter (content hash
 //! -> count) are kept by the caller (`engine::home`), which also owns the topics themselves: a
@@ -23,7 +27,22 @@ use crate::arcbuf::ArcBuf;
 
 use super::slots::Slots;
 
-const NIL: usize = usize::MAX;
+/// The end of a list. Keys are below it: see [`MAX_LEN`].
+const NIL: u32 = u32::MAX;
+
+/// Most messages a cache holds (`HomeTopics::bound` evicts beyond it). A key never exceeds
+/// the most messages the cache ever held (the slab reuses freed keys), and an insert adds
+/// one before the bound evicts, so every key is at most `MAX_LEN` and fits the 32-bit links
+/// below [`NIL`] (which keep an entry in two cache lines). Reaching it would take hundreds
+/// of GB of cache on one worker.
+pub const MAX_LEN: usize = u32::MAX as usize - 2;
+
+/// Expiry lanes (see the module doc): one per ttl in steady use, as many as the usual
+/// clients use at once (the SDK's session and pairing ttls).
+const LANES: usize = 4;
+
+/// `Cached::lane` of a message in no lane: its expiry is in the heap.
+const IN_HEAP: u8 = u8::MAX;
 
 /// Slab slots scanned per cache operation while the expiry heap is compacted: the scan of
 /// a full default cache (1.47M messages) spreads over ~23k operations.
@@ -61,8 +80,14 @@ pub struct Cached {
     pub record: Option<crate::store::Loc>,
     /// A WalletConnect 1.0 pending frame (not a v2 message).
     pub v1: bool,
-    prev: usize,
-    next: usize,
+    /// Its expiry lane, or [`IN_HEAP`].
+    lane: u8,
+    /// Neighbours in insertion order.
+    prev: u32,
+    next: u32,
+    /// Neighbours in its lane (expiry order).
+    lane_prev: u32,
+    lane_next: u32,
 }
 
 impl Cached {
@@ -72,7 +97,28 @@ impl Cached {
     }
 }
 
-/// The expiry index: a min-heap with lazy deletion (a removed message's entry stays until
+/// One expiry lane: a list through its messages in expiry order.
+#[derive(Debug, Clone, Copy)]
+struct Lane {
+    head: u32,
+    tail: u32,
+    /// At or above its tail's expiry (not lowered when the tail leaves): a message whose
+    /// expiry is at least this one may join at the tail.
+    last: u64,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane {
+            head: NIL,
+            tail: NIL,
+            last: 0,
+        }
+    }
+}
+
+/// The expiry index: lanes (see the module doc), and for the rest a min-heap with lazy
+/// deletion (a removed message's entry stays until
 /// it surfaces, and is recognised as stale by its slab key no longer holding its `seq`).
 ///
 /// Compaction, once stale entries outnumber live ones: `heap` becomes `old` (still
@@ -83,6 +129,9 @@ impl Cached {
 /// emptied and keeps its allocation for the next compaction.
 #[derive(Debug, Default)]
 struct Expiry {
+    lanes: [Lane; LANES],
+    /// Live messages whose expiry is in the heap.
+    heap_live: usize,
     heap: BinaryHeap<Due>,
     old: BinaryHeap<Due>,
     /// While compacting: the next slab slot to look at, and the first `seq` that went to
@@ -119,7 +168,7 @@ impl Cache {
             expiry: Expiry {
                 heap: BinaryHeap::with_capacity(heap_room),
                 old: BinaryHeap::with_capacity(heap_room),
-                scan: None,
+                ..Expiry::default()
             },
             ..Cache::default()
         }
@@ -163,11 +212,17 @@ impl Cache {
     }
 
     /// Starts loading the entries that removing the message at `key` relinks (its neighbours
-    /// in insertion order), once its own entry has arrived (see `crate::prefetch`).
+    /// in insertion order and in its lane, mostly the same ones), once its own entry has
+    /// arrived (see `crate::prefetch`).
     pub fn prefetch_links(&self, key: usize) {
         if let Some(m) = self.msgs.get(key) {
             for k in [m.prev, m.next] {
-                self.msgs.prefetch(k);
+                self.msgs.prefetch(k as usize);
+            }
+            for k in [m.lane_prev, m.lane_next] {
+                if k != m.prev && k != m.next {
+                    self.msgs.prefetch(k as usize);
+                }
             }
         }
     }
@@ -209,6 +264,7 @@ impl Cache {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.bytes += data.len() + ENTRY_OVERHEAD;
+        let lane = self.expiry.lane_for(expires);
         let key = self.msgs.insert(Cached {
             topic,
             topic_seq,
@@ -220,20 +276,39 @@ impl Cache {
             origin,
             record: None,
             v1: false,
-            prev: self.newest.unwrap_or(NIL),
+            lane: lane.map_or(IN_HEAP, |l| l as u8),
+            prev: self.newest.map_or(NIL, |k| k as u32),
             next: NIL,
+            lane_prev: lane.map_or(NIL, |l| self.expiry.lanes[l].tail),
+            lane_next: NIL,
         });
+        // Below `NIL`: see `MAX_LEN`.
+        let k = key as u32;
         match self.newest {
             Some(n) => {
                 if let Some(m) = self.msgs.get_mut(n) {
-                    m.next = key;
+                    m.next = k;
                 }
             }
             None => self.oldest = Some(key),
         }
         self.newest = Some(key);
         self.high = self.high.max(key + 1);
-        self.expiry.heap.push(Reverse((expires, seq, key)));
+        match lane {
+            Some(l) => {
+                let lane = &mut self.expiry.lanes[l];
+                match self.msgs.get_mut(lane.tail as usize) {
+                    Some(t) => t.lane_next = k,
+                    None => lane.head = k,
+                }
+                lane.tail = k;
+                lane.last = expires;
+            }
+            None => {
+                self.expiry.heap.push(Reverse((expires, seq, key)));
+                self.expiry.heap_live += 1;
+            }
+        }
         self.compact_step();
         key
     }
@@ -242,14 +317,30 @@ impl Cache {
     pub fn remove(&mut self, key: usize) -> Option<Cached> {
         let m = self.msgs.try_remove(key)?;
         if m.prev == NIL {
-            self.oldest = (m.next != NIL).then_some(m.next);
-        } else if let Some(p) = self.msgs.get_mut(m.prev) {
+            self.oldest = (m.next != NIL).then_some(m.next as usize);
+        } else if let Some(p) = self.msgs.get_mut(m.prev as usize) {
             p.next = m.next;
         }
         if m.next == NIL {
-            self.newest = (m.prev != NIL).then_some(m.prev);
-        } else if let Some(n) = self.msgs.get_mut(m.next) {
+            self.newest = (m.prev != NIL).then_some(m.prev as usize);
+        } else if let Some(n) = self.msgs.get_mut(m.next as usize) {
             n.prev = m.prev;
+        }
+        match self.expiry.lanes.get_mut(usize::from(m.lane)) {
+            Some(lane) => {
+                match self.msgs.get_mut(m.lane_prev as usize) {
+                    Some(p) => p.lane_next = m.lane_next,
+                    None => lane.head = m.lane_next,
+                }
+                match self.msgs.get_mut(m.lane_next as usize) {
+                    Some(n) => n.lane_prev = m.lane_prev,
+                    None => lane.tail = m.lane_prev,
+                }
+                if lane.head == NIL {
+                    *lane = Lane::default();
+                }
+            }
+            None => self.expiry.heap_live -= 1,
         }
         self.bytes -= m.data.len() + ENTRY_OVERHEAD;
         self.maybe_start_compaction();
@@ -267,27 +358,44 @@ impl Cache {
         self.oldest
     }
 
-    /// Key of the next message whose expiry is at or before `now`, if any (skipping stale
-    /// heap entries). The caller removes it.
+    /// Key of the next message whose expiry is at or before `now`, if any, earliest first
+    /// (skipping stale heap entries). The caller removes it.
     pub fn next_expired(&mut self, now: u64) -> Option<usize> {
-        loop {
-            let e = &mut self.expiry;
+        // The earliest lane head (a lane's head is its earliest).
+        let lane = self
+            .expiry
+            .lanes
+            .iter()
+            .filter_map(|l| {
+                let m = self.msgs.get(l.head as usize)?;
+                Some((m.expires, m.seq, l.head as usize))
+            })
+            .min();
+        let e = &mut self.expiry;
+        let heap = loop {
             // The smaller root of the two heaps (`old` is empty unless compacting).
             let from_old = match (e.heap.peek(), e.old.peek()) {
-                (None, None) => return None,
+                (None, None) => break None,
                 (Some(_), None) => false,
                 (None, Some(_)) => true,
                 (Some(h), Some(o)) => o > h,
             };
             let top = if from_old { &mut e.old } else { &mut e.heap };
             let &Reverse((exp, seq, key)) = top.peek()?;
-            if exp > now {
-                return None;
+            if self.msgs.get(key).is_some_and(|m| m.seq == seq) {
+                break Some((exp, seq, key, from_old));
             }
             top.pop();
-            if self.msgs.get(key).is_some_and(|m| m.seq == seq) {
-                return Some(key);
+        };
+        match (lane, heap) {
+            (Some((exp, seq, key)), h) if h.is_none_or(|(he, hs, ..)| (exp, seq) < (he, hs)) => {
+                (exp <= now).then_some(key)
             }
+            (_, Some((exp, _, key, from_old))) if exp <= now => {
+                if from_old { &mut e.old } else { &mut e.heap }.pop();
+                Some(key)
+            }
+            _ => None,
         }
     }
 
@@ -295,14 +403,14 @@ impl Cache {
     /// messages (and none is running).
     fn maybe_start_compaction(&mut self) {
         let e = &mut self.expiry;
-        if e.scan.is_none() && e.heap.len() > 2 * self.msgs.len() + 1024 {
+        if e.scan.is_none() && e.heap.len() > 2 * e.heap_live + 1024 {
             // `old` is empty here: its allocation becomes the fresh heap.
             std::mem::swap(&mut e.heap, &mut e.old);
             e.scan = Some((0, self.next_seq));
         }
     }
 
-    /// Moves the live messages of the next `COMPACT_STEP` slab slots that are older than
+    /// Moves the live heap messages of the next `COMPACT_STEP` slab slots that are older than
     /// the running compaction into the fresh heap; ends the compaction after the last slot.
     fn compact_step(&mut self) {
         let Some((from, start_seq)) = self.expiry.scan else {
@@ -311,7 +419,7 @@ impl Cache {
         let to = (from + COMPACT_STEP).min(self.high);
         for key in from..to {
             if let Some(m) = self.msgs.get(key) {
-                if m.seq < start_seq {
+                if m.seq < start_seq && m.lane == IN_HEAP {
                     self.expiry.heap.push(Reverse((m.expires, m.seq, key)));
                 }
             }
@@ -326,6 +434,24 @@ impl Cache {
     }
 }
 
+impl Expiry {
+    /// The lane a message expiring at `expires` joins: of the lanes it may join (their last
+    /// at or before it), the one with the latest last, so that each ttl keeps to its own
+    /// lane; else an empty lane; else none (the heap).
+    fn lane_for(&self, expires: u64) -> Option<usize> {
+        let mut best: Option<(usize, u64)> = None;
+        let mut empty = None;
+        for (i, l) in self.lanes.iter().enumerate() {
+            if l.head == NIL {
+                empty = empty.or(Some(i));
+            } else if l.last <= expires && best.is_none_or(|(_, b)| l.last > b) {
+                best = Some((i, l.last));
+            }
+        }
+        best.map(|(i, _)| i).or(empty)
+    }
+}
+
 /// Messages a worker's cache makes room for at start, for a budget of `bytes`: as many as
 /// the budget can ever hold, so that no table of the cache grows while serving (a growth
 /// past a million entries copies or rehashes it all at once: a stall of tens of ms,
@@ -337,7 +463,7 @@ pub fn cache_presize(bytes: usize, strict_overcommit: bool) -> usize {
     if strict_overcommit {
         (bytes / 1024).min(1 << 20)
     } else {
-        bytes / (ENTRY_OVERHEAD + MIN_CACHED_DATA)
+        (bytes / (ENTRY_OVERHEAD + MIN_CACHED_DATA)).min(MAX_LEN)
     }
 }
 
@@ -350,190 +476,5 @@ pub fn strict_overcommit() -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn b(s: &str) -> ArcBuf {
-        ArcBuf::copy_from_slice(s.as_bytes())
-    }
-
-    #[test]
-    fn evicts_oldest_and_expires_by_time() {
-        let mut c = Cache::default();
-        let a = c.insert(1, 0, 10, b("a"), 0, 500, Origin::NONE);
-        let bb = c.insert(1, 0, 11, b("b"), 0, 100, Origin::NONE);
-        let cc = c.insert(2, 0, 12, b("c"), 0, 300, Origin::NONE);
-        assert_eq!(c.oldest(), Some(a));
-        assert_eq!(c.next_expired(50), None);
-        assert_eq!(c.next_expired(100), Some(bb));
-        c.remove(bb);
-        assert_eq!(c.next_expired(400), Some(cc));
-        c.remove(cc);
-        assert_eq!(c.oldest(), Some(a));
-        c.remove(a);
-        assert!(c.is_empty());
-        assert_eq!(c.bytes(), 0);
-        assert_eq!(c.oldest(), None);
-        assert_eq!(c.next_expired(u64::MAX), None);
-    }
-
-    #[test]
-    fn heap_stays_bounded_under_churn() {
-        let mut c = Cache::default();
-        for i in 0..100_000u64 {
-            let k = c.insert(1, 0, i, b("m"), 0, 1_000_000 + i, Origin::NONE);
-            c.remove(k);
-        }
-        let e = &c.expiry;
-        assert!(
-            e.heap.len() + e.old.len() <= 1024 + 2,
-            "heap {} + {}",
-            e.heap.len(),
-            e.old.len()
-        );
-    }
-
-    /// A cache made with room for `n` messages holds `n` of them, and churns through many
-    /// more (removals leaving stale heap entries, heap rebuilds), without any of its tables
-    /// growing: a growth is a stall of the whole worker (see `with_capacity`).
-    #[test]
-    fn tables_never_grow_within_the_presized_count() {
-        const N: usize = 20_000;
-        let mut c = Cache::with_capacity(N);
-        let caps = |c: &Cache| {
-            let e = &c.expiry;
-            (
-                c.msgs.capacity(),
-                e.heap.capacity().min(e.old.capacity()),
-                e.heap.capacity().max(e.old.capacity()),
-            )
-        };
-        let grew = |now: (usize, usize, usize), was: (usize, usize, usize)| {
-            now.0 > was.0 || now.1 > was.1 || now.2 > was.2
-        };
-        let before = caps(&c);
-        assert!(before.0 >= N && before.1 >= 2 * N, "{before:?}");
-        let mut keys = std::collections::VecDeque::new();
-        for i in 0..N as u64 {
-            keys.push_back(c.insert(
-                (i % 97) as u32,
-                0,
-                i,
-                b("m"),
-                0,
-                1_000_000 - i,
-                Origin::NONE,
-            ));
-        }
-        assert!(!grew(caps(&c), before), "filling to N grew a table");
-        // Steady state at the budget: each insert evicts the oldest (a stale heap entry).
-        for i in 0..(10 * N) as u64 {
-            let old = keys.pop_front().expect("full");
-            c.remove(old);
-            keys.push_back(c.insert(
-                (i % 89) as u32,
-                0,
-                N as u64 + i,
-                b("m"),
-                0,
-                2_000_000 + i,
-                Origin::NONE,
-            ));
-            assert_eq!(c.len(), N);
-        }
-        assert!(
-            c.compactions() >= 4,
-            "only {} compactions ran",
-            c.compactions()
-        );
-        assert!(
-            !grew(caps(&c), before),
-            "churning at N grew a table: {:?}",
-            caps(&c)
-        );
-        let e = &c.expiry;
-        assert!(e.heap.len() <= 2 * N + 1024 + 1, "heap {}", e.heap.len());
-    }
-
-    /// The expiry index against a model (a sorted map of every live message), through
-    /// random inserts, removals and expiry sweeps, with compactions running in between:
-    /// every sweep returns exactly the live messages due, earliest first, and never one
-    /// that is gone. Also: no single operation scans more than `COMPACT_STEP` slots.
-    #[test]
-    fn expiry_matches_a_model_through_incremental_compactions() {
-        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        let mut c = Cache::with_capacity(1024);
-        let mut model = std::collections::BTreeMap::new(); // (expires, seq) -> key
-        let mut live: Vec<usize> = Vec::new();
-        let mut now = 0u64;
-        let mut during = 0; // sweeps that ran while a compaction was under way
-        for step in 0..300_000u64 {
-            let was = c.expiry.scan;
-            let mut calls = 1; // cache calls made by this step, each allowed one scan step
-            match next() % 10 {
-                // Insert, expiring within the next 0..1000 s (so removed messages leave
-                // stale entries that build up and force compactions).
-                0..=4 if live.len() < 1000 => {
-                    let exp = now + next() % 1_000_000;
-                    let k = c.insert(1, 0, step, b("m"), 0, exp, Origin::NONE);
-                    model.insert((exp, c.get(k).unwrap().seq), k);
-                    live.push(k);
-                }
-                // Remove a random live message (eviction, topic cap).
-                0..=8 if !live.is_empty() => {
-                    let i = (next() as usize) % live.len();
-                    let k = live.swap_remove(i);
-                    let m = c.remove(k).expect("live");
-                    assert!(model.remove(&(m.expires, m.seq)).is_some());
-                }
-                // Time passes; sweep.
-                _ => {
-                    during += usize::from(c.expiry.scan.is_some());
-                    now += next() % 2000;
-                    while let Some(k) = c.next_expired(now) {
-                        let m = c.get(k).expect("returned key is live");
-                        let first = model.first_key_value().map(|(&(e, s), &k)| (e, s, k));
-                        assert_eq!(first, Some((m.expires, m.seq, k)), "not the earliest due");
-                        assert!(m.expires <= now);
-                        model.pop_first();
-                        live.retain(|&x| x != k);
-                        c.remove(k);
-                        calls += 1;
-                    }
-                    if let Some((&(e, _), _)) = model.first_key_value() {
-                        assert!(e > now, "a due message was not returned");
-                    }
-                }
-            }
-            if let (Some((a, _)), Some((b, _))) = (was, c.expiry.scan) {
-                assert!(
-                    b >= a && b - a <= calls * COMPACT_STEP,
-                    "{calls} calls scanned {a}..{b}"
-                );
-            }
-            assert_eq!(c.len(), model.len());
-        }
-        assert!(
-            c.compactions() >= 10,
-            "only {} compactions ran",
-            c.compactions()
-        );
-        assert!(during >= 10, "only {during} sweeps ran during a compaction");
-    }
-    #[test]
-    fn the_cache_is_presized_for_its_budget_unless_overcommit_is_strict() {
-        let gib = 1 << 30;
-        // Room for the most messages a GiB can hold: each costs at least 144 bytes.
-        assert_eq!(cache_presize(gib, false), gib / 144);
-        assert!(cache_presize(gib, false) * (ENTRY_OVERHEAD + 26) > gib);
-        // Under strict overcommit: one per KiB, at most a million.
-        assert_eq!(cache_presize(gib, true), 1 << 20);
-        assert_eq!(cache_presize(64 << 20, true), 64 << 10);
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;

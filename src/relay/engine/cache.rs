@@ -118,8 +118,8 @@ impl Default for Lane {
 }
 
 /// The expiry index: lanes (see the module doc), and for the rest a min-heap with lazy
-/// deletion (a removed message's entry stays until
-/// it surfaces, and is recognised as stale by its slab key no longer holding its `seq`).
+/// deletion (a removed message's entry stays until it surfaces, and is recognised as stale
+/// by its slab key no longer holding its `seq`).
 ///
 /// Compaction, once stale entries outnumber live ones: `heap` becomes `old` (still
 /// consulted, never added to), and a fresh `heap` receives every new message plus, slot by

@@ -252,3 +252,11 @@ fn the_cache_is_presized_for_its_budget_unless_overcommit_is_strict() {
     assert_eq!(cache_presize(gib, true), 1 << 20);
     assert_eq!(cache_presize(64 << 20, true), 64 << 10);
 }
+
+/// An entry keeps to two cache lines with its lane links (the 32-bit links, see `MAX_LEN`):
+/// a third line would be one more miss for every eviction.
+#[test]
+fn an_entry_stays_in_two_cache_lines() {
+    assert!(std::mem::size_of::<Cached>() <= 128);
+    assert!(cache_presize(usize::MAX, false) <= MAX_LEN);
+}

@@ -23,11 +23,8 @@ pub fn decode<'a>(
     // shared and mutable access ever overlap (the borrow checker cannot see this split by
     // the result's variant: the NLL "conditional return of a borrow" limitation).
     let view: &'a [u8] = unsafe { &*whole };
-    if super::fast::is_ack(view) {
-        return Ok(Incoming::Single(Item::Ack));
-    }
-    if let Some(top) = super::fast::parse(view) {
-        return Ok(classify_top(top));
+    if let Some(incoming) = decode_fast(view) {
+        return Ok(incoming);
     }
     decode_general(buf, scratch)
 }
@@ -47,7 +44,9 @@ pub fn decode_general<'a>(
 }
 
 /// The fast path alone: `Some` with what [`decode_general`] gives when the message has the
-/// usual shape (`fast.rs`), `None` when it declines. For the differential tests.
+/// usual shape (`fast.rs`: an acknowledgement in the SDK's exact form, else the scanner),
+/// `None` when it declines. What [`decode`] tries first, and what the differential tests
+/// hold against the general parser.
 pub fn decode_fast(buf: &[u8]) -> Option<Incoming<'_>> {
     if super::fast::is_ack(buf) {
         return Some(Incoming::Single(Item::Ack));

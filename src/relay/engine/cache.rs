@@ -400,7 +400,7 @@ impl Cache {
     }
 
     /// Starts a compaction of the expiry heap once its stale entries outnumber the live
-    /// messages (and none is running).
+    /// messages it holds (and none is running).
     fn maybe_start_compaction(&mut self) {
         let e = &mut self.expiry;
         if e.scan.is_none() && e.heap.len() > 2 * e.heap_live + 1024 {

@@ -51,12 +51,32 @@ pub(super) fn is_ack(buf: &[u8]) -> bool {
         && (id.len() == 1 || id.first() != Some(&b'0'))
 }
 
+/// The members of a request in the order JSON-RPC clients write them (the SDK's
+/// `formatJsonRpcRequest`, loadtest, most libraries), each as it appears quoted with its
+/// colon: see [`Scan::object_usual`].
+const USUAL_TOP: [(&[u8], &str); 4] = [
+    (b"\"id\":", "id"),
+    (b"\"jsonrpc\":", "jsonrpc"),
+    (b"\"method\":", "method"),
+    (b"\"params\":", "params"),
+];
+
+/// The members of a publish's params in the order the SDK (`Publisher.publish`: `topic`,
+/// `message`, `ttl`, `prompt`, `tag`, then its extras) and loadtest write them.
+const USUAL_PARAMS: [(&[u8], &str); 5] = [
+    (b"\"topic\":", "topic"),
+    (b"\"message\":", "message"),
+    (b"\"ttl\":", "ttl"),
+    (b"\"prompt\":", "prompt"),
+    (b"\"tag\":", "tag"),
+];
+
 /// Scans `buf` as one message of the usual shape; `None` when it is not one.
 pub(super) fn parse(buf: &[u8]) -> Option<Top<'_>> {
     let mut s = Scan { b: buf, i: 0 };
     s.ws();
     let mut e = Envelope::object();
-    s.object(1, |s, key| s.fill(e.slot(key), 2))?;
+    s.object_usual(1, &USUAL_TOP, |s, key| s.fill(e.slot(key), 2))?;
     s.ws();
     (s.i == buf.len()).then_some(Top::One(e))
 }
@@ -98,13 +118,52 @@ impl<'a> Scan<'a> {
         depth: usize,
         mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
-        self.seq([b'{', b'}'], depth, |s| {
-            let key = s.string()?;
-            s.ws();
-            s.eat(b':')?;
-            s.ws();
-            member(s, key)
-        })
+        self.seq([b'{', b'}'], depth, |s| s.named(&mut member))
+    }
+
+    /// [`object`](Self::object), quicker when its first members are `usual` (each a quoted
+    /// name with its colon, and the name), in that order, with no whitespace before their
+    /// values' separators: each of those is recognised by one comparison of the bytes after
+    /// the brace or comma, where the general loop reads the name as a string, skips
+    /// whitespace around the colon and matches the name. The first member that differs, and
+    /// every one after it, goes through the general loop, so the members are the same, read
+    /// in the same order by the same `member`: only how a name is found differs.
+    fn object_usual(
+        &mut self,
+        depth: usize,
+        usual: &[(&[u8], &'a str)],
+        mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        if depth > MAX_NEST {
+            return None;
+        }
+        let mut read = 0;
+        for &(quoted, name) in usual {
+            let sep = if read == 0 { b'{' } else { b',' };
+            let at = self.i + 1;
+            let next = self.b.get(at..at + quoted.len());
+            if self.peek() != Some(sep) || next != Some(quoted) {
+                break;
+            }
+            self.i = at + quoted.len();
+            self.ws();
+            member(self, name)?;
+            read += 1;
+        }
+        if read == 0 {
+            return self.object(depth, member);
+        }
+        self.rest(b'}', |s| s.named(&mut member))
+    }
+
+    /// A member: its name, the colon, and its value read by `member`.
+    #[inline]
+    fn named(&mut self, member: &mut impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        let key = self.string()?;
+        self.ws();
+        self.eat(b':')?;
+        self.ws();
+        member(self, key)
     }
 
     /// An array at nesting `depth`: `elem` reads each element.
@@ -129,13 +188,20 @@ impl<'a> Scan<'a> {
             self.i += 1;
             return Some(());
         }
+        item(self)?;
+        self.rest(close, item)
+    }
+
+    /// The rest of an object or array whose first member or element has been read: the
+    /// others, each after a comma, up to `close`.
+    fn rest(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         loop {
-            item(self)?;
             self.ws();
             match self.peek()? {
                 b',' => {
                     self.i += 1;
                     self.ws();
+                    item(self)?;
                 }
                 b if b == close => {
                     self.i += 1;
@@ -169,7 +235,9 @@ impl<'a> Scan<'a> {
         let ParamsField::Object(p) = v.insert(ParamsField::Object(Params::default())) else {
             return None;
         };
-        self.object(depth, |s, key| s.fill(p.slot(key), depth + 1))
+        self.object_usual(depth, &USUAL_PARAMS, |s, key| {
+            s.fill(p.slot(key), depth + 1)
+        })
     }
 
     /// A list member (`wire::List`'s visitor).
@@ -273,12 +341,25 @@ impl<'a> Scan<'a> {
             n = n * 100_000_000 + eight_digits_value(x);
             self.i += 8;
         }
-        while let Some(d @ b'0'..=b'9') = self.peek() {
-            if self.i - start == MAX_DIGITS {
-                return None;
+        // The last digits (fewer than eight, or past the eight that still fit): their count
+        // from one word (the message's last bytes padded with NULs, which are not digits),
+        // then their value by the same multiplications, moved to the word's top.
+        let rest = self.b.get(self.i..)?;
+        let x = match rest.first_chunk::<8>() {
+            Some(&w) => u64::from_le_bytes(w),
+            None => {
+                let mut w = [0u8; 8];
+                w.get_mut(..rest.len())?.copy_from_slice(rest);
+                u64::from_le_bytes(w)
             }
-            n = n * 10 + u64::from(d - b'0');
-            self.i += 1;
+        };
+        let more = leading_digits(x);
+        if self.i - start + more > MAX_DIGITS {
+            return None;
+        }
+        if more > 0 {
+            n = n * POW10[more] + eight_digits_value(x << (64 - 8 * more));
+            self.i += more;
         }
         let digits = self.i - start;
         let leading_zero = digits > 1 && self.b.get(start) == Some(&b'0');
@@ -330,6 +411,29 @@ fn eight_digits(x: u64) -> bool {
     (x & HIGH) | ((x.wrapping_add(0x0606_0606_0606_0606) & HIGH) >> 4) == 0x3333_3333_3333_3333
 }
 
+/// How many of the bytes of `x` from its lowest are ASCII digits, before the first that is
+/// not (0 to 8): the test of [`eight_digits`] byte by byte, the first failure found by one
+/// bit scan.
+#[inline(always)]
+fn leading_digits(x: u64) -> usize {
+    const HIGH: u64 = 0xf0f0_f0f0_f0f0_f0f0;
+    let t = (x & HIGH) | ((x.wrapping_add(0x0606_0606_0606_0606) & HIGH) >> 4);
+    ((t ^ 0x3333_3333_3333_3333).trailing_zeros() / 8) as usize
+}
+
+/// Powers of ten up to the eighth (one digit to eight more).
+const POW10: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
 /// The value of eight ASCII digits (see [`eight_digits`]), the first the most significant:
 /// pairs, then fours, then all eight combined by three multiplications.
 #[inline(always)]
@@ -347,16 +451,57 @@ fn plain(b: u8) -> bool {
     (0x20..0x80).contains(&b) && b != b'"' && b != b'\\'
 }
 
-/// How many bytes at the start of `s` are [`plain`]: on x86-64 16 at a time with SSE2 (part
-/// of the x86-64 baseline), a few instructions per block and the end found by one bit scan.
-/// (AVX2, 32 at a time, saved nothing measurable: the strings are short or one message.)
+/// How many bytes at the start of `s` are [`plain`]: on x86-64 32 at a time with AVX2 where
+/// the CPU has it (a publish's message is most of its bytes: half the blocks of SSE2's),
+/// else 16 at a time with SSE2 (part of the x86-64 baseline); a few instructions per block
+/// and the end found by one bit scan.
 #[inline]
 fn plain_len(s: &[u8]) -> usize {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    // SAFETY: `plain_len_sse2` only needs SSE2, which this build targets (the `cfg`).
-    return unsafe { plain_len_sse2(s) };
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: `plain_len_avx2` only needs AVX2, which this CPU has (checked above).
+            return unsafe { plain_len_avx2(s) };
+        }
+        // SAFETY: `plain_len_sse2` only needs SSE2, which this build targets (the `cfg`).
+        unsafe { plain_len_sse2(s) }
+    }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
     plain_len_bytewise(s)
+}
+
+/// [`plain_len`] with AVX2: whole blocks of 32, the rest (fewer than 32 bytes) with SSE2.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[target_feature(enable = "avx2")]
+fn plain_len_avx2(s: &[u8]) -> usize {
+    use std::arch::x86_64::{
+        _mm256_cmpeq_epi8, _mm256_cmpgt_epi8, _mm256_movemask_epi8, _mm256_or_si256,
+        _mm256_set1_epi8, _mm256_set_epi64x,
+    };
+    let (blocks, tail) = s.as_chunks::<32>();
+    let mut at = 0;
+    for block in blocks {
+        let [a, b, c, d] = [0, 8, 16, 24].map(|o| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&block[o..o + 8]);
+            i64::from_le_bytes(w)
+        });
+        let v = _mm256_set_epi64x(d, c, b, a);
+        // Signed: below 0x20 are the control characters and every byte from 0x80.
+        let stop = _mm256_or_si256(
+            _mm256_or_si256(
+                _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8)),
+                _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\\' as i8)),
+            ),
+            _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v),
+        );
+        let stops = _mm256_movemask_epi8(stop) as u32;
+        if stops != 0 {
+            return at + stops.trailing_zeros() as usize;
+        }
+        at += 32;
+    }
+    at + plain_len_sse2(tail)
 }
 
 /// [`plain_len`] with SSE2.
@@ -421,12 +566,19 @@ mod tests {
             assert_eq!(plain_len(&s), len);
             let mut sc = Scan { b: &s, i: 0 };
             assert_eq!(sc.string(), None, "no opening quote");
+            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+            // SAFETY: `plain_len_sse2` needs SSE2, which this build targets (the `cfg`).
+            assert_eq!(unsafe { plain_len_sse2(&s) }, len);
             for at in 0..len {
-                for stop in [b'"', b'\\', 0x00, 0x1f, 0x80, 0xff] {
+                for stop in [b'"', b'\\', 0x00, 0x1f, 0x7f, 0x80, 0xff] {
                     let mut t = s.clone();
                     t[at] = stop;
-                    assert_eq!(plain_len_bytewise(&t), at);
-                    assert_eq!(plain_len(&t), at, "{len} {at} {stop}");
+                    let want = if plain(stop) { len } else { at };
+                    assert_eq!(plain_len_bytewise(&t), want);
+                    assert_eq!(plain_len(&t), want, "{len} {at} {stop}");
+                    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+                    // SAFETY: as above.
+                    assert_eq!(unsafe { plain_len_sse2(&t) }, want);
                     let mut quoted = vec![b'"'];
                     quoted.extend_from_slice(&t);
                     let mut sc = Scan { b: &quoted, i: 0 };
@@ -466,17 +618,39 @@ mod tests {
                 assert!(!eight_digits(u64::from_le_bytes(s)), "{s:?}");
             }
         }
+        // The count of leading digits: any byte at any place after digits, then bytes that
+        // carry (0xfa and up) or not after it.
+        for at in 0..8 {
+            for b in 0..=255u8 {
+                for after in [b'0', b'9', 0xff, 0xfa, 0x00] {
+                    let mut s = [after; 8];
+                    s[..at].copy_from_slice(&b"12345678"[..at]);
+                    s[at] = b;
+                    let want = s.iter().take_while(|c| c.is_ascii_digit()).count();
+                    assert_eq!(leading_digits(u64::from_le_bytes(s)), want, "{s:?}");
+                }
+            }
+        }
         // Numbers of every length up to and past the limit, in and out of the block path.
         for len in 1..=21usize {
             let digits: String = (0..len).map(|i| char::from(b'1' + (i % 9) as u8)).collect();
-            for tail in ["", ",", "}", ".5", "e3", "x"] {
+            for tail in [
+                "",
+                ",",
+                "}",
+                ".5",
+                "e3",
+                "x",
+                ",\"tag\":1108}}",
+                ".25}}}}}}}}",
+            ] {
                 let text = format!("{digits}{tail}");
                 let mut sc = Scan {
                     b: text.as_bytes(),
                     i: 0,
                 };
                 let got = sc.number();
-                let want = (len <= MAX_DIGITS && !matches!(tail, ".5" | "e3"))
+                let want = (len <= MAX_DIGITS && !tail.starts_with(['.', 'e']))
                     .then(|| digits.parse::<u64>().unwrap());
                 match got {
                     Some(Loose::U64(v)) => assert_eq!(Some(v), want, "{text}"),

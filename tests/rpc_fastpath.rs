@@ -372,6 +372,78 @@ fn usual() -> impl Strategy<Value = String> {
         })
 }
 
+/// A request whose members come in the order clients write them (`id`, `jsonrpc`, `method`,
+/// `params`; in params `topic`, `message`, `ttl`, `prompt`, `tag`), all or the first few,
+/// then any others (duplicates of those among them), with values of any JSON type: the
+/// members the scanner recognises by one comparison each, and where it returns to the
+/// general loop.
+fn in_order() -> impl Strategy<Value = String> {
+    const TOP: [&str; 4] = ["id", "jsonrpc", "method", "params"];
+    const PARAMS: [&str; 5] = ["topic", "message", "ttl", "prompt", "tag"];
+    // Mostly values the scanner takes (so that it reads on), sometimes any.
+    let usual_value = || {
+        prop_oneof![
+            3 => plain_string().prop_map(|s| J::Str(s, Esc::Needed)),
+            2 => (0u64..3_000_000).prop_map(J::U),
+            1 => prop::sample::select(vec!["true", "false", "null"]).prop_map(J::Raw),
+            1 => value(),
+        ]
+    };
+    let first = move |names: &'static [&'static str]| {
+        let k = prop_oneof![2 => Just(names.len()), 1 => 0..=names.len()];
+        (k, prop::collection::vec(usual_value(), names.len())).prop_map(move |(k, values)| {
+            names[..k]
+                .iter()
+                .map(|n| n.to_string())
+                .zip(values)
+                .collect::<Vec<_>>()
+        })
+    };
+    // A request the classification keeps the params of, most of the time.
+    let jsonrpc = prop_oneof![
+        4 => Just(J::Str("2.0".into(), Esc::Needed)),
+        1 => usual_value(),
+    ];
+    let method = prop_oneof![
+        4 => method().prop_map(|m| J::Str(m, Esc::Needed)),
+        1 => usual_value(),
+    ];
+    let params = (
+        first(&PARAMS),
+        prop::collection::vec((member_name(), usual_value()), 0..3),
+        prop::bool::weighted(0.9),
+    )
+        .prop_map(|(mut members, more, object)| {
+            members.extend(more);
+            if object {
+                J::Obj(members)
+            } else {
+                members.pop().map_or(J::Obj(vec![]), |(_, v)| v)
+            }
+        });
+    let ws = prop::sample::select(vec!["", "", "", "", " ", "\n"]);
+    (
+        first(&TOP),
+        (jsonrpc, method, params),
+        prop::collection::vec((member_name(), usual_value()), 0..3),
+        ws,
+    )
+        .prop_map(|(mut members, (jsonrpc, method, params), more, ws)| {
+            for (name, value) in &mut members {
+                match name.as_str() {
+                    "jsonrpc" => *value = jsonrpc.clone(),
+                    "method" => *value = method.clone(),
+                    "params" => *value = params.clone(),
+                    _ => {}
+                }
+            }
+            members.extend(more);
+            let mut out = String::new();
+            write(&mut out, &J::Obj(members), ws);
+            out
+        })
+}
+
 /// A byte-level change: delete, insert, overwrite, truncate, or double a range.
 fn mutate(msg: &str, edits: &[(prop::sample::Index, u8, u8)]) -> Vec<u8> {
     const BYTES: &[u8] = b"\"\\{}[],:0123456789-.eE tfn\x00\x1f\xff\xc3";
@@ -426,8 +498,13 @@ proptest! {
     }
 
     #[test]
+    fn requests_in_the_usual_order_agree(msg in in_order()) {
+        agree(msg.as_bytes());
+    }
+
+    #[test]
     fn mutated_requests_agree(
-        msg in prop_oneof![request(), usual()],
+        msg in prop_oneof![request(), usual(), in_order()],
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), any::<u8>()), 1..4),
     ) {
         agree(&mutate(&msg, &edits));

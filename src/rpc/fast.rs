@@ -1,7 +1,7 @@
 //! The fast path of [`decode`](super::decode): a scanner for messages of the usual shape,
-//! which builds the same wire model ([`Top`]) as the `serde` + `simd-json` parser, or
-//! declines (`None`) so that the general parser runs. The general parser is the reference:
-//! for every input this scanner accepts, both give the same [`Top`] (proven by the
+//! which builds the same wire model (an [`Envelope`]) as the `serde` + `simd-json` parser, or
+//! declines (false) so that the general parser runs. The general parser is the reference:
+//! for every input this scanner accepts, both give the same model (proven by the
 //! differential fuzz target `fuzz/fuzz_targets/rpc_fastpath.rs` and the property tests of
 //! `tests/rpc_fastpath.rs`). Member names go through the same table as the `serde` visitors
 //! (`wire::Slot`), so that both fill the same fields the same way (last duplicate wins,
@@ -22,9 +22,7 @@
 
 use std::borrow::Cow;
 
-use super::wire::{
-    sub_slot, Elem, Envelope, List, Loose, Params, ParamsField, Slot, Top, MAX_LIST,
-};
+use super::wire::{sub_slot, Elem, Envelope, List, Loose, Params, ParamsField, Slot, MAX_LIST};
 
 /// Deepest nesting the scanner walks (skipped values included), far below
 /// [`MAX_DEPTH`](super::MAX_DEPTH); deeper is the general parser's.
@@ -71,14 +69,20 @@ const USUAL_PARAMS: [(&[u8], &str); 5] = [
     (b"\"tag\":", "tag"),
 ];
 
-/// Scans `buf` as one message of the usual shape; `None` when it is not one.
-pub(super) fn parse(buf: &[u8]) -> Option<Top<'_>> {
+/// Scans `buf` as one message of the usual shape into `e` (an empty
+/// [`Envelope::object`], filled where it lies: the model is a few hundred bytes, and moving
+/// it costs more than scanning a short message); false when it is not one (`e` is then
+/// partly filled and must be dropped). What the general parser gives as `wire::Top::One(e)`.
+pub(super) fn parse<'a>(buf: &'a [u8], e: &mut Envelope<'a>) -> bool {
     let mut s = Scan { b: buf, i: 0 };
     s.ws();
-    let mut e = Envelope::object();
-    s.object_usual(1, &USUAL_TOP, |s, key| s.fill(e.slot(key), 2))?;
+    if s.object_usual(1, &USUAL_TOP, |s, key| s.fill(e.slot(key), 2))
+        .is_none()
+    {
+        return false;
+    }
     s.ws();
-    (s.i == buf.len()).then_some(Top::One(e))
+    s.i == buf.len()
 }
 
 /// A position in the message.

@@ -397,10 +397,19 @@ impl<S> Conn<S> {
         let len = scratch.len() + q.len + q.suffix.len();
         let mut h = [0u8; 10];
         let n = ws::write_head(&mut h, true, Opcode::Text, len);
-        self.out.extend(&h[..n]);
-        self.out.extend(scratch);
-        self.out.push_arc_prefix(data, q.len, share_min);
-        self.out.extend(q.suffix);
+        let head = h.get(..n).unwrap_or(&[]);
+        match data.get(..q.len) {
+            // Copied (as `push_arc_prefix` copies a body shorter than `share_min`): the
+            // whole frame in one go.
+            Some(body) if q.len < share_min => {
+                self.out.extend_parts(&[head, scratch, body, q.suffix]);
+            }
+            _ => {
+                self.out.extend_parts(&[head, scratch]);
+                self.out.push_arc_prefix(data, q.len, share_min);
+                self.out.extend(q.suffix);
+            }
+        }
     }
 }
 

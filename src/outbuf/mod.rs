@@ -336,9 +336,28 @@ impl OutBuf {
 
     /// Copies `data` to the end of the queue.
     pub fn extend(&mut self, data: &[u8]) {
-        if data.is_empty() {
+        self.extend_parts(&[data]);
+    }
+
+    /// Copies `parts`, one after the other, to the end of the queue: one check of the room
+    /// for all of them (a push is four: frame header, prefix, body, suffix).
+    #[inline]
+    pub fn extend_parts(&mut self, parts: &[&[u8]]) {
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        if n == 0 {
             return;
         }
+        self.room_for(n);
+        for p in parts {
+            self.tail.buf.extend_from_slice(p);
+        }
+        self.len += n;
+        self.tail.large |= self.tail.len() > TAIL_SIZE;
+    }
+
+    /// Makes room in the tail for `n` more copied bytes.
+    #[inline]
+    fn room_for(&mut self, n: usize) {
         if self.tail.buf.capacity() == 0 {
             // A connection whose last tail grew is given room for as much at once (when
             // the pool has no large buffer left: a saturated worker has more busy
@@ -349,13 +368,10 @@ impl OutBuf {
                 TAIL_SIZE
             };
             self.tail.buf = pool_take(self.tail.want_large);
-            self.tail.reserve(data.len().max(size));
-        } else if self.tail.room() < data.len() {
-            self.grow(data.len());
+            self.tail.reserve(n.max(size));
+        } else if self.tail.room() < n {
+            self.grow(n);
         }
-        self.tail.buf.extend_from_slice(data);
-        self.len += data.len();
-        self.tail.large |= self.tail.len() > TAIL_SIZE;
     }
 
     /// Room for `n` more copied bytes. A tail smaller than [`POOL_BUF_MAX`] grows to it at

@@ -398,18 +398,8 @@ impl<S> Conn<S> {
         let mut h = [0u8; 10];
         let n = ws::write_head(&mut h, true, Opcode::Text, len);
         let head = h.get(..n).unwrap_or(&[]);
-        match data.get(..q.len) {
-            // Copied (as `push_arc_prefix` copies a body shorter than `share_min`): the
-            // whole frame in one go.
-            Some(body) if q.len < share_min => {
-                self.out.extend_parts(&[head, scratch, body, q.suffix]);
-            }
-            _ => {
-                self.out.extend_parts(&[head, scratch]);
-                self.out.push_arc_prefix(data, q.len, share_min);
-                self.out.extend(q.suffix);
-            }
-        }
+        self.out
+            .push_arc_between([head, scratch], data, q.len, share_min, q.suffix);
     }
 }
 

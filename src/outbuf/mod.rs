@@ -430,6 +430,28 @@ impl OutBuf {
         self.chunks.push_back(Chunk::Arc(data.prefix(len)));
     }
 
+    /// [`OutBuf::push_arc_prefix`] of `data[..len]` between copied bytes: `before` (a push's
+    /// frame header and prefix) and `after` (its suffix). When the body is copied, all of it
+    /// is one copy with one check of the room.
+    pub fn push_arc_between(
+        &mut self,
+        before: [&[u8]; 2],
+        data: &ArcBuf,
+        len: usize,
+        min: usize,
+        after: &[u8],
+    ) {
+        let len = len.min(data.len());
+        match data.get(..len) {
+            Some(body) if len < min => self.extend_parts(&[before[0], before[1], body, after]),
+            _ => {
+                self.extend_parts(&before);
+                self.push_arc_prefix(data, len, min);
+                self.extend(after);
+            }
+        }
+    }
+
     /// Queues a file range by reference; it is sent with [`Sink::send_file`].
     pub fn push_file(&mut self, range: FileRange) {
         if range.len == 0 {

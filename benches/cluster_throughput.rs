@@ -78,6 +78,7 @@ fn main() {
             published_at: walletrelay::clock::unix_ms(),
             tag: 1108,
             attestation: None,
+            plain: false,
         };
         let body = walletrelay::message::Body::encode(topic, &format!("{i:016}{pad}"), meta);
         let req = PublishReq {

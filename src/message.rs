@@ -18,6 +18,8 @@
 //! subscriber; dedup compares that part only (the same message published twice is a
 //! duplicate whatever its time or tag).
 
+use std::cell::Cell;
+
 use crate::arcbuf::{ArcBuf, Writer};
 
 /// A place in a topic's history. `seq` counts the topic's stored messages from 1; `epoch`
@@ -109,6 +111,9 @@ pub struct Meta<'a> {
     pub tag: u32,
     /// The publish's `attestation`, when it had one.
     pub attestation: Option<&'a str>,
+    /// The topic and the message hold no byte JSON escapes (the decoder knew: `rpc::Plain`);
+    /// `false` when not known, and they are looked at.
+    pub plain: bool,
 }
 
 /// What separates the beta part of a body from the members the `irn` shape adds.
@@ -224,9 +229,9 @@ impl Body {
     /// Writes the whole object; returns the length of its beta part (see [`Body::beta`]).
     fn write(v: &mut impl Out, topic: &str, message: &str, meta: Meta<'_>) -> u32 {
         v.put(b"{\"topic\":");
-        v.put_str(topic);
+        v.put_str(topic, meta.plain);
         v.put(b",\"message\":");
-        v.put_str(message);
+        v.put_str(message, meta.plain);
         let beta_len = v.len() as u32;
         Self::close(v, meta);
         beta_len
@@ -235,12 +240,12 @@ impl Body {
     /// Appends the `irn` members and the closing brace.
     fn close(v: &mut impl Out, meta: Meta<'_>) {
         v.put(TAIL_START);
-        v.put(itoa::Buffer::new().format(meta.published_at).as_bytes());
+        put_ms(v, meta.published_at);
         v.put(b",\"tag\":");
         v.put(itoa::Buffer::new().format(meta.tag).as_bytes());
         if let Some(a) = meta.attestation {
             v.put(b",\"attestation\":");
-            v.put_str(a);
+            v.put_str(a, meta.plain);
         }
         v.put(b"}");
     }
@@ -325,12 +330,47 @@ impl Body {
     }
 }
 
+/// The last time stamp this thread wrote, in decimal.
+#[derive(Clone, Copy)]
+struct Stamp {
+    ms: u64,
+    len: u8,
+    digits: [u8; 20],
+}
+
+thread_local! {
+    static STAMP: Cell<Stamp> = const { Cell::new(Stamp { ms: 0, len: 0, digits: [0; 20] }) };
+}
+
+/// Writes `ms` in decimal: formatted once per millisecond and thread, since a saturated
+/// worker stamps hundreds of publishes with the same one (`clock::coarse`).
+fn put_ms(v: &mut impl Out, ms: u64) {
+    STAMP.with(|c| {
+        let last = c.get();
+        if last.len > 0 && last.ms == ms {
+            if let Some(d) = last.digits.get(..usize::from(last.len)) {
+                v.put(d);
+                return;
+            }
+        }
+        let mut b = itoa::Buffer::new();
+        let d = b.format(ms).as_bytes();
+        v.put(d);
+        let mut digits = [0; 20];
+        if let Some(to) = digits.get_mut(..d.len()) {
+            to.copy_from_slice(d);
+            let len = d.len() as u8;
+            c.set(Stamp { ms, len, digits });
+        }
+    })
+}
+
 /// Where a body is written: in place ([`Writer`]), or a `Vec` that may grow.
 trait Out {
     fn put(&mut self, b: &[u8]);
 
-    /// `s` as a JSON string.
-    fn put_str(&mut self, s: &str);
+    /// `s` as a JSON string; `plain` when `s` is known to need no escape.
+    fn put_str(&mut self, s: &str, plain: bool);
 
     /// Bytes written so far.
     fn len(&self) -> usize;
@@ -343,8 +383,8 @@ impl Out for Writer<'_> {
 
     /// As it is unless JSON needs it escaped (then through `json::write_str`).
     #[inline]
-    fn put_str(&mut self, s: &str) {
-        if crate::json::needs_escape(s.as_bytes()) {
+    fn put_str(&mut self, s: &str, plain: bool) {
+        if !plain && crate::json::needs_escape(s.as_bytes()) {
             let mut v = Vec::with_capacity(s.len() + 8);
             crate::json::write_str(&mut v, s);
             self.extend(&v);
@@ -365,7 +405,7 @@ impl Out for Vec<u8> {
         self.extend_from_slice(b);
     }
 
-    fn put_str(&mut self, s: &str) {
+    fn put_str(&mut self, s: &str, _plain: bool) {
         crate::json::write_str(self, s);
     }
 
@@ -394,6 +434,32 @@ mod tests {
             published_at: at,
             tag,
             attestation: a,
+            plain: false,
+        }
+    }
+
+    #[test]
+    fn each_body_carries_its_own_time_stamp() {
+        // The same millisecond again (written from the thread's last one), another, and
+        // back; lengths that differ.
+        for at in [
+            5,
+            5,
+            1_700_000_000_000,
+            1_700_000_000_000,
+            1_700_000_000_001,
+            5,
+            0,
+        ] {
+            for plain in [false, true] {
+                let m = Meta {
+                    plain,
+                    ..meta(at, 3, None)
+                };
+                let b = Body::encode("t", "m", m);
+                let want = format!(r#"{{"topic":"t","message":"m","publishedAt":{at},"tag":3}}"#);
+                assert_eq!(&b.irn()[..], want.as_bytes());
+            }
         }
     }
 

@@ -40,7 +40,17 @@ fn agree(msg: &[u8]) -> bool {
     );
     // And so does everything computed from it.
     if let Ok(reference) = reference {
-        assert_eq!(op(fast), op(reference));
+        let fast = op(fast);
+        if let Some(Ok(req)) = &fast {
+            // The fast path calls its strings plain (the encoder then writes them without
+            // looking): each must be one JSON writes as it is.
+            assert!(req.plain.0, "{}", String::from_utf8_lossy(msg));
+            for s in strings(&req.op) {
+                let written = serde_json::to_string(s).unwrap();
+                assert_eq!(written, format!("\"{s}\""), "called plain: {s:?}");
+            }
+        }
+        assert_eq!(fast, op(reference));
     }
     // `decode` itself takes the fast path and gives the same.
     let mut buf = msg.to_vec();
@@ -50,6 +60,43 @@ fn agree(msg: &[u8]) -> bool {
         rpc::decode_general(&mut again, &mut simd_json::Buffers::default())
     );
     true
+}
+
+/// Every string of an operation.
+fn strings<'o>(op: &'o rpc::Op<'_>) -> Vec<&'o str> {
+    use rpc::Op;
+    match op {
+        Op::Subscribe { topic } => vec![topic],
+        Op::BatchSubscribe { topics } | Op::Fetch { topics, .. } => {
+            topics.iter().map(|t| &**t).collect()
+        }
+        Op::Publish {
+            topic,
+            message,
+            attestation,
+            ..
+        } => [Some(&**topic), Some(&**message), attestation.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        Op::Unsubscribe { topic, id } => [topic.as_deref(), Some(&**id)]
+            .into_iter()
+            .flatten()
+            .collect(),
+        Op::BatchUnsubscribe { subs } => subs.iter().flat_map(|(t, i)| [&**t, &**i]).collect(),
+        Op::ProposeSession {
+            pairing_topic,
+            proposal,
+            ..
+        } => vec![pairing_topic, proposal],
+        Op::ApproveSession {
+            session_topic,
+            pairing_topic,
+            response,
+            settlement,
+            ..
+        } => vec![session_topic, pairing_topic, response, settlement],
+    }
 }
 
 /// What the SDK and loadtest send (tests/e2e-sdk/WIRE.md, loadtest/src/proto).

@@ -52,9 +52,18 @@ fn item(it: Item<'_>) {
                             published_at: 1_700_000_000_000,
                             tag: *tag,
                             attestation: attestation.as_deref(),
+                            plain: req.plain.0,
                         };
                         let body = walletrelay::message::Body::encode(topic, message, meta);
                         valid_json(body.irn());
+                        // Strings the decoder called plain need no escape: the body is
+                        // the one written after looking at each of them.
+                        let looked = walletrelay::message::Meta {
+                            plain: false,
+                            ..meta
+                        };
+                        let again = walletrelay::message::Body::encode(topic, message, looked);
+                        assert_eq!(body.irn(), again.irn());
                         let back = walletrelay::message::Body::from_stored(body.irn().clone());
                         assert_eq!(back.as_ref(), Some(&body));
                     }

@@ -209,6 +209,7 @@ enum Outcome {
 
 /// Folds publishes' results into one answer (`true` when every one stored, else the first
 /// refusal): at once when all were answered at once.
+#[inline]
 fn publishes(results: &[Done<Result<(), RelayError>>]) -> Result<Outcome, RpcError> {
     let later = results.iter().filter(|d| matches!(d, Done::Later)).count() as u32;
     let failed = results.iter().find_map(|d| match d {
@@ -223,7 +224,8 @@ fn publishes(results: &[Done<Result<(), RelayError>>]) -> Result<Outcome, RpcErr
     }
 }
 
-/// A publish from this connection; `tag`/`attestation` as the request gave them.
+/// A publish from this connection; `tag`/`attestation` as the request gave them, `plain`
+/// when its strings need no escape (`rpc::Plain`).
 #[allow(
     clippy::too_many_arguments,
     reason = "a publish's fields, named at each caller"
@@ -236,6 +238,7 @@ fn publish<S>(
     prompt: bool,
     tag: u32,
     attestation: Option<&str>,
+    plain: bool,
     answer: u64,
     ctx: &mut Ctx<'_>,
 ) -> Done<Result<(), RelayError>> {
@@ -243,6 +246,7 @@ fn publish<S>(
         published_at: crate::clock::coarse().1,
         tag,
         attestation,
+        plain,
     };
     let me = ctx.conn_ref(conn);
     ctx.relay
@@ -266,6 +270,7 @@ fn execute<S>(
     }
     admit(conn, cost_of(&req.op), ctx)?;
     let dialect = req.dialect;
+    let plain = req.plain.0;
     match req.op {
         Op::Subscribe { topic } => subscribe(conn, &topic, dialect, ctx).map(Outcome::Subscribed),
         Op::BatchSubscribe { topics } => {
@@ -284,7 +289,9 @@ fn execute<S>(
             attestation,
         } => {
             let a = attestation.as_deref();
-            let done = publish(conn, &topic, &message, ttl, prompt, tag, a, answer, ctx);
+            let done = publish(
+                conn, &topic, &message, ttl, prompt, tag, a, plain, answer, ctx,
+            );
             publishes(&[done])
         }
         Op::Unsubscribe { topic, id } => {
@@ -309,7 +316,7 @@ fn execute<S>(
         } => {
             subscribe(conn, &pairing_topic, dialect, ctx)?;
             let (t, p) = (&*pairing_topic, &*proposal);
-            let done = publish(conn, t, p, ttl, true, TAG_PROPOSE, None, answer, ctx);
+            let done = publish(conn, t, p, ttl, true, TAG_PROPOSE, None, plain, answer, ctx);
             publishes(&[done])
         }
         Op::ApproveSession {
@@ -322,7 +329,7 @@ fn execute<S>(
             subscribe(conn, &session_topic, dialect, ctx)?;
             let (pt, st) = (&*pairing_topic, &*session_topic);
             let r = TAG_PROPOSE_RESPONSE;
-            let first = publish(conn, pt, &response, ttl, false, r, None, answer, ctx);
+            let first = publish(conn, pt, &response, ttl, false, r, None, plain, answer, ctx);
             let second = publish(
                 conn,
                 st,
@@ -331,6 +338,7 @@ fn execute<S>(
                 false,
                 TAG_SETTLE,
                 None,
+                plain,
                 answer,
                 ctx,
             );

@@ -4,7 +4,7 @@
 //! length are bounded here; validation of a call's params is `op`'s.
 
 use super::wire::{Envelope, Loose, Top};
-use super::{code, Call, Id, Incoming, Item, ParseError, RpcError, MAX_BATCH, MAX_DEPTH};
+use super::{code, Call, Id, Incoming, Item, ParseError, Plain, RpcError, MAX_BATCH, MAX_DEPTH};
 
 /// Decodes one WebSocket message: the fast path (`fast.rs`) when the message has the usual
 /// shape, else [`decode_general`]; the result is the same either way. `buf` may be parsed in
@@ -52,7 +52,15 @@ pub fn decode_fast(buf: &[u8]) -> Option<Incoming<'_>> {
         return Some(Incoming::Single(Item::Ack));
     }
     let mut e = Envelope::object();
-    super::fast::parse(buf, &mut e).then(|| Incoming::Single(classify_in_place(&mut e)))
+    if !super::fast::parse(buf, &mut e) {
+        return None;
+    }
+    let mut item = classify_in_place(&mut e);
+    if let Item::Call(c) = &mut item {
+        // Every string the scanner read stood as it is (`Scan::string`).
+        c.plain = Plain(true);
+    }
+    Some(Incoming::Single(item))
 }
 
 /// [`decode`] with `serde_json` instead of `simd-json` (for the benchmark that decides
@@ -173,6 +181,7 @@ fn classify_in_place<'a>(e: &mut Envelope<'a>) -> Item<'a> {
         id,
         method,
         params: e.params.take(),
+        plain: Plain(false),
     })
 }
 

@@ -64,6 +64,7 @@ struct Rules {
 }
 
 impl Rules {
+    #[inline(always)]
     fn topic<'a>(self, v: Option<Loose<'a>>, name: &str) -> Result<Cow<'a, str>, RpcError> {
         match v {
             Some(Loose::Str(s)) if self.topic_ok(&s) => Ok(s),
@@ -71,6 +72,7 @@ impl Rules {
         }
     }
 
+    #[inline(always)]
     fn topic_ok(self, s: &str) -> bool {
         if self.irn {
             s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
@@ -79,6 +81,7 @@ impl Rules {
         }
     }
 
+    #[inline(always)]
     fn ttl(self, v: Option<Loose<'_>>) -> Result<u32, RpcError> {
         let min = if self.irn { IRN_MIN_TTL } else { 1 };
         match v {
@@ -108,6 +111,7 @@ impl Rules {
     }
 }
 
+#[inline(always)]
 fn string_param<'a>(
     v: Option<Loose<'a>>,
     name: &str,
@@ -119,6 +123,7 @@ fn string_param<'a>(
     }
 }
 
+#[inline(always)]
 fn prompt(v: Option<Loose<'_>>) -> Result<bool, RpcError> {
     match v {
         None | Some(Loose::Null) => Ok(true),
@@ -127,6 +132,7 @@ fn prompt(v: Option<Loose<'_>>) -> Result<bool, RpcError> {
     }
 }
 
+#[inline(always)]
 fn tag(v: Option<Loose<'_>>) -> Result<u32, RpcError> {
     match v {
         None | Some(Loose::Null) => Ok(0),
@@ -138,6 +144,7 @@ fn tag(v: Option<Loose<'_>>) -> Result<u32, RpcError> {
     }
 }
 
+#[inline(always)]
 fn attestation(v: Option<Loose<'_>>) -> Result<Option<Cow<'_, str>>, RpcError> {
     match v {
         None | Some(Loose::Null) => Ok(None),
@@ -156,13 +163,19 @@ impl<'a> Call<'a> {
     /// topics; `irn_` topics are 64 hex characters).
     /// Inlined: the call is then not copied to be handed over.
     #[inline]
-    pub fn op(self, max_topic: usize) -> Result<Request<'a>, RpcError> {
+    pub fn op(mut self, max_topic: usize) -> Result<Request<'a>, RpcError> {
         let Some((dialect, kind)) = method(&self.method) else {
             return Err(RpcError::new(code::METHOD_NOT_FOUND, "Method not found"));
         };
-        let mut p = match self.params {
+        // The params are taken where they lie, member by member (moving the whole model
+        // out was a copy of 232 bytes).
+        let mut none;
+        let p = match &mut self.params {
             Some(ParamsField::Object(p)) => p,
-            None => Params::default(),
+            None => {
+                none = Params::default();
+                &mut none
+            }
             Some(ParamsField::Other) => {
                 return Err(RpcError::new(
                     code::INVALID_PARAMS,
@@ -174,32 +187,34 @@ impl<'a> Call<'a> {
             max_topic,
             irn: dialect == Dialect::Irn,
         };
-        let x = p.extra.take().map(|b| *b).unwrap_or_default();
+        // Only batch and session methods look at these (a publish has none).
+        let extra = p.extra.take();
+        let x = move || extra.map(|b| *b).unwrap_or_default();
         let op = match kind {
             Kind::Subscribe => Op::Subscribe {
-                topic: r.topic(p.topic, "topic")?,
+                topic: r.topic(p.topic.take(), "topic")?,
             },
             Kind::Publish => Op::Publish {
-                topic: r.topic(p.topic, "topic")?,
-                message: string_param(p.message, "message", usize::MAX)?,
-                ttl: r.ttl(p.ttl)?,
-                prompt: prompt(p.prompt)?,
-                tag: tag(p.tag)?,
-                attestation: attestation(p.attestation)?,
+                topic: r.topic(p.topic.take(), "topic")?,
+                message: string_param(p.message.take(), "message", usize::MAX)?,
+                ttl: r.ttl(p.ttl.take())?,
+                prompt: prompt(p.prompt.take())?,
+                tag: tag(p.tag.take())?,
+                attestation: attestation(p.attestation.take())?,
             },
             Kind::Unsubscribe => {
-                let id = string_param(p.id, "id", 1024)?;
-                let topic = match p.topic {
+                let id = string_param(p.id.take(), "id", 1024)?;
+                let topic = match p.topic.take() {
                     None | Some(Loose::Null) => None,
                     t => Some(r.topic(t, "topic")?),
                 };
                 Op::Unsubscribe { topic, id }
             }
             Kind::BatchSubscribe => Op::BatchSubscribe {
-                topics: r.topics(x.topics)?,
+                topics: r.topics(x().topics)?,
             },
             Kind::BatchUnsubscribe => {
-                let Some(List::Items(items)) = x.subscriptions else {
+                let Some(List::Items(items)) = x().subscriptions else {
                     return Err(RpcError::param("subscriptions"));
                 };
                 let subs = items
@@ -215,31 +230,45 @@ impl<'a> Call<'a> {
                 Op::BatchUnsubscribe { subs }
             }
             Kind::Fetch => Op::Fetch {
-                topics: vec![r.topic(p.topic, "topic")?],
+                topics: vec![r.topic(p.topic.take(), "topic")?],
                 batch: false,
             },
             Kind::BatchFetch => Op::Fetch {
-                topics: r.topics(x.topics)?,
+                topics: r.topics(x().topics)?,
                 batch: true,
             },
-            Kind::Propose => Op::ProposeSession {
-                pairing_topic: r.topic(x.pairing_topic, "pairingTopic")?,
-                proposal: string_param(x.session_proposal, "sessionProposal", usize::MAX)?,
-                ttl: r.ttl(p.ttl)?,
-            },
-            Kind::Approve => Op::ApproveSession {
-                session_topic: r.topic(x.session_topic, "sessionTopic")?,
-                pairing_topic: r.topic(x.pairing_topic, "pairingTopic")?,
-                response: string_param(x.proposal_response, "sessionProposalResponse", usize::MAX)?,
-                settlement: string_param(
-                    x.settlement_request,
-                    "sessionSettlementRequest",
-                    usize::MAX,
-                )?,
-                ttl: r.ttl(p.ttl)?,
-            },
+            Kind::Propose => {
+                let x = x();
+                Op::ProposeSession {
+                    pairing_topic: r.topic(x.pairing_topic, "pairingTopic")?,
+                    proposal: string_param(x.session_proposal, "sessionProposal", usize::MAX)?,
+                    ttl: r.ttl(p.ttl.take())?,
+                }
+            }
+            Kind::Approve => {
+                let x = x();
+                Op::ApproveSession {
+                    session_topic: r.topic(x.session_topic, "sessionTopic")?,
+                    pairing_topic: r.topic(x.pairing_topic, "pairingTopic")?,
+                    response: string_param(
+                        x.proposal_response,
+                        "sessionProposalResponse",
+                        usize::MAX,
+                    )?,
+                    settlement: string_param(
+                        x.settlement_request,
+                        "sessionSettlementRequest",
+                        usize::MAX,
+                    )?,
+                    ttl: r.ttl(p.ttl.take())?,
+                }
+            }
         };
-        Ok(Request { dialect, op })
+        Ok(Request {
+            dialect,
+            op,
+            plain: self.plain,
+        })
     }
 }
 

@@ -221,6 +221,7 @@ pub fn data(topic: &str, msg: &str) -> walletrelay::message::Body {
         published_at: 1_700_000_000_000,
         tag: 1108,
         attestation: None,
+        plain: false,
     };
     walletrelay::message::Body::encode(topic, msg, meta)
 }

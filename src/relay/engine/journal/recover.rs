@@ -465,6 +465,7 @@ mod tests {
             published_at: 5,
             tag: 1108,
             attestation: Some("a"),
+            plain: false,
         };
         let new = Body::encode("t", "m", meta);
         assert_eq!(stored_body(true, new.irn(), 0), Some(new.clone()));
@@ -509,6 +510,7 @@ mod tests {
             published_at: 5,
             tag: 1108,
             attestation: None,
+            plain: false,
         };
         let topic = "ab".repeat(32);
         let body = Body::encode(&topic, "m", meta);

@@ -183,7 +183,7 @@ fn jsonrpc(c: &mut Criterion) {
         b.iter(|| {
             buf.copy_from_slice(publish.as_bytes());
             match rpc::decode(&mut buf, &mut scratch).unwrap() {
-                rpc::Incoming::Single(rpc::Item::Call(call)) => {
+                rpc::Incoming::Single(rpc::Item::Call(mut call)) => {
                     black_box(call.op(256).unwrap());
                 }
                 _ => unreachable!(),
@@ -193,7 +193,7 @@ fn jsonrpc(c: &mut Criterion) {
     g.bench_function("serde_json", |b| {
         b.iter(
             || match rpc::decode_serde_json(black_box(publish.as_bytes())).unwrap() {
-                rpc::Incoming::Single(rpc::Item::Call(call)) => {
+                rpc::Incoming::Single(rpc::Item::Call(mut call)) => {
                     black_box(call.op(256).unwrap());
                 }
                 _ => unreachable!(),

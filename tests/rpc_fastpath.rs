@@ -21,7 +21,7 @@ fn general(msg: &[u8]) -> Result<Incoming<'static>, rpc::ParseError> {
 /// `Call::op` of a single call.
 fn op(i: Incoming<'_>) -> Option<Result<rpc::Request<'_>, rpc::RpcError>> {
     match i {
-        Incoming::Single(Item::Call(c)) => Some(c.op(MAX_TOPIC)),
+        Incoming::Single(Item::Call(mut c)) => Some(c.op(MAX_TOPIC)),
         _ => None,
     }
 }

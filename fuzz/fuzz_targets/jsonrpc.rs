@@ -28,7 +28,7 @@ fn item(it: Item<'_>) {
             rpc::write_error(&mut out, &id, &e);
             valid_json(&out);
         }
-        Item::Call(call) => {
+        Item::Call(mut call) => {
             let id = call.id.clone();
             let _ = call.method();
             let res = call.op(MAX_TOPIC);

@@ -14,7 +14,7 @@ const MAX_TOPIC: usize = 256;
 
 fn ops(i: Incoming<'_>) -> Option<Result<rpc::Request<'_>, rpc::RpcError>> {
     match i {
-        Incoming::Single(Item::Call(c)) => Some(c.op(MAX_TOPIC)),
+        Incoming::Single(Item::Call(mut c)) => Some(c.op(MAX_TOPIC)),
         _ => None,
     }
 }

@@ -75,18 +75,18 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
                 rpc::write_error(a.cur, &Id::Null, &e);
             }
         }
-        Ok(Incoming::Single(item)) => {
-            run_item(conn, item, &mut a, ctx);
+        Ok(Incoming::Single(mut item)) => {
+            run_item(conn, &mut item, &mut a, ctx);
         }
         Ok(Incoming::Batch(items)) => {
             a.cur.push(b'[');
             let mut any = false;
-            for item in items {
+            for mut item in items {
                 let (before, parts) = (a.cur.len(), a.parts.len());
                 if any {
                     a.cur.push(b',');
                 }
-                if run_item(conn, item, &mut a, ctx) {
+                if run_item(conn, &mut item, &mut a, ctx) {
                     any = true;
                 } else if a.parts.len() == parts {
                     a.cur.truncate(before);
@@ -122,8 +122,14 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     *ctx.scratch = buf;
 }
 
-/// Runs one element; appends its answer and returns whether it has one.
-fn run_item<S>(conn: &mut Conn<S>, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut Ctx<'_>) -> bool {
+/// Runs one element; appends its answer and returns whether it has one. The element is
+/// taken apart where it lies (handed over by value, it was copied: 240 bytes).
+fn run_item<S>(
+    conn: &mut Conn<S>,
+    item: &mut Item<'_>,
+    a: &mut Answer<'_>,
+    ctx: &mut Ctx<'_>,
+) -> bool {
     match item {
         Item::Ack => false,
         Item::V1(_) => {
@@ -138,11 +144,11 @@ fn run_item<S>(conn: &mut Conn<S>, item: Item<'_>, a: &mut Answer<'_>, ctx: &mut
         }
         Item::Invalid(id, e) => {
             ctx.metrics().rpc_errors.inc();
-            rpc::write_error(a.cur, &id, &e);
+            rpc::write_error(a.cur, id, e);
             true
         }
         Item::Call(call) => {
-            let id = call.id.clone();
+            let id = call.id.take();
             let answer = match &id {
                 Some(_) => next_answer(conn),
                 None => 0,

@@ -353,9 +353,15 @@ impl<'a> Scan<'a> {
         // from one word (the message's last bytes padded with NULs, which are not digits),
         // then their value by the same multiplications, moved to the word's top.
         let rest = self.b.get(self.i..)?;
-        let x = match rest.first_chunk::<8>() {
-            Some(&w) => u64::from_le_bytes(w),
-            None => {
+        let x = match (rest.first_chunk::<8>(), self.b.last_chunk::<8>()) {
+            (Some(&w), _) => u64::from_le_bytes(w),
+            // Near the end (a ttl or tag is often the last member): the message's last
+            // word, its bytes before `rest` shifted out (fewer than eight are left here).
+            (None, Some(&last)) => {
+                let gone = 8 * (8 - rest.len()) as u32;
+                u64::from_le_bytes(last).checked_shr(gone).unwrap_or(0)
+            }
+            (None, None) => {
                 let mut w = [0u8; 8];
                 w.get_mut(..rest.len())?.copy_from_slice(rest);
                 u64::from_le_bytes(w)

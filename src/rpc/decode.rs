@@ -55,12 +55,8 @@ pub fn decode_fast(buf: &[u8]) -> Option<Incoming<'_>> {
     if !super::fast::parse(buf, &mut e) {
         return None;
     }
-    let mut item = classify_in_place(&mut e);
-    if let Item::Call(c) = &mut item {
-        // Every string the scanner read stood as it is (`Scan::string`).
-        c.plain = Plain(true);
-    }
-    Some(Incoming::Single(item))
+    // Every string the scanner read stood as it is (`Scan::string`).
+    Some(Incoming::Single(classify_in_place(&mut e, Plain(true))))
 }
 
 /// [`decode`] with `serde_json` instead of `simd-json` (for the benchmark that decides
@@ -136,12 +132,13 @@ fn invalid_request(msg: &'static str) -> RpcError {
 }
 
 fn classify(mut e: Envelope<'_>) -> Item<'_> {
-    classify_in_place(&mut e)
+    classify_in_place(&mut e, Plain(false))
 }
 
 /// [`classify`] of an envelope where it lies (the fast path's), its members taken out of
-/// it rather than the whole model (a few hundred bytes) copied to be taken apart.
-fn classify_in_place<'a>(e: &mut Envelope<'a>) -> Item<'a> {
+/// it rather than the whole model (a few hundred bytes) copied to be taken apart; a call is
+/// marked `plain` as its parser knows its strings to be (see [`Plain`]).
+fn classify_in_place<'a>(e: &mut Envelope<'a>, plain: Plain) -> Item<'a> {
     if !e.is_object {
         return Item::Invalid(Id::Null, invalid_request("Invalid request: not an object"));
     }
@@ -181,7 +178,7 @@ fn classify_in_place<'a>(e: &mut Envelope<'a>) -> Item<'a> {
         id,
         method,
         params: e.params.take(),
-        plain: Plain(false),
+        plain,
     })
 }
 

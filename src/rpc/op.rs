@@ -162,7 +162,9 @@ impl<'a> Call<'a> {
     /// Validates method and params into a request. `max_topic` bounds topic length (beta
     /// topics; `irn_` topics are 64 hex characters). Takes the params out of the call where
     /// they lie (handed over by value, the call was copied: 232 bytes), so it is done with
-    /// the call.
+    /// the call. Inlined into its caller: returned through memory, the request was written
+    /// in pieces and read back whole, a store-forwarding stall on every call.
+    #[inline(always)]
     pub fn op(&mut self, max_topic: usize) -> Result<Request<'a>, RpcError> {
         let Some((dialect, kind)) = method(&self.method) else {
             return Err(RpcError::new(code::METHOD_NOT_FOUND, "Method not found"));

@@ -133,6 +133,7 @@ impl FrameHead {
 ///
 /// `Ok(None)`: need more bytes. Frames whose payload exceeds `max_payload` are refused from
 /// the header alone, before their payload is buffered.
+#[inline(always)]
 pub fn parse_head(buf: &[u8], max_payload: usize) -> Result<Option<FrameHead>, WsError> {
     if buf.len() < 2 {
         return Ok(None);

@@ -61,6 +61,30 @@ impl ArcBuf {
         Bytes::from_owner(self.clone())
     }
 
+    /// Bytes of the allocation these bytes are part of.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The whole allocation, to be written again by [`ArcBuf::build`], when this handle is
+    /// its only reference (no other `ArcBuf`, no slice of it): `None` otherwise, and then
+    /// this handle is dropped as usual.
+    pub fn into_spare(self) -> Option<Arc<[MaybeUninit<u8>]>> {
+        let mut buf = self.buf;
+        // Unique: no other `Arc` and no `Weak` (none is ever made) shares the bytes.
+        Arc::get_mut(&mut buf)?;
+        let raw = Arc::into_raw(buf) as *const [MaybeUninit<u8>];
+        // SAFETY: `raw` comes from `Arc::<[u8]>::into_raw` and is given back to
+        // `Arc::from_raw` once, as `[MaybeUninit<u8>]` of the same length (the cast keeps the
+        // slice's length). `MaybeUninit<u8>` has the size, alignment and ABI of `u8`, so the
+        // two slices, and the `Arc` allocations that hold them, have the same layout: this
+        // is the inverse of `Arc::<[MaybeUninit<u8>]>::assume_init`, which `build` uses and
+        // which the standard library implements by the same cast. Every `u8` is a valid
+        // `MaybeUninit<u8>`. The handle was the only one (checked above), so nothing can
+        // read these bytes while the next `build` overwrites them.
+        Some(unsafe { Arc::from_raw(raw) })
+    }
+
     /// `f` writes into a fresh allocation of `capacity` bytes (or `ready`'s, when it has that
     /// many: see `message`'s next body buffer); `None` when `f` wrote more than that. Bytes
     /// of the allocation past what `f` wrote are zeroed and not part of the result.
@@ -197,6 +221,18 @@ mod tests {
             &ArcBuf::build(Some(ready), 3, |w| w.extend(b"xyz")).unwrap()[..],
             b"xyz"
         );
+    }
+
+    #[test]
+    fn only_a_sole_handle_gives_its_allocation_back_for_the_next_build() {
+        let a = ArcBuf::copy_from_slice(b"hello world");
+        let b = a.clone();
+        assert!(a.into_spare().is_none(), "shared with b");
+        let spare = b.into_spare().expect("the last handle");
+        assert_eq!(spare.len(), 11);
+        let c = ArcBuf::build(Some(spare), 11, |w| w.extend(b"bye")).unwrap();
+        assert_eq!(&c[..], b"bye");
+        assert!(c.prefix(1).into_spare().is_none(), "c still holds it");
     }
 
     #[test]

@@ -150,17 +150,24 @@ mod next_buf {
 
     thread_local! {
         static NEXT: RefCell<Option<Buf>> = const { RefCell::new(None) };
+        /// The last evicted body's allocation, for the next [`prepare`] (see [`recycle`]).
+        static SPARE: RefCell<Option<Buf>> = const { RefCell::new(None) };
+    }
+
+    /// Whether a buffer of `cap` bytes may hold a body of `need` bytes: it is large enough
+    /// and not larger by more than an eighth.
+    fn fits(cap: usize, need: usize) -> bool {
+        cap >= need && cap - need <= need / 8
     }
 
     /// A buffer for a body of at most `need` bytes and its capacity: the prepared one if
     /// it fits closely, else `None` and `need` (a fresh one).
     pub(super) fn take(need: usize) -> (Option<Buf>, usize) {
         if need <= MAX {
-            let fits = |cap: usize| cap >= need && cap - need <= need / 8;
             let ready = NEXT.with(|n| {
                 let mut n = n.borrow_mut();
                 n.as_ref()
-                    .is_some_and(|b| fits(b.len()))
+                    .is_some_and(|b| fits(b.len(), need))
                     .then(|| n.take())
                     .flatten()
             });
@@ -173,7 +180,7 @@ mod next_buf {
     }
 
     /// Prepares the next body's buffer, sized like this one's (`need`), unless one that
-    /// size is ready.
+    /// size is ready: the last evicted body's allocation when it fits, else a fresh one.
     pub(super) fn prepare(need: usize) {
         if need > MAX {
             return;
@@ -181,13 +188,36 @@ mod next_buf {
         NEXT.with(|n| {
             let mut n = n.borrow_mut();
             if n.as_ref().is_none_or(|b| b.len() != need) {
-                let b: Buf = Arc::new_uninit_slice(need);
+                let spare = SPARE
+                    .with(|s| s.borrow_mut().take())
+                    .filter(|b| fits(b.len(), need));
+                let b: Buf = spare.unwrap_or_else(|| Arc::new_uninit_slice(need));
                 // Its bytes (the counts before them share their first line).
                 crate::prefetch::range(Arc::as_ptr(&b).cast(), need);
                 *n = Some(b);
             }
         });
     }
+
+    /// Keeps the allocation of an evicted message, when nothing else holds it and it is not
+    /// larger than [`MAX`], for the next body of about its size: at saturation every
+    /// publish evicts one, and taking its buffer back spares the allocator a free and an
+    /// allocation, each of which touched its cold bookkeeping (docs/PERFORMANCE.md). One
+    /// is kept per thread; an earlier one is freed.
+    pub(super) fn recycle(data: crate::arcbuf::ArcBuf) {
+        if data.capacity() > MAX {
+            return;
+        }
+        if let Some(b) = data.into_spare() {
+            SPARE.with(|s| *s.borrow_mut() = Some(b));
+        }
+    }
+}
+
+/// Gives an evicted message's bytes back for the next body this thread encodes (see
+/// `next_buf::recycle`); the same as dropping them, only cheaper.
+pub fn recycle(data: ArcBuf) {
+    next_buf::recycle(data);
 }
 
 /// A message's content, encoded once (see the module documentation).
@@ -201,6 +231,9 @@ pub struct Body {
 
 impl Body {
     /// Encodes a publish's content, in place, into the buffer that holds it from then on.
+    /// Inlined: returned through memory, the body was written in pieces and read back
+    /// whole, a store-forwarding stall on every publish (docs/PERFORMANCE.md).
+    #[inline(always)]
     pub fn encode(topic: &str, message: &str, meta: Meta<'_>) -> Body {
         let extra = meta
             .attestation
@@ -426,137 +459,5 @@ pub struct Message {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn meta(at: u64, tag: u32, a: Option<&str>) -> Meta<'_> {
-        Meta {
-            published_at: at,
-            tag,
-            attestation: a,
-            plain: false,
-        }
-    }
-
-    #[test]
-    fn each_body_carries_its_own_time_stamp() {
-        // The same millisecond again (written from the thread's last one), another, and
-        // back; lengths that differ.
-        for at in [
-            5,
-            5,
-            1_700_000_000_000,
-            1_700_000_000_000,
-            1_700_000_000_001,
-            5,
-            0,
-        ] {
-            for plain in [false, true] {
-                let m = Meta {
-                    plain,
-                    ..meta(at, 3, None)
-                };
-                let b = Body::encode("t", "m", m);
-                let want = format!(r#"{{"topic":"t","message":"m","publishedAt":{at},"tag":3}}"#);
-                assert_eq!(&b.irn()[..], want.as_bytes());
-            }
-        }
-    }
-
-    #[test]
-    fn both_shapes_come_from_one_encoding() {
-        let b = Body::encode(
-            "t\"1",
-            "m,\"publishedAt\":",
-            meta(1700000000123, 1108, None),
-        );
-        assert_eq!(
-            &b.irn()[..],
-            br#"{"topic":"t\"1","message":"m,\"publishedAt\":","publishedAt":1700000000123,"tag":1108}"#
-        );
-        let (buf, n) = b.beta();
-        let mut beta = buf[..n].to_vec();
-        beta.push(b'}');
-        assert_eq!(beta, br#"{"topic":"t\"1","message":"m,\"publishedAt\":"}"#);
-        assert_eq!(Body::from_stored(b.irn().clone()), Some(b.clone()));
-        let v: serde_json::Value = serde_json::from_slice(b.irn()).unwrap();
-        assert_eq!(v["publishedAt"], 1700000000123u64);
-    }
-
-    #[test]
-    fn a_body_knows_whether_it_holds_its_strings_verbatim() {
-        for (t, m, verbatim) in [
-            ("t", "m", true),
-            ("", "", true),
-            ("t\"", "m", false),
-            ("t", "m\\", false),
-            ("t", "\u{1}", false),
-            ("é", "\u{7f}", true),
-        ] {
-            let b = Body::encode(t, m, meta(5, 7, Some("a\"b")));
-            assert_eq!(b.is_verbatim(t, m), verbatim, "{t:?} {m:?}");
-        }
-    }
-
-    #[test]
-    fn attestation_is_escaped_and_last() {
-        let b = Body::encode("t", "m", meta(5, 0, Some("a\"b")));
-        assert_eq!(
-            &b.irn()[..],
-            br#"{"topic":"t","message":"m","publishedAt":5,"tag":0,"attestation":"a\"b"}"#
-        );
-        assert_eq!(b.beta_bytes(), br#"{"topic":"t","message":"m""#);
-        assert_eq!(Body::from_stored(b.irn().clone()), Some(b));
-    }
-
-    #[test]
-    fn a_beta_body_is_upgraded_and_other_bytes_refused() {
-        let b = Body::from_beta(br#"{"topic":"t","message":"m"}"#, meta(9, 0, None)).unwrap();
-        assert_eq!(
-            &b.irn()[..],
-            br#"{"topic":"t","message":"m","publishedAt":9,"tag":0}"#
-        );
-        assert_eq!(b, Body::encode("t", "m", meta(9, 0, None)));
-        assert_eq!(
-            Body::from_stored(ArcBuf::copy_from_slice(br#"{"topic":"t"}"#)),
-            None
-        );
-        assert_eq!(Body::from_beta(b"{", meta(0, 0, None)), None);
-    }
-
-    /// Bodies of sizes that grow, repeat, shrink a little and jump (each taking the buffer
-    /// prepared for it or not), the largest numbers, an attestation and bodies over the
-    /// prepared size: each is exactly its reference encoding, and none changes when later
-    /// ones are written.
-    #[test]
-    fn every_body_is_its_own_exact_encoding_whatever_buffer_it_took() {
-        let sizes = [
-            0, 1, 500, 500, 501, 498, 440, 512, 512, 9000, 512, 4100, 3, 512,
-        ];
-        let mut made = Vec::new();
-        for (i, &n) in sizes.iter().enumerate() {
-            let topic = format!("t{i}");
-            let message: String = "ab".repeat(n / 2 + n % 2).chars().take(n).collect();
-            let att = (i % 5 == 4).then(|| "x\"y".repeat(i));
-            let m = meta(u64::MAX - i as u64, u32::MAX - i as u32, att.as_deref());
-            let b = Body::encode(&topic, &message, m);
-            let mut want = format!(
-                r#"{{"topic":"{topic}","message":"{message}","publishedAt":{},"tag":{}"#,
-                m.published_at, m.tag
-            );
-            if let Some(a) = &att {
-                want += &format!(r#","attestation":{}"#, serde_json::to_string(a).unwrap());
-            }
-            want.push('}');
-            assert_eq!(std::str::from_utf8(b.irn()).unwrap(), want, "body {i}");
-            made.push((b.clone(), want));
-        }
-        for (i, (b, want)) in made.iter().enumerate() {
-            assert_eq!(
-                std::str::from_utf8(b.irn()).unwrap(),
-                want,
-                "body {i} later"
-            );
-        }
-    }
-}
+#[path = "message_tests.rs"]
+mod tests;

@@ -400,6 +400,8 @@ impl HomeTopics {
             }
         }
         self.gc(m.topic);
+        // Its bytes become the next body's buffer (see `message::recycle`).
+        crate::message::recycle(m.data);
     }
 
     /// Removes the messages expired at `now` (cost proportional to what expires).

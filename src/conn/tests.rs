@@ -311,6 +311,45 @@ fn answers_leave_in_request_order_while_a_publish_waits_for_its_store() {
     );
 }
 
+/// Stores answered mostly in the order they were asked for, some out of it, a batch's two
+/// apart, with answers leaving in between (so where a resolve starts looking moves on, and
+/// back as the backlog drains): each answer is its own store's, all leave in request order.
+#[test]
+fn waiting_answers_resolve_in_whatever_order_their_stores_complete() {
+    let mut b = Bench::new(&[]);
+    b.upgrade();
+    let mut input: Vec<u8> = (1..=6).flat_map(|i| text(&publish(i, "t"))).collect();
+    input.extend(text(&format!("[{},{}]", publish(7, "t"), publish(8, "t"))));
+    input.extend((9..=12).flat_map(|i| text(&publish(i, "t"))));
+    assert_eq!(b.feed(&input), input.len());
+    assert_eq!(b.conn.backlog.pending_answers(), 12);
+    // Tickets in publish order: ids 1-6 are 0-5, the batch's two 6 and 7, ids 9-12 8-11.
+    let ok = |b: &mut Bench, i| b.store_answers(i, Ok(Stored::Duplicate));
+    ok(&mut b, 0);
+    ok(&mut b, 1);
+    let mut texts = b.texts();
+    assert_eq!(texts.len(), 2);
+    b.store_answers(3, Err(RelayError::StorageUnavailable));
+    assert!(b.texts().is_empty(), "id 3 still waits");
+    for i in [2, 4, 5, 7] {
+        ok(&mut b, i);
+    }
+    texts.extend(b.texts());
+    assert_eq!(texts.len(), 6, "the batch waits for its first");
+    for i in [9, 6, 8, 11, 10] {
+        ok(&mut b, i);
+    }
+    texts.extend(b.texts());
+    assert_eq!(b.conn.backlog.pending_answers(), 0);
+    let result = |id| format!(r#"{{"id":{id},"jsonrpc":"2.0","result":true}}"#);
+    let mut want: Vec<String> = (1..=6).map(result).collect();
+    want[3] = r#"{"id":4,"jsonrpc":"2.0","error":{"code":-32000,"message":"storage unavailable"}}"#
+        .to_string();
+    want.push(format!("[{},{}]", result(7), result(8)));
+    want.extend((9..=12).map(result));
+    assert_eq!(texts, want);
+}
+
 #[test]
 fn a_batch_with_a_waiting_publish_is_one_array_in_order() {
     let mut b = Bench::new(&[]);

@@ -204,7 +204,7 @@ mod next_buf {
     /// publish evicts one, and taking its buffer back spares the allocator a free and an
     /// allocation, each of which touched its cold bookkeeping (docs/PERFORMANCE.md). One
     /// is kept per thread; an earlier one is freed.
-    pub(super) fn recycle(data: crate::arcbuf::ArcBuf) {
+    pub fn recycle(data: crate::arcbuf::ArcBuf) {
         if data.capacity() > MAX {
             return;
         }
@@ -214,11 +214,9 @@ mod next_buf {
     }
 }
 
-/// Gives an evicted message's bytes back for the next body this thread encodes (see
-/// `next_buf::recycle`); the same as dropping them, only cheaper.
-pub fn recycle(data: ArcBuf) {
-    next_buf::recycle(data);
-}
+/// An evicted message's bytes given back for the next body this thread encodes: the same
+/// as dropping them, only cheaper.
+pub use next_buf::recycle;
 
 /// A message's content, encoded once (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]

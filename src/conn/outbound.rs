@@ -316,16 +316,14 @@ impl<S> Conn<S> {
         let b = &mut self.backlog;
         // Past the items that wait for nothing: a part's count only goes down, so an item
         // that waits for nothing never waits again.
-        let mut at = (b.settled as usize).min(b.items.len());
-        while b
+        let from = (b.settled as usize).min(b.items.len());
+        let at = b
             .items
-            .get(at)
-            .is_some_and(|q| !matches!(q, Queued::Text(parts) if has_pending(parts)))
-        {
-            at += 1;
-        }
+            .range(from..)
+            .position(|q| matches!(q, Queued::Text(parts) if has_pending(parts)))
+            .map_or(b.items.len(), |i| from + i);
         b.settled = at as u32;
-        for item in self.backlog.items.range_mut(at..) {
+        for item in b.items.range_mut(at..) {
             let Queued::Text(parts) = item else { continue };
             for p in parts.iter_mut() {
                 if let Part::Pending {
@@ -339,7 +337,7 @@ impl<S> Conn<S> {
                         f(outcome);
                         *left -= 1;
                         if *left == 0 {
-                            self.backlog.pending -= 1;
+                            b.pending -= 1;
                         }
                         return true;
                     }

@@ -175,12 +175,18 @@ fn an_evicted_body_is_reused_only_when_nothing_else_holds_it() {
         assert_eq!(std::str::from_utf8(b.irn()).unwrap(), *want);
     }
 
-    // Much smaller or much larger than the next body: freed, never taken.
+    // Much larger than the next body: freed, never taken (a body holds at most an eighth
+    // more than it needs; its address may be the freed one's, which the allocator reuses).
     let (big, _) = body(8, &"x".repeat(2000));
-    let big_at = big.irn().as_ptr();
     let only = big.irn().clone();
     drop(big);
     recycle(only);
     let after: Vec<_> = (9..12).map(|i| body(i, &m)).collect();
-    assert!(after.iter().all(|(b, _)| b.irn().as_ptr() != big_at));
+    for (b, _) in &after {
+        assert!(
+            b.irn().capacity() <= b.irn().len() + 100,
+            "{}",
+            b.irn().capacity()
+        );
+    }
 }

@@ -75,8 +75,8 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
                 rpc::write_error(a.cur, &Id::Null, &e);
             }
         }
-        Ok(Incoming::Single(mut item)) => {
-            run_item(conn, &mut item, &mut a, ctx);
+        Ok(Incoming::Single(ref mut item)) => {
+            run_item(conn, item, &mut a, ctx);
         }
         Ok(Incoming::Batch(items)) => {
             a.cur.push(b'[');

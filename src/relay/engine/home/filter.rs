@@ -135,6 +135,9 @@ impl Filter {
         }
         // Backward shift: each following entry of the run moves into the hole when its
         // home does not lie after the hole (so every entry stays reachable from its home).
+        // Without a branch on that: it depends on a random home, and a branch on it was
+        // mispredicted about every other entry (most of this function's time at
+        // saturation). Each entry is written either into the hole or over itself.
         let mut hole = i;
         let mut j = (i + 1) & mask;
         while let Some(&s) = self.slots.get(j) {
@@ -143,10 +146,12 @@ impl Filter {
             }
             let from_home = j.wrapping_sub(Self::home(s, mask)) & mask;
             let from_hole = j.wrapping_sub(hole) & mask;
-            if from_home >= from_hole {
-                self.slots[hole] = s;
-                hole = j;
+            let moves = from_home >= from_hole;
+            let to = std::hint::select_unpredictable(moves, hole, j);
+            if let Some(x) = self.slots.get_mut(to) {
+                *x = s;
             }
+            hole = std::hint::select_unpredictable(moves, j, hole);
             j = (j + 1) & mask;
         }
         self.slots[hole] = 0;

@@ -437,3 +437,64 @@ fn a_big_fan_out_shares_each_body_and_every_subscriber_gets_its_own_exact_bytes(
         }
     }
 }
+
+#[test]
+fn a_round_written_before_its_end_loses_and_reorders_nothing() {
+    // Four publishers send 48 publishes of 6,000 characters each in one write, at once, to
+    // a topic with one subscriber each: one worker reads more pushes in a loop iteration
+    // than FLUSH_WITHIN_ROUND_BYTES (384 KiB), and writes every socket between two
+    // connections' events instead of at the iteration's end (`Worker::flush_within_round`).
+    // Bursts repeat until the metric shows that happened at least once (the kernel decides
+    // how much of each write one iteration sees). Every subscriber must get all of its
+    // publisher's messages, exact and in order, and every publisher its answers in order.
+    const PUBLISHERS: usize = 4;
+    const MSGS: usize = 48;
+    const MOST_BURSTS: usize = 30;
+    let body =
+        |p: usize, burst: usize, i: usize| format!("{p}:{burst}:{i:02}:{}", "m".repeat(6_000));
+    let s = Server::start(&["--threads", "1"]);
+    let topics: Vec<String> = (0..PUBLISHERS).map(|_| topic()).collect();
+    let mut subs: Vec<(Ws, String)> = topics
+        .iter()
+        .map(|tp| {
+            let mut w = s.ws();
+            let id = w.subscribe(tp);
+            (w, id)
+        })
+        .collect();
+    let mut bursts = 0;
+    while s.metric("walletrelay_round_flushes_total") == 0.0 {
+        assert!(
+            bursts < MOST_BURSTS,
+            "{MOST_BURSTS} bursts of {PUBLISHERS} x {MSGS} publishes never wrote a round early"
+        );
+        std::thread::scope(|scope| {
+            for (p, ((w, id), tp)) in subs.iter_mut().zip(&topics).enumerate() {
+                let s = &s;
+                scope.spawn(move || {
+                    let burst: Vec<String> = (0..MSGS).map(|i| body(p, bursts, i)).collect();
+                    publish_burst(s, tp, &burst);
+                });
+                scope.spawn(move || {
+                    for i in 0..MSGS {
+                        let m = w.recv();
+                        let got = &m["params"];
+                        assert_eq!(got["id"], id.as_str(), "subscriber {p}: {m}");
+                        assert_eq!(got["data"]["topic"], tp.as_str());
+                        assert!(
+                            got["data"]["message"] == body(p, bursts, i).as_str(),
+                            "subscriber {p}, burst {bursts}: push {i} missing, reordered or altered"
+                        );
+                    }
+                });
+            }
+        });
+        bursts += 1;
+    }
+    for (p, (w, _)) in subs.iter_mut().enumerate() {
+        assert!(
+            w.recv_within(50).is_none(),
+            "subscriber {p}: a push too many"
+        );
+    }
+}

@@ -149,6 +149,10 @@ pub struct CoreMetrics {
     /// Deliveries carried out within a round, right after the input that queued them (a
     /// round past `relay::EARLY_DELIVERY_BYTES`: the core is saturated).
     pub early_deliveries: Cell,
+    /// Ends of a round brought forward: the engine handed its work on and the sockets were
+    /// written between two connections' events (past `FLUSH_WITHIN_ROUND_BYTES` of pushes:
+    /// a saturated core).
+    pub round_flushes: Cell,
     /// TLS handshakes completed (full or resumed).
     pub tls_handshakes: Cell,
     /// TLS connections closed for a TLS error (a bad or failed handshake, plaintext on the
@@ -196,7 +200,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 26] = [
+        let per_core: [(&str, &str, &str, Get); 27] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -311,6 +315,12 @@ impl Metrics {
                 "counter",
                 "Deliveries carried out within a loop iteration, its queued bodies past EARLY_DELIVERY_BYTES (a saturated core)",
                 |c| &c.early_deliveries,
+            ),
+            (
+                "round_flushes_total",
+                "counter",
+                "Sockets written between two connections' events of a loop iteration, its pushes past FLUSH_WITHIN_ROUND_BYTES (a saturated core)",
+                |c| &c.round_flushes,
             ),
             (
                 "tls_handshakes_total",

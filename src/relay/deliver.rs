@@ -52,6 +52,11 @@ impl Relay {
         self.queued_bytes >= EARLY_DELIVERY_BYTES
     }
 
+    /// Bytes of bodies the queued live deliveries will copy.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
     /// [`Relay::deliver`] within a round, while the bodies just published are still in the
     /// core's cache: the pushes made still count against the round's fan-out budget.
     pub fn deliver_within_round(&mut self, to: &mut impl Recipients) {

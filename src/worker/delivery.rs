@@ -196,6 +196,12 @@ impl Recipients for Conns<'_> {
     }
 }
 
+/// See [`Worker::flush_within_round`].
+const FLUSH_WITHIN_ROUND_BYTES: usize = 384 << 10;
+
+/// See [`Worker::flush_within_round`]: a fan-out's rounds keep several pushes per write.
+const FLUSH_PER_CONN_BYTES: usize = 8 << 10;
+
 impl Worker {
     /// Carries out what the relay decided since the last call.
     pub(super) fn deliver(&mut self) {
@@ -213,8 +219,44 @@ impl Worker {
     pub(super) fn deliver_early(&mut self) {
         if self.relay.early_delivery_due() {
             self.m().early_deliveries.inc();
+            self.round_bytes += self.relay.queued_bytes();
             self.deliver_as(true);
         }
+    }
+
+    /// Between two connections' events of a saturated round: once the bodies copied into
+    /// buffers since the last flush pass [`FLUSH_WITHIN_ROUND_BYTES`] and average
+    /// [`FLUSH_PER_CONN_BYTES`] per connection waiting to be written, the round's end comes
+    /// early (the engine hands its work on, then every socket is written), so that the
+    /// buffers are written, and taken again from the pool, while they are in the core's
+    /// cache. A round of a saturated core read ~2,100 publishes: ~1.5 MB of pushes
+    /// waited for its end, more than the core's L2 cache.
+    pub(super) fn flush_within_round(&mut self) {
+        if self.round_bytes < FLUSH_WITHIN_ROUND_BYTES
+            || self.round_bytes < FLUSH_PER_CONN_BYTES * self.dirty.len()
+        {
+            return;
+        }
+        self.m().round_flushes.inc();
+        self.engine_waiting |= self.write_out();
+    }
+
+    /// A round's end: the engine hands the round's work on before any answer reaches a
+    /// socket (a client that sees `true` finds its message where the engine promised it),
+    /// then what is queued is delivered and every connection with output is written.
+    /// Returns whether the engine has work waiting for room.
+    pub(super) fn write_out(&mut self) -> bool {
+        let mut waiting = self.relay.flush();
+        self.deliver();
+        self.flush_dirty();
+        // Slow or not is judged after the socket took what it could.
+        while let Some(k) = self.overflow.pop() {
+            self.check_outbound(k);
+        }
+        self.flush_dirty();
+        waiting |= self.relay.flush();
+        self.round_bytes = 0;
+        waiting
     }
 
     fn deliver_as(&mut self, within_round: bool) {

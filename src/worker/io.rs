@@ -163,6 +163,7 @@ impl Worker {
             if let Some(c) = conn::live(&mut self.conns, r) {
                 c.marks.ready = false;
                 self.drive(r, true);
+                self.flush_within_round();
             }
         }
     }

@@ -132,6 +132,9 @@ pub struct Worker {
     stop_at: Option<u64>,
     /// The engine has work waiting for room (a full queue to another worker).
     engine_waiting: bool,
+    /// Bytes of bodies copied into connections' buffers since their last flush (see
+    /// [`Worker::flush_within_round`]).
+    round_bytes: usize,
     /// WebSockets whose outbound buffer passed the limit during a delivery round.
     overflow: Vec<usize>,
     /// How full a connection's `OutBuf` is kept from its backlog.
@@ -212,6 +215,7 @@ impl Worker {
             accept_more: [false; 2],
             stop_at: None,
             engine_waiting: false,
+            round_bytes: 0,
             overflow: Vec::new(),
             fill_mark,
             close_ms,
@@ -239,7 +243,10 @@ impl Worker {
                     LISTENER => self.accept(false),
                     TLS_LISTENER => self.accept(true),
                     WAKER => {}
-                    Token(key) => self.on_event(key, ev),
+                    Token(key) => {
+                        self.on_event(key, ev);
+                        self.flush_within_round();
+                    }
                 }
             }
             self.resume_ready();
@@ -249,17 +256,7 @@ impl Worker {
                 self.begin_shutdown();
             }
             self.fire_timers();
-            // The engine hands this round's work on before any answer reaches a socket: a
-            // client that sees `true` finds its message where the engine promised it.
-            self.engine_waiting = self.relay.flush();
-            self.deliver();
-            self.flush_dirty();
-            // Slow or not is judged after the socket took what it could.
-            while let Some(k) = self.overflow.pop() {
-                self.check_outbound(k);
-            }
-            self.flush_dirty();
-            self.engine_waiting |= self.relay.flush();
+            self.engine_waiting = self.write_out();
             self.reap();
             if let Some(stop) = self.stop_at {
                 if self.conns.is_empty() || self.now >= stop {

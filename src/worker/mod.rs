@@ -132,8 +132,9 @@ pub struct Worker {
     stop_at: Option<u64>,
     /// The engine has work waiting for room (a full queue to another worker).
     engine_waiting: bool,
-    /// Bytes of bodies copied into connections' buffers since their last flush (see
-    /// [`Worker::flush_within_round`]).
+    /// Bytes of bodies the early deliveries (`Worker::deliver_early`) copied into
+    /// connections' buffers since the sockets were last written; reset by
+    /// [`Worker::write_out`] (see [`Worker::flush_within_round`]).
     round_bytes: usize,
     /// WebSockets whose outbound buffer passed the limit during a delivery round.
     overflow: Vec<usize>,

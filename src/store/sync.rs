@@ -260,6 +260,7 @@ impl SyncHandle {
 }
 
 fn run(inner: &Inner) {
+    batch_policy();
     let tick = Duration::from_secs(1);
     let mut next_tick = Instant::now() + tick;
     loop {
@@ -301,6 +302,16 @@ fn run(inner: &Inner) {
             return;
         }
     }
+}
+
+/// Puts the calling thread under `SCHED_BATCH`: it never preempts a running thread when it
+/// wakes (the scheduler's tick decides), so a sync thread sharing a core with an event
+/// loop waits for the loop's time slice instead of cutting into it at every wake-up.
+fn batch_policy() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler` reads `param`, a valid `sched_param` on the stack that
+    // outlives the call; pid 0 is the calling thread. It changes no memory of ours.
+    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
 }
 
 /// One sync round of one log. `full`: sync whatever was written; otherwise only what a
@@ -510,5 +521,45 @@ mod tests {
         assert!(after[64], "the tail page, still being appended to, stays");
         // The data is all there (read back from disk).
         assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; len]);
+    }
+
+    /// The scheduling policy of each of this process's threads named `name` (field 41 of
+    /// `/proc/self/task/TID/stat`, after the parenthesised name).
+    fn policies(name: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            // Fields from 3 on; the policy is field 41.
+            if let Some(p) = after.split_whitespace().nth(41 - 3) {
+                out.push(p.parse().unwrap());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_sync_thread_never_preempts_an_event_loop_when_it_wakes() {
+        let syncer = Syncer::start(FsyncMode::Always).unwrap();
+        // The thread sets its own policy first thing; wait until every sync thread has.
+        let batch = libc::SCHED_BATCH as u32;
+        let mut seen = Vec::new();
+        for _ in 0..200 {
+            seen = policies("store-sync");
+            if !seen.is_empty() && seen.iter().all(|&p| p == batch) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!seen.is_empty(), "a store-sync thread runs");
+        assert!(
+            seen.iter().all(|&p| p == batch),
+            "every sync thread is SCHED_BATCH (3): {seen:?}"
+        );
+        syncer.shutdown();
     }
 }

@@ -91,6 +91,67 @@ impl Part {
     }
 }
 
+/// A text message's parts; a lone one (a publish's answer) is kept inline, without a heap
+/// block of its own: under `--fsync always` every publish's answer waits in a backlog, and
+/// a block allocated for it was cold by the time the answer was queued
+/// (docs/PERFORMANCE.md).
+#[derive(Debug, Default)]
+pub enum Parts {
+    /// None yet.
+    #[default]
+    Zero,
+    /// One part.
+    One(Part),
+    /// Two or more, in order.
+    Many(Vec<Part>),
+}
+
+impl Parts {
+    /// Appends `p`.
+    pub fn push(&mut self, p: Part) {
+        *self = match std::mem::take(self) {
+            Parts::Zero => Parts::One(p),
+            Parts::One(a) => Parts::Many(vec![a, p]),
+            Parts::Many(mut v) => {
+                v.push(p);
+                Parts::Many(v)
+            }
+        };
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// None.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Parts::Zero)
+    }
+
+    fn as_slice(&self) -> &[Part] {
+        match self {
+            Parts::Zero => &[],
+            Parts::One(p) => std::slice::from_ref(p),
+            Parts::Many(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Part] {
+        match self {
+            Parts::Zero => &mut [],
+            Parts::One(p) => std::slice::from_mut(p),
+            Parts::Many(v) => v,
+        }
+    }
+}
+
+impl From<Vec<Part>> for Parts {
+    fn from(v: Vec<Part>) -> Parts {
+        Parts::Many(v)
+    }
+}
+
 /// A queued item.
 #[derive(Debug)]
 enum Queued {
@@ -101,7 +162,7 @@ enum Queued {
         live: bool,
     },
     /// A text message whose parts are all known, or will be.
-    Text(Vec<Part>),
+    Text(Parts),
 }
 
 /// What waits behind a connection's `OutBuf`. Empty (no heap) when nothing waits.
@@ -270,17 +331,13 @@ impl<S> Conn<S> {
 
     /// Queues a text message made of `parts`: sent at once when every part is known and
     /// nothing waits before it, else kept in order in the backlog.
-    pub fn answer(&mut self, parts: Vec<Part>) {
-        let pending = parts.iter().filter(|p| p.is_pending()).count();
+    pub fn answer(&mut self, parts: Parts) {
+        let pending = parts.as_slice().iter().filter(|p| p.is_pending()).count();
         if pending == 0 && self.backlog.is_empty() {
             let mut text = Vec::new();
-            for p in parts {
+            for p in parts.as_slice() {
                 if let Part::Bytes(b) = p {
-                    if text.is_empty() {
-                        text = b;
-                    } else {
-                        text.extend_from_slice(&b);
-                    }
+                    text.extend_from_slice(b);
                 }
             }
             self.send_text(&text);
@@ -295,7 +352,7 @@ impl<S> Conn<S> {
         if self.backlog.is_empty() {
             self.send_text(text);
         } else {
-            let parts = vec![Part::Bytes(text.to_vec())];
+            let parts = Parts::One(Part::Bytes(text.to_vec()));
             self.backlog.items.push_back(Queued::Text(parts));
         }
     }
@@ -320,12 +377,12 @@ impl<S> Conn<S> {
         let at = b
             .items
             .range(from..)
-            .position(|q| matches!(q, Queued::Text(parts) if has_pending(parts)))
+            .position(|q| matches!(q, Queued::Text(parts) if has_pending(parts.as_slice())))
             .map_or(b.items.len(), |i| from + i);
         b.settled = at as u32;
         for item in b.items.range_mut(at..) {
             let Queued::Text(parts) = item else { continue };
-            for p in parts.iter_mut() {
+            for p in parts.as_mut_slice() {
                 if let Part::Pending {
                     answer: a,
                     left,
@@ -354,7 +411,7 @@ impl<S> Conn<S> {
         while self.out.len() < fill_mark {
             match self.backlog.items.front() {
                 None => break,
-                Some(Queued::Text(parts)) if has_pending(parts) => break,
+                Some(Queued::Text(parts)) if has_pending(parts.as_slice()) => break,
                 Some(_) => {}
             }
             let popped = self.backlog.items.pop_front();
@@ -379,7 +436,7 @@ impl<S> Conn<S> {
                 }
                 Some(Queued::Text(parts)) => {
                     scratch.clear();
-                    render(&parts, scratch);
+                    render(parts.as_slice(), scratch);
                     let text = std::mem::take(scratch);
                     self.send_text(&text);
                     *scratch = text;

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::admit::{admit, cost_of};
-use super::outbound::{self, write_publish_answer, Part};
+use super::outbound::{self, write_publish_answer, Part, Parts};
 use super::{Conn, ConnSub, Ctx, Phase};
 use crate::limits;
 use crate::message::Meta;
@@ -23,7 +23,7 @@ pub fn rpc_error(e: &RelayError) -> RpcError {
 
 /// An answer being assembled: bytes known now, and the pending parts among them.
 struct Answer<'s> {
-    parts: Vec<Part>,
+    parts: Parts,
     cur: &'s mut Vec<u8>,
 }
 
@@ -56,7 +56,7 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     let mut buf = std::mem::take(ctx.scratch);
     buf.clear();
     let mut a = Answer {
-        parts: Vec::new(),
+        parts: Parts::Zero,
         cur: &mut buf,
     };
     match rpc::decode(payload, ctx.json) {

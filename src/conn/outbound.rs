@@ -146,12 +146,6 @@ impl Parts {
     }
 }
 
-impl From<Vec<Part>> for Parts {
-    fn from(v: Vec<Part>) -> Parts {
-        Parts::Many(v)
-    }
-}
-
 /// A queued item.
 #[derive(Debug)]
 enum Queued {

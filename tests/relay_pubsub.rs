@@ -358,6 +358,26 @@ fn publish_burst(s: &Server, tp: &str, messages: &[String]) -> Ws {
     publ
 }
 
+/// Receives the next push on `w` and checks that it is `want` on topic `tp` for subscription
+/// `id` (`who` names the subscriber and the push in a failure); returns the whole push.
+fn expect_push(
+    w: &mut Ws,
+    id: &str,
+    tp: &str,
+    want: &str,
+    who: std::fmt::Arguments<'_>,
+) -> serde_json::Value {
+    let m = w.recv();
+    let got = &m["params"];
+    assert_eq!(got["id"], id, "{who}: {m}");
+    assert_eq!(got["data"]["topic"], tp, "{who}");
+    assert!(
+        got["data"]["message"] == want,
+        "{who}: missing, reordered or altered"
+    );
+    m
+}
+
 #[test]
 fn a_pipelined_burst_bigger_than_one_round_of_fan_out_arrives_whole_and_in_order() {
     // 400 publishes sent in one write to a topic with 200 subscribers: 80,000 pushes, more
@@ -414,14 +434,8 @@ fn a_big_fan_out_shares_each_body_and_every_subscriber_gets_its_own_exact_bytes(
         for (n, (w, id)) in subs.iter_mut().enumerate() {
             let mut push_ids = Vec::new();
             for i in 0..MSGS {
-                let m = w.recv();
-                let p = &m["params"];
-                assert_eq!(p["id"], id.as_str(), "threads {t}, subscriber {n}: {m}");
-                assert_eq!(p["data"]["topic"], tp.as_str());
-                assert!(
-                    p["data"]["message"] == body(i).as_str(),
-                    "threads {t}, subscriber {n}: push {i} differs from what was published"
-                );
+                let who = format_args!("threads {t}, subscriber {n}, push {i}");
+                let m = expect_push(w, id, &tp, &body(i), who);
                 push_ids.push(m["id"].as_u64().expect("push id"));
             }
             assert!(
@@ -477,14 +491,8 @@ fn a_round_written_before_its_end_loses_and_reorders_nothing() {
                 });
                 scope.spawn(move || {
                     for i in 0..MSGS {
-                        let m = w.recv();
-                        let got = &m["params"];
-                        assert_eq!(got["id"], id.as_str(), "subscriber {p}: {m}");
-                        assert_eq!(got["data"]["topic"], tp.as_str());
-                        assert!(
-                            got["data"]["message"] == body(p, bursts, i).as_str(),
-                            "subscriber {p}, burst {bursts}: push {i} missing, reordered or altered"
-                        );
+                        let who = format_args!("subscriber {p}, burst {bursts}, push {i}");
+                        expect_push(w, id, tp, &body(p, bursts, i), who);
                     }
                 });
             }

@@ -137,6 +137,34 @@ impl Parts {
         }
     }
 
+    /// Some part still waits for a result.
+    fn has_pending(&self) -> bool {
+        self.as_slice().iter().any(Part::is_pending)
+    }
+
+    /// Writes a complete text message's parts.
+    fn render(&self, out: &mut Vec<u8>) {
+        for p in self.as_slice() {
+            match p {
+                Part::Bytes(b) => out.extend_from_slice(b),
+                Part::Pending { left: 1.., .. } => {}
+                Part::Pending { id, outcome, .. } => match outcome {
+                    Outcome::Done => write_publish_answer(out, id, &Ok(())),
+                    Outcome::Failed(e) => write_publish_answer(out, id, &Err(*e)),
+                    Outcome::Fetch(f) => {
+                        let mut r = Vec::with_capacity(f.items.len() + 40);
+                        r.extend_from_slice(b"{\"messages\":[");
+                        r.extend_from_slice(&f.items);
+                        r.extend_from_slice(b"],\"hasMore\":");
+                        r.extend_from_slice(if f.more { b"true" } else { b"false" });
+                        r.push(b'}');
+                        rpc::write_result(out, id, &r);
+                    }
+                },
+            }
+        }
+    }
+
     fn as_mut_slice(&mut self) -> &mut [Part] {
         match self {
             Parts::Zero => &mut [],
@@ -329,11 +357,7 @@ impl<S> Conn<S> {
         let pending = parts.as_slice().iter().filter(|p| p.is_pending()).count();
         if pending == 0 && self.backlog.is_empty() {
             let mut text = Vec::new();
-            for p in parts.as_slice() {
-                if let Part::Bytes(b) = p {
-                    text.extend_from_slice(b);
-                }
-            }
+            parts.render(&mut text);
             self.send_text(&text);
             return;
         }
@@ -371,7 +395,7 @@ impl<S> Conn<S> {
         let at = b
             .items
             .range(from..)
-            .position(|q| matches!(q, Queued::Text(parts) if has_pending(parts.as_slice())))
+            .position(|q| matches!(q, Queued::Text(parts) if parts.has_pending()))
             .map_or(b.items.len(), |i| from + i);
         b.settled = at as u32;
         for item in b.items.range_mut(at..) {
@@ -405,7 +429,7 @@ impl<S> Conn<S> {
         while self.out.len() < fill_mark {
             match self.backlog.items.front() {
                 None => break,
-                Some(Queued::Text(parts)) if has_pending(parts.as_slice()) => break,
+                Some(Queued::Text(parts)) if parts.has_pending() => break,
                 Some(_) => {}
             }
             let popped = self.backlog.items.pop_front();
@@ -430,7 +454,7 @@ impl<S> Conn<S> {
                 }
                 Some(Queued::Text(parts)) => {
                     scratch.clear();
-                    render(parts.as_slice(), scratch);
+                    parts.render(scratch);
                     let text = std::mem::take(scratch);
                     self.send_text(&text);
                     *scratch = text;
@@ -497,32 +521,5 @@ impl<S> Conn<S> {
         crate::ws::deflate::push_head(scratch, z, &mut head);
         self.out.extend(&head);
         self.out.push_arc_prefix(z, z.len(), share_min);
-    }
-}
-
-fn has_pending(parts: &[Part]) -> bool {
-    parts.iter().any(Part::is_pending)
-}
-
-/// Writes a complete text message's parts.
-fn render(parts: &[Part], out: &mut Vec<u8>) {
-    for p in parts {
-        match p {
-            Part::Bytes(b) => out.extend_from_slice(b),
-            Part::Pending { left: 1.., .. } => {}
-            Part::Pending { id, outcome, .. } => match outcome {
-                Outcome::Done => write_publish_answer(out, id, &Ok(())),
-                Outcome::Failed(e) => write_publish_answer(out, id, &Err(*e)),
-                Outcome::Fetch(f) => {
-                    let mut r = Vec::with_capacity(f.items.len() + 40);
-                    r.extend_from_slice(b"{\"messages\":[");
-                    r.extend_from_slice(&f.items);
-                    r.extend_from_slice(b"],\"hasMore\":");
-                    r.extend_from_slice(if f.more { b"true" } else { b"false" });
-                    r.push(b'}');
-                    rpc::write_result(out, id, &r);
-                }
-            },
-        }
     }
 }

@@ -3,8 +3,9 @@
 (docs/PERFORMANCE.md, "Dropping synced pages").
 
 Writes SIZE MiB (default 4096) to a new file under DIR (default /tmp) in 256 KiB writes,
-like the log's batches; `sync` calls fdatasync every 64 MiB, `dontneed` also drops the
-synced pages with posix_fadvise(POSIX_FADV_DONTNEED) as the sync thread does, `plain` never
+like the log's batches; `sync` calls fdatasync every 64 MiB (EVERY_KIB in the environment
+sets another interval), `dontneed` also drops the pages synced since the last drop with
+posix_fadvise(POSIX_FADV_DONTNEED) as the sync thread does, `plain` never
 syncs; `overwrite` first writes and syncs the file whole (not measured), then writes it again
 from its start, synced every 64 MiB, into pages that are cached and blocks that are
 allocated (what reusing a log segment's file would cost); `direct` writes with O_DIRECT
@@ -29,7 +30,9 @@ mode = sys.argv[1]
 total = int(sys.argv[2] if len(sys.argv) > 2 else 4096) << 20
 path = os.path.join(sys.argv[3] if len(sys.argv) > 3 else "/tmp", f"pagecache-bench.{os.getpid()}")
 chunk = 256 << 10
-every = 64 << 20
+every = int(os.environ.get("EVERY_KIB", "65536")) << 10
+if every <= 0 or every % chunk or total % every:
+    sys.exit("EVERY_KIB must be a positive multiple of 256 that divides SIZE_MIB * 1024")
 buf = os.urandom(chunk)
 flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 if mode == "direct":
@@ -69,7 +72,7 @@ try:
             if mapped is not None:
                 mapped.madvise(mmap.MADV_DONTNEED, off - every, every)
             if mode in ("dontneed", "mmap"):
-                os.posix_fadvise(fd, 0, off, os.POSIX_FADV_DONTNEED)
+                os.posix_fadvise(fd, off - every, every, os.POSIX_FADV_DONTNEED)
     wall = time.perf_counter() - t0
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
 finally:

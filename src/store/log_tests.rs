@@ -105,7 +105,10 @@ fn records_come_back_in_order_with_their_locs_across_segments() {
         url: "https://a.example/h",
     };
     let a = log.append_entry(&e).unwrap();
+    // The count of records appended is published at each write of a batch.
+    assert_eq!(log.metrics().records_appended.get(), 40);
     log.flush().unwrap();
+    assert_eq!(log.metrics().records_appended.get(), 41);
     let mut enc = Vec::new();
     e.encode(&mut enc).unwrap();
     want.push(("w0".to_string(), a.loc, enc));

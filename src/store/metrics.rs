@@ -23,7 +23,8 @@ impl Bounds for SyncBuckets {
 /// One log's figures. Shared by `Arc` between its worker, its sync thread and `/metrics`.
 #[derive(Debug, Default)]
 pub struct StoreMetrics {
-    /// Records appended.
+    /// Records appended, as of the last write of a batch (set from the log's LSN there, not
+    /// added to per record).
     pub records_appended: Counter,
     /// Bytes handed to the kernel (`write` calls that succeeded).
     pub bytes_written: Counter,

@@ -3,17 +3,17 @@
 (docs/PERFORMANCE.md, "Dropping synced pages").
 
 Writes SIZE MiB (default 4096) to a new file under DIR (default /tmp) in 256 KiB writes,
-like the log's batches; `sync` calls fdatasync every 64 MiB (EVERY_KIB in the environment
-sets another interval), `dontneed` also drops the pages synced since the last drop with
-posix_fadvise(POSIX_FADV_DONTNEED) as the sync thread does, `plain` never
-syncs; `overwrite` first writes and syncs the file whole (not measured), then writes it again
-from its start, synced every 64 MiB, into pages that are cached and blocks that are
-allocated (what reusing a log segment's file would cost); `direct` writes with O_DIRECT
-from a page-aligned buffer, synced every 64 MiB (no page cache: the device reads the
-buffer); `mmap` sizes the file first (not measured), then copies into a shared mapping of
-it, synced every 64 MiB, the synced pages unmapped and dropped (what a log written through a
-mapping would cost: the copy is then user time). Prints the wall time, the time inside
-write() (or the copy), and the kernel and user CPU time of the measured writes.
+like the log's batches, synced every 64 MiB in every mode but `plain` (EVERY_KIB in the
+environment sets another interval): `sync` calls fdatasync, `dontneed` also drops the pages
+synced since the last drop with posix_fadvise(POSIX_FADV_DONTNEED) as the sync thread does,
+`plain` never syncs; `overwrite` first writes and syncs the file whole (not measured), then
+writes it again from its start, synced, into pages that are cached and blocks that are
+allocated (what reusing a log segment's file would cost); `direct` writes with O_DIRECT from
+a page-aligned buffer, synced (no page cache: the device reads the buffer); `mmap` sizes the
+file first (not measured), then copies into a shared mapping of it, synced, the synced pages
+unmapped and dropped (what a log written through a mapping would cost: the copy is then user
+time). Prints the wall time, the time inside write() (or the copy), and the kernel and user
+CPU time of the measured writes.
 Bounded: one file, removed at the end.
 
 Usage: scripts/pagecache-bench.py plain|sync|dontneed|overwrite|direct|mmap [SIZE_MIB] [DIR]

@@ -12,16 +12,37 @@ allocated (what reusing a log segment's file would cost); `direct` writes with O
 a page-aligned buffer, synced (no page cache: the device reads the buffer); `mmap` sizes the
 file first (not measured), then copies into a shared mapping of it, synced, the synced pages
 unmapped and dropped (what a log written through a mapping would cost: the copy is then user
-time). Prints the wall time, the time inside write() (or the copy), and the kernel and user
-CPU time of the measured writes.
+time); `dontcache` writes with pwritev2(RWF_DONTCACHE) (Linux 6.14+: the write starts the
+write-back of its range, and the kernel drops the pages when it completes), synced, with no
+posix_fadvise. Prints the wall time, the time inside write() (or the copy), and the kernel and user
+CPU time of the measured writes, and the busy time of the CPUs the process may run on (from
+/proc/stat: with `taskset -c N`, what the kernel did on that core for anyone, write-back
+workers and interrupts included).
 Bounded: one file, removed at the end.
 
-Usage: scripts/pagecache-bench.py plain|sync|dontneed|overwrite|direct|mmap [SIZE_MIB] [DIR]
+Usage: scripts/pagecache-bench.py plain|sync|dontneed|overwrite|direct|mmap|dontcache [SIZE_MIB] [DIR]
 Run the modes alternately a few times; a fresh page costs most on a VM that hands free
 memory back to its host.
 """
 import mmap
 import os
+
+RWF_DONTCACHE = 0x80  # include/uapi/linux/fs.h (Linux 6.14)
+
+
+def cpu_busy(cpus):
+    """Busy seconds of `cpus` so far (/proc/stat: user, nice, system, irq and softirq)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *vals = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                v = [int(x) for x in vals]
+                busy += v[0] + v[1] + v[2] + v[5] + v[6]
+    return busy / hz
+
+
 import resource
 import sys
 import time
@@ -55,7 +76,9 @@ try:
     if mode == "mmap":
         os.ftruncate(fd, total)
         mapped = mmap.mmap(fd, total, mmap.MAP_SHARED, mmap.PROT_WRITE | mmap.PROT_READ)
+    cpus = os.sched_getaffinity(0)
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    busy0 = cpu_busy(cpus)
     t0 = time.perf_counter()
     in_write = 0.0
     off = 0
@@ -63,6 +86,8 @@ try:
         a = time.perf_counter()
         if mapped is not None:
             mapped[off:off + chunk] = buf
+        elif mode == "dontcache":
+            os.pwritev(fd, [buf], off, RWF_DONTCACHE)
         else:
             os.write(fd, buf)
         in_write += time.perf_counter() - a
@@ -75,6 +100,7 @@ try:
                 os.posix_fadvise(fd, off - every, every, os.POSIX_FADV_DONTNEED)
     wall = time.perf_counter() - t0
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
+    busy1 = cpu_busy(cpus)
 finally:
     if mapped is not None:
         mapped.close()
@@ -83,4 +109,5 @@ finally:
 stime = usage1.ru_stime - usage0.ru_stime
 utime = usage1.ru_utime - usage0.ru_utime
 print(f"{mode}: {total >> 20} MiB, wall {wall:.3f} s, in write() {in_write:.3f} s, "
-      f"kernel CPU {stime:.3f} s, user CPU {utime:.3f} s")
+      f"kernel CPU {stime:.3f} s, user CPU {utime:.3f} s, "
+      f"CPUs {','.join(map(str, sorted(cpus)))} busy {busy1 - busy0:.3f} s")

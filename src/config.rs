@@ -277,8 +277,9 @@ pub struct Limits {
     pub shutdown_grace: f64,
 
     /// Open connections (WebSocket and HTTP) from one IP address (IPv6: one /64); past it
-    /// new ones are closed at accept (plain HTTP: answered 429). Split evenly over the
-    /// workers (DECISIONS §11; docs/TUNING.md, "Limits per client"). 0 = off.
+    /// new ones are closed at accept with a reset, before a byte is read (behind
+    /// `--trusted-proxies`, where the address comes from a request: answered 429). Split
+    /// evenly over the workers (DECISIONS §11; docs/TUNING.md, "Limits per client"). 0 = off.
     #[arg(
         long,
         env = "WALLETRELAY_MAX_CONNECTIONS_PER_IP",

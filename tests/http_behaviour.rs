@@ -263,7 +263,10 @@ fn http_1_0_with_keep_alive_stays_open() {
     let mut c = HttpConn::open(&s);
     for _ in 0..2 {
         c.send(b"GET /hello HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
-        assert_hello(&c.response(false), HELLO);
+        let r = c.response(false);
+        assert_hello(&r, HELLO);
+        // A 1.0 client keeps the connection only when told so.
+        assert_eq!(r.header("Connection"), Some("keep-alive"), "{r:?}");
     }
 }
 

@@ -40,6 +40,11 @@ fn invalid_request_is_32600() {
         json!({"id": 3, "jsonrpc": "2.0", "method": 42}),
         json!(17),
         json!([]),
+        // Neither a request (no `method`) nor a response (no `result` or `error`) nor a
+        // v1 frame (DECISIONS §8).
+        json!({}),
+        json!({"foo": 1}),
+        json!({"id": 6, "jsonrpc": "2.0"}),
     ] {
         ws.send(&bad);
         let r = ws.recv();
@@ -204,6 +209,7 @@ fn acknowledgements_and_notifications_get_no_answer() {
     let mut other = s.ws();
     let tp = topic();
     ws.send(&json!({"id": 99, "jsonrpc": "2.0", "result": true}));
+    ws.send(&json!({"id": 97, "jsonrpc": "2.0", "error": {"code": 1, "message": "no"}}));
     ws.send(&json!([{"id": 98, "jsonrpc": "2.0", "result": true}]));
     // A notification (no id) is executed but not answered.
     ws.send(&json!({"jsonrpc": "2.0", "method": "waku_publish", "params": {"topic": tp, "message": "note", "ttl": 60}}));
@@ -230,5 +236,65 @@ fn a_batch_over_100_elements_is_one_32600_error() {
         .collect();
     ws.send(&Value::Array(batch));
     assert_eq!(ws.recv().as_array().map(Vec::len), Some(100));
+    still_usable(&mut ws);
+}
+
+#[test]
+fn half_a_surrogate_pair_is_a_parse_error_and_changes_no_topic() {
+    let s = Server::start(&["--threads", "1"]);
+    let mut sub = s.ws();
+    let mut publ = s.ws();
+    let tp = topic();
+    // `simd-json` wrote a lone high surrogate as U+0000: `tp\udbff` became `tp\u0000`,
+    // another topic's name. Refused as a parse error, as `serde_json` refuses it.
+    sub.subscribe(&format!("{tp}\u{0}"));
+    for text in [
+        format!(
+            r#"{{"id":2,"jsonrpc":"2.0","method":"waku_publish","params":{{"topic":"{tp}\udbff","message":"m","ttl":60}}}}"#
+        ),
+        format!(
+            r#"{{"id":3,"jsonrpc":"2.0","method":"waku_publish","params":{{"topic":"{tp}","message":"m\ud800x","ttl":60}}}}"#
+        ),
+        r#"{"id":"\ud800","jsonrpc":"2.0","method":"waku_subscribe","params":{"topic":"a"}}"#
+            .to_string(),
+    ] {
+        publ.send_text(&text);
+        assert_eq!(
+            publ.recv(),
+            json!({"id": null, "jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}}),
+            "{text}"
+        );
+    }
+    // A whole pair is text like any other.
+    let r = publ.call(
+        "waku_publish",
+        json!({"topic": format!("{tp}\u{0}"), "message": "\u{1F600}", "ttl": 60}),
+    );
+    assert_eq!(r["result"], true, "{r}");
+    assert_eq!(sub.next_push().2, "\u{1F600}");
+    still_usable(&mut publ);
+}
+
+#[test]
+fn integers_past_64_bits_are_numbers_not_parse_errors() {
+    let s = Server::start(&["--threads", "1"]);
+    let mut ws = s.ws();
+    // An ignored member may hold any JSON number.
+    ws.send_text(&format!(
+        r#"{{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{{"topic":"{}","message":"m","ttl":60,"x":123456789012345678901234}}}}"#,
+        topic()
+    ));
+    assert_eq!(
+        ws.recv(),
+        json!({"id": 1, "jsonrpc": "2.0", "result": true})
+    );
+    // A ttl past 64 bits is out of range: invalid params, not a parse error.
+    ws.send_text(&format!(
+        r#"{{"id":2,"jsonrpc":"2.0","method":"waku_publish","params":{{"topic":"{}","message":"m","ttl":123456789012345678901234}}}}"#,
+        topic()
+    ));
+    let r = ws.recv();
+    assert_eq!(err_code(&r), -32602, "{r}");
+    assert_eq!(r["id"], 1 + 1);
     still_usable(&mut ws);
 }

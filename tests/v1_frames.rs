@@ -234,9 +234,21 @@ fn malformed_v1_frames_get_32600_with_a_null_id_and_change_nothing() {
             ),
             "batch",
         );
-        // With `jsonrpc` and no `method`, an object is a JSON-RPC response: consumed.
+        // With `jsonrpc` it is no v1 frame (§8), and without `method`, `result` or `error`
+        // no JSON-RPC request or response: -32600, nothing published.
         c.send_text(&format!(
             r#"{{"jsonrpc":"2.0","topic":"{tp}","type":"pub","payload":"x"}}"#
+        ));
+        c.expect_text(
+            &null_id_error(
+                -32600,
+                r#"Invalid request: no "method", and no "result" or "error""#,
+            ),
+            "v1 members with jsonrpc",
+        );
+        // With a `result` too, it is a JSON-RPC response: consumed, not published.
+        c.send_text(&format!(
+            r#"{{"jsonrpc":"2.0","result":true,"topic":"{tp}","type":"pub","payload":"x"}}"#
         ));
         c.settled("client after its bad frames");
         // None of them was published: the subscriber's next frame is the valid pub.

@@ -167,6 +167,43 @@ fn upgrade_without_a_key_is_400() {
     assert!(r.header("Sec-WebSocket-Accept").is_none(), "{r:?}");
 }
 
+#[test]
+fn a_key_that_is_not_16_bytes_in_base64_is_400() {
+    let s = Server::start(&[]);
+    let base64_of_17_bytes = "AAAAAAAAAAAAAAAAAAAAAAA=";
+    for key in [
+        "!!!!!!!!!!!!!!!!!!!!!!==",
+        base64_of_17_bytes,
+        "dGhlIHNhbXBsZSBub25jZQ",
+    ] {
+        let r = refused(&s, &upgrade_request("/", key, ""));
+        assert_eq!(r.status, 400, "{key}: {r:?}");
+        assert!(r.header("Sec-WebSocket-Accept").is_none(), "{r:?}");
+    }
+    // RFC 6455 §11.3.1: the key appears once.
+    let twice = upgrade_request("/", RFC_KEY, &format!("Sec-WebSocket-Key: {RFC_KEY}\r\n"));
+    assert_eq!(refused(&s, &twice).status, 400);
+}
+
+#[test]
+fn an_upgrade_needs_http_1_1_and_get() {
+    let s = Server::start(&[]);
+    let r = refused(
+        &s,
+        &upgrade_request("/", RFC_KEY, "").replace("HTTP/1.1", "HTTP/1.0"),
+    );
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.header("Sec-WebSocket-Accept").is_none(), "{r:?}");
+    // HEAD works wherever GET does (DECISIONS §1): GET's 426, without the body.
+    let r = s.request("HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    assert_eq!(r.status, 426, "{r:?}");
+    assert_eq!(r.header("Upgrade"), Some("websocket"), "{r:?}");
+    assert!(r.body.is_empty(), "{r:?}");
+    let r = s.request(&upgrade_request("/", RFC_KEY, "").replacen("GET", "HEAD", 1));
+    assert_eq!(r.status, 426, "{r:?}");
+    assert!(r.header("Sec-WebSocket-Accept").is_none(), "{r:?}");
+}
+
 // ------------------------------------------------------------------------------------------
 // Frames: protocol errors
 

@@ -67,6 +67,12 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         }
         other => fixed_answer(other, ctx),
     };
+    // An HTTP/1.0 client keeps the connection only when told so (RFC 9112 §9.3).
+    let resp = if req.http10 && !close {
+        resp.with_header("Connection", "keep-alive")
+    } else {
+        resp
+    };
     response::write(&mut conn.out, &resp, ctx.date, head_only, close);
     if close {
         conn.begin_close(ctx.now, ctx.close_ms());

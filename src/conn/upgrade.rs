@@ -20,17 +20,24 @@ pub fn upgrade<S>(
     echo: bool,
     ctx: &mut Ctx<'_>,
 ) -> bool {
-    let refusal = if !req.upgrade_websocket {
+    // RFC 6455 §4.1: the handshake is a GET of HTTP/1.1 or later; a HEAD at `/` gets what
+    // a GET that is no upgrade gets, without the body.
+    let refusal = if !req.upgrade_websocket || req.method != http::Method::Get {
         Some(
             Response::json_error(426, "WebSocket upgrade required")
                 .with_header("Upgrade", "websocket"),
         )
+    } else if req.http10 {
+        Some(Response::json_error(
+            400,
+            "a WebSocket upgrade needs HTTP/1.1",
+        ))
     } else if req.ws_version != Some(b"13") {
         Some(
             Response::json_error(426, "unsupported WebSocket version")
                 .with_header("Sec-WebSocket-Version", "13"),
         )
-    } else if req.ws_key.is_none_or(|k| k.len() != 24) {
+    } else if !req.ws_key.is_some_and(ws::valid_key) {
         Some(Response::json_error(
             400,
             "missing or invalid Sec-WebSocket-Key",
@@ -39,7 +46,8 @@ pub fn upgrade<S>(
         None
     };
     if let Some(resp) = refusal {
-        response::write(&mut conn.out, &resp, ctx.date, false, true);
+        let head_only = req.method == http::Method::Head;
+        response::write(&mut conn.out, &resp, ctx.date, head_only, true);
         conn.begin_close(ctx.now, ctx.close_ms());
         return false;
     }

@@ -40,7 +40,8 @@ pub struct Request<'a> {
     pub close: bool,
     /// `Upgrade: websocket` with `Connection: upgrade`.
     pub upgrade_websocket: bool,
-    /// `Sec-WebSocket-Key`.
+    /// `Sec-WebSocket-Key` (empty when the header came more than once: RFC 6455 §11.3.1
+    /// allows one, so a repeated key is no valid key).
     pub ws_key: Option<&'a [u8]>,
     /// `Sec-WebSocket-Version`.
     pub ws_version: Option<&'a [u8]>,
@@ -60,6 +61,8 @@ pub struct Request<'a> {
     pub forwarded_for: Option<&'a [u8]>,
     /// The request body (`Content-Length` bytes).
     pub body: &'a [u8],
+    /// HTTP/1.0 (a WebSocket upgrade needs HTTP/1.1: RFC 6455 §4.1).
+    pub http10: bool,
 }
 
 /// Why a request head could not be accepted; each maps to one status code.
@@ -124,7 +127,7 @@ pub fn parse<'a>(
             return Ok(None);
         }
         Err(httparse::Error::TooManyHeaders) => return Err(HttpError::HeadTooLarge),
-        Err(httparse::Error::Version) => return Err(HttpError::Version),
+        Err(httparse::Error::Version) => return Err(version_error(buf)),
         Err(_) => return Err(HttpError::Malformed("bad request line or header")),
     };
     let method = match req.method.unwrap_or("") {
@@ -160,6 +163,7 @@ pub fn parse<'a>(
         authorization: None,
         forwarded_for: None,
         body: &[],
+        http10,
     };
     let mut content_length: Option<usize> = None;
     let mut conn_upgrade = false;
@@ -191,7 +195,7 @@ pub fn parse<'a>(
                 .split(|&b| b == b',')
                 .any(|t| trim(t).eq_ignore_ascii_case(b"websocket"));
         } else if name.eq_ignore_ascii_case("sec-websocket-key") {
-            out.ws_key = Some(trim(v));
+            out.ws_key = Some(if out.ws_key.is_some() { &[] } else { trim(v) });
         } else if name.eq_ignore_ascii_case("sec-websocket-version") {
             out.ws_version = Some(trim(v));
         } else if name.eq_ignore_ascii_case("sec-websocket-extensions") {
@@ -201,7 +205,8 @@ pub fn parse<'a>(
         } else if name.eq_ignore_ascii_case("if-none-match") {
             out.if_none_match = Some(trim(v));
         } else if name.eq_ignore_ascii_case("accept-encoding") {
-            out.accept_gzip = accepts_gzip(v);
+            // Several lines are one list (RFC 9110 §5.3).
+            out.accept_gzip |= accepts_gzip(v);
         } else if name.eq_ignore_ascii_case("authorization") {
             out.authorization = Some(trim(v));
         } else if name.eq_ignore_ascii_case("x-forwarded-for") {
@@ -221,6 +226,33 @@ pub fn parse<'a>(
     }
     out.body = &buf[head_len..total];
     Ok(Some((total, out)))
+}
+
+/// What `httparse`'s version error means: 505 only for a request line of three parts whose
+/// last is some `HTTP/x.y` (a version this server does not speak); anything else that ends
+/// the line where a version should be (a space inside the target, say) is malformed.
+fn version_error(buf: &[u8]) -> HttpError {
+    let line = buf
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(b"");
+    let mut parts = line.split(|&b| b == b' ');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(_), Some(v), None) if v.starts_with(b"HTTP/") => HttpError::Version,
+        _ => HttpError::Malformed("bad request line"),
+    }
+}
+
+/// Registry paths, below `/api/v1/`: the three listings and `logo/:size/:id` (the shapes
+/// `registry::Registry::respond` answers; anything else there is an unknown path).
+pub fn is_registry_path(rest: &str) -> bool {
+    match rest {
+        "wallets" | "dapps" | "all" => true,
+        _ => rest
+            .strip_prefix("logo/")
+            .and_then(|l| l.split_once('/'))
+            .is_some_and(|(_, id)| !id.contains('/')),
+    }
 }
 
 fn parse_decimal(v: &[u8]) -> Option<usize> {
@@ -246,12 +278,16 @@ fn trim(v: &[u8]) -> &[u8] {
     &v[start..end]
 }
 
-/// `Accept-Encoding` lists `gzip` (or `*`) with a non-zero quality.
+/// `Accept-Encoding` lists `gzip` (or `x-gzip`, RFC 9110 §8.4.1.3, or `*`) with a non-zero
+/// quality.
 fn accepts_gzip(v: &[u8]) -> bool {
     v.split(|&b| b == b',').any(|item| {
         let mut parts = item.split(|&b| b == b';');
         let coding = trim(parts.next().unwrap_or(b""));
-        if !(coding.eq_ignore_ascii_case(b"gzip") || coding == b"*") {
+        if !(coding.eq_ignore_ascii_case(b"gzip")
+            || coding.eq_ignore_ascii_case(b"x-gzip")
+            || coding == b"*")
+        {
             return false;
         }
         !parts.any(|p| {
@@ -295,18 +331,20 @@ pub fn route(method: Method, path: &str, echo: bool) -> Route {
         "/health" => ("GET, HEAD, OPTIONS", Route::Health),
         "/metrics" => ("GET, HEAD, OPTIONS", Route::Metrics),
         "/subscribe" => ("POST, OPTIONS", Route::Subscribe),
-        "/" => ("GET, OPTIONS", Route::Relay),
-        "/echo" if echo => ("GET, OPTIONS", Route::Echo),
-        p if p.starts_with("/api/v1/") => ("GET, HEAD, OPTIONS", Route::Registry),
+        "/" => ("GET, HEAD, OPTIONS", Route::Relay),
+        "/echo" if echo => ("GET, HEAD, OPTIONS", Route::Echo),
+        p if p.strip_prefix("/api/v1/").is_some_and(is_registry_path) => {
+            ("GET, HEAD, OPTIONS", Route::Registry)
+        }
         _ => return Route::NotFound,
     };
     match (method, r) {
         (Method::Options, _) => Route::Preflight(allow),
         (Method::Post, Route::Subscribe) => r,
         (_, Route::Subscribe) => Route::MethodNotAllowed(allow),
-        (Method::Get, _) => r,
-        (Method::Head, Route::Relay | Route::Echo) => Route::MethodNotAllowed(allow),
-        (Method::Head, _) => r,
+        // HEAD works wherever GET does (DECISIONS §1): at `/` it gets GET's answer to a
+        // request that is no upgrade (426), without the body.
+        (Method::Get | Method::Head, _) => r,
         _ => Route::MethodNotAllowed(allow),
     }
 }
@@ -427,5 +465,79 @@ mod tests {
             Route::Preflight("GET, HEAD, OPTIONS")
         );
         assert_eq!(route(Method::Get, "/nope", false), Route::NotFound);
+        assert_eq!(route(Method::Head, "/", false), Route::Relay);
+        assert_eq!(
+            route(Method::Post, "/", false),
+            Route::MethodNotAllowed("GET, HEAD, OPTIONS")
+        );
+    }
+
+    #[test]
+    fn unknown_registry_paths_are_not_found_whatever_the_method() {
+        for m in [
+            Method::Get,
+            Method::Head,
+            Method::Post,
+            Method::Options,
+            Method::Other,
+        ] {
+            for p in [
+                "/api/v1/nope",
+                "/api/v1/",
+                "/api/v1/wallets/",
+                "/api/v1/logo/sm",
+                "/api/v1/logo/sm/a/b",
+                "/api/v1/anything/deep",
+            ] {
+                assert_eq!(route(m, p, false), Route::NotFound, "{m:?} {p}");
+            }
+        }
+        for p in [
+            "/api/v1/wallets",
+            "/api/v1/dapps",
+            "/api/v1/all",
+            "/api/v1/logo/xl/x",
+        ] {
+            assert_eq!(route(Method::Get, p, false), Route::Registry, "{p}");
+            assert_eq!(
+                route(Method::Post, p, false),
+                Route::MethodNotAllowed("GET, HEAD, OPTIONS")
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_foreign_version_is_505() {
+        let e = |b: &[u8]| parse(b, &limits()).err();
+        assert_eq!(e(b"GET / HTTP/2.0\r\n\r\n"), Some(HttpError::Version));
+        assert_eq!(
+            e(b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Some(HttpError::Malformed("bad request line"))
+        );
+    }
+
+    #[test]
+    fn accept_encoding_lines_are_one_list() {
+        let gz = |h: &[u8]| {
+            let mut r = b"GET / HTTP/1.1\r\n".to_vec();
+            r.extend_from_slice(h);
+            r.extend_from_slice(b"\r\n");
+            parse(&r, &limits()).unwrap().unwrap().1.accept_gzip
+        };
+        assert!(gz(b"Accept-Encoding: gzip\r\nAccept-Encoding: br\r\n"));
+        assert!(gz(b"Accept-Encoding: br\r\nAccept-Encoding: gzip\r\n"));
+        assert!(gz(b"Accept-Encoding: x-gzip\r\n"));
+        assert!(!gz(b"Accept-Encoding: br\r\nAccept-Encoding: gzip;q=0\r\n"));
+    }
+
+    #[test]
+    fn a_repeated_websocket_key_is_empty() {
+        let (_, r) = parse(
+            b"GET / HTTP/1.1\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            &limits(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.ws_key, Some(&b""[..]));
     }
 }

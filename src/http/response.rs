@@ -171,6 +171,8 @@ pub fn reason(status: u16) -> &'static str {
         204 => "No Content",
         304 => "Not Modified",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -268,6 +270,18 @@ pub fn http_date(t: std::time::SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_status_sent_has_its_reason_phrase() {
+        for status in [
+            101, 200, 204, 304, 400, 401, 403, 404, 405, 408, 411, 413, 426, 429, 431, 500, 501,
+            503, 505,
+        ] {
+            assert_ne!(reason(status), "Unknown", "{status}");
+        }
+        assert_eq!(reason(401), "Unauthorized");
+        assert_eq!(reason(403), "Forbidden");
+    }
 
     #[test]
     fn formats_http_dates() {

@@ -496,13 +496,15 @@ impl Registry {
                 "unknown registry path; logos are at /api/v1/logo/:size/:id",
             );
         }
-        if !SIZES.contains(&size) {
-            return error(400, "parameter \"size\" must be one of sm, md, lg");
-        }
+        // Both parts percent-decoded alike (`%73m` is `sm`).
+        let size = match percent_decode_path(size) {
+            Some(s) if SIZES.contains(&s.as_ref()) => s,
+            _ => return error(400, "parameter \"size\" must be one of sm, md, lg"),
+        };
         let id = percent_decode_path(id);
         match id {
             Some(id) if self.core.ids.contains(id.as_ref()) => {
-                let body = logo_url(&self.core.image_base, size, &id);
+                let body = logo_url(&self.core.image_base, &size, &id);
                 let mut h = TagHasher::new(self.core.digest);
                 h.bytes(body.as_bytes());
                 let tag = etag::Tag::new(h.finish(), false);

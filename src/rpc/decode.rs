@@ -42,7 +42,7 @@ pub fn decode_general<'a>(
     buf: &'a mut [u8],
     scratch: &mut simd_json::Buffers,
 ) -> Result<Incoming<'a>, ParseError> {
-    if nesting_too_deep(buf) {
+    if nesting_too_deep(buf) || lone_surrogate(buf) {
         return Err(ParseError);
     }
     let top: Top<'_> =
@@ -93,6 +93,41 @@ fn classify_top(top: Top<'_>) -> Incoming<'_> {
         )),
         Top::Many(v) => Incoming::Batch(v.into_iter().map(classify).collect()),
     }
+}
+
+/// Whether a `\u` escape names half of a surrogate pair without the other half right
+/// after it. Such a string is no Unicode text; `simd-json` would write it as nothing or as
+/// U+0000 rather than refuse it (`serde_json` refuses it), so the message is refused here,
+/// as a parse error, before it can change a topic or a message. Escapes appear only inside
+/// strings in valid JSON; a backslash anywhere else is a parse error either way.
+fn lone_surrogate(buf: &[u8]) -> bool {
+    fn hex4(b: Option<&[u8]>) -> Option<u32> {
+        let s = std::str::from_utf8(b?).ok()?;
+        u32::from_str_radix(s, 16)
+            .ok()
+            .filter(|_| s.len() == 4 && !s.starts_with('+'))
+    }
+    let mut i = 0;
+    while let Some(off) = buf.get(i..).and_then(|r| memchr::memchr(b'\\', r)) {
+        let at = i + off;
+        i = at + 2;
+        if buf.get(at + 1) != Some(&b'u') {
+            continue;
+        }
+        match hex4(buf.get(at + 2..at + 6)) {
+            Some(0xD800..=0xDBFF) => {
+                let low = buf.get(at + 6..at + 8) == Some(&b"\\u"[..])
+                    && matches!(hex4(buf.get(at + 8..at + 12)), Some(0xDC00..=0xDFFF));
+                if !low {
+                    return true;
+                }
+                i = at + 12;
+            }
+            Some(0xDC00..=0xDFFF) => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Scans for nesting deeper than [`MAX_DEPTH`] outside strings, so no parser recursion can
@@ -169,7 +204,15 @@ fn classify_in_place<'a>(e: &mut Envelope<'a>, plain: Plain) -> Item<'a> {
         }
     };
     let method = match e.method.take() {
-        None => return Item::Ack,
+        // A response from the client (an acknowledgement) is consumed; an object that is
+        // neither a request nor a response nor a v1 frame is an invalid request (§8).
+        None if e.response => return Item::Ack,
+        None => {
+            return Item::Invalid(
+                id.unwrap_or(Id::Null),
+                invalid_request("Invalid request: no \"method\", and no \"result\" or \"error\""),
+            )
+        }
         Some(Loose::Str(m)) => m,
         Some(_) => {
             let id = id.unwrap_or(Id::Null);
@@ -195,6 +238,62 @@ fn classify_in_place<'a>(e: &mut Envelope<'a>, plain: Plain) -> Item<'a> {
 mod tests {
     use super::super::one;
     use super::*;
+
+    #[test]
+    fn half_a_surrogate_pair_is_a_parse_error() {
+        let parse = |s: &str| {
+            let mut b = s.as_bytes().to_vec();
+            decode(&mut b, &mut simd_json::Buffers::default()).is_ok()
+        };
+        let publish = |topic: &str| {
+            format!(
+                r#"{{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{{"topic":"{topic}","message":"m","ttl":60}}}}"#
+            )
+        };
+        for bad in [
+            r"a\udbff",
+            r"a\ud800x",
+            r"\udc00",
+            r"\ud800\u0041",
+            r"\ud800\ud800",
+            r"\ud83d\",
+        ] {
+            assert!(!parse(&publish(bad)), "{bad}");
+            assert!(lone_surrogate(publish(bad).as_bytes()), "{bad}");
+        }
+        for good in [
+            r"\ud83d\ude00",
+            r"\\ud800",
+            r"\u00e9",
+            r"\uD83D\uDE00",
+            r"\\\\",
+        ] {
+            assert!(parse(&publish(good)), "{good}");
+        }
+        // An id: refused too (it was echoed as U+0000), where serde_json refuses it.
+        let id =
+            r#"{"id":"\ud800","jsonrpc":"2.0","method":"waku_subscribe","params":{"topic":"a"}}"#;
+        assert!(!parse(id));
+        assert!(serde_json::from_str::<serde_json::Value>(id).is_err());
+    }
+
+    #[test]
+    fn integers_past_64_bits_are_numbers_not_parse_errors() {
+        let item = |s: &str| {
+            let mut b = s.as_bytes().to_vec();
+            let ok = match decode(&mut b, &mut simd_json::Buffers::default()) {
+                Ok(Incoming::Single(Item::Call(c))) => c.method == "waku_publish",
+                _ => false,
+            };
+            ok
+        };
+        assert!(item(
+            r#"{"id":1,"jsonrpc":"2.0","method":"waku_publish","params":{"topic":"a","message":"m","ttl":60,"x":123456789012345678901234}}"#
+        ));
+        assert!(item(
+            r#"{"id":18446744073709551616,"jsonrpc":"2.0","method":"waku_publish","params":{"topic":"a","message":"m","ttl":123456789012345678901234}}"#
+        ));
+    }
 
     #[test]
     fn classifies_acks_and_invalid_requests() {

@@ -125,9 +125,15 @@ mod tests {
         ] {
             assert_eq!(f(bad), Err(-32600), "{bad}");
         }
-        // With `jsonrpc`, an object without `method` is a JSON-RPC response (consumed).
+        // With `jsonrpc` it is no v1 frame, and without `method`, `result` or `error` no
+        // JSON-RPC request or response either: -32600 (DECISIONS §8). With a `result` it
+        // is a response, consumed.
         assert!(matches!(
             one(r#"{"jsonrpc":"2.0","topic":"t","type":"sub","payload":""}"#),
+            Item::Invalid(_, e) if e.code == -32600
+        ));
+        assert!(matches!(
+            one(r#"{"jsonrpc":"2.0","topic":"t","type":"sub","payload":"","result":true}"#),
             Item::Ack
         ));
     }

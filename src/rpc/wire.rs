@@ -105,6 +105,9 @@ pub(super) struct Envelope<'a> {
     pub(super) v1: Option<Box<V1Members<'a>>>,
     /// False when the element is not a JSON object at all.
     pub(super) is_object: bool,
+    /// The object has a `result` or an `error` member: a response from the client (an
+    /// acknowledgement) when it has no `method` (DECISIONS §3, §8).
+    pub(super) response: bool,
 }
 
 /// The top-level members of a WalletConnect 1.0 frame.
@@ -180,6 +183,7 @@ impl Envelope<'_> {
     pub(super) fn not_object() -> Self {
         Envelope {
             is_object: false,
+            response: false,
             ..Envelope::object()
         }
     }
@@ -192,6 +196,7 @@ impl Envelope<'_> {
             params: None,
             v1: None,
             is_object: true,
+            response: false,
         }
     }
 }
@@ -240,6 +245,9 @@ pub(super) enum Slot<'s, 'a> {
     List(&'s mut Option<List<'a>>),
     /// An unknown member: its value is checked to be JSON and dropped.
     Ignore,
+    /// A member whose presence is all that counts: its value is checked to be JSON and
+    /// dropped, and the flag set.
+    Mark(&'s mut bool),
 }
 
 impl<'a> Envelope<'a> {
@@ -254,6 +262,7 @@ impl<'a> Envelope<'a> {
             "type" => Slot::Loose(&mut self.v1_mut().kind),
             "payload" => Slot::Loose(&mut self.v1_mut().payload),
             "silent" => Slot::Loose(&mut self.v1_mut().silent),
+            "result" | "error" => Slot::Mark(&mut self.response),
             _ => Slot::Ignore,
         }
     }
@@ -303,6 +312,10 @@ fn fill<'de, A: MapAccess<'de>>(map: &mut A, slot: Slot<'_, 'de>) -> Result<(), 
         Slot::List(s) => *s = Some(map.next_value()?),
         Slot::Ignore => {
             map.next_value::<IgnoredAny>()?;
+        }
+        Slot::Mark(flag) => {
+            map.next_value::<IgnoredAny>()?;
+            *flag = true;
         }
     }
     Ok(())

@@ -352,6 +352,16 @@ pub fn check_close_payload(p: &[u8]) -> Result<u16, WsError> {
     }
 }
 
+/// A `Sec-WebSocket-Key` as RFC 6455 §4.1 has it: 16 bytes in base64, that is 22
+/// characters of the base64 alphabet and `==`.
+pub fn valid_key(key: &[u8]) -> bool {
+    key.len() == 24
+        && key.ends_with(b"==")
+        && key[..22]
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+}
+
 /// The `Sec-WebSocket-Accept` value for a client key.
 pub fn accept_key(key: &[u8]) -> String {
     tungstenite::handshake::derive_accept_key(key)
@@ -495,6 +505,22 @@ mod tests {
             check_close_payload(&[0x03, 0xE8, 0xFF]),
             Err(WsError::InvalidUtf8)
         );
+    }
+
+    #[test]
+    fn only_sixteen_bytes_in_base64_are_a_key() {
+        assert!(valid_key(b"dGhlIHNhbXBsZSBub25jZQ=="));
+        assert!(valid_key(b"AAAAAAAAAAAAAAAAAAAA+/=="));
+        for bad in [
+            &b"!!!!!!!!!!!!!!!!!!!!!!=="[..],
+            b"dGhlIHNhbXBsZSBub25jZQ=",
+            b"dGhlIHNhbXBsZSBub25jZQAA",
+            b"dGhlIHNhbXBsZSBub25jZQ==A",
+            b"dGhlIHNhbXBsZSBub25jZ===",
+            b"",
+        ] {
+            assert!(!valid_key(bad), "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ const MAX_DIGITS: usize = 19;
 /// The acknowledgement a client sends for every push, byte for byte as the SDK (and
 /// loadtest) write it: `{"id":N,"jsonrpc":"2.0","result":true}`, `N` an integer of 1 to
 /// [`MAX_DIGITS`] digits without a leading zero. It is `Item::Ack` for the general parser
-/// too (an object with an id and no method); recognised here by two comparisons and a digit
+/// too (an object with a `result` and no method); recognised here by two comparisons and a digit
 /// check, without the member-by-member scan and the model ([`parse`] takes any other
 /// acknowledgement). At saturation there is one per delivery.
 pub(super) fn is_ack(buf: &[u8]) -> bool {
@@ -228,6 +228,10 @@ impl<'a> Scan<'a> {
             Slot::Params(v) => self.params(v, depth)?,
             Slot::List(v) => *v = Some(self.list(depth)?),
             Slot::Ignore => self.skip(depth)?,
+            Slot::Mark(flag) => {
+                self.skip(depth)?;
+                *flag = true;
+            }
         }
         Some(())
     }

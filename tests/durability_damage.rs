@@ -118,3 +118,38 @@ fn a_damaged_record_is_skipped_logged_and_counted_and_the_others_are_served() {
     assert_eq!(history(&node, &topic, "marker"), want);
     node.assert_serving("a damaged record");
 }
+
+#[test]
+fn entries_with_a_segments_name_that_are_no_regular_file_are_ignored_and_never_reused() {
+    let dir = TempDir::new("strangers");
+    let (topic, messages) = stopped_with_messages(&dir, 5);
+    // A FIFO (an `open` for reading would wait for a writer forever), a directory and a
+    // dangling link, each named like a segment past the one written.
+    let fifo = dir.path().join("w0-00000000000000f0.log");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    std::fs::create_dir(dir.path().join("w0-00000000000000f1.log")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent", dir.path().join("w0-00000000000000f2.log")).unwrap();
+
+    let node = Node::start(&dir, &["--threads", "1"]);
+    node.wait_log("has a segment's name but is no regular file; ignored");
+    let (n, _, line) = node.recovered();
+    assert_eq!(n, 5, "{line}");
+    assert_eq!(node.metric("walletrelay_store_foreign_files"), 3.0);
+    assert_eq!(history(&node, &topic, "marker-1"), messages);
+    // New segments are numbered past every such name: the publishes above were stored.
+    assert!(node.sigterm().success());
+    let node = Node::start(&dir, &["--threads", "1"]);
+    let (n, _, line) = node.recovered();
+    assert_eq!(n, 6, "the five and the first marker: {line}");
+    let mut want = messages.clone();
+    want.push("marker-1".to_string());
+    assert_eq!(history(&node, &topic, "marker-2"), want);
+    node.assert_serving("strangers in the data directory");
+    for p in ["w0-00000000000000f0.log", "w0-00000000000000f1.log"] {
+        assert!(dir.path().join(p).exists(), "{p} was removed");
+    }
+}

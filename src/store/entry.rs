@@ -362,7 +362,7 @@ impl<'a> Entry<'a> {
                     expires_unix_ms,
                     prompt: flags & 1 != 0,
                     body: kind == MESSAGE_BODY,
-                    data: r.take(n)?,
+                    data: utf8_data(r.take(n)?)?,
                 }
             }
             BODY => {
@@ -372,7 +372,7 @@ impl<'a> Entry<'a> {
                 }
                 let (epoch, seq, expires_unix_ms) = (r.var()?, r.var()?, r.var()?);
                 let n = usize::try_from(r.var()?).map_err(|_| EntryError::TopicNotInBody)?;
-                let data = r.take(r.buf.len())?;
+                let data = utf8_data(r.take(r.buf.len())?)?;
                 Entry::Body {
                     topic: topic_of_body(data, n)?,
                     epoch,
@@ -408,6 +408,14 @@ impl<'a> Entry<'a> {
         }
         Ok(e)
     }
+}
+
+/// A message's stored bytes, which are UTF-8 text (JSON, or a v1 frame's JSON) whatever
+/// the kind: anything else never came from this server, and replayed it would reach a
+/// client as a text frame that is no text (closed 1007).
+fn utf8_data(b: &[u8]) -> Result<&[u8], EntryError> {
+    simdutf8::basic::from_utf8(b).map_err(|_| EntryError::NotUtf8("data"))?;
+    Ok(b)
 }
 
 /// A cursor over the bytes still to decode.

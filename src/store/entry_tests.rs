@@ -88,6 +88,35 @@ fn malformed_fields_have_typed_errors() {
         Entry::decode(&[3, 1, 0, 0xFF, 0, 0]),
         Err(EntryError::NotUtf8("topic"))
     );
+    // A message's data is text: bytes that are not UTF-8 never came from this server.
+    for bad in [&b"\xff"[..], b"ok\xc3", b"\xed\xa0\x80"] {
+        let e = Entry::Message {
+            ns: Ns::V2,
+            topic: "t",
+            epoch: 1,
+            seq: 2,
+            expires_unix_ms: 3,
+            prompt: false,
+            body: true,
+            data: bad,
+        };
+        let mut buf = Vec::new();
+        e.encode(&mut buf).unwrap();
+        assert_eq!(Entry::decode(&buf), Err(EntryError::NotUtf8("data")));
+        let mut data = br#"{"topic":"t","message":"m"}"#.to_vec();
+        data.extend_from_slice(bad);
+        let e = Entry::Body {
+            topic: "t",
+            epoch: 1,
+            seq: 2,
+            expires_unix_ms: 3,
+            prompt: false,
+            data: &data,
+        };
+        let mut buf = Vec::new();
+        e.encode(&mut buf).unwrap();
+        assert_eq!(Entry::decode(&buf), Err(EntryError::NotUtf8("data")));
+    }
     let long = "x".repeat(70_000);
     let mut out = vec![7];
     let e = Entry::WebhookAdd {
@@ -185,9 +214,9 @@ proptest! {
     #[test]
     fn messages_round_trip(v1 in any::<bool>(), topic in ".{0,40}", epoch in any::<u64>(),
                            seq in any::<u64>(), exp in any::<u64>(), prompt in any::<bool>(), body in any::<bool>(),
-                           data in proptest::collection::vec(any::<u8>(), 0..100)) {
+                           data in ".{0,100}") {
         let e = Entry::Message { ns: if v1 { Ns::V1 } else { Ns::V2 }, topic: &topic, epoch,
-                                 seq, expires_unix_ms: exp, prompt, body, data: &data };
+                                 seq, expires_unix_ms: exp, prompt, body, data: data.as_bytes() };
         let mut buf = Vec::new();
         e.encode(&mut buf).unwrap();
         prop_assert_eq!(Entry::decode(&buf), Ok(e));

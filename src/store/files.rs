@@ -53,7 +53,7 @@ pub const FILE_MAGIC: &[u8; 16] = b"walletrelay-log1";
 /// The size of a segment file, or `None` when it does not start with [`FILE_MAGIC`] (not
 /// ours: never counted, so never deleted).
 pub(crate) fn own_segment_size(path: &Path) -> Result<Option<u64>, StoreError> {
-    let mut f = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+    let mut f = open_read(path).map_err(|e| StoreError::io("open", path, e))?;
     let size = f
         .metadata()
         .map_err(|e| StoreError::io("stat", path, e))?
@@ -66,9 +66,20 @@ pub(crate) fn own_segment_size(path: &Path) -> Result<Option<u64>, StoreError> {
     Ok((head[..] == FILE_MAGIC[..head.len()]).then_some(size))
 }
 
-/// The segment files in `dir`, as (owner, id, path), sorted by owner then id. Other files
-/// are left out (`recover` warns about them).
-pub fn list_segments(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf)>, StoreError> {
+/// Opens a file for reading without ever blocking in `open`: a FIFO given a segment's
+/// name would otherwise wait for a writer forever, at start, before the server answers
+/// anything. (`O_NONBLOCK` changes nothing for a regular file.)
+pub(crate) fn open_read(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Every entry of `dir` named like a segment, as (owner, id, path, is a regular file),
+/// sorted by owner then id. A symlink counts as what it points to (nothing, when dangling).
+pub fn segment_names(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf, bool)>, StoreError> {
     let mut out = Vec::new();
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
@@ -79,11 +90,25 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf)>, St
         let ent = ent.map_err(|e| StoreError::io("list", dir, e))?;
         let name = ent.file_name();
         if let Some((owner, id)) = name.to_str().and_then(parse_segment_name) {
-            out.push((owner.to_string(), id, ent.path()));
+            let path = ent.path();
+            let regular = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
+            out.push((owner.to_string(), id, path, regular));
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// The segment files in `dir`, as (owner, id, path), sorted by owner then id: regular files
+/// only. Other files, and entries with a segment's name that are no regular file (a
+/// directory, a FIFO, a dangling link), are left out (`recover` warns about them; nothing
+/// reads or deletes them, and new segments are numbered past them).
+pub fn list_segments(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf)>, StoreError> {
+    Ok(segment_names(dir)?
+        .into_iter()
+        .filter(|s| s.3)
+        .map(|(o, id, p, _)| (o, id, p))
+        .collect())
 }
 
 /// `fsync` of a directory (new or deleted entries become durable).

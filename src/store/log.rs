@@ -120,9 +120,10 @@ impl Log {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
         let mut segments = BTreeMap::new();
         let mut max_id = 0;
-        for (o, id, path) in files::list_segments(dir)? {
+        for (o, id, path, regular) in files::segment_names(dir)? {
+            // Past every name, a regular file or not: `create_new` must never meet one.
             max_id = max_id.max(id);
-            if o == owner {
+            if o == owner && regular {
                 if let Some(size) = own_segment_size(&path)? {
                     segments.insert(id, SegInfo { size, live: 0 });
                 }

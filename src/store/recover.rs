@@ -11,13 +11,13 @@
 //! Owns reading and cutting torn tails; must not decide what a record means or whether it
 //! is still live (the caller does, with `Entry::decode` and its clock).
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 
 use super::files::{
-    known_file, list_segments, parse_segment_name, segment_name, sync_dir, FILE_MAGIC,
+    known_file, list_segments, open_read, parse_segment_name, segment_name, sync_dir, FILE_MAGIC,
 };
 use super::record;
 use super::types::{Loc, SegmentId, StoreError};
@@ -63,7 +63,7 @@ where
     for (owner, id, path) in &segments {
         let (owner, id) = (owner.as_str(), *id);
         buf.clear();
-        let mut f = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+        let mut f = open_read(path).map_err(|e| StoreError::io("open", path, e))?;
         let size = f
             .metadata()
             .map_err(|e| StoreError::io("stat", path, e))?
@@ -157,7 +157,8 @@ fn cut(path: &Path, at: usize, bytes: usize) -> Result<(), StoreError> {
         .map_err(|e| StoreError::io("truncate", path, e))
 }
 
-/// Counts and warns about the files of `dir` that are neither segments nor known files.
+/// Counts and warns about the files of `dir` that are neither segments nor known files, and
+/// about entries with a segment's name that are no regular file (ignored, never opened).
 fn warn_foreign(dir: &Path, stats: &mut RecoveryStats) -> Result<(), StoreError> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
@@ -167,7 +168,15 @@ fn warn_foreign(dir: &Path, stats: &mut RecoveryStats) -> Result<(), StoreError>
     for ent in rd.flatten() {
         let name = ent.file_name();
         let name = name.to_string_lossy();
-        if !known_file(&name) && parse_segment_name(&name).is_none() {
+        if parse_segment_name(&name).is_some() {
+            if !std::fs::metadata(ent.path()).is_ok_and(|m| m.is_file()) {
+                log::warn!(
+                    "store: {} has a segment's name but is no regular file; ignored",
+                    ent.path().display()
+                );
+                stats.foreign_files += 1;
+            }
+        } else if !known_file(&name) {
             log::warn!("store: {} is not ours; ignored", ent.path().display());
             stats.foreign_files += 1;
         }

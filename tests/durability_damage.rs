@@ -153,3 +153,40 @@ fn entries_with_a_segments_name_that_are_no_regular_file_are_ignored_and_never_r
         assert!(dir.path().join(p).exists(), "{p} was removed");
     }
 }
+
+#[test]
+fn a_whole_record_that_does_not_decode_is_counted_and_not_replayed() {
+    use walletrelay::store::entry::{Entry, Ns};
+    use walletrelay::store::record;
+    let dir = TempDir::new("undecodable");
+    let (topic, messages) = stopped_with_messages(&dir, 5);
+    // A record whose checksum holds but whose message is not UTF-8: never written by this
+    // server (a forgery, or a bug), and replayed it would be a text frame that is no text.
+    let forged = Entry::Message {
+        ns: Ns::V2,
+        topic: &topic,
+        epoch: 1,
+        seq: 1_000,
+        expires_unix_ms: u64::MAX / 2,
+        prompt: false,
+        body: true,
+        data: b"{\"topic\":\"x\",\"message\":\"\xff\"}",
+    };
+    let mut payload = Vec::new();
+    forged.encode(&mut payload).unwrap();
+    let mut rec = Vec::new();
+    record::encode(&payload, &mut rec).unwrap();
+    let seg = only_segment(&dir);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
+    f.write_all(&rec).unwrap();
+    drop(f);
+
+    let node = Node::start(&dir, &["--threads", "1"]);
+    let (n, _, line) = node.recovered();
+    assert_eq!(n, 5, "{line}");
+    assert!(line.contains("1 undecodable"), "{line}");
+    assert_eq!(node.metric("walletrelay_store_undecodable_records"), 1.0);
+    assert_eq!(node.metric("walletrelay_store_skipped_records"), 0.0);
+    assert_eq!(history(&node, &topic, "marker"), messages);
+    node.assert_serving("an undecodable record");
+}

@@ -112,7 +112,7 @@ pub fn render(out: &mut String, logs: &[(&str, &StoreMetrics)], recovered: &Reco
         }
     }
     render_histograms(out, logs);
-    let once: [(&str, &str, u64); 6] = [
+    let once: [(&str, &str, u64); 7] = [
         (
             "recovered_records",
             "Records read back at start",
@@ -137,6 +137,11 @@ pub fn render(out: &mut String, logs: &[(&str, &StoreMetrics)], recovered: &Reco
             "foreign_files",
             "Files in the data directory that are not ours",
             recovered.foreign_files,
+        ),
+        (
+            "undecodable_records",
+            "Whole records at start whose entry did not decode (not replayed)",
+            recovered.undecodable_records,
         ),
         (
             "recovery_ms",

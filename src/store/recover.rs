@@ -43,6 +43,9 @@ pub struct RecoveryStats {
     pub truncated_bytes: u64,
     /// Files ignored as not ours.
     pub foreign_files: u64,
+    /// Whole records (their checksum held) whose entry did not decode, so not replayed.
+    /// Set by the caller, which decodes the entries; [`recover`] leaves it 0.
+    pub undecodable_records: u64,
     /// The highest segment id seen.
     pub max_segment: SegmentId,
     /// Milliseconds the whole read took.

@@ -276,9 +276,10 @@ pub fn recover(
 ) -> Result<Durable, BuildError> {
     let ReadBack {
         found,
-        stats,
+        mut stats,
         started,
     } = back;
+    stats.undecodable_records = found.undecodable;
     let n = workers.len();
     let rewrite = found.misplaced > 0;
     let (mut messages, mut webhooks) = (0usize, 0usize);

@@ -77,6 +77,11 @@ pub(crate) fn open_read(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Whether `path` is a regular file, following a symlink (a dangling one is not).
+pub(crate) fn is_regular(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
 /// Every entry of `dir` named like a segment, as (owner, id, path, is a regular file),
 /// sorted by owner then id. A symlink counts as what it points to (nothing, when dangling).
 pub fn segment_names(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf, bool)>, StoreError> {
@@ -91,7 +96,7 @@ pub fn segment_names(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf, bool
         let name = ent.file_name();
         if let Some((owner, id)) = name.to_str().and_then(parse_segment_name) {
             let path = ent.path();
-            let regular = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
+            let regular = is_regular(&path);
             out.push((owner.to_string(), id, path, regular));
         }
     }
@@ -106,8 +111,8 @@ pub fn segment_names(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf, bool
 pub fn list_segments(dir: &Path) -> Result<Vec<(String, SegmentId, PathBuf)>, StoreError> {
     Ok(segment_names(dir)?
         .into_iter()
-        .filter(|s| s.3)
-        .map(|(o, id, p, _)| (o, id, p))
+        .filter(|(.., regular)| *regular)
+        .map(|(owner, id, path, _)| (owner, id, path))
         .collect())
 }
 

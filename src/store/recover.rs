@@ -17,7 +17,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::files::{
-    known_file, list_segments, open_read, parse_segment_name, segment_name, sync_dir, FILE_MAGIC,
+    is_regular, known_file, list_segments, open_read, parse_segment_name, segment_name, sync_dir,
+    FILE_MAGIC,
 };
 use super::record;
 use super::types::{Loc, SegmentId, StoreError};
@@ -172,7 +173,7 @@ fn warn_foreign(dir: &Path, stats: &mut RecoveryStats) -> Result<(), StoreError>
         let name = ent.file_name();
         let name = name.to_string_lossy();
         if parse_segment_name(&name).is_some() {
-            if !std::fs::metadata(ent.path()).is_ok_and(|m| m.is_file()) {
+            if !is_regular(&ent.path()) {
                 log::warn!(
                     "store: {} has a segment's name but is no regular file; ignored",
                     ent.path().display()

@@ -117,9 +117,9 @@ fn the_cap_evicts_the_oldest_and_keeps_dedup_state_bounded() {
     let h = n.read("t", 0, 0).unwrap();
     assert_eq!(seqs(&h), [4, 5, 6, 7, 8]);
     let mut c = r.conn();
-    // The meta hash holds e, s, f, x and one dedup field per cached message.
+    // The meta hash holds e, s, f, x, r and one dedup field per cached message.
     let dedup: usize = redis::cmd("HLEN").arg("wr:2:m:t").query(&mut c).unwrap();
-    assert_eq!(dedup, 4 + 5);
+    assert_eq!(dedup, 5 + 5);
     // An evicted message is new again; a cached one is still a duplicate.
     assert_eq!(stored(n.publish("t", "m1", MIN)).1, 9);
     assert!(matches!(
@@ -367,4 +367,58 @@ fn big_messages_travel_whole_in_bounded_rounds() {
         seqs(&n.read("big", h.epoch, h.scanned_to).unwrap()),
         [4, 5, 6]
     );
+}
+
+/// After a failover the new primary may lack the last writes of the old one, whose
+/// positions subscribers may already have seen live: a topic written under another
+/// replication id jumps its seq (2^20) once, so no position is given to two messages, and
+/// the cap still keeps exactly the newest messages across the jump.
+#[test]
+fn a_new_replication_id_moves_positions_past_any_the_old_primary_gave() {
+    const JUMP: u64 = 1 << 20;
+    let r = RedisServer::start();
+    let mut cfg = common::redis::test_config(&[r.url()]);
+    cfg.max_cached_per_topic = 5;
+    let (e, _, _) = {
+        let n = Node::try_start(cfg.clone()).unwrap();
+        for i in 1..=3 {
+            stored(n.publish("t", &format!("m{i}"), MIN));
+        }
+        stored(n.publish("t", "m4", MIN))
+    };
+    // What a promoted replica looks like to the node: a new replication id.
+    let _: () = redis::cmd("DEBUG")
+        .arg("CHANGE-REPL-ID")
+        .query(&mut r.conn())
+        .unwrap();
+    let n = Node::try_start(cfg).unwrap();
+    let (e2, s, _) = stored(n.publish("t", "m5", MIN));
+    assert_eq!((e2, s), (e, 4 + JUMP + 1), "same epoch, seq past the jump");
+    assert_eq!(
+        stored(n.publish("t", "m6", MIN)).1,
+        4 + JUMP + 2,
+        "one jump only"
+    );
+    let h = n.read("t", e, 4).unwrap();
+    assert_eq!(
+        seqs(&h),
+        [4 + JUMP + 1, 4 + JUMP + 2],
+        "a reader at 4 finds the rest"
+    );
+    for i in 7..=9 {
+        stored(n.publish("t", &format!("m{i}"), MIN));
+    }
+    let all = n.read("t", 0, 0).unwrap();
+    let want: Vec<u64> = (1..=5).map(|k| 4 + JUMP + k).collect();
+    assert_eq!(
+        seqs(&all),
+        want,
+        "the cap keeps the newest 5 across the jump"
+    );
+    let msgs: Vec<String> = all
+        .messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(m.body.beta_bytes()).into_owned())
+        .collect();
+    assert!(msgs[0].contains("m5") && msgs[4].contains("m9"), "{msgs:?}");
 }

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Receiver;
 
-use super::ring::ShardAddr;
+use super::addr::ShardAddr;
+use super::primary::Reach;
 use super::stats::ShardStats;
 use super::types::{ClusterConfig, EventSink, PublishReq};
 use super::v1::V1PublishReq;
@@ -54,6 +55,9 @@ pub(crate) enum Command {
     },
     /// The node's liveness refresh (the heartbeat; no answer).
     Alive,
+    /// `ROLE`: how many replicas the primary has now, for the automatic `WAIT` (sent with
+    /// the heartbeat; no answer).
+    Role,
 }
 
 impl Command {
@@ -67,7 +71,7 @@ impl Command {
             }
             Command::V1Publish { req, .. } => req.frame.len() + 3 * req.topic.len() + 192,
             Command::V1Sub { topic, .. } => 2 * topic.len() + 96,
-            Command::Alive => 64,
+            Command::Alive | Command::Role => 64,
         }
     }
 }
@@ -111,4 +115,30 @@ pub(crate) struct ShardCtx {
     /// subscriber then sends `Resync` for every live topic, so reads that failed meanwhile
     /// are made again. Capacity 1; the subscriber's writer holds the receiver.
     pub commands_back: (crossbeam_channel::Sender<()>, Receiver<()>),
+    /// TLS settings when the shard is `rediss`.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl ShardCtx {
+    /// The longest wait between two reconnects: `backoff_max`, but at most 250 ms on a
+    /// shard that fails over, where the next try is a question to the Sentinels (cheap) and
+    /// every moment spent waiting after the new primary is up refuses publishes.
+    pub(crate) fn backoff_max(&self) -> std::time::Duration {
+        match self.addr.fails_over() {
+            true => self
+                .cfg
+                .backoff_max
+                .min(std::time::Duration::from_millis(250)),
+            false => self.cfg.backoff_max,
+        }
+    }
+
+    /// How to reach the shard's servers.
+    pub(crate) fn reach(&self) -> Reach<'_> {
+        Reach {
+            addr: &self.addr,
+            cfg: &self.cfg,
+            tls: self.tls.as_ref(),
+        }
+    }
 }

@@ -29,16 +29,21 @@
 //! different threads, in no set order. Deliver to local subscribers from `Live`/`History`
 //! only (never straight from the publish), so every node delivers in the store's order.
 
+pub mod addr;
 mod command;
 mod handle;
+mod link;
+mod primary;
 mod pubsub;
 mod reply;
 pub mod ring;
 mod routes;
 pub mod script;
+mod setup;
 mod shard;
 mod stats;
 mod subconn;
+pub mod tls;
 mod types;
 pub mod v1;
 
@@ -48,13 +53,14 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
+pub use addr::{AddrError, ShardAddr};
 pub use handle::ClusterHandle;
 use handle::ShardPorts;
-pub use ring::{fingerprint, shard_of, AddrError, ShardAddr};
-pub use shard::ConnectError;
+pub use ring::{fingerprint, shard_of};
+pub use setup::ConnectError;
 pub use types::{
     ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage, Origin, PublishOutcome,
-    PublishReq, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,
+    PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,
 };
 pub use v1::V1PublishReq;
 
@@ -77,6 +83,9 @@ pub enum ClusterError {
     /// A thread could not be started.
     #[error("cannot start a Redis thread: {0}")]
     Spawn(#[from] std::io::Error),
+    /// The TLS files of `rediss` shards could not be used.
+    #[error("Redis TLS: {0}")]
+    Tls(#[from] tls::RedisTlsError),
 }
 
 /// One shard's running parts.
@@ -107,8 +116,13 @@ impl Cluster {
     /// Connects to every shard (refusing to start when one is unreachable or was joined with
     /// another shard list), loads the scripts and starts the threads.
     pub fn start(cfg: ClusterConfig, events: EventSink) -> Result<Cluster, ClusterError> {
-        let addrs = ShardAddr::parse_list(&cfg.urls)?;
+        let password = cfg.password.as_ref().map(|p| p.0.as_str());
+        let addrs = ShardAddr::parse_list(&cfg.urls, password)?;
         let fp = fingerprint(&addrs);
+        let tls = match addrs.iter().any(|a| a.tls) {
+            true => Some(tls::client_config(&cfg.tls)?),
+            false => None,
+        };
         let cfg = Arc::new(cfg);
         let node = node_id();
         let per_shard = cfg.max_webhooks.div_ceil(addrs.len()) as u64;
@@ -126,18 +140,19 @@ impl Cluster {
                 health: Arc::new(command::Health::default()),
                 events: Arc::clone(&events),
                 commands_back: crossbeam_channel::bounded(1),
+                tls: tls.clone(),
             };
-            let (conn, shas) = shard::connect(&ctx).map_err(|source| ClusterError::Shard {
+            let conn = setup::connect(&ctx).map_err(|source| ClusterError::Shard {
                 shard: i,
                 addr: addr.to_string(),
                 source,
             })?;
-            conns.push((ctx, conn, shas));
+            conns.push((ctx, conn));
         }
         let mut shards = Vec::new();
         let mut ports = Vec::new();
         let mut threads = Vec::new();
-        for (ctx, conn, shas) in conns {
+        for (ctx, conn) in conns {
             let (tx, rx) = crossbeam_channel::bounded(cfg.queue.max(1));
             let (stats, health, addr) = (
                 Arc::clone(&ctx.stats),
@@ -145,7 +160,7 @@ impl Cluster {
                 ctx.addr.clone(),
             );
             let (subscriber, watch) = pubsub::Subscriber::start(ctx.clone())?;
-            threads.push(shard::spawn(ctx, conn, shas, rx, stop_rx.clone())?);
+            threads.push(shard::spawn(ctx, conn, rx, stop_rx.clone())?);
             ports.push(ShardPorts {
                 commands: tx,
                 watch,

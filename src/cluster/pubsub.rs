@@ -23,8 +23,7 @@
 //! date: no lock is taken on the way of a message.
 
 use std::collections::HashMap;
-use std::io::{BufReader, Write};
-use std::net::{Shutdown, TcpStream};
+use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -34,9 +33,10 @@ use crossbeam_channel::{select, Receiver, Sender};
 use redis::Value;
 
 use super::command::{set_health, ShardCtx};
+use super::link::{ReadHalf, Split};
 use super::routes::{self, Route, RouteSender, Routes};
 use super::script::{self, Packer};
-use super::subconn::connect;
+use super::subconn::{connect, Sock};
 use super::types::{ClusterEvent, NS_V1};
 use crate::arcbuf::ArcBuf;
 use crate::message::{Body, Message, Position};
@@ -83,8 +83,8 @@ struct State {
     topics: HashMap<Box<[u8]>, TopicSub>,
     /// Bumped on every connect and disconnect.
     gen: u64,
-    /// The current connection (a clone the writer writes to and `shutdown` closes).
-    sock: Option<TcpStream>,
+    /// The current connection (the writer writes to it, `shutdown` closes it).
+    sock: Option<Arc<Sock>>,
 }
 
 struct Shared {
@@ -152,7 +152,7 @@ impl Subscriber {
                 .take(),
         );
         if let Some(s) = self.shared.lock().sock.as_ref() {
-            let _ = s.shutdown(Shutdown::Both);
+            s.shutdown();
         }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
@@ -167,12 +167,17 @@ fn reader(sh: &Shared, mut routes: Routes, bell: &Sender<()>, stop: &Receiver<()
     let mut connected_once = false;
     while !sh.stop.load(Ordering::SeqCst) {
         match connect(&sh.ctx) {
-            Ok((w, mut r, mut parser)) => {
+            Ok(Split {
+                mut reader,
+                mut parser,
+                writer,
+                sock,
+            }) => {
                 delay = sh.ctx.cfg.backoff_min;
                 {
                     let mut st = sh.lock();
                     st.gen += 1;
-                    st.sock = Some(w);
+                    st.sock = Some(Arc::new(Sock::new(writer, sock)));
                 }
                 if sh.stop.load(Ordering::SeqCst) {
                     break;
@@ -189,7 +194,7 @@ fn reader(sh: &Shared, mut routes: Routes, bell: &Sender<()>, stop: &Receiver<()
                 connected_once = true;
                 set_health(&sh.ctx.health.pubsub, None);
                 sh.ctx.stats.pubsub_up.set(1);
-                let why = read_loop(sh, &mut routes, &mut r, &mut parser);
+                let why = read_loop(sh, &mut routes, &mut reader, &mut parser);
                 sh.ctx.stats.pubsub_up.set(0);
                 uninstall(sh);
                 if sh.stop.load(Ordering::SeqCst) {
@@ -207,7 +212,7 @@ fn reader(sh: &Shared, mut routes: Routes, bell: &Sender<()>, stop: &Receiver<()
         if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) = stop.recv_timeout(delay) {
             break;
         }
-        delay = (delay * 2).min(sh.ctx.cfg.backoff_max);
+        delay = (delay * 2).min(sh.ctx.backoff_max());
     }
     uninstall(sh);
 }
@@ -217,7 +222,7 @@ fn uninstall(sh: &Shared) {
     let mut st = sh.lock();
     st.gen += 1;
     if let Some(s) = st.sock.take() {
-        let _ = s.shutdown(Shutdown::Both);
+        s.shutdown();
     }
     st.topics.retain(|_, t| t.sub_sent);
     for t in st.topics.values_mut() {
@@ -238,7 +243,7 @@ fn bulk(v: &Value) -> Option<&[u8]> {
 fn read_loop(
     sh: &Shared,
     routes: &mut Routes,
-    r: &mut BufReader<TcpStream>,
+    r: &mut BufReader<ReadHalf>,
     parser: &mut redis::Parser,
 ) -> String {
     let mut targets: Vec<usize> = Vec::new();
@@ -402,7 +407,7 @@ impl Out {
 struct Writer {
     sh: Arc<Shared>,
     /// The connection written to and its generation.
-    sock: Option<(u64, TcpStream)>,
+    sock: Option<(u64, Arc<Sock>)>,
     out: Out,
     /// `Resync` events to emit after the lock is released.
     now_live: Vec<(usize, u8, Arc<str>)>,
@@ -534,10 +539,7 @@ impl Writer {
         let mut st = sh.lock();
         self.out.runs.clear();
         self.buf.clear();
-        self.sock = match st.sock.as_ref().map(TcpStream::try_clone) {
-            Some(Ok(s)) => Some((st.gen, s)),
-            _ => None,
-        };
+        self.sock = st.sock.as_ref().map(|s| (st.gen, Arc::clone(s)));
         if self.sock.is_none() {
             return;
         }
@@ -574,10 +576,11 @@ impl Writer {
         if self.buf.is_empty() {
             return;
         }
-        if let Some((_, s)) = self.sock.as_mut() {
-            if let Err(e) = s.write_all(&self.buf) {
+        if let Some((_, s)) = self.sock.as_ref() {
+            let sent = s.writer().send(&self.buf);
+            if let Err(e) = sent {
                 log::warn!("redis shard {}: subscriber write: {e}", self.sh.ctx.addr);
-                let _ = s.shutdown(Shutdown::Both);
+                s.shutdown();
                 self.sock = None;
             }
         }

@@ -1,16 +1,14 @@
 //! Which Redis shard holds a topic, and the check that every node lists the same shards.
 //!
-//! Owns: the stable topic hash, jump consistent hashing over the shard list, parsing and
-//! normalising the `--redis` URLs into [`ShardAddr`]s and the fingerprint every node writes
-//! into every shard. Must not touch sockets: the shard thread does the `SET NX` / `GET`.
+//! Owns: the stable topic hash, jump consistent hashing over the shard list, and the
+//! fingerprint every node writes into every shard (the URLs themselves are `addr`'s). Must
+//! not touch sockets: the shard thread does the `SET NX` / `GET`.
 //!
 //! The hash and the fingerprint are part of the cluster's wire contract: two builds that
 //! place a topic differently, or lay its data out differently in Redis, must never share a
 //! cluster, so both carry a version ([`RING_VERSION`]) that is part of the fingerprint.
 
-use std::fmt;
-
-use redis::{ConnectionAddr, IntoConnectionInfo};
+use super::addr::ShardAddr;
 
 /// Version of the placement rule (hash + jump) and of the data layout in Redis (key names,
 /// the scripts' arguments and replies, the channel payload). Changing any of them bumps it,
@@ -18,8 +16,9 @@ use redis::{ConnectionAddr, IntoConnectionInfo};
 /// a topic lives or how it is stored. 2: the stream's key became its channel's name and the
 /// dedup digest binary (`cluster::script`). 3: a stored message is a `message::Body` (the
 /// `irn` object with `publishedAt`, `tag`, `attestation`), deduplicated on its beta part
-/// (docs/SCALING.md, "Upgrading across a layout").
-pub const RING_VERSION: u32 = 3;
+/// (docs/SCALING.md, "Upgrading across a layout"). 4: the publish script takes the primary's
+/// replication id and a topic's seq may jump after a failover (DECISIONS §12).
+pub const RING_VERSION: u32 = 4;
 
 /// FNV-1a over the bytes, finished with the splitmix64 mixer: a fixed function (same on
 /// every node, build and run; never the process-random `std` hasher).
@@ -57,128 +56,6 @@ pub fn jump(mut key: u64, buckets: u32) -> u32 {
 pub fn shard_of(topic: &[u8], shards: usize) -> usize {
     let n = u32::try_from(shards).unwrap_or(u32::MAX);
     jump(topic_hash(topic), n) as usize
-}
-
-/// Why a `--redis` URL was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AddrError {
-    /// The URL does not parse as a Redis URL.
-    #[error("invalid Redis URL {url:?}: {reason}")]
-    Invalid {
-        /// The URL with its password removed.
-        url: String,
-        /// What the parser said.
-        reason: String,
-    },
-    /// `rediss://` (TLS) or a unix socket: not supported by this build.
-    #[error("unsupported Redis URL {url:?}: only redis://host:port/db (plain TCP) is supported")]
-    Unsupported {
-        /// The URL with its password removed.
-        url: String,
-    },
-    /// No URL given.
-    #[error("no Redis URL given")]
-    Empty,
-}
-
-/// One shard: a Redis server and database, with its credentials.
-#[derive(Clone)]
-pub struct ShardAddr {
-    /// Host name or address, lower-cased.
-    pub host: String,
-    /// TCP port.
-    pub port: u16,
-    /// Database number (`/db` in the URL, default 0).
-    pub db: i64,
-    /// ACL user name, if any.
-    pub username: Option<String>,
-    /// Password, if any (never printed: `Debug` and `Display` leave it out).
-    pub password: Option<String>,
-    /// The parsed connection settings the `redis` crate connects with.
-    pub(crate) info: redis::ConnectionInfo,
-}
-
-impl fmt::Debug for ShardAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl fmt::Display for ShardAddr {
-    /// `host:port/db`: the normalised form used in the fingerprint, logs and errors.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}/{}", self.host, self.port, self.db)
-        } else {
-            write!(f, "{}:{}/{}", self.host, self.port, self.db)
-        }
-    }
-}
-
-/// `url` with any password replaced by `***` (for error messages).
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
-                None => format!("{}***{}", &url[..s + 3], &url[at..]),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
-impl ShardAddr {
-    /// Parses one `redis://[user[:password]@]host[:port][/db]` URL.
-    pub fn parse(url: &str) -> Result<ShardAddr, AddrError> {
-        let url = url.trim();
-        if url.starts_with("rediss://")
-            || url.starts_with("unix:")
-            || url.starts_with("redis+unix:")
-        {
-            return Err(AddrError::Unsupported { url: redact(url) });
-        }
-        let info = url.into_connection_info().map_err(|e| AddrError::Invalid {
-            url: redact(url),
-            reason: e.to_string(),
-        })?;
-        let ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
-            return Err(AddrError::Unsupported { url: redact(url) });
-        };
-        let settings = info.redis_settings();
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase();
-        Ok(ShardAddr {
-            host,
-            port,
-            db: settings.db(),
-            username: settings.username().map(str::to_string),
-            password: settings.password().map(str::to_string),
-            info: info
-                .clone()
-                .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)),
-        })
-    }
-
-    /// Parses a list of URLs; each entry may itself be a comma-separated list (`--redis a,b`
-    /// given once or the flag repeated).
-    pub fn parse_list<S: AsRef<str>>(urls: &[S]) -> Result<Vec<ShardAddr>, AddrError> {
-        let mut out = Vec::new();
-        for u in urls {
-            for part in u.as_ref().split(',') {
-                if !part.trim().is_empty() {
-                    out.push(ShardAddr::parse(part)?);
-                }
-            }
-        }
-        if out.is_empty() {
-            return Err(AddrError::Empty);
-        }
-        Ok(out)
-    }
 }
 
 /// The fingerprint of a shard list: the placement version and each shard's `host:port/db`
@@ -230,27 +107,16 @@ mod tests {
     }
 
     #[test]
-    fn urls_normalise_and_fingerprint_without_password() {
-        let l = ShardAddr::parse_list(&["redis://:secret@LocalHost:7000/3, redis://h2"]).unwrap();
-        assert_eq!(l.len(), 2);
-        assert_eq!(l[0].to_string(), "localhost:7000/3");
-        assert_eq!(l[0].password.as_deref(), Some("secret"));
-        assert_eq!(l[1].to_string(), "h2:6379/0");
+    fn fingerprint_names_each_shard_without_password() {
+        let l = ShardAddr::parse_list(
+            &["redis://:secret@LocalHost:7000/3, redis://h2, redis+sentinel://s:1/m?addr=s:2"],
+            None,
+        )
+        .unwrap();
         let f = fingerprint(&l);
-        assert_eq!(f, "walletrelay-ring v3:localhost:7000/3,h2:6379/0");
-        assert!(!format!("{:?}", l[0]).contains("secret"));
-    }
-
-    #[test]
-    fn bad_urls_are_refused_with_the_password_redacted() {
-        let e = ShardAddr::parse("rediss://u:pw@host:1/0").unwrap_err();
-        assert!(matches!(e, AddrError::Unsupported { .. }));
-        assert!(!e.to_string().contains("pw@"), "{e}");
-        assert!(ShardAddr::parse("http://x").is_err());
         assert_eq!(
-            ShardAddr::parse_list::<&str>(&[]).unwrap_err(),
-            AddrError::Empty
+            f,
+            "walletrelay-ring v4:localhost:7000/3,h2:6379/0,sentinel:m/0"
         );
-        assert_eq!(redact("redis://u:pw@h:1"), "redis://u:***@h:1");
     }
 }

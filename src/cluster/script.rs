@@ -148,6 +148,7 @@ pub fn pack_publish_group(
     shas: &Shas,
     cap: u64,
     db: i64,
+    term: &[u8],
     msgs: &[PublishArgs<'_>],
 ) {
     let keys = msgs
@@ -155,7 +156,7 @@ pub fn pack_publish_group(
         .map(|a| 2 + usize::from(a.prompt))
         .sum::<usize>();
     let mut pk = Packer::new(buf);
-    pk.cmd(3 + keys + 1 + 6 * msgs.len())
+    pk.cmd(3 + keys + 2 + 6 * msgs.len())
         .arg(b"EVALSHA")
         .arg(shas.0[0].as_bytes())
         .num(keys as u64);
@@ -167,7 +168,7 @@ pub fn pack_publish_group(
             pk.arg_parts(&[b"wr:w:", a.topic]);
         }
     }
-    pk.num(cap);
+    pk.num(cap).arg(term);
     for a in msgs {
         pk.arg(a.body.irn())
             .num(a.ttl_ms)
@@ -426,7 +427,14 @@ mod tests {
             prompt: false,
             ..args(b"u", &b2)
         };
-        pack_publish_group(&mut buf, &shas, 1000, 3, &[args(b"t\r\n", &b1), quiet]);
+        pack_publish_group(
+            &mut buf,
+            &shas,
+            1000,
+            3,
+            b"rid",
+            &[args(b"t\r\n", &b1), quiet],
+        );
         let v = redis::parse_redis_value(&buf).unwrap();
         let Value::Array(a) = v else { panic!() };
         let s: Vec<Vec<u8>> = a
@@ -437,7 +445,7 @@ mod tests {
             })
             .collect();
         // 3 keys for the prompt message, 2 for the quiet one; 6 arguments each.
-        assert_eq!(s.len(), 3 + 5 + 1 + 12);
+        assert_eq!(s.len(), 3 + 5 + 2 + 12);
         assert_eq!(s[0], b"EVALSHA");
         assert_eq!(s[2], b"5");
         assert_eq!(s[3], b"wr:2:m:t\r\n");
@@ -447,14 +455,15 @@ mod tests {
         assert_eq!(s[6], b"wr:2:m:u");
         assert_eq!(s[7], b"wr:3:2:u");
         assert_eq!(s[8], b"1000");
-        assert_eq!(s[9], &b1.irn()[..]);
-        assert_eq!(s[10], b"5000");
-        assert_eq!(s[11], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
-        assert_eq!(s[12], b"1");
-        assert_eq!(s[13], digest(br#"{"topic":"t","message":"{}""#));
-        assert_eq!(s[14], b1.beta_len().to_string().as_bytes());
-        assert_eq!(s[15], &b2.irn()[..]);
-        assert_eq!(s[18], b"0");
+        assert_eq!(s[9], b"rid");
+        assert_eq!(s[10], &b1.irn()[..]);
+        assert_eq!(s[11], b"5000");
+        assert_eq!(s[12], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
+        assert_eq!(s[13], b"1");
+        assert_eq!(s[14], digest(br#"{"topic":"t","message":"{}""#));
+        assert_eq!(s[15], b1.beta_len().to_string().as_bytes());
+        assert_eq!(s[16], &b2.irn()[..]);
+        assert_eq!(s[19], b"0");
     }
 
     #[test]

@@ -19,101 +19,34 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
-use redis::{Connection, RedisError, Value};
+use redis::Value;
 
+use super::addr::Endpoint;
 use super::command::{set_health, Command, ShardCtx};
+use super::link::{int, Link, LinkError};
+use super::primary;
 use super::reply::{answer_slot, unavailable, Slot};
 use super::script::{self, PublishArgs, Shas};
+use super::setup::{connect, Conn};
 use super::v1;
-
-/// Why a shard could not be (re)connected.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// Redis did not answer, or answered an error.
-    #[error("{0}")]
-    Redis(#[from] RedisError),
-    /// The shard holds another node's shard list.
-    #[error("this shard was joined with another --redis list: it holds {theirs:?}, this node has {ours:?}; every node must list the same Redis servers in the same order")]
-    Mismatch {
-        /// This node's fingerprint.
-        ours: String,
-        /// The one found in the shard.
-        theirs: String,
-    },
-    /// A reply of an unexpected shape during setup.
-    #[error("unexpected reply during setup: {0}")]
-    Setup(&'static str),
-}
-
-/// Connects, sets timeouts, loads the scripts and checks (or writes) the fingerprint.
-pub(crate) fn connect(ctx: &ShardCtx) -> Result<(Connection, Shas), ConnectError> {
-    let client = redis::Client::open(ctx.addr.info.clone())?;
-    let mut con = client.get_connection_with_timeout(ctx.cfg.connect_timeout)?;
-    con.set_read_timeout(Some(ctx.cfg.read_timeout))?;
-    con.set_write_timeout(Some(ctx.cfg.read_timeout))?;
-    let mut buf = Vec::new();
-    for s in script::ALL {
-        script::Packer::new(&mut buf)
-            .cmd(3)
-            .arg(b"SCRIPT")
-            .arg(b"LOAD")
-            .arg(s.as_bytes());
-    }
-    script::Packer::new(&mut buf)
-        .cmd(4)
-        .arg(b"SET")
-        .arg(script::RING_KEY)
-        .arg(ctx.fingerprint.as_bytes())
-        .arg(b"NX");
-    script::Packer::new(&mut buf)
-        .cmd(2)
-        .arg(b"GET")
-        .arg(script::RING_KEY);
-    // Alive at once: a restarted Redis holds no liveness key until the first heartbeat.
-    v1::pack_alive(&mut buf, ctx.node);
-    con.send_packed_command(&buf)?;
-    let mut shas = Shas::default();
-    for sha in shas.0.iter_mut() {
-        match con.recv_response()? {
-            Value::BulkString(b) => {
-                *sha = String::from_utf8(b).map_err(|_| ConnectError::Setup("sha"))?
-            }
-            Value::ServerError(e) => return Err(RedisError::from(e).into()),
-            _ => return Err(ConnectError::Setup("SCRIPT LOAD")),
-        }
-    }
-    let _ = con.recv_response()?;
-    let theirs = match con.recv_response()? {
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::ServerError(e) => return Err(RedisError::from(e).into()),
-        _ => return Err(ConnectError::Setup("GET ring")),
-    };
-    if let Value::ServerError(e) = con.recv_response()? {
-        return Err(RedisError::from(e).into());
-    }
-    if theirs != ctx.fingerprint {
-        return Err(ConnectError::Mismatch {
-            ours: ctx.fingerprint.clone(),
-            theirs,
-        });
-    }
-    Ok((con, shas))
-}
 
 /// Starts the command thread on an established connection. It ends when `stop` is closed.
 pub(crate) fn spawn(
     ctx: ShardCtx,
-    conn: Connection,
-    shas: Shas,
+    conn: Conn,
     rx: Receiver<Command>,
     stop: Receiver<()>,
 ) -> std::io::Result<JoinHandle<()>> {
     ctx.stats.command_up.set(1);
     let name = format!("redis-cmd-{}", ctx.idx);
-    let runner = Runner {
+    let mut runner = Runner {
         ctx,
-        conn: Some(conn),
-        shas,
+        conn: None,
+        shas: Shas::default(),
+        at: None,
+        wait: 0,
+        replid: Vec::new(),
+        checked_at: Instant::now(),
         rx,
         stop,
         buf: Vec::new(),
@@ -121,8 +54,10 @@ pub(crate) fn spawn(
         slots: Vec::new(),
         inflight: VecDeque::new(),
         retry: Vec::new(),
+        replies: Vec::new(),
         alive_at: Instant::now(),
     };
+    runner.install(conn);
     std::thread::Builder::new()
         .name(name)
         .spawn(move || runner.run())
@@ -131,8 +66,16 @@ pub(crate) fn spawn(
 struct Runner {
     ctx: ShardCtx,
     /// `None` while down.
-    conn: Option<Connection>,
+    conn: Option<Link>,
     shas: Shas,
+    /// Where the primary was last found (a new address on a reconnect is a failover).
+    at: Option<Endpoint>,
+    /// Replicas each round's writes wait for (`WAIT`; 0: none).
+    wait: u32,
+    /// The primary's replication id, handed to the publish script.
+    replid: Vec<u8>,
+    /// When the Sentinels were last asked whether the primary moved (after a short `WAIT`).
+    checked_at: Instant,
     rx: Receiver<Command>,
     /// Closed at shutdown.
     stop: Receiver<()>,
@@ -146,6 +89,8 @@ struct Runner {
     inflight: VecDeque<Round>,
     /// Commands that met NOSCRIPT, run again after the scripts are reloaded.
     retry: Vec<Command>,
+    /// The replies of the round being read, held until its `WAIT` answers (reused).
+    replies: Vec<(Slot, Value)>,
     /// When the node's liveness key was last refreshed (queued).
     alive_at: Instant,
 }
@@ -161,10 +106,23 @@ struct Round {
     t0: Instant,
     /// Already a retry after NOSCRIPT (a second NOSCRIPT answers unavailable).
     retried: bool,
+    /// A `WAIT` follows the round's replies.
+    waits: bool,
 }
 
-fn not_connected() -> RedisError {
-    RedisError::from(std::io::Error::from(std::io::ErrorKind::NotConnected))
+fn not_connected() -> LinkError {
+    LinkError::Io(std::io::Error::from(std::io::ErrorKind::NotConnected))
+}
+
+/// Whether a command writes (its answer then waits for `WAIT`).
+fn writes(c: &Command) -> bool {
+    !matches!(c, Command::Read { .. } | Command::Alive | Command::Role)
+}
+
+/// Whether a command's answer says it was stored (and so must not come before `WAIT`
+/// confirmed it): publishes and webhook registrations.
+fn acknowledged(c: &Command) -> bool {
+    matches!(c, Command::Publish { .. } | Command::WebhookAdd { .. })
 }
 
 /// Whether a thread should go on.
@@ -174,6 +132,26 @@ enum Flow {
 }
 
 impl Runner {
+    /// Takes a new connection: counts a failover when the primary moved.
+    fn install(&mut self, c: Conn) {
+        if let Some(old) = &self.at {
+            if *old != c.at {
+                self.ctx.stats.failovers.inc();
+                log::warn!(
+                    "redis shard {} ({}): the primary moved from {old} to {} (failover)",
+                    self.ctx.idx,
+                    self.ctx.addr,
+                    c.at
+                );
+            }
+        }
+        self.conn = Some(c.link);
+        self.shas = c.shas;
+        self.at = Some(c.at);
+        self.wait = c.wait;
+        self.replid = c.replid;
+    }
+
     fn run(mut self) {
         loop {
             if self.conn.is_none() {
@@ -196,6 +174,9 @@ impl Runner {
             if self.alive_at.elapsed() >= self.ctx.cfg.heartbeat {
                 self.alive_at = Instant::now();
                 self.batch.push(Command::Alive);
+                if self.ctx.cfg.wait_replicas.is_none() && self.ctx.addr.fails_over() {
+                    self.batch.push(Command::Role);
+                }
             }
             if let Err(e) = self.step() {
                 self.fail(&e);
@@ -205,7 +186,7 @@ impl Runner {
 
     /// Tops the pipeline up to [`DEPTH`] rounds with what is queued (not while commands
     /// wait for a NOSCRIPT retry), then reads the oldest round's replies.
-    fn step(&mut self) -> Result<(), RedisError> {
+    fn step(&mut self) -> Result<(), LinkError> {
         while self.inflight.len() < DEPTH && self.retry.is_empty() {
             let mut bytes: usize = self.batch.iter().map(Command::size).sum();
             while self.batch.len() < self.ctx.cfg.batch.max(1) && bytes < self.ctx.cfg.batch_bytes {
@@ -257,6 +238,7 @@ impl Runner {
                     &self.shas,
                     cap,
                     self.ctx.addr.db,
+                    &self.replid,
                     &group,
                 );
                 self.slots.push(Slot {
@@ -321,12 +303,22 @@ impl Runner {
                     ticket.is_some(),
                 ),
                 Command::Alive => v1::pack_alive(buf, self.ctx.node),
+                Command::Role => {
+                    script::Packer::new(buf).cmd(1).arg(b"ROLE");
+                }
             }
             self.slots.push(Slot { n: 1, group: false });
         }
         if !group.is_empty() {
             let cap = cfg.max_cached_per_topic.max(1) as u64;
-            script::pack_publish_group(&mut self.buf, &self.shas, cap, self.ctx.addr.db, &group);
+            script::pack_publish_group(
+                &mut self.buf,
+                &self.shas,
+                cap,
+                self.ctx.addr.db,
+                &self.replid,
+                &group,
+            );
             self.slots.push(Slot {
                 n: group.len(),
                 group: true,
@@ -334,12 +326,26 @@ impl Runner {
         }
     }
 
-    /// Packs and writes `batch` as a new round.
-    fn send(&mut self, retried: bool) -> Result<(), RedisError> {
+    /// Packs and writes `batch` as a new round; a round that writes ends with one `WAIT`
+    /// when the shard waits for replicas (one per round, never one per message).
+    fn send(&mut self, retried: bool) -> Result<(), LinkError> {
         self.pack_all();
         let cmds = std::mem::take(&mut self.batch);
+        let waits = self.wait > 0 && cmds.iter().any(writes);
+        if waits {
+            let (mut n, mut ms) = (itoa::Buffer::new(), itoa::Buffer::new());
+            let timeout = u64::try_from(self.ctx.cfg.wait_timeout.as_millis()).unwrap_or(u64::MAX);
+            script::Packer::new(&mut self.buf)
+                .cmd(3)
+                .arg(b"WAIT")
+                .arg(n.format(self.wait).as_bytes())
+                .arg(ms.format(timeout.max(1)).as_bytes());
+        }
         // The liveness refresh is the node's own business: not a command in the metrics.
-        let counted = cmds.iter().filter(|c| !matches!(c, Command::Alive)).count();
+        let counted = cmds
+            .iter()
+            .filter(|c| !matches!(c, Command::Alive | Command::Role))
+            .count();
         self.ctx.stats.in_flight.add(counted as u64);
         // Queued before writing, so a failed write answers them too.
         self.inflight.push_back(Round {
@@ -347,50 +353,99 @@ impl Runner {
             slots: std::mem::take(&mut self.slots),
             t0: Instant::now(),
             retried,
+            waits,
         });
         let conn = self.conn.as_mut().ok_or_else(not_connected)?;
-        conn.send_packed_command(&self.buf)?;
+        conn.send(&self.buf)?;
         if self.buf.capacity() > 2 * self.ctx.cfg.batch_bytes {
             self.buf = Vec::new(); // one huge round must not pin its buffer for good
         }
         Ok(())
     }
 
-    /// Reads the oldest round's replies and answers them. NOSCRIPT replies are run once
-    /// more after the scripts are reloaded (once nothing else is in flight). On error the
-    /// caller answers what is left.
-    fn recv_oldest(&mut self) -> Result<(), RedisError> {
-        let Some(Round {
-            cmds,
-            slots,
-            t0,
-            retried,
-        }) = self.inflight.pop_front()
-        else {
+    /// Reads the oldest round's replies (and its `WAIT`'s), then answers them. NOSCRIPT
+    /// replies are run once more after the scripts are reloaded (once nothing else is in
+    /// flight). A `READONLY` reply means the server is no primary any more: the connection
+    /// is dropped and the primary looked for again. On error the caller answers what is
+    /// left.
+    fn recv_oldest(&mut self) -> Result<(), LinkError> {
+        let Some(round) = self.inflight.pop_front() else {
             return Ok(());
         };
         let conn = self.conn.as_mut().ok_or_else(not_connected)?;
-        let mut cmds = cmds.into_iter().peekable();
-        for slot in slots {
-            let counted = if let Some(Command::Alive) = cmds.peek() {
-                0
-            } else {
-                slot.n as u64
+        let mut replies = std::mem::take(&mut self.replies);
+        replies.clear();
+        let mut failed = None;
+        for &slot in &round.slots {
+            match conn.recv() {
+                Ok(v) => replies.push((slot, v)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut confirmed = true;
+        if round.waits && failed.is_none() {
+            match conn.recv() {
+                Ok(v) => confirmed = int(&v).is_some_and(|n| n >= i64::from(self.wait)),
+                Err(e) => failed = Some(e),
+            }
+        }
+        let readonly = replies
+            .iter()
+            .any(|(_, v)| matches!(v, Value::ServerError(e) if e.code() == "READONLY"));
+        if let Some(e) = failed {
+            // Put the unanswered back so `fail` answers them.
+            self.batch.extend(round.cmds);
+            self.replies = replies;
+            return Err(e);
+        }
+        if !confirmed {
+            self.ctx.stats.wait_timeouts.inc();
+        }
+        let mut cmds = round.cmds.into_iter().peekable();
+        for (slot, v) in replies.drain(..) {
+            let counted = match cmds.peek() {
+                Some(Command::Alive) => 0,
+                Some(Command::Role) => {
+                    cmds.next();
+                    self.follow_replicas(&v);
+                    continue;
+                }
+                _ => slot.n as u64,
             };
-            match conn.recv_response() {
-                Ok(Value::ServerError(e)) if e.code() == "NOSCRIPT" && !retried => {
+            match v {
+                Value::ServerError(e) if e.code() == "NOSCRIPT" && !round.retried => {
                     self.retry.extend(cmds.by_ref().take(slot.n))
                 }
-                Ok(v) => answer_slot(&self.ctx, cmds.by_ref().take(slot.n), slot, v),
-                Err(e) => {
-                    // Put the unanswered back so `fail` answers them.
-                    self.batch.extend(cmds);
-                    return Err(e);
+                v if confirmed && !readonly => {
+                    answer_slot(&self.ctx, cmds.by_ref().take(slot.n), slot, v)
+                }
+                v => {
+                    // Not confirmed by WAIT (or the server turned replica): what says
+                    // "stored" is answered unavailable, reads as they came.
+                    let mine: Vec<Command> = cmds.by_ref().take(slot.n).collect();
+                    if mine.iter().any(acknowledged) {
+                        mine.into_iter().for_each(|c| unavailable(&self.ctx, c));
+                    } else {
+                        answer_slot(&self.ctx, mine.into_iter(), slot, v);
+                    }
                 }
             }
             self.ctx.stats.in_flight.sub(counted);
         }
-        self.ctx.stats.observe_rtt(t0.elapsed());
+        self.replies = replies;
+        self.ctx.stats.observe_rtt(round.t0.elapsed());
+        if readonly {
+            return Err(LinkError::NoPrimary(format!(
+                "{} answered READONLY: no longer the primary",
+                self.at.as_ref().map_or(String::new(), ToString::to_string)
+            )));
+        }
+        if !confirmed {
+            self.check_primary()?;
+        }
         if !self.retry.is_empty() && self.inflight.is_empty() {
             log::warn!(
                 "redis shard {}: scripts missing (NOSCRIPT), reloading",
@@ -403,41 +458,93 @@ impl Runner {
         Ok(())
     }
 
-    fn reload_scripts(&mut self) -> Result<(), RedisError> {
+    /// The automatic `WAIT` follows the primary's replicas (`ROLE`, every heartbeat): 1
+    /// while it has one, 0 (said in the log) while it has none, as after a failover whose
+    /// old primary has not come back as a replica yet.
+    fn follow_replicas(&mut self, v: &Value) {
+        let Value::Array(role) = v else {
+            return;
+        };
+        let replicas = match role.get(2) {
+            Some(Value::Array(r)) => r.len(),
+            _ => 0,
+        };
+        let wait = u32::from(replicas > 0);
+        if wait != self.wait {
+            match wait {
+                0 => log::warn!(
+                    "redis shard {} ({}): the primary has no replica any more; publishes are acknowledged without WAIT",
+                    self.ctx.idx,
+                    self.ctx.addr
+                ),
+                _ => log::info!(
+                    "redis shard {} ({}): the primary has a replica again; publishes wait for it",
+                    self.ctx.idx,
+                    self.ctx.addr
+                ),
+            }
+            self.wait = wait;
+        }
+    }
+
+    /// After a short `WAIT` on a Sentinel shard, at most once a second: asks the Sentinels
+    /// whether the primary moved (a partition can leave this node on an old primary that
+    /// the others have replaced); if so the connection is dropped to follow it.
+    fn check_primary(&mut self) -> Result<(), LinkError> {
+        if !matches!(self.ctx.addr.kind, super::addr::Kind::Sentinel { .. })
+            || self.checked_at.elapsed() < Duration::from_secs(1)
+        {
+            return Ok(());
+        }
+        self.checked_at = Instant::now();
+        match primary::ask_sentinels(&self.ctx.reach()) {
+            Ok(at) if Some(&at) != self.at.as_ref() => Err(LinkError::NoPrimary(format!(
+                "the Sentinels name {at} as the primary now"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn reload_scripts(&mut self) -> Result<(), LinkError> {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(());
         };
         for (i, s) in script::ALL.iter().enumerate() {
-            let v = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(*s)
-                .query::<String>(conn)?;
-            self.shas.0[i] = v;
+            let v = conn.query(&[b"SCRIPT", b"LOAD", s.as_bytes()])?;
+            self.shas.0[i] =
+                super::link::text(&v).ok_or(LinkError::Protocol("SCRIPT LOAD".into()))?;
         }
         Ok(())
     }
 
     /// Marks the shard down and answers everything in flight and queued.
-    fn fail(&mut self, e: &RedisError) {
+    fn fail(&mut self, e: &LinkError) {
         log::warn!(
             "redis shard {} ({}): {e}; reconnecting",
             self.ctx.idx,
             self.ctx.addr
         );
-        self.conn = None;
+        if let Some(c) = self.conn.take() {
+            c.shutdown();
+        }
         self.ctx.stats.command_up.set(0);
         self.ctx.stats.in_flight.set(0);
         set_health(&self.ctx.health.command, Some(e.to_string()));
-        let inflight = self.inflight.drain(..).flat_map(|r| r.cmds);
-        for c in inflight
-            .chain(self.batch.drain(..))
-            .chain(self.retry.drain(..))
-        {
-            unavailable(&self.ctx, c);
+        let mut all: Vec<Command> = self.inflight.drain(..).flat_map(|r| r.cmds).collect();
+        all.append(&mut self.batch);
+        all.append(&mut self.retry);
+        all.extend(self.rx.try_iter());
+        for c in all {
+            self.refuse(c);
         }
-        while let Ok(c) = self.rx.try_recv() {
-            unavailable(&self.ctx, c);
+    }
+
+    /// Answers `Unavailable` while the shard has no primary (counted).
+    fn refuse(&self, c: Command) {
+        if let Command::Publish { .. } = c {
+            self.ctx.stats.no_primary.inc();
         }
+        unavailable(&self.ctx, c);
     }
 
     /// Reconnects with exponential backoff, answering whatever arrives meanwhile.
@@ -449,14 +556,14 @@ impl Runner {
                 return Flow::Stop;
             }
             match connect(&self.ctx) {
-                Ok((conn, shas)) => {
+                Ok(conn) => {
                     log::info!(
-                        "redis shard {} ({}): reconnected",
+                        "redis shard {} ({}): reconnected to {}",
                         self.ctx.idx,
-                        self.ctx.addr
+                        self.ctx.addr,
+                        conn.at
                     );
-                    self.conn = Some(conn);
-                    self.shas = shas;
+                    self.install(conn);
                     self.ctx.stats.reconnects_command.inc();
                     let _ = self.ctx.commands_back.0.try_send(());
                     self.ctx.stats.command_up.set(1);
@@ -468,7 +575,7 @@ impl Runner {
                     set_health(&self.ctx.health.command, Some(e.to_string()));
                 }
             }
-            delay = (delay * 2).min(cfg.backoff_max);
+            delay = (delay * 2).min(self.ctx.backoff_max());
         }
     }
 
@@ -478,7 +585,7 @@ impl Runner {
         loop {
             select! {
                 recv(self.rx) -> c => match c {
-                    Ok(c) => unavailable(&self.ctx, c),
+                    Ok(c) => self.refuse(c),
                     Err(_) => return Flow::Stop,
                 },
                 recv(self.stop) -> _ => return Flow::Stop,

@@ -54,6 +54,20 @@ pub struct ShardStats {
     pub command_up: Cell,
     /// 1 while the subscriber connection is up (reader).
     pub pubsub_up: Cell,
+    /// Times the command connection found the shard's primary somewhere else than before
+    /// (a Sentinel failover, or a cluster slot's new owner).
+    pub failovers: Counter,
+    /// `MOVED` replies followed (Redis Cluster).
+    pub moved: Counter,
+    /// `ASK` replies followed (Redis Cluster).
+    pub ask: Counter,
+    /// Rounds whose `WAIT` came back short of `--redis-wait-replicas` (their writes were
+    /// answered storage unavailable). Command thread.
+    pub wait_timeouts: Cell,
+    /// Publishes answered storage unavailable because the shard had no reachable primary
+    /// (in flight when it was lost, or arriving while the node looked for it). Command
+    /// thread.
+    pub no_primary: Cell,
 }
 
 impl ShardStats {
@@ -65,7 +79,7 @@ impl ShardStats {
 
 /// The plain series: (name with its extra label, type, help). Values come from [`values`],
 /// in the same order.
-const SERIES: [(&str, &str, &str); 11] = [
+const SERIES: [(&str, &str, &str); 16] = [
     (
         "redis_in_flight",
         "gauge",
@@ -121,9 +135,34 @@ const SERIES: [(&str, &str, &str); 11] = [
         "gauge",
         "1 while the connection to Redis is up",
     ),
+    (
+        "redis_failovers_total",
+        "counter",
+        "Times the shard's primary was found at another address than before (failover)",
+    ),
+    (
+        "redis_redirects_total{kind=\"moved\"",
+        "counter",
+        "Redis Cluster redirects followed",
+    ),
+    (
+        "redis_redirects_total{kind=\"ask\"",
+        "counter",
+        "Redis Cluster redirects followed",
+    ),
+    (
+        "redis_wait_timeouts_total",
+        "counter",
+        "Pipelined rounds whose WAIT came back short of --redis-wait-replicas (their writes answered storage unavailable)",
+    ),
+    (
+        "redis_refused_no_primary_total",
+        "counter",
+        "Publishes answered storage unavailable while the shard had no reachable primary",
+    ),
 ];
 
-fn values(s: &ShardStats) -> [u64; 11] {
+fn values(s: &ShardStats) -> [u64; 16] {
     [
         s.in_flight.get(),
         s.commands.get(),
@@ -136,12 +175,17 @@ fn values(s: &ShardStats) -> [u64; 11] {
         s.live_received.get(),
         s.command_up.get(),
         s.pubsub_up.get(),
+        s.failovers.get(),
+        s.moved.get(),
+        s.ask.get(),
+        s.wait_timeouts.get(),
+        s.no_primary.get(),
     ]
 }
 
 /// Appends the Prometheus text of all shards (`shard` label = index in the `--redis` list).
 pub fn render(shards: &[&ShardStats], queued: &[usize], out: &mut String) {
-    let vals: Vec<[u64; 11]> = shards.iter().map(|s| values(s)).collect();
+    let vals: Vec<[u64; 16]> = shards.iter().map(|s| values(s)).collect();
     let mut last_name = "";
     for (k, (name, kind, help)) in SERIES.into_iter().enumerate() {
         let (base, label) = match name.split_once('{') {

@@ -1,51 +1,52 @@
-//! The subscriber's own connection to a shard: connected with the cluster's timeouts (its
-//! read timeout is the liveness timeout: the writer pings every heartbeat, so a healthy server
-//! sends something at least that often) and authenticated, then handed to the subscriber's
-//! reader and writer threads (`pubsub`). Raw RESP over a `TcpStream`: the subscriber only
-//! ever sends SUBSCRIBE, UNSUBSCRIBE and PING, and reads pushes.
+//! The subscriber's own connection to a shard: the shard's primary (found as the command
+//! thread finds it, `primary`), connected with the cluster's timeouts (its read timeout is
+//! the liveness timeout: the writer pings every heartbeat, so a healthy server sends
+//! something at least that often) and logged in, then split for the subscriber's reader and
+//! writer threads (`pubsub`). The subscriber only ever sends SUBSCRIBE, UNSUBSCRIBE and
+//! PING, and reads pushes.
 
-use std::io::{BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::Value;
-
 use super::command::ShardCtx;
-use super::script::Packer;
+use super::link::{Split, WriteHalf};
+use super::primary;
 use super::types::ClusterConfig;
 
-/// Connects and authenticates; returns the write half and the buffered read half.
-pub(crate) fn connect(
-    ctx: &ShardCtx,
-) -> Result<(TcpStream, BufReader<TcpStream>, redis::Parser), String> {
-    let cfg = &ctx.cfg;
-    let addr = (ctx.addr.host.as_str(), ctx.addr.port)
-        .to_socket_addrs()
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or("no address")?;
-    let s = TcpStream::connect_timeout(&addr, cfg.connect_timeout).map_err(|e| e.to_string())?;
-    let _ = s.set_nodelay(true);
-    s.set_read_timeout(Some(liveness_timeout(cfg)))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(cfg.read_timeout))
-        .map_err(|e| e.to_string())?;
-    let mut w = s.try_clone().map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(s);
-    let mut parser = redis::Parser::new();
-    if let Some(pw) = ctx.addr.password.as_deref() {
-        let mut buf = Vec::new();
-        let mut p = Packer::new(&mut buf);
-        match ctx.addr.username.as_deref() {
-            Some(u) => p.cmd(3).arg(b"AUTH").arg(u.as_bytes()).arg(pw.as_bytes()),
-            None => p.cmd(2).arg(b"AUTH").arg(pw.as_bytes()),
-        };
-        w.write_all(&buf).map_err(|e| e.to_string())?;
-        if let Value::ServerError(e) = parser.parse_value(&mut r).map_err(|e| e.to_string())? {
-            return Err(format!("AUTH: {e:?}"));
+/// The write half of the current connection, shared by the writer thread and whoever
+/// closes it.
+pub(crate) struct Sock {
+    w: Mutex<WriteHalf>,
+    s: TcpStream,
+}
+
+impl Sock {
+    pub(crate) fn new(w: WriteHalf, s: TcpStream) -> Sock {
+        Sock {
+            w: Mutex::new(w),
+            s,
         }
     }
-    Ok((w, r, parser))
+
+    /// The write half (a poisoned lock still holds a usable value).
+    pub(crate) fn writer(&self) -> MutexGuard<'_, WriteHalf> {
+        self.w.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Closes the connection (the reader's blocked read returns).
+    pub(crate) fn shutdown(&self) {
+        let _ = self.s.shutdown(Shutdown::Both);
+    }
+}
+
+/// Finds the primary, connects and logs in; returns the halves.
+pub(crate) fn connect(ctx: &ShardCtx) -> Result<Split, String> {
+    let p = primary::connect(&ctx.reach()).map_err(|e| e.to_string())?;
+    p.link
+        .set_read_timeout(liveness_timeout(&ctx.cfg))
+        .map_err(|e| e.to_string())?;
+    Ok(p.link.split())
 }
 
 /// How long the reader waits for any byte before it declares the server dead: the writer

@@ -67,6 +67,27 @@ pub struct ClusterConfig {
     /// `heartbeat`) was refreshed within this time: after a crash, frames still go live to
     /// its subscribers (and are lost) for at most this long. Keep it a few heartbeats.
     pub node_alive: Duration,
+    /// TLS files for `rediss` shards (`--redis-tls-ca`, `--redis-tls-cert`, `--redis-tls-key`).
+    pub tls: super::tls::RedisTlsFiles,
+    /// The password of every shard whose URL has none (`--redis-password-file`).
+    pub password: Option<Secret>,
+    /// Replicas that must hold a round's writes before they are answered
+    /// (`--redis-wait-replicas`); `None`: 1 on Sentinel and Cluster shards whose primary has
+    /// a replica, else 0.
+    pub wait_replicas: Option<u32>,
+    /// How long a `WAIT` may take (`--redis-wait-timeout-ms`); short of it the round's writes
+    /// are answered storage unavailable.
+    pub wait_timeout: Duration,
+}
+
+/// A password: shown as `***` by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
 }
 
 impl Default for ClusterConfig {
@@ -90,6 +111,10 @@ impl Default for ClusterConfig {
             watch_queue: 65_536,
             v1_pending_ttl: Duration::from_secs(6 * 3600),
             node_alive: Duration::from_secs(3),
+            tls: super::tls::RedisTlsFiles::default(),
+            password: None,
+            wait_replicas: None,
+            wait_timeout: Duration::from_millis(1000),
         }
     }
 }

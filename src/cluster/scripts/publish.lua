@@ -5,7 +5,13 @@
 --   whose name is also the topic's pub/sub channel (id <seq>-0; fields d data, x expiry ms,
 --   o origin, h digest); 3 the topic's webhook set, passed only when the message asks for
 --   its webhooks (prompt).
--- ARGV[1] max cached per topic; per message 6: data (a message::Body), ttl ms, origin (16
+-- ARGV[1] max cached per topic; ARGV[2] the replication id of the primary the node is
+--   talking to (`INFO replication`; "" when unknown): a topic last written under another id
+--   was written on a primary that has since been replaced by a replica, which may lack the
+--   last writes its old primary assigned positions to and published live (never
+--   acknowledged: `WAIT` had not confirmed them). Their seqs must not be reused for other
+--   messages, so the topic's seq jumps by 2^20 once under the new id; the meta field `r`
+--   holds the id. Per message 6: data (a message::Body), ttl ms, origin (16
 --   bytes), prompt ("1"/"0"), digest of the body's beta part (xxh3-128, 16 bytes; a hint
 --   only: a hit is confirmed by comparing the first n bytes of both), n (the beta part's
 --   length, decimal).
@@ -17,6 +23,8 @@
 -- numbers go to redis.call as strings formatted once with %d (a Lua number argument costs
 -- a %.17g sprintf per use), and strings are parsed only when needed (tonumber is strtod).
 local cap = tonumber(ARGV[1])
+local term = ARGV[2]
+local JUMP = 1048576
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local new_epoch = t[1] .. string.format('%06d', tonumber(t[2]))
@@ -41,7 +49,7 @@ local function trim(meta, stream, over)
 end
 
 local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
-  local m = redis.call('HMGET', meta, 'e', 's', 'f', 'x', digest)
+  local m = redis.call('HMGET', meta, 'e', 's', 'f', 'x', digest, 'r')
   local epoch, seq, hit = m[1], tonumber(m[2]), m[5]
   local extra = nil -- meta fields other than s and the digest, rarely written
   if epoch then
@@ -60,7 +68,11 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
     epoch, seq = new_epoch, 0
     m[3], m[4] = '1', nil
     redis.call('DEL', stream, meta)
-    extra = {'e', epoch, 'f', '1'}
+    extra = {'e', epoch, 'f', '1', 'r', term}
+  end
+  if m[6] ~= term and not extra then
+    seq = seq + JUMP
+    extra = {'r', term}
   end
   seq = seq + 1
   local sseq = string.format('%d', seq)
@@ -69,9 +81,12 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
   redis.call('XADD', stream, sseq, 'd', data, 'x', sexp, 'o', origin, 'h', digest)
   redis.call('HSET', meta, 's', sseq, digest, sseq)
   -- Past the cap, and on every 32nd message (expired ones at the head), trim. (The first
-  -- seq is >= 1, so below the cap there is no need to read it.)
+  -- seq is >= 1, so below the cap there is no need to read it. Seqs are contiguous but
+  -- for a jump: when the span says over, the stream's length says by how much.)
   local over = 0
-  if seq > cap then over = seq - (tonumber(m[3]) or 1) + 1 - cap end
+  if seq > cap and seq - (tonumber(m[3]) or 1) + 1 > cap then
+    over = redis.call('XLEN', stream) - cap
+  end
   if over > 0 or seq % 32 == 0 then
     local f = trim(meta, stream, over)
     if f then
@@ -108,7 +123,7 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
   end
 end
 
-local k, a = 1, 2
+local k, a = 1, 3
 while a <= #ARGV do
   local hooks, nk = nil, 2
   if ARGV[a + 3] == '1' then hooks, nk = KEYS[k + 2], 3 end

@@ -300,6 +300,9 @@ pub enum BuildError {
     /// The Redis servers of `--redis` could not be used.
     #[error("{0}")]
     Cluster(#[from] crate::cluster::ClusterError),
+    /// A setting could not be used (the message names it).
+    #[error("{0}")]
+    Config(String),
     /// A file or thread could not be created.
     #[error("{what}: {source}")]
     Io {

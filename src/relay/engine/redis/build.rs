@@ -15,8 +15,21 @@ use crate::webhook::OnGone;
 pub fn build(setup: &Setup) -> Result<Built, BuildError> {
     let config = setup.config;
     let limits = &config.limits;
+    let opts = &config.redis_opts;
+    let password = opts
+        .password()
+        .map_err(BuildError::Config)?
+        .map(crate::cluster::Secret);
     let cfg = ClusterConfig {
         urls: config.redis.clone(),
+        tls: crate::cluster::tls::RedisTlsFiles {
+            ca: opts.redis_tls_ca.clone(),
+            cert: opts.redis_tls_cert.clone(),
+            key: opts.redis_tls_key.clone(),
+        },
+        password,
+        wait_replicas: opts.redis_wait_replicas,
+        wait_timeout: std::time::Duration::from_millis(opts.redis_wait_timeout_ms),
         max_cached_per_topic: limits.max_cached_per_topic,
         max_webhooks_per_topic: limits.max_webhooks_per_topic,
         max_webhooks: limits.max_webhooks,

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
+mod redis;
+pub use redis::RedisOptions;
+
 /// Command-line configuration of the `walletrelay` binary.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -147,11 +150,17 @@ pub struct Config {
     )]
     pub data_dir: String,
 
-    /// Redis servers that hold the cluster's shared state (`redis://[user:password@]host:port/db`),
-    /// comma-separated or repeated; every node must list the same servers in the same order.
-    /// Without it the node is standalone.
+    /// Redis shards that hold the cluster's shared state, comma-separated or repeated: each
+    /// `redis://[user:password@]host:port/db` (`rediss://` for TLS), a Sentinel group
+    /// `redis+sentinel://host:port/MASTER?addr=host:port&...`, or a Redis Cluster
+    /// `redis+cluster://host:port?addr=host:port&...`. Every node must list the same
+    /// shards in the same order. Without it the node is standalone.
     #[arg(long, env = "WALLETRELAY_REDIS", value_delimiter = ',')]
     pub redis: Vec<String>,
+
+    /// TLS, password and replication settings of the Redis shards.
+    #[command(flatten)]
+    pub redis_opts: RedisOptions,
 
     /// When a publish is answered relative to the disk: `always` (after `fdatasync`, group
     /// commit), `everysec` (synced at least once a second), `off` (the kernel decides). In
@@ -278,8 +287,9 @@ pub struct Limits {
 
     /// Open connections (WebSocket and HTTP) from one IP address (IPv6: one /64); past it
     /// new ones are closed at accept with a reset, before a byte is read (behind
-    /// `--trusted-proxies`, where the address comes from a request: answered 429). Split
-    /// evenly over the workers (DECISIONS §11; docs/TUNING.md, "Limits per client"). 0 = off.
+    /// `--trusted-proxies`, where the address comes from a request: answered 429). Counted
+    /// for all the workers together (DECISIONS §11; docs/TUNING.md, "Limits per client").
+    /// 0 = off.
     #[arg(
         long,
         env = "WALLETRELAY_MAX_CONNECTIONS_PER_IP",
@@ -287,8 +297,8 @@ pub struct Limits {
     )]
     pub max_connections_per_ip: u32,
 
-    /// New connections a second from one IP address (token bucket, split over the workers);
-    /// past it they are closed at accept. 0 = off.
+    /// New connections a second from one IP address (one bucket for all the workers); past
+    /// it they are closed at accept. 0 = off.
     #[arg(long, env = "WALLETRELAY_ACCEPT_RATE_PER_IP", default_value_t = 50.0)]
     pub accept_rate_per_ip: f64,
 

@@ -138,7 +138,7 @@ impl ShardCtx {
         Reach {
             addr: &self.addr,
             cfg: &self.cfg,
-            tls: self.tls.as_ref(),
+            tls: self.tls.as_ref().filter(|_| self.addr.tls),
         }
     }
 }

@@ -391,3 +391,99 @@ pub fn check_delivery(who: &str, got: &[String], publishers: &[&Sent]) {
 pub fn reachable(s: &Server) -> bool {
     TcpStream::connect(s.addr).is_ok()
 }
+
+/// Starts a node with these Redis flags (`--redis URL...`, `--redis-tls-ca ...`: see
+/// [`super::redis_topo::RedisSetup::redis_args`]): 2 workers, loopback webhooks allowed,
+/// `extra` flags.
+pub fn node_args(args: &[String], extra: &[&str]) -> Server {
+    Server::start(&node_argv(args, extra))
+}
+
+/// [`node_args`], keeping what the node logs for [`Server::log`].
+pub fn node_args_logged(args: &[String], extra: &[&str]) -> Server {
+    Server::start_logged(&node_argv(args, extra))
+}
+
+/// `n` nodes of [`node_args`].
+pub fn nodes_args(n: usize, args: &[String], extra: &[&str]) -> Vec<Server> {
+    (0..n).map(|_| node_args(args, extra)).collect()
+}
+
+fn node_argv<'a>(args: &'a [String], extra: &[&'a str]) -> Vec<&'a str> {
+    let mut argv = vec!["--threads", "2", "--webhook-allow-private"];
+    argv.extend(args.iter().map(String::as_str));
+    argv.extend_from_slice(extra);
+    argv
+}
+
+/// What a node that was expected to refuse to start did.
+#[derive(Debug)]
+pub struct Refused {
+    /// How it exited.
+    pub status: std::process::ExitStatus,
+    /// Everything it wrote to stderr.
+    pub stderr: String,
+    /// Everything it wrote to stdout.
+    pub stdout: String,
+}
+
+/// Runs a node with these flags (as [`node_args`] would) that must refuse to start: it must
+/// exit within [`WAIT`] without listening. Fails the test if it listens (it is killed) or
+/// never exits.
+pub fn refused_start(args: &[String], extra: &[&str]) -> Refused {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_walletrelay"));
+    super::limits_off(&mut cmd);
+    let mut child = cmd
+        .args(["--listen", "127.0.0.1:0", "--data-dir", "none"])
+        .args(node_argv(args, extra))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn walletrelay");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        let text = Arc::new(Mutex::new(String::new()));
+        let keep = Arc::clone(&text);
+        let t = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                keep.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        (text, t)
+    };
+    let (out, out_t) = drain(Box::new(child.stdout.take().expect("stdout")));
+    let (err, err_t) = drain(Box::new(child.stderr.take().expect("stderr")));
+    let mut status = None;
+    let ended = wait_until(WAIT, || {
+        if out.lock().unwrap().contains("walletrelay listening on") {
+            return true;
+        }
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = (out_t.join(), err_t.join());
+        let err = err.lock().unwrap();
+        if ended {
+            panic!("the node started (it should have refused); stderr:\n{err}");
+        }
+        panic!("the node neither refused nor started within {WAIT:?}; stderr:\n{err}");
+    }
+    let _ = (out_t.join(), err_t.join());
+    let (stdout, stderr) = (out.lock().unwrap().clone(), err.lock().unwrap().clone());
+    Refused {
+        status: status.expect("exited"),
+        stderr,
+        stdout,
+    }
+}

@@ -18,6 +18,8 @@
 //! - [`durability`]: the binary on a data directory (`kill -9`, SIGTERM, its log), pipelined
 //!   publishers that record what was acknowledged, a topic's history after a restart;
 //! - [`redis`]: a real `redis-server`, and the cluster library's side of a node on it;
+//! - [`redis_topo`]: Redis as operators run it: TLS with an ACL user, Sentinel, Redis
+//!   Cluster, and the `--redis` flags for each;
 //! - [`cluster`]: nodes of the binary on real Redis shards, clients that keep publishing
 //!   or reading on their own threads;
 //! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told.
@@ -36,6 +38,7 @@ pub mod metrics;
 pub mod node;
 pub mod raw_ws;
 pub mod redis;
+pub mod redis_topo;
 pub mod rng;
 pub mod skip;
 pub mod tempdir;

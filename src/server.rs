@@ -314,6 +314,7 @@ impl Server {
             webhooks: webhooks.clone(),
             health: built.health,
             exporters: built.exporters,
+            limit_policy: crate::limits::Policy::new(&config.limits, n),
             config: config.clone(),
         });
         // This process among the relay's nodes: random, never 0 (`Origin::NONE`).

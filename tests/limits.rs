@@ -14,11 +14,16 @@ use common::{raw_ws::RELAY_PATH, topic, Server, Ws, READ_TIMEOUT};
 
 /// A TCP connection to `server` from source address `src`.
 fn tcp_from(server: &Server, src: &str) -> std::io::Result<TcpStream> {
+    tcp_to_from(server.addr, src)
+}
+
+/// A TCP connection to `to` from source address `src`.
+fn tcp_to_from(to: SocketAddr, src: &str) -> std::io::Result<TcpStream> {
     use socket2::{Domain, Protocol, Socket, Type};
     let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
     let from: SocketAddr = format!("{src}:0").parse().expect("source address");
     sock.bind(&from.into())?;
-    sock.connect(&server.addr.into())?;
+    sock.connect(&to.into())?;
     let s: TcpStream = sock.into();
     s.set_read_timeout(Some(READ_TIMEOUT))?;
     s.set_nodelay(true)?;
@@ -93,6 +98,201 @@ fn connections_per_address_are_capped_and_other_addresses_still_connect() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(again.is_some(), "a freed place was never given again");
+}
+
+/// The cap counts one address's connections on every worker together: whatever the
+/// number of workers and however the kernel spreads the connections over their listeners,
+/// the N-th is let in and the N+1-th refused, and a close anywhere is a place anywhere.
+#[test]
+fn the_connection_cap_is_exact_whatever_the_number_of_workers() {
+    for (threads, src) in [("2", "127.0.0.40"), ("4", "127.0.0.41")] {
+        let server =
+            Server::start_limited(&["--threads", threads, "--max-connections-per-ip", "20"]);
+        let mut held: Vec<Ws> = (1..=20)
+            .map(|i| {
+                ws_from(&server, src)
+                    .unwrap_or_else(|e| panic!("--threads {threads}: #{i} refused: {e}"))
+            })
+            .collect();
+        assert!(ws_from(&server, src).is_err(), "--threads {threads}: #21");
+        // One closes: once the server has seen it, one more is let in, and only one.
+        drop(held.swap_remove(7));
+        let again = common::wait::poll(common::wait::WAIT, || ws_from(&server, src).ok());
+        held.push(again.expect("a freed place was never given again"));
+        assert!(
+            ws_from(&server, src).is_err(),
+            "--threads {threads}: 20 open again"
+        );
+        // Every WebSocket held is still served.
+        for ws in held.iter_mut() {
+            ws.subscribe(&topic());
+        }
+        assert_eq!(server.metric("walletrelay_limit_split_accepts_total"), 0.0);
+    }
+}
+
+/// Everything the server sends until it closes (or resets) the connection.
+fn read_to_close(s: &mut impl Read) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// What the server answers `bytes` from `src` with, until it closes.
+fn raw(server: &Server, src: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut t = tcp_from(server, src).expect("connect");
+    let _ = t.write_all(bytes);
+    read_to_close(&mut t)
+}
+
+/// A TLS connection from `src` to the server's TLS listener, handshake done.
+fn tls_from(
+    server: &Server,
+    src: &str,
+    config: &std::sync::Arc<rustls::ClientConfig>,
+) -> common::tls::TlsStream {
+    let tcp = tcp_to_from(server.tls_addr(), src).expect("connect to the TLS listener");
+    let name = "localhost".try_into().expect("a server name");
+    let conn = rustls::ClientConnection::new(config.clone(), name).expect("client connection");
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).expect("TLS handshake");
+    }
+    s
+}
+
+/// A connection ended some way from `src` (the third of its address): whether the server
+/// showed it was let in.
+type End = fn(&Server, &str, &std::sync::Arc<rustls::ClientConfig>) -> bool;
+
+/// Every way a connection ends gives its place back, once: with two held and a cap of
+/// three, each of these is let in as the third, and afterwards exactly one more is.
+#[test]
+fn every_way_a_connection_ends_gives_its_place_back_once() {
+    let pki = common::tls::TlsSetup::new();
+    let mut args = pki.args();
+    for a in ["--threads", "2", "--max-connections-per-ip", "3"] {
+        args.push(a.into());
+    }
+    args.extend(["--head-timeout".into(), "0.3".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start_limited(&args);
+    let client = pki.client();
+    let src = "127.0.0.44";
+    let held: Vec<Ws> = (0..2).map(|_| ws_from(&server, src).unwrap()).collect();
+    let ends: [(&str, End); 10] = [
+        ("a head answered 400", |s, src, _| {
+            raw(s, src, b"NONSENSE\r\n\r\n").starts_with(b"HTTP/1.1 400")
+        }),
+        ("an upgrade refused", |s, src, _| {
+            let head = format!(
+                "GET {RELAY_PATH} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+                 Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            );
+            raw(s, src, head.as_bytes()).starts_with(b"HTTP/1.1 4")
+        }),
+        ("a head that never ends (timeout)", |s, src, _| {
+            raw(s, src, b"GET /hello HTTP/1.1\r\nHost: x\r\n").starts_with(b"HTTP/1.1 408")
+        }),
+        ("keep-alive, then the client's close", |s, src, _| {
+            let mut t = tcp_from(s, src).expect("connect");
+            let _ = t.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+            let mut head = [0u8; 12];
+            t.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+        }),
+        ("a WebSocket closed cleanly", |s, src, _| {
+            let Ok(mut ws) = ws_from(s, src) else {
+                return false;
+            };
+            let _ = ws.sock.close(None);
+            while ws.sock.read().is_ok() {}
+            true
+        }),
+        ("a WebSocket protocol error", |s, src, _| {
+            let Ok(mut ws) = ws_from(s, src) else {
+                return false;
+            };
+            // An unmasked frame from a client: closed with 1002.
+            let _ = ws.sock.get_mut().write_all(&[0x81, 0x01, b'x']);
+            read_to_close(ws.sock.get_mut());
+            true
+        }),
+        ("a WebSocket reset by its client", |s, src, _| {
+            let Ok(ws) = ws_from(s, src) else {
+                return false;
+            };
+            common::reset_on_close(ws.sock.get_ref());
+            true
+        }),
+        ("plaintext on the TLS port (a TLS failure)", |s, src, _| {
+            let mut t = tcp_to_from(s.tls_addr(), src).expect("connect");
+            let _ = t.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+            read_to_close(&mut t);
+            true
+        }),
+        ("a TLS handshake, then the client's close", |s, src, c| {
+            drop(tls_from(s, src, c));
+            true
+        }),
+        ("a WebSocket over TLS", |s, src, c| {
+            let url = format!("wss://localhost:{}{RELAY_PATH}", s.tls_addr().port());
+            let ws = Ws::try_handshake(tls_from(s, src, c), &url, &[]);
+            ws.is_ok()
+        }),
+    ];
+    // The two held and this scrape: every other connection reaped.
+    let settled = || {
+        common::wait::wait_for("the server to reap", || {
+            server.metric("walletrelay_connections_open") == 3.0
+        })
+    };
+    for (what, end) in ends {
+        settled();
+        assert!(end(&server, src, &client), "{what}: not let in");
+    }
+    settled();
+    let third = ws_from(&server, src).expect("the third place is free");
+    assert!(ws_from(&server, src).is_err(), "and only it");
+    assert_eq!(limited(&server, "connections"), 1.0);
+    drop((held, third));
+}
+
+/// The accept burst is one bucket per address across the workers: a burst of B lets
+/// exactly B through, whatever the number of workers.
+#[test]
+fn the_accept_burst_is_exact_whatever_the_number_of_workers() {
+    for (threads, src) in [("2", "127.0.0.42"), ("4", "127.0.0.43")] {
+        let server = Server::start_limited(&[
+            "--threads",
+            threads,
+            "--accept-rate-per-ip",
+            "0.001",
+            "--accept-burst-per-ip",
+            "20",
+        ]);
+        // Ten held open, ten closed after their answer: both count.
+        let mut held = Vec::new();
+        for i in 1..=20 {
+            if i % 2 == 0 {
+                let ws = ws_from(&server, src);
+                held.push(ws.unwrap_or_else(|e| panic!("--threads {threads}: #{i}: {e}")));
+            } else {
+                let status = http_status_from(&server, src);
+                assert_eq!(status, Some(200), "--threads {threads}: #{i}");
+            }
+        }
+        let status = http_status_from(&server, src);
+        assert!(
+            matches!(status, None | Some(429)),
+            "--threads {threads}: #21: {status:?}"
+        );
+        drop(held);
+        assert!(
+            ws_from(&server, src).is_err(),
+            "closing gives no token back"
+        );
+        assert_eq!(limited(&server, "accept_rate"), 2.0);
+    }
 }
 
 #[test]

@@ -56,6 +56,9 @@ pub struct Shared {
     pub exporters: Vec<Exporter>,
     /// `--project-ids` as loaded at start (each worker's door starts from it).
     pub projects: Option<Arc<crate::auth::ProjectIds>>,
+    /// The limits per client as every worker applies them, with the per-address counts
+    /// they share (each worker's `Limiter` starts from a clone).
+    pub limit_policy: crate::limits::Policy,
 }
 
 /// Appends metrics in the Prometheus text format.

@@ -145,6 +145,7 @@ impl Bench {
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
                 health: Arc::default(),
                 exporters: Vec::new(),
+                limit_policy: crate::limits::Policy::new(&config.limits, 1),
                 config,
                 projects: None,
             },

@@ -2,13 +2,17 @@
 //! address, and token buckets for publishes, published bytes and subscriptions per
 //! connection, per authenticated client id and per IP address.
 //!
-//! Everything here belongs to one worker ([`Limiter`]) and is touched only from its loop: no
-//! lock, nothing shared. A limit shared by connections on several workers (per IP, per
-//! client) is split evenly over the workers instead (rate and burst divided by the worker
-//! count, at least 1), as §11 allows; so is the connection cap. A connection's own buckets
-//! live in its WebSocket state ([`ConnBuckets`]); its IP's and client's entries are reached
-//! through the [`Handle`]s it keeps in [`ConnLimit`], checked by generation, never by hashing
-//! a key per message. Nothing here allocates per message.
+//! The open connections and the accept rate of an address are counted exactly across the
+//! workers, in one table of atomic counters they all share ([`counts`]; touched at accept
+//! and close only, never locked). Everything else belongs to one worker ([`Limiter`]) and is
+//! touched only from its loop: no lock, nothing shared. A request bucket shared by
+//! connections on several workers (per IP, per client) is split evenly over the workers
+//! instead (rate and burst divided by the worker count, at least 1), as §11 allows; so are
+//! the cap and the accept rate of an address the shared table has no room for. A
+//! connection's own buckets live in its WebSocket state ([`ConnBuckets`]); its IP's and
+//! client's entries are reached through the [`Handle`]s it keeps in [`ConnLimit`], checked by
+//! generation, never by hashing a key per message; the worker's entry of an address keeps
+//! its slot in the shared table. Nothing here allocates per message.
 //!
 //! An address refused at accept too often within a second is blocked at the listener for a
 //! while ([`block`]): the limiter keeps the list and makes the filter, the worker attaches it.
@@ -19,16 +23,19 @@
 
 pub mod block;
 pub mod bucket;
+pub mod counts;
 pub mod table;
 
 use crate::auth::ClientKey;
 use crate::ip::{self, Cidr};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 pub use block::Blocks;
 pub use bucket::{Bucket, ConnBuckets, Rate};
+pub use counts::{AddrCounts, Admit, Gcra};
 pub use table::Handle;
-use table::{Table, BUCKETS};
+use table::{Entry, Table, BUCKETS};
 
 /// What a refusal was for (also the `kind` label of `walletrelay_limited_total`, whose
 /// vocabulary is `metrics`').
@@ -66,15 +73,20 @@ pub struct Cost {
     pub subscribes: u32,
 }
 
-/// The limits of the flags, as one worker applies them.
+/// The limits of the flags, as one worker applies them. Made once for the process: its
+/// clones share the table of per-address counts.
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// Per connection: publishes, bytes, subscriptions.
     conn: [Rate; 3],
     /// Per IP address and per client (split over the workers): publishes, bytes,
-    /// subscriptions, accepts (the last only for addresses).
+    /// subscriptions, accepts (the last only for addresses the shared table has no room
+    /// for).
     shared: [Rate; BUCKETS],
-    /// Open connections per address on this worker (split; 0 = off).
+    /// Open connections and accept rate per address, across the workers (`None`: both off).
+    counts: Option<Arc<AddrCounts>>,
+    /// Open connections per address on this worker, for an address the shared table has no
+    /// room for (split; 0 = off).
     max_conns: u32,
     /// `--limit-exempt`.
     exempt: Vec<Cidr>,
@@ -92,7 +104,8 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// The policy of `l` for one of `workers` workers.
+    /// The policy of `l` for the `workers` workers of a process (with a new table of
+    /// per-address counts, which its clones share).
     pub fn new(l: &crate::config::Limits, workers: usize) -> Policy {
         let w = workers.max(1);
         let conn = [
@@ -112,9 +125,13 @@ impl Policy {
             n => (n / w as u32).max(1),
         };
         let requests_on = conn.iter().any(|r| !r.is_off());
+        let gcra = Gcra::new(l.accept_rate_per_ip, l.accept_burst_per_ip);
+        let counts = (l.max_connections_per_ip > 0 || !gcra.is_off())
+            .then(|| Arc::new(AddrCounts::new(l.max_connections_per_ip, gcra)));
         Policy {
             conn,
             shared,
+            counts,
             max_conns,
             exempt: l.limit_exempt.clone(),
             trusted: l.trusted_proxies.clone(),
@@ -160,6 +177,8 @@ pub struct Limiter {
     blocks: Blocks,
     /// Blocks begun since the start.
     blocked: u64,
+    /// Connections counted on this worker alone (the shared table had no room).
+    split_accepts: u64,
     /// The next time idle entries are looked for (ms).
     next_sweep: u64,
 }
@@ -169,6 +188,9 @@ pub struct Limiter {
 const TABLE_CAP: usize = u16::MAX as usize;
 /// Entries a sweep looks at (one sweep a second).
 const SWEEP_BUDGET: usize = 1024;
+/// Slots of the shared table a worker's sweep looks at (one a second per worker, one at a
+/// time: the whole table in 16 s with one worker; a few microseconds each).
+const COUNTS_SWEEP_BUDGET: usize = 8192;
 
 impl Limiter {
     /// A worker's limiter.
@@ -179,6 +201,7 @@ impl Limiter {
             clients: Table::new(TABLE_CAP),
             blocks: Blocks::default(),
             blocked: 0,
+            split_accepts: 0,
             next_sweep: 0,
         }
     }
@@ -217,15 +240,31 @@ impl Limiter {
         let Some(e) = self.ips.get(h) else {
             return Ok(());
         };
-        let accept = self.policy.shared[Kind::AcceptRate as usize];
-        let refused = if self.policy.max_conns > 0 && e.conns >= self.policy.max_conns {
-            Some(Kind::Connections)
-        } else if e.buckets[Kind::AcceptRate as usize].wait(accept, now, 1.0) > 0 {
-            Some(Kind::AcceptRate)
-        } else {
-            None
+        // Exact across the workers in the shared table; this worker's share where it has no
+        // room for the address.
+        let counted = match self.policy.counts.as_deref() {
+            Some(c) => {
+                let got = match e.held {
+                    0 => c.admit(key, now),
+                    _ => c.admit_at(e.slot, key, now),
+                };
+                match got {
+                    Admit::In(slot) => {
+                        e.slot = slot;
+                        e.held += 1;
+                        Ok(())
+                    }
+                    Admit::Refused(kind) => Err(kind),
+                    Admit::NoRoom => {
+                        let share = split_share(&self.policy, e, now);
+                        self.split_accepts += u64::from(share.is_ok());
+                        share
+                    }
+                }
+            }
+            None => split_share(&self.policy, e, now),
         };
-        if let Some(kind) = refused {
+        if let Err(kind) = counted {
             // A storm: `block_after` refusals within one second block the address at the
             // listener (`block`).
             if e.refused == 0 || now.saturating_sub(e.refused_since) >= 1000 {
@@ -249,7 +288,6 @@ impl Limiter {
             }
             return Err(kind);
         }
-        e.buckets[Kind::AcceptRate as usize].take(accept, 1.0);
         e.conns += 1;
         lim.ip = h;
         Ok(())
@@ -295,6 +333,15 @@ impl Limiter {
 
     fn release_ip(&mut self, lim: &mut ConnLimit) {
         if let Some(e) = self.ips.get(lim.ip) {
+            // Which of the address's connections here closed does not matter, only how
+            // many are counted where: those counted on this worker alone go first, so that
+            // the shared count comes back to the truth as soon as it can.
+            if e.held > 0 && e.conns <= e.held {
+                if let Some(c) = self.policy.counts.as_deref() {
+                    c.release(e.slot);
+                }
+                e.held -= 1;
+            }
             e.conns = e.conns.saturating_sub(1);
         }
         lim.ip = Handle::NONE;
@@ -372,7 +419,7 @@ impl Limiter {
     }
 
     /// Periodic upkeep (called every loop iteration): ends the blocks due, and once a
-    /// second drops idle entries, a bounded number at a time.
+    /// second drops idle entries, a bounded number at a time (the shared table's too).
     pub fn tick(&mut self, now: u64) {
         if !self.blocks.is_empty() {
             self.blocks.expire(now);
@@ -383,6 +430,9 @@ impl Limiter {
         self.next_sweep = now + 1000;
         self.ips.sweep(&self.policy.shared, now, SWEEP_BUDGET);
         self.clients.sweep(&self.policy.shared, now, SWEEP_BUDGET);
+        if let Some(c) = self.policy.counts.as_deref() {
+            c.sweep(now, COUNTS_SWEEP_BUDGET);
+        }
     }
 
     /// The listeners' filter if the blocked addresses changed since the last call
@@ -399,6 +449,41 @@ impl Limiter {
     /// Addresses and clients currently tracked (tests, metrics).
     pub fn tracked(&self) -> (usize, usize) {
         (self.ips.len(), self.clients.len())
+    }
+
+    /// Connections counted on this worker alone since the start, because the shared table
+    /// had no room for their address (metrics).
+    pub fn split_accepts(&self) -> u64 {
+        self.split_accepts
+    }
+}
+
+/// The worker's own share of the cap and the accept rate (split over the workers), for an
+/// address the shared table has no room for: taken, or why not.
+fn split_share(p: &Policy, e: &mut Entry<u128>, now: u64) -> Result<(), Kind> {
+    let accept = p.shared[Kind::AcceptRate as usize];
+    if p.max_conns > 0 && e.conns >= p.max_conns {
+        return Err(Kind::Connections);
+    }
+    if e.buckets[Kind::AcceptRate as usize].wait(accept, now, 1.0) > 0 {
+        return Err(Kind::AcceptRate);
+    }
+    e.buckets[Kind::AcceptRate as usize].take(accept, 1.0);
+    Ok(())
+}
+
+impl Drop for Limiter {
+    /// Gives back what this worker holds in the shared table (a worker that stops before
+    /// the others must not leave its connections counted).
+    fn drop(&mut self) {
+        if let Some(c) = self.policy.counts.as_deref() {
+            self.ips.for_each(|e| {
+                for _ in 0..e.held {
+                    c.release(e.slot);
+                }
+                e.held = 0;
+            });
+        }
     }
 }
 

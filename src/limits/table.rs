@@ -69,6 +69,12 @@ pub struct Entry<K> {
     pub strikes: u8,
     /// Until when (ms) a new block counts as one more in the row (kept while it lasts).
     pub strike_until: u64,
+    /// The address's slot in the shared table of counts (`limits::counts`), while `held`
+    /// is above 0 (addresses only).
+    pub slot: u32,
+    /// Of `conns`, those counted in the shared table (the others are counted on this
+    /// worker alone: the table had no room).
+    pub held: u32,
 }
 
 /// A bounded table of entries keyed by `K`.
@@ -128,6 +134,8 @@ impl<K: Hash + Eq + Clone> Table<K> {
         e.refused_since = now;
         e.strikes = 0;
         e.strike_until = 0;
+        e.slot = 0;
+        e.held = 0;
         self.index.insert(owned, slot);
         Some(Handle { slot, gen: e.gen })
     }
@@ -149,6 +157,8 @@ impl<K: Hash + Eq + Clone> Table<K> {
                 refused_since: 0,
                 strikes: 0,
                 strike_until: 0,
+                slot: 0,
+                held: 0,
             });
             return u16::try_from(self.entries.len() - 1).ok();
         }
@@ -194,6 +204,14 @@ impl<K: Hash + Eq + Clone> Table<K> {
         self.entries
             .get_mut(h.slot as usize)
             .filter(|e| e.gen == h.gen && e.key.is_some())
+    }
+
+    /// Calls `f` on every entry in use.
+    pub fn for_each(&mut self, f: impl FnMut(&mut Entry<K>)) {
+        self.entries
+            .iter_mut()
+            .filter(|e| e.key.is_some())
+            .for_each(f);
     }
 
     /// Looks at up to `budget` entries from where the last sweep stopped and drops those

@@ -41,15 +41,105 @@ fn connections_per_address_are_capped_and_released() {
     assert!(l.on_accept(ip("10.0.0.1"), 0).is_ok());
 }
 
+/// `workers` limiters of one process (one policy, so one table of per-address counts).
+fn workers(args: &[&str], workers: usize) -> Vec<Limiter> {
+    let p = Policy::new(&limits(args), workers);
+    (0..workers).map(|_| Limiter::new(p.clone())).collect()
+}
+
 #[test]
-fn the_cap_is_split_over_the_workers() {
-    let mut l = limiter(&["--max-connections-per-ip", "9"], 4);
-    for _ in 0..2 {
-        l.on_accept(ip("10.0.0.1"), 0).unwrap();
+fn the_cap_is_exact_across_the_workers() {
+    for n in [2, 4] {
+        let mut ws = workers(&["--max-connections-per-ip", "9"], n);
+        // However the connections fall on the workers: 9 in, the 10th out, on any worker.
+        let mut held: Vec<(usize, ConnLimit)> = (0..9)
+            .map(|i| {
+                let w = (i * i + i / 3) % n;
+                (w, ws[w].on_accept(ip("10.0.0.1"), 0).unwrap())
+            })
+            .collect();
+        for w in ws.iter_mut() {
+            assert_eq!(
+                w.on_accept(ip("10.0.0.1"), 0).unwrap_err(),
+                Kind::Connections
+            );
+        }
+        // A close on one worker is a place on any other.
+        let (w, mut lim) = held.remove(4);
+        ws[w].release(&mut lim);
+        let other = (w + 1) % n;
+        let lim = ws[other].on_accept(ip("10.0.0.1"), 0).unwrap();
+        held.push((other, lim));
+        assert!(ws[w].on_accept(ip("10.0.0.1"), 0).is_err());
+        for (w, mut lim) in held {
+            ws[w].release(&mut lim);
+        }
+        let counts = ws[0].policy.counts.clone().unwrap();
+        assert_eq!(counts.conns(ip::ip_key(ip("10.0.0.1"))), 0);
+        assert!(ws.iter().all(|w| w.split_accepts() == 0));
     }
-    assert!(l.on_accept(ip("10.0.0.1"), 0).is_err());
-    let mut one = limiter(&["--max-connections-per-ip", "1"], 4);
-    assert!(one.on_accept(ip("10.0.0.1"), 0).is_ok(), "at least one");
+}
+
+#[test]
+fn the_accept_burst_is_exact_across_the_workers() {
+    let args = [
+        "--accept-rate-per-ip",
+        "0.001",
+        "--accept-burst-per-ip",
+        "6",
+    ];
+    let mut ws = workers(&args, 3);
+    for i in 0..6 {
+        let mut lim = ws[i % 3].on_accept(ip("10.0.0.1"), 0).unwrap();
+        ws[i % 3].release(&mut lim);
+    }
+    for w in ws.iter_mut() {
+        assert_eq!(
+            w.on_accept(ip("10.0.0.1"), 0).unwrap_err(),
+            Kind::AcceptRate
+        );
+    }
+    assert!(ws[1].on_accept(ip("10.0.0.2"), 0).is_ok());
+}
+
+#[test]
+fn an_address_the_shared_table_has_no_room_for_gets_the_workers_share() {
+    use counts::WINDOW;
+    let mut p = Policy::new(&limits(&["--max-connections-per-ip", "4"]), 2);
+    // A table of one window, full of other addresses.
+    let table = Arc::new(AddrCounts::with_slots(WINDOW, 4, Gcra::OFF));
+    let others: Vec<u32> = (0..WINDOW)
+        .map(
+            |i| match table.admit(ip::ip_key(ip(&format!("10.9.0.{i}"))), 0) {
+                Admit::In(s) => s,
+                a => panic!("{a:?}"),
+            },
+        )
+        .collect();
+    p.counts = Some(table.clone());
+    let mut l = Limiter::new(p);
+    // Half the cap on this worker, counted here alone.
+    let mut a = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    let _b = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    assert_eq!(
+        l.on_accept(ip("10.0.0.1"), 0).unwrap_err(),
+        Kind::Connections
+    );
+    assert_eq!(l.split_accepts(), 2);
+    // Room again: the next one is counted in the table, and a close gives back a
+    // connection counted here alone first.
+    table.release(others[0]);
+    table.sweep(1, WINDOW);
+    l.release(&mut a);
+    let key = ip::ip_key(ip("10.0.0.1"));
+    let mut c = l.on_accept(ip("10.0.0.1"), 0).unwrap();
+    assert_eq!((table.conns(key), l.split_accepts()), (1, 2));
+    l.release(&mut a);
+    assert_eq!(table.conns(key), 1, "a no-op: `a` was released already");
+    l.release(&mut c);
+    assert_eq!(table.conns(key), 1, "`_b`, counted here alone, went first");
+    drop(l);
+    assert_eq!(table.conns(key), 0, "a limiter gives back what it holds");
 }
 
 #[test]

@@ -168,6 +168,9 @@ pub struct CoreMetrics {
     pub accept_blocks: Cell,
     /// Addresses blocked at the listener now.
     pub blocked_addresses: Cell,
+    /// Connections counted against this worker's share of the per-address limits because
+    /// the shared table of per-address counts had no room for their address.
+    pub limit_split_accepts: Cell,
 }
 
 impl CoreMetrics {
@@ -200,7 +203,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 27] = [
+        let per_core: [(&str, &str, &str, Get); 28] = [
             ("connections_open", "gauge", "Open connections", |c| {
                 &c.connections_open
             }),
@@ -351,6 +354,12 @@ impl Metrics {
                 "gauge",
                 "Addresses blocked at the listener now",
                 |c| &c.blocked_addresses,
+            ),
+            (
+                "limit_split_accepts_total",
+                "counter",
+                "Connections counted against the worker's split share of --max-connections-per-ip and the accept rate because the shared per-address table had no room for their address",
+                |c| &c.limit_split_accepts,
             ),
         ];
         for (name, kind, help, get) in per_core {

@@ -111,7 +111,8 @@ pub struct Worker {
     deflate: DeflateKit,
     /// Relay auth: the verified-token cache and the project allow-list.
     gate: crate::auth::Gate,
-    /// Limits per address and per client id (DECISIONS §11), this worker's share.
+    /// Limits per address and per client id (DECISIONS §11): this worker's tables, and the
+    /// per-address counts every worker shares.
     limits: crate::limits::Limiter,
     ids: IdSource,
     /// Connections with queued output, flushed at the end of the iteration.
@@ -180,8 +181,7 @@ impl Worker {
             shared.config.require_auth,
             shared.projects.clone(),
         );
-        let policy =
-            crate::limits::Policy::new(&shared.config.limits, shared.config.worker_count());
+        let policy = shared.limit_policy.clone();
         Ok(Worker {
             id,
             poll,

@@ -27,6 +27,9 @@ impl Worker {
         }
         self.relay.tick(self.now);
         self.limits.tick(self.now);
+        self.m()
+            .limit_split_accepts
+            .set(self.limits.split_accepts());
         self.apply_blocks();
         if self.accept_retry && !due.is_empty() {
             self.accept_retry = false;

@@ -434,7 +434,6 @@ fn sentinel_primary_killed_under_load_loses_no_acknowledged_publish() {
 }
 
 #[test]
-#[ignore = "redis+cluster: server support in progress"]
 fn cluster_primary_with_most_keys_killed_under_load_loses_no_acknowledged_publish() {
     let c = RedisCluster::start_with(REPLICAS);
     let probes: Vec<(u16, String)> = c
@@ -460,7 +459,6 @@ fn cluster_primary_with_most_keys_killed_under_load_loses_no_acknowledged_publis
 }
 
 #[test]
-#[ignore = "redis+cluster: server support in progress"]
 fn cluster_reshard_under_load_loses_and_duplicates_nothing() {
     /// Slots moved: the lowest ones of the first primary.
     const MOVED: u32 = 1000;

@@ -210,11 +210,7 @@ kind_tests!(
     mixed,
     RedisSetup::mixed(&[RedisKind::Standalone, RedisKind::TlsAcl])
 );
-kind_tests!(
-    cluster,
-    RedisSetup::start(RedisKind::Cluster),
-    ignore = "redis+cluster: server support in progress"
-);
+kind_tests!(cluster, RedisSetup::start(RedisKind::Cluster));
 
 /// `--redis URL --redis-tls-ca CA` for a TLS server, with `extra` flags after them.
 fn tls_args(r: &RedisTlsAcl, url: String, extra: &[&str]) -> Vec<String> {

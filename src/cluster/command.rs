@@ -133,6 +133,14 @@ impl ShardCtx {
         }
     }
 
+    /// How the shard names keys.
+    pub(crate) fn keys(&self) -> super::script::Keys {
+        super::script::Keys {
+            db: self.addr.db,
+            tagged: matches!(self.addr.kind, super::addr::Kind::Cluster),
+        }
+    }
+
     /// How to reach the shard's servers.
     pub(crate) fn reach(&self) -> Reach<'_> {
         Reach {

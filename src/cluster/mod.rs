@@ -33,6 +33,8 @@ pub mod addr;
 mod command;
 mod handle;
 mod link;
+mod multi;
+mod pack;
 mod primary;
 mod pubsub;
 mod reply;
@@ -41,6 +43,7 @@ mod routes;
 pub mod script;
 mod setup;
 mod shard;
+mod slots;
 mod stats;
 mod subconn;
 pub mod tls;
@@ -86,6 +89,13 @@ pub enum ClusterError {
     /// The TLS files of `rediss` shards could not be used.
     #[error("Redis TLS: {0}")]
     Tls(#[from] tls::RedisTlsError),
+}
+
+/// A shard connected at start: a primary's command connection (standalone, Sentinel), or
+/// the slot map of a Redis Cluster.
+enum Started {
+    Primary(Box<setup::Conn>),
+    Cluster(slots::SlotMap),
 }
 
 /// One shard's running parts.
@@ -142,12 +152,16 @@ impl Cluster {
                 commands_back: crossbeam_channel::bounded(1),
                 tls: tls.clone(),
             };
-            let conn = setup::connect(&ctx).map_err(|source| ClusterError::Shard {
+            let started = match addr.kind {
+                addr::Kind::Cluster => multi::check(&ctx).map(Started::Cluster),
+                _ => setup::connect(&ctx).map(|c| Started::Primary(Box::new(c))),
+            };
+            let started = started.map_err(|source| ClusterError::Shard {
                 shard: i,
                 addr: addr.to_string(),
                 source,
             })?;
-            conns.push((ctx, conn));
+            conns.push((ctx, started));
         }
         let mut shards = Vec::new();
         let mut ports = Vec::new();
@@ -160,7 +174,10 @@ impl Cluster {
                 ctx.addr.clone(),
             );
             let (subscriber, watch) = pubsub::Subscriber::start(ctx.clone())?;
-            threads.push(shard::spawn(ctx, conn, rx, stop_rx.clone())?);
+            threads.push(match conn {
+                Started::Primary(conn) => shard::spawn(ctx, *conn, rx, stop_rx.clone())?,
+                Started::Cluster(map) => multi::spawn(ctx, map, rx, stop_rx.clone())?,
+            });
             ports.push(ShardPorts {
                 commands: tx,
                 watch,

@@ -98,11 +98,6 @@ pub(crate) fn ask_sentinels(r: &Reach<'_>) -> Result<Endpoint, LinkError> {
 
 /// Finds the shard's primary, connects and logs in, and checks that it is a primary.
 pub(crate) fn connect(r: &Reach<'_>) -> Result<Primary, LinkError> {
-    if let Kind::Cluster = r.addr.kind {
-        return Err(LinkError::NoPrimary(
-            "redis+cluster:// shards are not served by this build yet".into(),
-        ));
-    }
     let at = ask_sentinels(r)?;
     let login = r.login(
         r.addr.username.as_deref(),
@@ -149,4 +144,44 @@ pub(crate) fn connect(r: &Reach<'_>) -> Result<Primary, LinkError> {
         replicas,
         replid,
     })
+}
+
+/// The server's replication id (`INFO replication`'s `master_replid`); empty when the ACL
+/// user may not run `INFO` (positions are then not protected across a failover: said in
+/// the log at each connect).
+pub(crate) fn replid(link: &mut Link, addr: &ShardAddr) -> String {
+    match link.query(&[b"INFO", b"replication"]) {
+        Ok(v) => text(&v)
+            .and_then(|info| {
+                info.lines().find_map(|l| {
+                    l.strip_prefix("master_replid:")
+                        .map(|s| s.trim().to_string())
+                })
+            })
+            .unwrap_or_default(),
+        Err(e) => {
+            log::warn!(
+                "redis shard {addr}: INFO replication refused ({e}); a failover may reuse positions"
+            );
+            String::new()
+        }
+    }
+}
+
+/// The first node of a Redis Cluster shard that lets this node log in (seeds in order):
+/// the subscriber's connection (a classic `SUBSCRIBE` on any node of a cluster receives
+/// every `PUBLISH` of the cluster).
+pub(crate) fn any_node(r: &Reach<'_>) -> Result<Link, LinkError> {
+    let login = r.login(r.addr.username.as_deref(), r.addr.password.as_deref(), 0);
+    let mut why = Vec::new();
+    for at in &r.addr.endpoints {
+        match Link::open(at, &login) {
+            Ok(l) => return Ok(l),
+            Err(e) => why.push(format!("{at}: {e}")),
+        }
+    }
+    Err(LinkError::NoPrimary(format!(
+        "no node of the cluster answered ({})",
+        why.join("; ")
+    )))
 }

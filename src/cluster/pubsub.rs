@@ -470,7 +470,7 @@ impl Writer {
         match m {
             Ctl::Watch { worker, ns, topic } => {
                 let chan: Box<[u8]> =
-                    script::channel(self.sh.ctx.addr.db, ns, topic.as_bytes()).into();
+                    script::channel(self.sh.ctx.keys(), ns, topic.as_bytes()).into();
                 let t = st.topics.entry(chan.clone()).or_insert_with(|| TopicSub {
                     ns,
                     topic: Arc::clone(&topic),
@@ -495,7 +495,7 @@ impl Writer {
                 }
             }
             Ctl::Unwatch { worker, ns, topic } => {
-                let chan = script::channel(self.sh.ctx.addr.db, ns, topic.as_bytes());
+                let chan = script::channel(self.sh.ctx.keys(), ns, topic.as_bytes());
                 let Some(t) = st.topics.get_mut(&chan[..]) else {
                     return;
                 };

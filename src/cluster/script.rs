@@ -19,6 +19,7 @@
 use bytes::Bytes;
 use redis::Value;
 
+use super::slots::{self, tag_parts};
 use super::types::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
 use crate::arcbuf::ArcBuf;
 use crate::message::Body;
@@ -100,17 +101,59 @@ impl<'a> Packer<'a> {
     }
 }
 
+/// How a shard names a topic's keys: its database (pub/sub is not per database, so channel
+/// names carry it) and whether the topic is a hash tag (`{T}`: a Redis Cluster shard, where
+/// every key one script call touches must be in one slot; `slots::tag_parts`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keys {
+    /// The database number.
+    pub db: i64,
+    /// Topics are written as hash tags.
+    pub tagged: bool,
+}
+
 /// `wr:{ns}:` : the prefix of a topic's keys.
 fn ns_prefix(ns: u8) -> [u8; 5] {
     [b'w', b'r', b':', b'0' + ns % 10, b':']
 }
 
-/// The pub/sub channel of a topic: `wr:{db}:{ns}:T`.
-pub fn channel(db: i64, ns: u8, topic: &[u8]) -> Vec<u8> {
+/// The pub/sub channel of a topic: `wr:{db}:{ns}:T` (`T` as a hash tag on a cluster).
+pub fn channel(keys: Keys, ns: u8, topic: &[u8]) -> Vec<u8> {
     let mut head = [0u8; 32];
-    let mut c = channel_head(&mut head, db, ns).to_vec();
-    c.extend_from_slice(topic);
-    c
+    let t = tag_parts(topic, keys.tagged);
+    [channel_head(&mut head, keys.db, ns), t[0], t[1], t[2]].concat()
+}
+
+/// A short hash tag per slot (the first decimal number whose CRC16 lands there), so a
+/// per-slot key can sit in the slot of any topic (the webhook counter on a cluster).
+fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags = vec![String::new(); slots::SLOTS];
+        let mut left = slots::SLOTS;
+        let mut n: u64 = 0;
+        while left > 0 {
+            let s = n.to_string();
+            let t = &mut tags[usize::from(slots::crc16(s.as_bytes()) % slots::SLOTS as u16)];
+            if t.is_empty() {
+                *t = s;
+                left -= 1;
+            }
+            n += 1;
+        }
+        tags
+    });
+    tags.get(usize::from(slot)).map_or("", String::as_str)
+}
+
+/// The webhook registration counter a topic's registrations count in: the shard's one key,
+/// or on a cluster the counter of the topic's slot (`wr:webhooks:{tag}`).
+fn webhook_counter(keys: Keys, topic: &[u8]) -> Vec<u8> {
+    if !keys.tagged {
+        return WEBHOOK_COUNT_KEY.to_vec();
+    }
+    let tag = slot_tag(slots::topic_slot(topic));
+    [WEBHOOK_COUNT_KEY, b":{", tag.as_bytes(), b"}"].concat()
 }
 
 /// What one message of a publish group carries to the script.
@@ -147,25 +190,26 @@ pub fn pack_publish_group(
     buf: &mut Vec<u8>,
     shas: &Shas,
     cap: u64,
-    db: i64,
+    keys: Keys,
     term: &[u8],
     msgs: &[PublishArgs<'_>],
 ) {
-    let keys = msgs
+    let nkeys = msgs
         .iter()
         .map(|a| 2 + usize::from(a.prompt))
         .sum::<usize>();
     let mut pk = Packer::new(buf);
-    pk.cmd(3 + keys + 2 + 6 * msgs.len())
+    pk.cmd(3 + nkeys + 2 + 6 * msgs.len())
         .arg(b"EVALSHA")
         .arg(shas.0[0].as_bytes())
-        .num(keys as u64);
+        .num(nkeys as u64);
     for a in msgs {
         let mut chan = [0u8; 32];
-        pk.arg_parts(&[&ns_prefix(a.ns), b"m:", a.topic])
-            .arg_parts(&[channel_head(&mut chan, db, a.ns), a.topic]);
+        let t = tag_parts(a.topic, keys.tagged);
+        pk.arg_parts(&[&ns_prefix(a.ns), b"m:", t[0], t[1], t[2]])
+            .arg_parts(&[channel_head(&mut chan, keys.db, a.ns), t[0], t[1], t[2]]);
         if a.prompt {
-            pk.arg_parts(&[b"wr:w:", a.topic]);
+            pk.arg_parts(&[b"wr:w:", t[0], t[1], t[2]]);
         }
     }
     pk.num(cap).arg(term);
@@ -201,13 +245,14 @@ pub struct ReadArgs {
     pub max_count: u64,
 }
 
-/// Packs `EVALSHA read` (`db`: the database, in the stream's name).
-pub fn pack_read(buf: &mut Vec<u8>, shas: &Shas, db: i64, ns: u8, topic: &[u8], r: ReadArgs) {
+/// Packs `EVALSHA read`.
+pub fn pack_read(buf: &mut Vec<u8>, shas: &Shas, keys: Keys, ns: u8, topic: &[u8], r: ReadArgs) {
     let mut chan = [0u8; 32];
+    let t = tag_parts(topic, keys.tagged);
     let mut pk = Packer::new(buf);
     pk.cmd(9).arg(b"EVALSHA").arg(shas.0[1].as_bytes()).num(2);
-    pk.arg_parts(&[&ns_prefix(ns), b"m:", topic])
-        .arg_parts(&[channel_head(&mut chan, db, ns), topic]);
+    pk.arg_parts(&[&ns_prefix(ns), b"m:", t[0], t[1], t[2]])
+        .arg_parts(&[channel_head(&mut chan, keys.db, ns), t[0], t[1], t[2]]);
     pk.num(r.epoch)
         .num(r.after)
         .num(r.max_bytes)
@@ -215,25 +260,39 @@ pub fn pack_read(buf: &mut Vec<u8>, shas: &Shas, db: i64, ns: u8, topic: &[u8], 
 }
 
 /// Packs `EVALSHA webhook_add`.
+/// Packs `EVALSHA webhook_add`. `per_counter`: the registrations its counter allows (the
+/// shard's share; on a cluster, a slot's: `webhooks_per_slot`).
 pub fn pack_webhook_add(
     buf: &mut Vec<u8>,
     shas: &Shas,
+    keys: Keys,
     topic: &[u8],
     url: &[u8],
     per_topic: u64,
-    per_shard: u64,
+    per_counter: u64,
 ) {
+    let t = tag_parts(topic, keys.tagged);
     let mut pk = Packer::new(buf);
     pk.cmd(8).arg(b"EVALSHA").arg(shas.0[2].as_bytes()).num(2);
-    pk.arg_parts(&[b"wr:w:", topic]).arg(WEBHOOK_COUNT_KEY);
-    pk.arg(url).num(per_topic).num(per_shard);
+    pk.arg_parts(&[b"wr:w:", t[0], t[1], t[2]])
+        .arg(&webhook_counter(keys, topic));
+    pk.arg(url).num(per_topic).num(per_counter);
+}
+
+/// The registrations one slot's counter allows on a Redis Cluster shard: twice the shard's
+/// share spread over the slots, plus 8, so uneven spreads are not refused early while the
+/// whole stays bounded (at most about twice the share plus 8 per slot).
+pub fn webhooks_per_slot(per_shard: u64) -> u64 {
+    per_shard.div_ceil(slots::SLOTS as u64) * 2 + 8
 }
 
 /// Packs `EVALSHA webhook_remove`.
-pub fn pack_webhook_remove(buf: &mut Vec<u8>, shas: &Shas, topic: &[u8], url: &[u8]) {
+pub fn pack_webhook_remove(buf: &mut Vec<u8>, shas: &Shas, keys: Keys, topic: &[u8], url: &[u8]) {
+    let t = tag_parts(topic, keys.tagged);
     let mut pk = Packer::new(buf);
     pk.cmd(6).arg(b"EVALSHA").arg(shas.0[3].as_bytes()).num(2);
-    pk.arg_parts(&[b"wr:w:", topic]).arg(WEBHOOK_COUNT_KEY);
+    pk.arg_parts(&[b"wr:w:", t[0], t[1], t[2]])
+        .arg(&webhook_counter(keys, topic));
     pk.arg(url);
 }
 
@@ -419,6 +478,42 @@ mod tests {
     }
 
     #[test]
+    fn on_a_cluster_every_key_of_a_topic_is_in_its_slot() {
+        let mut buf = Vec::new();
+        let shas = Shas(["a", "b", "c", "d", "e", "f"].map(String::from));
+        let b1 = body("{}");
+        let keys = Keys {
+            db: 0,
+            tagged: true,
+        };
+        let mut hook = Vec::new();
+        pack_publish_group(&mut buf, &shas, 10, keys, b"r", &[args(b"t}x", &b1)]);
+        pack_webhook_add(&mut hook, &shas, keys, b"t}x", b"http://h", 16, 100);
+        let mut names = Vec::new();
+        for b in [&buf, &hook] {
+            let Value::Array(a) = redis::parse_redis_value(b).unwrap() else {
+                panic!()
+            };
+            let n_keys: usize = match &a[2] {
+                Value::BulkString(b) => std::str::from_utf8(b).unwrap().parse().unwrap(),
+                _ => panic!(),
+            };
+            for k in &a[3..3 + n_keys] {
+                let Value::BulkString(k) = k else { panic!() };
+                names.push(k.clone());
+            }
+        }
+        assert_eq!(names.len(), 5, "meta, stream, hooks; hooks, counter");
+        assert_eq!(names[0], b"wr:2:m:{t}x}");
+        assert_eq!(names[1], channel(keys, 2, b"t}x"));
+        let want = slots::topic_slot(b"t}x");
+        for k in &names {
+            assert_eq!(slots::key_slot(k), want, "{}", String::from_utf8_lossy(k));
+        }
+        assert!(webhooks_per_slot(100_000) >= 8 + 2 * 7);
+    }
+
+    #[test]
     fn a_publish_group_packs_as_resp_and_parses_back() {
         let mut buf = Vec::new();
         let shas = Shas(["a", "b", "c", "d", "e", "f"].map(String::from));
@@ -427,11 +522,15 @@ mod tests {
             prompt: false,
             ..args(b"u", &b2)
         };
+        let keys = Keys {
+            db: 3,
+            tagged: false,
+        };
         pack_publish_group(
             &mut buf,
             &shas,
             1000,
-            3,
+            keys,
             b"rid",
             &[args(b"t\r\n", &b1), quiet],
         );
@@ -450,7 +549,11 @@ mod tests {
         assert_eq!(s[2], b"5");
         assert_eq!(s[3], b"wr:2:m:t\r\n");
         assert_eq!(s[4], b"wr:3:2:t\r\n");
-        assert_eq!(channel(3, 2, b"t\r\n"), s[4], "the stream is the channel");
+        assert_eq!(
+            channel(keys, 2, b"t\r\n"),
+            s[4],
+            "the stream is the channel"
+        );
         assert_eq!(s[5], b"wr:w:t\r\n");
         assert_eq!(s[6], b"wr:2:m:u");
         assert_eq!(s[7], b"wr:3:2:u");

@@ -24,11 +24,11 @@ use redis::Value;
 use super::addr::Endpoint;
 use super::command::{set_health, Command, ShardCtx};
 use super::link::{int, Link, LinkError};
+use super::pack;
 use super::primary;
 use super::reply::{answer_slot, unavailable, Slot};
-use super::script::{self, PublishArgs, Shas};
+use super::script::{self, Shas};
 use super::setup::{connect, Conn};
-use super::v1;
 
 /// Starts the command thread on an established connection. It ends when `stop` is closed.
 pub(crate) fn spawn(
@@ -115,13 +115,13 @@ fn not_connected() -> LinkError {
 }
 
 /// Whether a command writes (its answer then waits for `WAIT`).
-fn writes(c: &Command) -> bool {
+pub(crate) fn writes(c: &Command) -> bool {
     !matches!(c, Command::Read { .. } | Command::Alive | Command::Role)
 }
 
 /// Whether a command's answer says it was stored (and so must not come before `WAIT`
 /// confirmed it): publishes and webhook registrations.
-fn acknowledged(c: &Command) -> bool {
+pub(crate) fn acknowledged(c: &Command) -> bool {
     matches!(c, Command::Publish { .. } | Command::WebhookAdd { .. })
 }
 
@@ -206,124 +206,18 @@ impl Runner {
         self.recv_oldest()
     }
 
-    /// Packs the batch into `buf`: runs of publishes go as groups (one script call for up
-    /// to `cfg.publish_group` messages), everything else one call each. Fills `slots`.
+    /// Packs the batch into `buf` and its replies' slots into `slots`.
     fn pack_all(&mut self) {
         self.buf.clear();
         self.slots.clear();
-        let cfg = Arc::clone(&self.ctx.cfg);
-        let group_max = cfg.publish_group.max(1);
-        let mut group: Vec<PublishArgs<'_>> = Vec::with_capacity(group_max);
-        for c in &self.batch {
-            if let Command::Publish { req, .. } = c {
-                group.push(PublishArgs {
-                    ns: req.ns,
-                    topic: req.topic.as_bytes(),
-                    body: &req.body,
-                    // 1 ms to 2^40 ms (35 years): exact in Lua's doubles.
-                    ttl_ms: u64::try_from(req.ttl.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .clamp(1, 1 << 40),
-                    origin: req.origin,
-                    prompt: req.prompt,
-                });
-                if group.len() < group_max {
-                    continue;
-                }
-            }
-            if !group.is_empty() {
-                let cap = cfg.max_cached_per_topic.max(1) as u64;
-                script::pack_publish_group(
-                    &mut self.buf,
-                    &self.shas,
-                    cap,
-                    self.ctx.addr.db,
-                    &self.replid,
-                    &group,
-                );
-                self.slots.push(Slot {
-                    n: group.len(),
-                    group: true,
-                });
-                group.clear();
-            }
-            let buf = &mut self.buf;
-            match c {
-                Command::Publish { .. } => continue,
-                Command::Read {
-                    ns,
-                    topic,
-                    epoch,
-                    after,
-                    ..
-                } => script::pack_read(
-                    buf,
-                    &self.shas,
-                    self.ctx.addr.db,
-                    *ns,
-                    topic.as_bytes(),
-                    script::ReadArgs {
-                        epoch: *epoch,
-                        after: *after,
-                        max_bytes: cfg.read_max_bytes as u64,
-                        max_count: cfg.read_max_count.max(1) as u64,
-                    },
-                ),
-                Command::WebhookAdd { topic, url, .. } => script::pack_webhook_add(
-                    buf,
-                    &self.shas,
-                    topic.as_bytes(),
-                    url.as_bytes(),
-                    cfg.max_webhooks_per_topic as u64,
-                    self.ctx.webhooks_per_shard,
-                ),
-                Command::WebhookRemove { topic, url } => {
-                    script::pack_webhook_remove(buf, &self.shas, topic.as_bytes(), url.as_bytes())
-                }
-                Command::V1Publish { req, .. } => {
-                    let lim = v1::PubLimits {
-                        pending_ttl: cfg.v1_pending_ttl,
-                        cap: cfg.max_cached_per_topic as u64,
-                        alive: cfg.node_alive,
-                        db: self.ctx.addr.db,
-                    };
-                    v1::pack_pub(buf, &self.shas.0[script::V1_PUB_IDX], req, &lim)
-                }
-                Command::V1Sub {
-                    worker,
-                    ticket,
-                    topic,
-                    count,
-                } => v1::pack_sub(
-                    buf,
-                    &self.shas.0[script::V1_SUB_IDX],
-                    topic.as_bytes(),
-                    &v1::field(self.ctx.node, *worker),
-                    *count,
-                    ticket.is_some(),
-                ),
-                Command::Alive => v1::pack_alive(buf, self.ctx.node),
-                Command::Role => {
-                    script::Packer::new(buf).cmd(1).arg(b"ROLE");
-                }
-            }
-            self.slots.push(Slot { n: 1, group: false });
-        }
-        if !group.is_empty() {
-            let cap = cfg.max_cached_per_topic.max(1) as u64;
-            script::pack_publish_group(
-                &mut self.buf,
-                &self.shas,
-                cap,
-                self.ctx.addr.db,
-                &self.replid,
-                &group,
-            );
-            self.slots.push(Slot {
-                n: group.len(),
-                group: true,
-            });
-        }
+        pack::pack_batch(
+            &self.ctx,
+            &self.shas,
+            &self.replid,
+            &self.batch,
+            &mut self.buf,
+            &mut self.slots,
+        );
     }
 
     /// Packs and writes `batch` as a new round; a round that writes ends with one `WAIT`

@@ -42,11 +42,14 @@ impl Sock {
 
 /// Finds the primary, connects and logs in; returns the halves.
 pub(crate) fn connect(ctx: &ShardCtx) -> Result<Split, String> {
-    let p = primary::connect(&ctx.reach()).map_err(|e| e.to_string())?;
-    p.link
-        .set_read_timeout(liveness_timeout(&ctx.cfg))
+    let link = match ctx.addr.kind {
+        super::addr::Kind::Cluster => primary::any_node(&ctx.reach()),
+        _ => primary::connect(&ctx.reach()).map(|p| p.link),
+    }
+    .map_err(|e| e.to_string())?;
+    link.set_read_timeout(liveness_timeout(&ctx.cfg))
         .map_err(|e| e.to_string())?;
-    Ok(p.link.split())
+    Ok(link.split())
 }
 
 /// How long the reader waits for any byte before it declares the server dead: the writer

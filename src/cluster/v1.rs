@@ -19,6 +19,7 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::script::{channel, BadReply, Packer};
+use super::slots::tag_parts;
 use super::types::{Origin, V1Published};
 
 /// Prefix of a node's liveness key.
@@ -79,36 +80,48 @@ pub struct PubLimits {
     pub cap: u64,
     /// A node counts while its key was refreshed within this time.
     pub alive: Duration,
-    /// The database (channel names carry it).
-    pub db: i64,
+    /// How the shard names keys (channel names carry the database).
+    pub keys: super::script::Keys,
 }
 
 /// Packs `EVALSHA v1_pub`.
 pub fn pack_pub(buf: &mut Vec<u8>, sha: &str, req: &V1PublishReq, lim: &PubLimits) {
     let t = req.topic.as_bytes();
+    let p = tag_parts(t, lim.keys.tagged);
     let mut pk = Packer::new(buf);
     pk.cmd(16).arg(b"EVALSHA").arg(sha.as_bytes()).num(3);
-    pk.arg_parts(&[b"wr:1:v:", t])
-        .arg_parts(&[b"wr:1:p:", t])
-        .arg_parts(&[b"wr:w:", t]);
+    pk.arg_parts(&[b"wr:1:v:", p[0], p[1], p[2]])
+        .arg_parts(&[b"wr:1:p:", p[0], p[1], p[2]])
+        .arg_parts(&[b"wr:w:", p[0], p[1], p[2]]);
     pk.arg(&req.frame)
         .arg(if req.self_subscribed { b"1" } else { b"0" })
         .arg(&req.origin.to_bytes())
         .arg(if req.prompt { b"1" } else { b"0" })
-        .arg(&channel(lim.db, super::types::NS_V1, t))
+        .arg(&channel(lim.keys, super::types::NS_V1, t))
         .num(ms(lim.pending_ttl).clamp(1, 1 << 40))
         .num(lim.cap.max(1))
-        .arg(NODE_PREFIX)
+        // On a cluster the liveness keys are in other slots than the topic's: every node
+        // counts (an empty prefix; DECISIONS §12, docs/CLUSTER.md).
+        .arg(if lim.keys.tagged { b"" } else { NODE_PREFIX })
         .num(ms(NODE_FORGET))
         .num(ms(lim.alive).min(ms(NODE_FORGET)));
 }
 
 /// Packs `EVALSHA v1_sub`: worker `field`'s count of the topic, and the take.
-pub fn pack_sub(buf: &mut Vec<u8>, sha: &str, topic: &[u8], field: &str, count: u32, take: bool) {
+pub fn pack_sub(
+    buf: &mut Vec<u8>,
+    sha: &str,
+    tagged: bool,
+    topic: &[u8],
+    field: &str,
+    count: u32,
+    take: bool,
+) {
+    let p = tag_parts(topic, tagged);
     let mut pk = Packer::new(buf);
     pk.cmd(8).arg(b"EVALSHA").arg(sha.as_bytes()).num(2);
-    pk.arg_parts(&[b"wr:1:v:", topic])
-        .arg_parts(&[b"wr:1:p:", topic]);
+    pk.arg_parts(&[b"wr:1:v:", p[0], p[1], p[2]])
+        .arg_parts(&[b"wr:1:p:", p[0], p[1], p[2]]);
     pk.arg(field.as_bytes())
         .num(u64::from(count))
         .arg(if take { b"1" } else { b"0" });
@@ -181,7 +194,10 @@ mod tests {
             pending_ttl: Duration::from_secs(6 * 3600),
             cap: 1000,
             alive: Duration::from_secs(3),
-            db: 4,
+            keys: super::super::script::Keys {
+                db: 4,
+                tagged: false,
+            },
         };
         pack_pub(&mut buf, "sha", &req, &lim);
         let s = strings(&buf);
@@ -191,7 +207,7 @@ mod tests {
         assert_eq!(s[5], b"wr:w:t\r\n");
         assert_eq!(s[6], b"{\"x\":1}");
         assert_eq!((&s[7][..], &s[9][..]), (&b"1"[..], &b"0"[..]));
-        assert_eq!(s[10], channel(4, 1, b"t\r\n"));
+        assert_eq!(s[10], channel(lim.keys, 1, b"t\r\n"));
         assert_eq!(s[11], b"21600000");
         assert_eq!(s[13], b"wr:node:");
         assert_eq!((&s[14][..], &s[15][..]), (&b"60000"[..], &b"3000"[..]));
@@ -200,7 +216,7 @@ mod tests {
     #[test]
     fn a_sub_packs_the_field_count_and_take() {
         let mut buf = Vec::new();
-        pack_sub(&mut buf, "sha", b"t", &field(0xab, 3), 2, true);
+        pack_sub(&mut buf, "sha", false, b"t", &field(0xab, 3), 2, true);
         let s = strings(&buf);
         assert_eq!(s[3], b"wr:1:v:t");
         assert_eq!(s[5], b"00000000000000ab:3");

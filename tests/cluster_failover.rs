@@ -26,7 +26,7 @@ use common::cluster::{
 };
 use common::metrics::sum;
 use common::redis_topo::{key_slot, RedisCluster, RedisSetup, SentinelGroup, Topology};
-use common::wait::{poll, wait_for, WAIT};
+use common::wait::{poll, wait_for, wait_until, WAIT};
 use common::{topic, Server, Ws};
 use serde_json::{json, Value};
 
@@ -389,16 +389,18 @@ fn failover_under_load(
         .position(|p| *p == old)
         .expect("a probe topic on the killed primary");
     let recovered = load.until_acked_again(probe, killed_at);
-    let nodes_failovers: Vec<f64> = load
-        .nodes
-        .iter()
-        .map(|s| {
-            sum(
-                &s.metrics_text().expect("/metrics"),
-                "walletrelay_redis_failovers_total",
-            )
-        })
-        .collect();
+    // Each node counts the failover when it next reads the map or reconnects (a node that
+    // only subscribes may learn of it a refresh later): waited for, within the bound.
+    let failovers = |s: &Server| {
+        sum(
+            &s.metrics_text().expect("/metrics"),
+            "walletrelay_redis_failovers_total",
+        )
+    };
+    for s in &load.nodes {
+        wait_until(WAIT, || failovers(s) >= 1.0);
+    }
+    let nodes_failovers: Vec<f64> = load.nodes.iter().map(failovers).collect();
     let (acked, refused) = load.finish_and_check(what);
     eprintln!(
         "{what}: SIGKILL of the primary; Redis had a new primary {failover:?} after it; the \

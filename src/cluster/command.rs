@@ -117,6 +117,9 @@ pub(crate) struct ShardCtx {
     pub commands_back: (crossbeam_channel::Sender<()>, Receiver<()>),
     /// TLS settings when the shard is `rediss`.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// A Redis Cluster shard's slot map, as its command thread last read it (for its
+    /// subscriber, `sharded`); unused on other shards.
+    pub map: Arc<super::slots::MapCell>,
 }
 
 impl ShardCtx {

@@ -52,8 +52,32 @@ impl LinkError {
 
     fn parse(e: redis::RedisError) -> LinkError {
         match e.kind() {
+            // A read timeout is EAGAIN on Linux ("Resource temporarily unavailable"): say
+            // what it means to whoever reads /health or the log.
+            redis::ErrorKind::Io if is_timeout(&e.to_string()) => LinkError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no reply from Redis within the read timeout",
+            )),
             redis::ErrorKind::Io => LinkError::Io(io::Error::other(e.to_string())),
             _ => LinkError::Protocol(e.to_string()),
+        }
+    }
+}
+
+/// Whether an I/O error's text is a socket timeout's (the parser's error keeps only its text).
+fn is_timeout(s: &str) -> bool {
+    s.contains("os error 11") || s.contains("timed out") || s.contains("WouldBlock")
+}
+
+impl LinkError {
+    /// The error of a failed read or write on the socket, a timeout said as one.
+    pub(crate) fn io(e: io::Error) -> LinkError {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => LinkError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no reply from Redis within the read timeout",
+            )),
+            _ => LinkError::Io(e),
         }
     }
 }
@@ -308,7 +332,7 @@ impl Link {
 
     /// Writes a packed pipeline.
     pub(crate) fn send(&mut self, buf: &[u8]) -> Result<(), LinkError> {
-        Ok(self.w.send(buf)?)
+        self.w.send(buf).map_err(LinkError::io)
     }
 
     /// Reads the next reply.

@@ -43,6 +43,7 @@ mod routes;
 pub mod script;
 mod setup;
 mod shard;
+mod sharded;
 mod slots;
 mod stats;
 mod subconn;
@@ -98,11 +99,26 @@ enum Started {
     Cluster(slots::SlotMap),
 }
 
+/// A shard's subscriber: one connection, or one per node of a Redis Cluster.
+enum SubRun {
+    One(pubsub::Subscriber),
+    Sharded(sharded::ShardedSubscriber),
+}
+
+impl SubRun {
+    fn shutdown(&self) {
+        match self {
+            SubRun::One(s) => s.shutdown(),
+            SubRun::Sharded(s) => s.shutdown(),
+        }
+    }
+}
+
 /// One shard's running parts.
 struct ShardRun {
     addr: ShardAddr,
     health: Arc<command::Health>,
-    subscriber: pubsub::Subscriber,
+    subscriber: SubRun,
 }
 
 /// The Redis side of one node; started once per process.
@@ -151,6 +167,7 @@ impl Cluster {
                 events: Arc::clone(&events),
                 commands_back: crossbeam_channel::bounded(1),
                 tls: tls.clone(),
+                map: Arc::default(),
             };
             let started = match addr.kind {
                 addr::Kind::Cluster => multi::check(&ctx).map(Started::Cluster),
@@ -173,7 +190,16 @@ impl Cluster {
                 Arc::clone(&ctx.health),
                 ctx.addr.clone(),
             );
-            let (subscriber, watch) = pubsub::Subscriber::start(ctx.clone())?;
+            let (subscriber, watch) = match conn {
+                Started::Cluster(_) => {
+                    let (s, w) = sharded::ShardedSubscriber::start(ctx.clone())?;
+                    (SubRun::Sharded(s), w)
+                }
+                Started::Primary(_) => {
+                    let (s, w) = pubsub::Subscriber::start(ctx.clone())?;
+                    (SubRun::One(s), w)
+                }
+            };
             threads.push(match conn {
                 Started::Primary(conn) => shard::spawn(ctx, *conn, rx, stop_rx.clone())?,
                 Started::Cluster(map) => multi::spawn(ctx, map, rx, stop_rx.clone())?,

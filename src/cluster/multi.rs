@@ -34,7 +34,7 @@ use super::setup::ConnectError;
 use super::slots::{redirect, SlotMap};
 
 /// The map is read again this often even when nothing moved.
-const REFRESH: Duration = Duration::from_secs(5);
+const REFRESH: Duration = Duration::from_secs(1);
 /// ... and at most this often while it is known to be stale.
 const STALE_REFRESH: Duration = Duration::from_millis(100);
 /// Redirects one command may follow before it is answered `Unavailable`.
@@ -127,6 +127,7 @@ pub(crate) fn spawn(
     stop: Receiver<()>,
 ) -> std::io::Result<JoinHandle<()>> {
     ctx.stats.command_up.set(1);
+    ctx.map.set(map.clone());
     let name = format!("redis-cmd-{}", ctx.idx);
     let m = Multi {
         ctx,
@@ -223,6 +224,7 @@ impl Multi {
                 }
                 self.stale = !m.complete();
                 self.nodes.retain(|at, _| m.nodes.contains(at));
+                self.ctx.map.set(m.clone());
                 self.map = m;
                 self.health(None);
             }
@@ -436,6 +438,7 @@ impl Multi {
                             } else {
                                 self.ctx.stats.moved.inc();
                                 self.map.moved(s, to.clone());
+                                self.ctx.map.set(self.map.clone());
                                 self.stale = true;
                             }
                             self.again(mine, ask.then_some(to));

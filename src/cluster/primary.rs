@@ -168,20 +168,8 @@ pub(crate) fn replid(link: &mut Link, addr: &ShardAddr) -> String {
     }
 }
 
-/// The first node of a Redis Cluster shard that lets this node log in (seeds in order):
-/// the subscriber's connection (a classic `SUBSCRIBE` on any node of a cluster receives
-/// every `PUBLISH` of the cluster).
-pub(crate) fn any_node(r: &Reach<'_>) -> Result<Link, LinkError> {
+/// A connection to one node of a Redis Cluster shard, logged in (database 0).
+pub(crate) fn node(r: &Reach<'_>, at: &Endpoint) -> Result<Link, LinkError> {
     let login = r.login(r.addr.username.as_deref(), r.addr.password.as_deref(), 0);
-    let mut why = Vec::new();
-    for at in &r.addr.endpoints {
-        match Link::open(at, &login) {
-            Ok(l) => return Ok(l),
-            Err(e) => why.push(format!("{at}: {e}")),
-        }
-    }
-    Err(LinkError::NoPrimary(format!(
-        "no node of the cluster answered ({})",
-        why.join("; ")
-    )))
+    Link::open(at, &login)
 }

@@ -156,6 +156,32 @@ impl SlotMap {
     }
 }
 
+/// The slot map as the command thread last knew it, for the subscriber (`sharded`): a
+/// snapshot and its generation, bumped on every change.
+#[derive(Debug, Default)]
+pub struct MapCell {
+    map: std::sync::Mutex<std::sync::Arc<SlotMap>>,
+    gen: std::sync::atomic::AtomicU64,
+}
+
+impl MapCell {
+    /// The generation (cheap: read on every wake of the subscriber).
+    pub fn gen(&self) -> u64 {
+        self.gen.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The current map.
+    pub fn get(&self) -> std::sync::Arc<SlotMap> {
+        std::sync::Arc::clone(&self.map.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Publishes a new map.
+    pub fn set(&self, m: SlotMap) {
+        *self.map.lock().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(m);
+        self.gen.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A `MOVED slot host:port` or `ASK slot host:port` error's target.
 pub fn redirect(details: &str) -> Option<(u16, Endpoint)> {
     let mut it = details.split_whitespace();

@@ -9,6 +9,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::addr::Endpoint;
 use super::command::ShardCtx;
 use super::link::{Split, WriteHalf};
 use super::primary;
@@ -40,11 +41,12 @@ impl Sock {
     }
 }
 
-/// Finds the primary, connects and logs in; returns the halves.
-pub(crate) fn connect(ctx: &ShardCtx) -> Result<Split, String> {
-    let link = match ctx.addr.kind {
-        super::addr::Kind::Cluster => primary::any_node(&ctx.reach()),
-        _ => primary::connect(&ctx.reach()).map(|p| p.link),
+/// Connects and logs in to `at` (one node of a Redis Cluster), or else to the shard's
+/// primary (found again on every connect); returns the halves.
+pub(crate) fn connect(ctx: &ShardCtx, at: Option<&Endpoint>) -> Result<Split, String> {
+    let link = match at {
+        Some(at) => primary::node(&ctx.reach(), at),
+        None => primary::connect(&ctx.reach()).map(|p| p.link),
     }
     .map_err(|e| e.to_string())?;
     link.set_read_timeout(liveness_timeout(&ctx.cfg))

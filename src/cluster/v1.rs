@@ -89,7 +89,7 @@ pub fn pack_pub(buf: &mut Vec<u8>, sha: &str, req: &V1PublishReq, lim: &PubLimit
     let t = req.topic.as_bytes();
     let p = tag_parts(t, lim.keys.tagged);
     let mut pk = Packer::new(buf);
-    pk.cmd(16).arg(b"EVALSHA").arg(sha.as_bytes()).num(3);
+    pk.cmd(17).arg(b"EVALSHA").arg(sha.as_bytes()).num(3);
     pk.arg_parts(&[b"wr:1:v:", p[0], p[1], p[2]])
         .arg_parts(&[b"wr:1:p:", p[0], p[1], p[2]])
         .arg_parts(&[b"wr:w:", p[0], p[1], p[2]]);
@@ -104,7 +104,8 @@ pub fn pack_pub(buf: &mut Vec<u8>, sha: &str, req: &V1PublishReq, lim: &PubLimit
         // counts (an empty prefix; DECISIONS §12, docs/CLUSTER.md).
         .arg(if lim.keys.tagged { b"" } else { NODE_PREFIX })
         .num(ms(NODE_FORGET))
-        .num(ms(lim.alive).min(ms(NODE_FORGET)));
+        .num(ms(lim.alive).min(ms(NODE_FORGET)))
+        .arg(lim.keys.publish_command());
 }
 
 /// Packs `EVALSHA v1_sub`: worker `field`'s count of the topic, and the take.
@@ -201,7 +202,7 @@ mod tests {
         };
         pack_pub(&mut buf, "sha", &req, &lim);
         let s = strings(&buf);
-        assert_eq!(s.len(), 16);
+        assert_eq!(s.len(), 17);
         assert_eq!(s[3], b"wr:1:v:t\r\n");
         assert_eq!(s[4], b"wr:1:p:t\r\n");
         assert_eq!(s[5], b"wr:w:t\r\n");
@@ -211,6 +212,7 @@ mod tests {
         assert_eq!(s[11], b"21600000");
         assert_eq!(s[13], b"wr:node:");
         assert_eq!((&s[14][..], &s[15][..]), (&b"60000"[..], &b"3000"[..]));
+        assert_eq!(s[16], b"PUBLISH");
     }
 
     #[test]

@@ -22,6 +22,8 @@
 //!   Cluster, and the `--redis` flags for each;
 //! - [`cluster`]: nodes of the binary on real Redis shards, clients that keep publishing
 //!   or reading on their own threads;
+//! - [`netns`]: network namespaces of a test's own (Redis in one, each node in another),
+//!   and a node's link to Redis cut and restored (the partition tests);
 //! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told.
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
@@ -35,6 +37,7 @@ pub mod cluster;
 pub mod durability;
 pub mod http;
 pub mod metrics;
+pub mod netns;
 pub mod node;
 pub mod raw_ws;
 pub mod redis;

@@ -11,7 +11,9 @@
 --   last writes its old primary assigned positions to and published live (never
 --   acknowledged: `WAIT` had not confirmed them). Their seqs must not be reused for other
 --   messages, so the topic's seq jumps by 2^20 once under the new id; the meta field `r`
---   holds the id. Per message 6: data (a message::Body), ttl ms, origin (16
+--   holds the id. ARGV[3] the command that sends live messages: PUBLISH, or SPUBLISH on a
+--   Redis Cluster (sharded pub/sub: the message crosses only its slot's nodes). Per
+--   message 6: data (a message::Body), ttl ms, origin (16
 --   bytes), prompt ("1"/"0"), digest of the body's beta part (xxh3-128, 16 bytes; a hint
 --   only: a hit is confirmed by comparing the first n bytes of both), n (the beta part's
 --   length, decimal).
@@ -24,6 +26,7 @@
 -- a %.17g sprintf per use), and strings are parsed only when needed (tonumber is strtod).
 local cap = tonumber(ARGV[1])
 local term = ARGV[2]
+local publish_cmd = ARGV[3]
 local JUMP = 1048576
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -110,7 +113,7 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
   elseif extra then
     redis.call('HSET', meta, unpack(extra))
   end
-  redis.call('PUBLISH', stream, epoch .. ':' .. sseq .. ':' .. origin .. data)
+  redis.call(publish_cmd, stream, epoch .. ':' .. sseq .. ':' .. origin .. data)
   out[n + 1], out[n + 2] = epoch, seq
   if hooks then
     local urls = redis.call('SMEMBERS', hooks)
@@ -123,7 +126,7 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
   end
 end
 
-local k, a = 1, 3
+local k, a = 1, 4
 while a <= #ARGV do
   local hooks, nk = nil, 2
   if ARGV[a + 3] == '1' then hooks, nk = KEYS[k + 2], 3 end

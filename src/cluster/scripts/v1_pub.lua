@@ -6,7 +6,8 @@
 --       and does not count), 3 origin (16 bytes), 4 prompt ("1": return the webhooks),
 --       5 pub/sub channel, 6 pending ttl ms, 7 max pending per topic, 8 node key prefix
 --       ("wr:node:"; "" on a Redis Cluster, where those keys are in other slots: every
---       node's counts count), 9 node key lifetime ms, 10 node liveness ms.
+--       node's counts count), 9 node key lifetime ms, 10 node liveness ms, 11 PUBLISH (or
+--       SPUBLISH on a Redis Cluster).
 -- A node's key is set for ARGV[9] ms at every heartbeat: its counts count while the key was
 -- refreshed within the last ARGV[10] ms; a node whose key is gone (silent for ARGV[9] ms)
 -- has its fields removed.
@@ -37,7 +38,7 @@ for i = 1, #gone do redis.call('HDEL', KEYS[1], gone[i]) end
 if ARGV[2] == '1' then total = total - 1 end
 local out
 if total > 0 then
-  redis.call('PUBLISH', ARGV[5], '0:0:' .. ARGV[3] .. ARGV[1])
+  redis.call(ARGV[11], ARGV[5], '0:0:' .. ARGV[3] .. ARGV[1])
   out = {1}
 else
   local t = redis.call('TIME')

@@ -27,24 +27,22 @@ use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use redis::Value;
+
+mod writer;
+
+use writer::Writer;
 
 use super::command::{set_health, ShardCtx};
 use super::link::{ReadHalf, Split};
 use super::routes::{self, Route, RouteSender, Routes};
-use super::script::{self, Packer};
+use super::script;
 use super::subconn::{connect, Sock};
 use super::types::{ClusterEvent, NS_V1};
 use crate::arcbuf::ArcBuf;
 use crate::message::{Body, Message, Position};
-
-/// Most channels in one SUBSCRIBE / UNSUBSCRIBE command.
-const CHANNELS_PER_COMMAND: usize = 256;
-/// Most control messages handled before the writer flushes.
-const CTL_PER_FLUSH: usize = 1024;
 
 /// A worker starts or stops watching a topic.
 #[derive(Debug)]
@@ -62,7 +60,7 @@ pub(crate) enum Ctl {
 }
 
 /// One watched (or being unsubscribed) topic.
-struct TopicSub {
+pub(super) struct TopicSub {
     ns: u8,
     topic: Arc<str>,
     /// Workers watching it.
@@ -78,7 +76,7 @@ struct TopicSub {
 }
 
 #[derive(Default)]
-struct State {
+pub(super) struct State {
     /// By channel name.
     topics: HashMap<Box<[u8]>, TopicSub>,
     /// Bumped on every connect and disconnect.
@@ -87,17 +85,38 @@ struct State {
     sock: Option<Arc<Sock>>,
 }
 
-struct Shared {
+pub(super) struct Shared {
     state: Mutex<State>,
     /// Watcher changes for the reader's table (sent under the state's lock, in order).
     routes: RouteSender,
     stop: AtomicBool,
     /// The shard this subscriber belongs to (the same context as its command thread).
     ctx: ShardCtx,
+    /// Which server the connection goes to.
+    target: Target,
+}
+
+/// Where a subscriber connects.
+pub(crate) enum Target {
+    /// The shard's primary (standalone or Sentinel; a reconnect asks for it again):
+    /// `SUBSCRIBE`.
+    Primary,
+    /// One node of a Redis Cluster (`sharded`): `SSUBSCRIBE` to the channels of the slots
+    /// it serves. A channel the server drops on its own (its slot moved: an `sunsubscribe`
+    /// push nobody asked for) is reported on `lost`.
+    Node {
+        at: super::addr::Endpoint,
+        lost: Sender<(u8, Arc<str>)>,
+    },
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    /// Whether the connection uses sharded pub/sub.
+    pub(super) fn sharded(&self) -> bool {
+        matches!(self.target, Target::Node { .. })
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -113,6 +132,14 @@ impl Subscriber {
     /// Starts the reader and writer threads; returns the subscriber and the sender of its
     /// control queue (bounded by `cfg.watch_queue`).
     pub(crate) fn start(ctx: ShardCtx) -> std::io::Result<(Subscriber, Sender<Ctl>)> {
+        Self::start_with(ctx, Target::Primary)
+    }
+
+    /// The same for one node of a Redis Cluster (`sharded`).
+    pub(crate) fn start_with(
+        ctx: ShardCtx,
+        target: Target,
+    ) -> std::io::Result<(Subscriber, Sender<Ctl>)> {
         let (ctl_tx, ctl_rx) = crossbeam_channel::bounded(ctx.cfg.watch_queue.max(1));
         let (bell_tx, bell_rx) = crossbeam_channel::bounded(1);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
@@ -124,6 +151,7 @@ impl Subscriber {
             routes: route_tx,
             stop: AtomicBool::new(false),
             ctx,
+            target,
         });
         let (s1, s2, stop2) = (Arc::clone(&shared), Arc::clone(&shared), stop_rx.clone());
         let reader = std::thread::Builder::new()
@@ -166,7 +194,11 @@ fn reader(sh: &Shared, mut routes: Routes, bell: &Sender<()>, stop: &Receiver<()
     let mut delay = sh.ctx.cfg.backoff_min;
     let mut connected_once = false;
     while !sh.stop.load(Ordering::SeqCst) {
-        match connect(&sh.ctx) {
+        let at = match &sh.target {
+            Target::Primary => None,
+            Target::Node { at, .. } => Some(at),
+        };
+        match connect(&sh.ctx, at) {
             Ok(Split {
                 mut reader,
                 mut parser,
@@ -271,13 +303,14 @@ fn read_loop(
             continue;
         };
         match kind {
-            b"message" => {
+            b"message" | b"smessage" => {
                 let Value::BulkString(payload) = third else {
                     continue;
                 };
                 forward(sh, routes, chan, payload);
             }
-            b"subscribe" | b"unsubscribe" => confirm(sh, chan, &mut targets),
+            b"subscribe" | b"unsubscribe" | b"ssubscribe" => confirm(sh, chan, &mut targets),
+            b"sunsubscribe" if !dropped(sh, chan) => confirm(sh, chan, &mut targets),
             _ => {}
         }
     }
@@ -292,7 +325,7 @@ fn whole_routes(sh: &Shared) -> Vec<(Box<[u8]>, Route)> {
         .collect()
 }
 
-fn route_of(t: &TopicSub) -> Route {
+pub(super) fn route_of(t: &TopicSub) -> Route {
     Route {
         ns: t.ns,
         topic: Arc::clone(&t.topic),
@@ -355,6 +388,26 @@ fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
     }
 }
 
+/// An `sunsubscribe` for a channel still wanted with nothing pending: the server dropped it
+/// (its slot moved to another node). It is no longer live here; the cluster's subscriber
+/// (`sharded`) is told, and subscribes it where the slot is now. True when so.
+fn dropped(sh: &Shared, chan: &[u8]) -> bool {
+    let Target::Node { lost, .. } = &sh.target else {
+        return false;
+    };
+    let mut st = sh.lock();
+    let Some(t) = st.topics.get_mut(chan) else {
+        return false;
+    };
+    if !t.sub_sent || t.pending > 0 {
+        return false;
+    }
+    t.was_live |= t.live;
+    t.live = false;
+    let _ = lost.try_send((t.ns, Arc::clone(&t.topic)));
+    true
+}
+
 fn confirm(sh: &Shared, chan: &[u8], targets: &mut Vec<usize>) {
     let (ns, topic, resync) = {
         let mut st = sh.lock();
@@ -386,204 +439,5 @@ fn confirm(sh: &Shared, chan: &[u8], targets: &mut Vec<usize>) {
                 topic: Arc::clone(&topic),
             },
         );
-    }
-}
-
-/// SUBSCRIBE / UNSUBSCRIBE runs waiting to be written, in order.
-#[derive(Default)]
-struct Out {
-    runs: Vec<(bool, Vec<Box<[u8]>>)>,
-}
-
-impl Out {
-    fn push(&mut self, subscribe: bool, chan: Box<[u8]>) {
-        match self.runs.last_mut() {
-            Some((s, v)) if *s == subscribe && v.len() < CHANNELS_PER_COMMAND => v.push(chan),
-            _ => self.runs.push((subscribe, vec![chan])),
-        }
-    }
-}
-
-struct Writer {
-    sh: Arc<Shared>,
-    /// The connection written to and its generation.
-    sock: Option<(u64, Arc<Sock>)>,
-    out: Out,
-    /// `Resync` events to emit after the lock is released.
-    now_live: Vec<(usize, u8, Arc<str>)>,
-    last_ping: Instant,
-    buf: Vec<u8>,
-}
-
-impl Writer {
-    fn new(sh: Arc<Shared>) -> Writer {
-        Writer {
-            sh,
-            sock: None,
-            out: Out::default(),
-            now_live: Vec::new(),
-            last_ping: Instant::now(),
-            buf: Vec::new(),
-        }
-    }
-
-    fn run(mut self, ctl: &Receiver<Ctl>, bell: &Receiver<()>, stop: &Receiver<()>) {
-        let hb = self.sh.ctx.cfg.heartbeat;
-        loop {
-            select! {
-                recv(ctl) -> m => {
-                    let Ok(m) = m else { return };
-                    self.handle(m);
-                    for _ in 0..CTL_PER_FLUSH {
-                        match ctl.try_recv() {
-                            Ok(m) => self.handle(m),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                recv(bell) -> _ => self.resubscribe_all(),
-                recv(self.sh.ctx.commands_back.1) -> _ => self.resync_live(),
-                recv(stop) -> _ => return,
-                default(hb) => {}
-            }
-            if self.last_ping.elapsed() >= hb {
-                self.last_ping = Instant::now();
-                if self.sock.is_some() {
-                    self.buf.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
-                }
-            }
-            self.flush();
-            for (w, ns, topic) in self.now_live.drain(..) {
-                (self.sh.ctx.events)(w, ClusterEvent::Resync { ns, topic });
-            }
-        }
-    }
-
-    fn connected(&self, st: &State) -> bool {
-        matches!(&self.sock, Some((g, _)) if *g == st.gen && st.sock.is_some())
-    }
-
-    fn handle(&mut self, m: Ctl) {
-        let sh = Arc::clone(&self.sh);
-        let mut st = sh.lock();
-        let connected = self.connected(&st);
-        match m {
-            Ctl::Watch { worker, ns, topic } => {
-                let chan: Box<[u8]> =
-                    script::channel(self.sh.ctx.keys(), ns, topic.as_bytes()).into();
-                let t = st.topics.entry(chan.clone()).or_insert_with(|| TopicSub {
-                    ns,
-                    topic: Arc::clone(&topic),
-                    watchers: Vec::new(),
-                    sub_sent: false,
-                    pending: 0,
-                    live: false,
-                    was_live: false,
-                });
-                if !t.watchers.contains(&worker) {
-                    t.watchers.push(worker);
-                    self.sh.routes.send(&chan, route_of(t));
-                }
-                if t.live {
-                    self.now_live.push((worker, ns, topic));
-                } else if !t.sub_sent {
-                    t.sub_sent = true;
-                    if connected {
-                        t.pending += 1;
-                        self.out.push(true, chan);
-                    }
-                }
-            }
-            Ctl::Unwatch { worker, ns, topic } => {
-                let chan = script::channel(self.sh.ctx.keys(), ns, topic.as_bytes());
-                let Some(t) = st.topics.get_mut(&chan[..]) else {
-                    return;
-                };
-                let before = t.watchers.len();
-                t.watchers.retain(|w| *w != worker);
-                if t.watchers.len() != before {
-                    self.sh.routes.send(&chan, route_of(t));
-                }
-                if !t.watchers.is_empty() || !t.sub_sent {
-                    return;
-                }
-                t.sub_sent = false;
-                t.live = false;
-                t.was_live = false;
-                if connected {
-                    t.pending += 1;
-                    self.out.push(false, chan.into());
-                } else if t.pending == 0 {
-                    st.topics.remove(&chan[..]);
-                }
-            }
-        }
-    }
-
-    /// The command connection is back: every live topic's watchers read again (a read
-    /// refused during the outage would otherwise wait for the next reconnect).
-    fn resync_live(&mut self) {
-        let sh = Arc::clone(&self.sh);
-        let st = sh.lock();
-        for t in st.topics.values().filter(|t| t.live) {
-            sh.ctx.stats.resyncs.inc();
-            for &w in &t.watchers {
-                self.now_live.push((w, t.ns, Arc::clone(&t.topic)));
-            }
-        }
-    }
-
-    /// A new connection: take it and subscribe every wanted topic on it.
-    fn resubscribe_all(&mut self) {
-        let sh = Arc::clone(&self.sh);
-        let mut st = sh.lock();
-        self.out.runs.clear();
-        self.buf.clear();
-        self.sock = st.sock.as_ref().map(|s| (st.gen, Arc::clone(s)));
-        if self.sock.is_none() {
-            return;
-        }
-        for (chan, t) in st.topics.iter_mut() {
-            if t.sub_sent {
-                t.pending = 1;
-                self.out.push(true, chan.clone());
-            }
-        }
-    }
-
-    /// Writes what is waiting; a failed write closes the socket (the reader reconnects).
-    fn flush(&mut self) {
-        let runs = std::mem::take(&mut self.out.runs);
-        for (subscribe, chans) in runs {
-            let mut p = Packer::new(&mut self.buf);
-            p.cmd(chans.len() + 1);
-            p.arg(if subscribe {
-                b"SUBSCRIBE"
-            } else {
-                b"UNSUBSCRIBE"
-            });
-            for c in &chans {
-                p.arg(c);
-            }
-            if self.buf.len() >= 64 * 1024 {
-                self.write();
-            }
-        }
-        self.write();
-    }
-
-    fn write(&mut self) {
-        if self.buf.is_empty() {
-            return;
-        }
-        if let Some((_, s)) = self.sock.as_ref() {
-            let sent = s.writer().send(&self.buf);
-            if let Err(e) = sent {
-                log::warn!("redis shard {}: subscriber write: {e}", self.sh.ctx.addr);
-                s.shutdown();
-                self.sock = None;
-            }
-        }
-        self.buf.clear();
     }
 }

@@ -170,6 +170,39 @@ fn sdk_dapp_and_wallet_on_different_nodes_of_a_redis_cluster() {
     );
 }
 
+/// Today's SDK across two nodes on each Redis layout of DECISIONS §12 (the standalone case is
+/// the test above): TLS with an ACL user, a Sentinel group, a Redis Cluster.
+fn sdk_across_two_nodes_on(kind: common::redis_topo::RedisKind, what: &str) {
+    let setup = common::redis_topo::RedisSetup::start(kind);
+    let nodes = common::cluster::nodes_args(2, &setup.redis_args(), &[]);
+    let relay_url = common::cluster::ws_urls(&nodes);
+    run_sdk("cluster", &relay_url, &[], SCRIPT_DEADLINE, what);
+}
+
+#[test]
+fn sdk_dapp_and_wallet_on_two_nodes_over_tls_with_an_acl_user() {
+    sdk_across_two_nodes_on(
+        common::redis_topo::RedisKind::TlsAcl,
+        "2 nodes on rediss:// with an ACL user: dApp node 1, wallet node 2",
+    );
+}
+
+#[test]
+fn sdk_dapp_and_wallet_on_two_nodes_of_a_sentinel_group() {
+    sdk_across_two_nodes_on(
+        common::redis_topo::RedisKind::Sentinel,
+        "2 nodes on a Sentinel group: dApp node 1, wallet node 2",
+    );
+}
+
+#[test]
+fn sdk_dapp_and_wallet_on_two_nodes_of_a_redis_cluster_shard() {
+    sdk_across_two_nodes_on(
+        common::redis_topo::RedisKind::Cluster,
+        "2 nodes on a Redis Cluster: dApp node 1, wallet node 2",
+    );
+}
+
 #[test]
 fn sdk_idle_session_keeps_its_connections_for_70_s() {
     run_plain(

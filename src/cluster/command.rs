@@ -58,6 +58,9 @@ pub(crate) enum Command {
     /// `ROLE`: how many replicas the primary has now, for the automatic `WAIT` (sent with
     /// the heartbeat; no answer).
     Role,
+    /// The node's liveness refresh in one hash slot of a Redis Cluster, where it has v1
+    /// subscribers (sent with the heartbeat; no answer).
+    AliveIn(u16),
 }
 
 impl Command {
@@ -71,7 +74,7 @@ impl Command {
             }
             Command::V1Publish { req, .. } => req.frame.len() + 3 * req.topic.len() + 192,
             Command::V1Sub { topic, .. } => 2 * topic.len() + 96,
-            Command::Alive | Command::Role => 64,
+            Command::Alive | Command::Role | Command::AliveIn(_) => 64,
         }
     }
 }

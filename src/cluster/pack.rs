@@ -24,6 +24,7 @@ pub(crate) fn command_slot(c: &Command, node: u64) -> Option<u16> {
         | Command::V1Sub { topic, .. } => topic,
         Command::V1Publish { req, .. } => &req.topic,
         Command::Alive => return Some(super::slots::key_slot(&v1::node_key(node))),
+        Command::AliveIn(slot) => return Some(*slot),
         Command::Role => return None,
     };
     Some(topic_slot(topic.as_bytes()))
@@ -154,6 +155,7 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
             ticket.is_some(),
         ),
         Command::Alive => v1::pack_alive(buf, ctx.node),
+        Command::AliveIn(slot) => v1::pack_alive_in(buf, ctx.node, *slot),
         Command::Role => {
             script::Packer::new(buf).cmd(1).arg(b"ROLE");
         }

@@ -66,7 +66,7 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
     if let (Command::Alive, Value::ServerError(e)) = (&c, &v) {
         log::warn!("redis shard {}: liveness refresh: {e:?}", ctx.addr);
     }
-    if let Command::Alive | Command::Role = c {
+    if let Command::Alive | Command::Role | Command::AliveIn(_) = c {
         return;
     }
     ctx.stats.commands.inc();
@@ -108,9 +108,11 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             let result = super::v1::decode_sub(v).map_err(|e| bad(ctx, e));
             (worker, ClusterEvent::V1Taken { ticket, result })
         }
-        Command::WebhookRemove { .. } | Command::V1Sub { .. } | Command::Alive | Command::Role => {
-            return
-        }
+        Command::WebhookRemove { .. }
+        | Command::V1Sub { .. }
+        | Command::Alive
+        | Command::Role
+        | Command::AliveIn(_) => return,
     };
     if matches!(
         ev.1,
@@ -143,7 +145,7 @@ fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {
 
 /// Answers a command `Unavailable`.
 pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
-    if let Command::Alive | Command::Role = c {
+    if let Command::Alive | Command::Role | Command::AliveIn(_) = c {
         return;
     }
     ctx.stats.unavailable.inc();
@@ -187,9 +189,11 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
                 result: Err(Unavailable),
             },
         ),
-        Command::WebhookRemove { .. } | Command::V1Sub { .. } | Command::Alive | Command::Role => {
-            return
-        }
+        Command::WebhookRemove { .. }
+        | Command::V1Sub { .. }
+        | Command::Alive
+        | Command::Role
+        | Command::AliveIn(_) => return,
     };
     (ctx.events)(worker, ev);
 }

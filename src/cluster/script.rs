@@ -136,7 +136,7 @@ pub fn channel(keys: Keys, ns: u8, topic: &[u8]) -> Vec<u8> {
 
 /// A short hash tag per slot (the first decimal number whose CRC16 lands there), so a
 /// per-slot key can sit in the slot of any topic (the webhook counter on a cluster).
-fn slot_tag(slot: u16) -> &'static str {
+pub(crate) fn slot_tag(slot: u16) -> &'static str {
     static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let tags = TAGS.get_or_init(|| {
         let mut tags = vec![String::new(); slots::SLOTS];

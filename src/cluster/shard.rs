@@ -116,7 +116,10 @@ fn not_connected() -> LinkError {
 
 /// Whether a command writes (its answer then waits for `WAIT`).
 pub(crate) fn writes(c: &Command) -> bool {
-    !matches!(c, Command::Read { .. } | Command::Alive | Command::Role)
+    !matches!(
+        c,
+        Command::Read { .. } | Command::Alive | Command::Role | Command::AliveIn(_)
+    )
 }
 
 /// Whether a command's answer says it was stored (and so must not come before `WAIT`
@@ -238,7 +241,7 @@ impl Runner {
         // The liveness refresh is the node's own business: not a command in the metrics.
         let counted = cmds
             .iter()
-            .filter(|c| !matches!(c, Command::Alive | Command::Role))
+            .filter(|c| !matches!(c, Command::Alive | Command::Role | Command::AliveIn(_)))
             .count();
         self.ctx.stats.in_flight.add(counted as u64);
         // Queued before writing, so a failed write answers them too.

@@ -57,6 +57,31 @@ pub fn node_key(node: u64) -> Vec<u8> {
     k
 }
 
+/// The liveness key of node `node` in hash slot `slot` of a Redis Cluster
+/// (`wr:node:<node>:{tag}`): a topic's `pub` there can only read keys of its own slot, so a
+/// node keeps one such key alive in each slot where it has v1 subscribers.
+pub fn node_key_in(node: u64, slot: u16) -> Vec<u8> {
+    let mut k = node_key(node);
+    k.extend_from_slice(&slot_suffix(slot));
+    k
+}
+
+/// `:{tag}`: what a node's liveness key in `slot` adds to [`node_key`].
+fn slot_suffix(slot: u16) -> Vec<u8> {
+    [b":{", super::script::slot_tag(slot).as_bytes(), b"}"].concat()
+}
+
+/// Packs the liveness refresh of node `node` in `slot` (a Redis Cluster shard).
+pub fn pack_alive_in(buf: &mut Vec<u8>, node: u64, slot: u16) {
+    Packer::new(buf)
+        .cmd(5)
+        .arg(b"SET")
+        .arg(&node_key_in(node, slot))
+        .arg(b"1")
+        .arg(b"PX")
+        .num(ms(NODE_FORGET));
+}
+
 /// Packs `SET wr:node:<node> 1 PX <NODE_FORGET>` (the heartbeat's liveness refresh).
 pub fn pack_alive(buf: &mut Vec<u8>, node: u64) {
     Packer::new(buf)
@@ -89,7 +114,7 @@ pub fn pack_pub(buf: &mut Vec<u8>, sha: &str, req: &V1PublishReq, lim: &PubLimit
     let t = req.topic.as_bytes();
     let p = tag_parts(t, lim.keys.tagged);
     let mut pk = Packer::new(buf);
-    pk.cmd(17).arg(b"EVALSHA").arg(sha.as_bytes()).num(3);
+    pk.cmd(18).arg(b"EVALSHA").arg(sha.as_bytes()).num(3);
     pk.arg_parts(&[b"wr:1:v:", p[0], p[1], p[2]])
         .arg_parts(&[b"wr:1:p:", p[0], p[1], p[2]])
         .arg_parts(&[b"wr:w:", p[0], p[1], p[2]]);
@@ -100,12 +125,15 @@ pub fn pack_pub(buf: &mut Vec<u8>, sha: &str, req: &V1PublishReq, lim: &PubLimit
         .arg(&channel(lim.keys, super::types::NS_V1, t))
         .num(ms(lim.pending_ttl).clamp(1, 1 << 40))
         .num(lim.cap.max(1))
-        // On a cluster the liveness keys are in other slots than the topic's: every node
-        // counts (an empty prefix; DECISIONS §12, docs/CLUSTER.md).
-        .arg(if lim.keys.tagged { b"" } else { NODE_PREFIX })
+        .arg(NODE_PREFIX)
         .num(ms(NODE_FORGET))
         .num(ms(lim.alive).min(ms(NODE_FORGET)))
-        .arg(lim.keys.publish_command());
+        .arg(lim.keys.publish_command())
+        // On a cluster a node's liveness key in the topic's own slot ([`node_key_in`]).
+        .arg(&match lim.keys.tagged {
+            true => slot_suffix(super::slots::topic_slot(t)),
+            false => Vec::new(),
+        });
 }
 
 /// Packs `EVALSHA v1_sub`: worker `field`'s count of the topic, and the take.
@@ -202,7 +230,7 @@ mod tests {
         };
         pack_pub(&mut buf, "sha", &req, &lim);
         let s = strings(&buf);
-        assert_eq!(s.len(), 17);
+        assert_eq!(s.len(), 18);
         assert_eq!(s[3], b"wr:1:v:t\r\n");
         assert_eq!(s[4], b"wr:1:p:t\r\n");
         assert_eq!(s[5], b"wr:w:t\r\n");
@@ -213,6 +241,7 @@ mod tests {
         assert_eq!(s[13], b"wr:node:");
         assert_eq!((&s[14][..], &s[15][..]), (&b"60000"[..], &b"3000"[..]));
         assert_eq!(s[16], b"PUBLISH");
+        assert_eq!(s[17], b"");
     }
 
     #[test]

@@ -5,9 +5,10 @@
 -- ARGV: 1 frame, 2 self_subscribed ("1": the publishing connection is itself a subscriber
 --       and does not count), 3 origin (16 bytes), 4 prompt ("1": return the webhooks),
 --       5 pub/sub channel, 6 pending ttl ms, 7 max pending per topic, 8 node key prefix
---       ("wr:node:"; "" on a Redis Cluster, where those keys are in other slots: every
---       node's counts count), 9 node key lifetime ms, 10 node liveness ms, 11 PUBLISH (or
---       SPUBLISH on a Redis Cluster).
+--       ("wr:node:"), 9 node key lifetime ms, 10 node liveness ms, 11 PUBLISH (or SPUBLISH
+--       on a Redis Cluster), 12 node key suffix ("", or ":{tag}" on a Redis Cluster: each
+--       node keeps a liveness key in every slot where it has v1 subscribers, as a script
+--       reads only keys of its topic's slot there).
 -- A node's key is set for ARGV[9] ms at every heartbeat: its counts count while the key was
 -- refreshed within the last ARGV[10] ms; a node whose key is gone (silent for ARGV[9] ms)
 -- has its fields removed.
@@ -20,12 +21,8 @@ for i = 1, #subs, 2 do
   local node = string.match(field, '^([^:]*)')
   local state = seen[node]
   if state == nil then
-    if ARGV[8] == '' then
-      state = 'alive'
-    else
-      local ttl = redis.call('PTTL', ARGV[8] .. node)
-      if ttl < 0 then state = 'gone' elseif ttl > forget - alive_ms then state = 'alive' else state = 'dead' end
-    end
+    local ttl = redis.call('PTTL', ARGV[8] .. node .. ARGV[12])
+    if ttl < 0 then state = 'gone' elseif ttl > forget - alive_ms then state = 'alive' else state = 'dead' end
     seen[node] = state
   end
   if state == 'alive' then

@@ -1,5 +1,7 @@
-//! The `walletrelay` binary: parses flags, starts the server, and runs it until SIGTERM or
-//! SIGINT (SIGHUP reloads the TLS certificate and the registry directory).
+//! The `walletrelay` binary: builds its configuration (flags, environment, `--config` file,
+//! defaults), starts the server, and runs it until SIGTERM or SIGINT (SIGHUP reloads the
+//! TLS certificate, the registry directory, the project allow-list and what the file says
+//! of them).
 
 use std::io::Write;
 
@@ -9,13 +11,30 @@ use std::io::Write;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::Parser;
-use walletrelay::config::Config;
+use walletrelay::config::{self, LoadError};
 use walletrelay::server::{self, Server};
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let config = Config::parse();
+    let loaded = match config::load(std::env::args_os()) {
+        Ok(loaded) => loaded,
+        Err(LoadError::Args(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("walletrelay: {e}");
+            std::process::exit(2);
+        }
+    };
+    if loaded.config.print_config {
+        let mut out = std::io::stdout();
+        let _ = out.write_all(loaded.print().as_bytes());
+        let _ = out.flush();
+        return;
+    }
+    if let Some(path) = loaded.path() {
+        log::info!("configuration file {}", path.display());
+    }
+    let watch = loaded.watch();
+    let config = loaded.config;
     match server::raise_nofile_limit() {
         Some(n) => log::info!("open-file limit raised to {n}"),
         None => log::warn!("could not read or raise the open-file limit"),
@@ -42,13 +61,16 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let server = match Server::start(config) {
+    let mut server = match Server::start(config) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("walletrelay: cannot start: {e}");
             std::process::exit(1);
         }
     };
+    if let Some(watch) = watch {
+        server.watch_config(watch);
+    }
     log::info!("{threads} workers");
     // Stdout names the bound addresses (tests and scripts read these lines): the plain
     // listener's first, then the TLS listener's.

@@ -1,11 +1,14 @@
 //! SIGHUP: what is re-read without a restart (the TLS certificate and key, the registry
-//! directory, the project allow-list) and how the result reaches the workers: one [`Reload`]
+//! directory, the project allow-list; first the `--config` file, whose new `tls-cert`,
+//! `tls-key`, `registry-dir` and `project-ids` are taken unless a flag or an environment
+//! variable gives them) and how the result reaches the workers: one [`Reload`]
 //! per worker, handed to the [`Broadcast`] the server gives (each worker's own mailbox) and
 //! applied by the worker between two connections' input, so a request is answered wholly
 //! from the old state or wholly from the new one.
 //!
 //! Whatever fails to load leaves every worker with what it had, and is logged with the
-//! reason (the file, the entry). Connections already open are not touched: a TLS
+//! reason (the file, the entry); a configuration file that does not load changes nothing
+//! it names (the files already named are still re-read). Connections already open are not touched: a TLS
 //! connection keeps the configuration it was accepted with.
 //!
 //! This module owns the loading and the sending; it must not touch a worker's state (the
@@ -17,8 +20,9 @@ use std::sync::Arc;
 use rustls::ServerConfig;
 
 use crate::auth::ProjectIds;
+use crate::config::{Reloadable, Watch};
 use crate::registry::{Registry, RegistryError};
-use crate::tls::{TlsError, TlsLoader};
+use crate::tls::{TlsError, TlsFiles, TlsLoader};
 
 /// A reloaded piece of state, for one worker.
 #[derive(Clone)]
@@ -27,8 +31,8 @@ pub enum Reload {
     Tls(Arc<ServerConfig>),
     /// The registry to answer from (the worker also drops its cache of assembled answers).
     Registry(Arc<Registry>),
-    /// The project allow-list (`--project-ids @FILE`) new upgrades are checked against.
-    Projects(Arc<ProjectIds>),
+    /// The project allow-list new upgrades are checked against (`None`: any project).
+    Projects(Option<Arc<ProjectIds>>),
 }
 
 impl std::fmt::Debug for Reload {
@@ -48,17 +52,21 @@ pub struct Outcome {
     pub tls: Option<Result<(), TlsError>>,
     /// The registry directory.
     pub registry: Option<Result<(), RegistryError>>,
-    /// The project allow-list file.
+    /// The project allow-list.
     pub projects: Option<Result<(), String>>,
 }
 
 /// Re-reads what SIGHUP re-reads and hands it to every worker.
 pub struct Reloader {
     tls: Option<TlsLoader>,
+    /// `--registry-dir` (`None`: the embedded registry, which never changes).
     registry_dir: Option<PathBuf>,
     image_base: String,
-    /// `--project-ids`, when it names a file.
+    /// `--project-ids` as given, and the list it made (`None`: any project).
+    project_spec: Option<String>,
     projects: Option<Arc<ProjectIds>>,
+    /// The `--config` file, re-read first.
+    config: Option<Watch>,
     broadcast: Broadcast,
 }
 
@@ -70,6 +78,7 @@ impl std::fmt::Debug for Reloader {
         f.debug_struct("Reloader")
             .field("tls", &self.tls)
             .field("registry_dir", &self.registry_dir)
+            .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
@@ -87,65 +96,147 @@ impl Reloader {
             tls,
             registry_dir,
             image_base,
+            project_spec: None,
             projects: None,
+            config: None,
             broadcast,
         }
     }
 
-    /// Also re-reads the project allow-list `ids` came from, when it came from a file.
-    pub fn with_projects(mut self, ids: Option<Arc<ProjectIds>>) -> Reloader {
-        self.projects = ids.filter(|p| p.file().is_some());
+    /// Also re-reads the project allow-list `ids` (made from `spec`, `--project-ids`) when
+    /// it came from a file.
+    pub fn with_projects(mut self, spec: Option<String>, ids: Option<Arc<ProjectIds>>) -> Reloader {
+        self.project_spec = spec;
+        self.projects = ids;
         self
+    }
+
+    /// Re-reads `config` first on every reload and applies its reloadable values.
+    pub fn watch_config(&mut self, config: Watch) {
+        self.config = Some(config);
     }
 
     /// Loads everything configured and sends what loaded to every worker; logs what was
     /// reloaded and, for what failed, why the old state stays.
-    pub fn reload(&self) -> Outcome {
-        let tls = self.tls.as_ref().map(|loader| match loader.load() {
+    pub fn reload(&mut self) -> Outcome {
+        let wanted = self.config.as_ref().and_then(|w| match w.reread() {
+            Ok(r) => {
+                log::info!("reload: config {} re-read", w.path().display());
+                Some(r)
+            }
+            Err(e) => {
+                log::error!("reload: {e}; the values it gave stay");
+                None
+            }
+        });
+        Outcome {
+            tls: self.reload_tls(wanted.as_ref()),
+            registry: self.reload_registry(wanted.as_ref()),
+            projects: self.reload_projects(wanted.as_ref()),
+        }
+    }
+
+    /// The certificate and key: from the files `wanted` names when they differ (the loader
+    /// moves to them once they load), else again from the same files.
+    fn reload_tls(&mut self, wanted: Option<&Reloadable>) -> Option<Result<(), TlsError>> {
+        let loader = self.tls.as_ref()?;
+        let moved = wanted
+            .and_then(|w| {
+                Some(TlsFiles {
+                    cert: w.tls_cert.clone()?,
+                    key: w.tls_key.clone()?,
+                })
+            })
+            .filter(|f| f != loader.files())
+            .map(|f| loader.with_files(f));
+        let from = moved.as_ref().unwrap_or(loader);
+        let (cert, key) = (from.files().cert.display(), from.files().key.display());
+        match from.load() {
             Ok(config) => {
-                (self.broadcast)(Reload::Tls(Arc::clone(&config)));
+                (self.broadcast)(Reload::Tls(config));
                 log::info!(
-                    "reload: TLS certificate {} and key {} loaded; new connections use them",
-                    loader.files().cert.display(),
-                    loader.files().key.display()
+                    "reload: TLS certificate {cert} and key {key} loaded; new connections use them"
                 );
-                Ok(())
+                if moved.is_some() {
+                    self.tls = moved;
+                }
+                Some(Ok(()))
             }
             Err(e) => {
                 log::error!("reload: TLS not reloaded, the old certificate stays: {e}");
-                Err(e)
+                Some(Err(e))
             }
-        });
-        let registry = self.registry_dir.as_deref().map(|dir| {
-            match Registry::load(Some(dir), &self.image_base) {
-                Ok(r) => {
-                    let r = Arc::new(r);
-                    (self.broadcast)(Reload::Registry(Arc::clone(&r)));
-                    log::info!("reload: registry reloaded from {}", dir.display());
+        }
+    }
+
+    /// The registry: from the directory `wanted` names when it differs (none: the embedded
+    /// data), else again from the same directory.
+    fn reload_registry(
+        &mut self,
+        wanted: Option<&Reloadable>,
+    ) -> Option<Result<(), RegistryError>> {
+        let moved = wanted
+            .map(|w| w.registry_dir.clone())
+            .filter(|d| *d != self.registry_dir);
+        let dir = match &moved {
+            Some(dir) => dir.clone(),
+            None => Some(self.registry_dir.clone()?),
+        };
+        let shown = dir
+            .as_ref()
+            .map_or("the embedded data".to_string(), |d| d.display().to_string());
+        match Registry::load(dir.as_deref(), &self.image_base) {
+            Ok(r) => {
+                (self.broadcast)(Reload::Registry(Arc::new(r)));
+                log::info!("reload: registry reloaded from {shown}");
+                if let Some(dir) = moved {
+                    self.registry_dir = dir;
+                }
+                Some(Ok(()))
+            }
+            Err(e) => {
+                log::error!("reload: registry not reloaded, the old one stays: {e}");
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// The project allow-list: the one `wanted` gives when it differs, else again from its
+    /// file (a list given inline does not change).
+    fn reload_projects(&mut self, wanted: Option<&Reloadable>) -> Option<Result<(), String>> {
+        if let Some(spec) = wanted
+            .map(|w| w.project_ids.clone())
+            .filter(|s| *s != self.project_spec)
+        {
+            return Some(match ProjectIds::from_flag(spec.as_deref()) {
+                Ok(ids) => {
+                    (self.broadcast)(Reload::Projects(ids.clone()));
+                    match &ids {
+                        Some(ids) => log::info!("reload: project-ids changed: {} ids", ids.len()),
+                        None => log::info!("reload: project-ids unset: any project may connect"),
+                    }
+                    (self.project_spec, self.projects) = (spec, ids);
                     Ok(())
                 }
                 Err(e) => {
-                    log::error!("reload: registry not reloaded, the old one stays: {e}");
+                    log::error!("reload: project ids not reloaded, the old list stays: {e}");
                     Err(e)
                 }
-            }
-        });
-        let projects = self.projects.as_ref().map(|p| match p.reload() {
+            });
+        }
+        let p = self.projects.as_ref().filter(|p| p.file().is_some())?;
+        Some(match p.reload() {
             Ok(ids) => {
                 let ids = Arc::new(ids);
-                (self.broadcast)(Reload::Projects(Arc::clone(&ids)));
+                (self.broadcast)(Reload::Projects(Some(Arc::clone(&ids))));
                 log::info!("reload: {} project ids loaded", ids.len());
+                self.projects = Some(ids);
                 Ok(())
             }
             Err(e) => {
                 log::error!("reload: project ids not reloaded, the old list stays: {e}");
                 Err(e)
             }
-        });
-        Outcome {
-            tls,
-            registry,
-            projects,
-        }
+        })
     }
 }

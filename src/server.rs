@@ -359,7 +359,7 @@ impl Server {
             config.image_base.clone(),
             broadcast,
         )
-        .with_projects(projects);
+        .with_projects(config.project_ids.clone(), projects);
         Ok(Server {
             addr,
             tls_addr,
@@ -400,15 +400,25 @@ impl Server {
         ])
     }
 
-    /// Re-reads the TLS certificate and key and the registry directory (what is
-    /// configured) and hands what loaded to every worker; what failed keeps its old state
-    /// and is logged. SIGHUP does this.
-    pub fn reload(&self) -> crate::reload::Outcome {
+    /// Re-reads the `--config` file (when watched), the TLS certificate and key, the
+    /// registry directory and the project allow-list file (what is configured) and hands
+    /// what loaded to every worker; what failed keeps its old state and is logged. SIGHUP
+    /// does this.
+    pub fn reload(&mut self) -> crate::reload::Outcome {
         self.reloader.reload()
     }
 
+    /// Re-reads the `--config` file `watch` stands for on every reload, and applies its
+    /// reloadable keys (`config::file::RELOADABLE`).
+    pub fn watch_config(&mut self, watch: crate::config::Watch) {
+        self.reloader.watch_config(watch);
+    }
+
     /// Reloads on SIGHUP (on this thread, one at a time); on SIGTERM or SIGINT shuts down.
-    pub fn run_until_signal(self, mut signals: signal_hook::iterator::Signals) -> io::Result<()> {
+    pub fn run_until_signal(
+        mut self,
+        mut signals: signal_hook::iterator::Signals,
+    ) -> io::Result<()> {
         for sig in signals.forever() {
             if sig == signal_hook::consts::SIGHUP {
                 log::info!("SIGHUP: reloading");

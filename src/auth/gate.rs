@@ -44,9 +44,9 @@ impl Gate {
         }
     }
 
-    /// Takes a reloaded project allow-list.
-    pub fn set_projects(&mut self, projects: Arc<ProjectIds>) {
-        self.projects = Some(projects);
+    /// Takes a reloaded project allow-list (`None`: any project).
+    pub fn set_projects(&mut self, projects: Option<Arc<ProjectIds>>) {
+        self.projects = projects;
     }
 
     /// Decides an upgrade whose query and `Authorization` header are `up`, at `now_s`

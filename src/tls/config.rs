@@ -70,6 +70,17 @@ impl TlsLoader {
         })
     }
 
+    /// A loader for other files that shares this one's ticket keys and session cache, so
+    /// sessions made before a move to new files still resume.
+    pub fn with_files(&self, files: TlsFiles) -> TlsLoader {
+        TlsLoader {
+            files,
+            provider: Arc::clone(&self.provider),
+            ticketer: Arc::clone(&self.ticketer),
+            cache: Arc::clone(&self.cache),
+        }
+    }
+
     /// The files this loader reads.
     pub fn files(&self) -> &TlsFiles {
         &self.files

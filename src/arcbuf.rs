@@ -4,9 +4,10 @@
 //! A leaf. It exists for the relay's message bodies (`message::Body`), which every publish
 //! makes once and the cache, the pushes and the log share. A `bytes::Bytes` made from a
 //! `Vec` keeps its count in a header of its own, allocated apart: at saturation that header
-//! was cold by the time the cache evicted the body, and dropping it was a wait of its own
-//! (`bytes::shared_drop`, 3% of the core, plus 1.7% allocating it; docs/PERFORMANCE.md). Here
-//! the count sits in the allocation's first line, which the eviction asks for ahead anyway.
+//! is cold by the time the cache evicts the body, and dropping it is a wait of its own, its
+//! allocation a second one per body (figures:
+//! docs/perf-log/2026-11-26-where-the-time-goes-at-saturation.md). Here the count sits in
+//! the allocation's first line, which the eviction asks for ahead anyway.
 //!
 //! At the edges where another type is wanted: a v1 frame taken from the cache leaves as a
 //! `Bytes` by [`ArcBuf::to_bytes`] (wrapped, not copied); a body read back from Redis or

@@ -58,9 +58,9 @@ pub fn refresh() -> (u64, u64) {
 /// Both clocks (`now_ms`, `unix_ms`) as this thread last read them, on a thread that calls
 /// [`refresh`] as each of its rounds begins: that reading serves [`COARSE_USES`] calls (a
 /// publish makes two), then the clocks are read again. So a reading is never older than the
-/// worker's round, nor than the last 16 publishes of a long one. Per publish, the two clock reads were ~2% of a
-/// saturated core (docs/PERFORMANCE.md, "Where the time goes at saturation"). Any other
-/// thread reads the clocks at every call.
+/// worker's round, nor than the last 16 publishes of a long one, and a saturated worker does
+/// not read the clocks twice per publish (docs/PERFORMANCE.md, "The publish path at
+/// saturation"). Any other thread reads the clocks at every call.
 pub fn coarse() -> (u64, u64) {
     LAST.with(|c| {
         let mut r = c.get();

@@ -1,6 +1,7 @@
-//! JSON string literals, written fast: the escape check every stored message passes once as
-//! it is encoded (`message::Body`), and every answer's strings. A leaf: `rpc` and `message`
-//! both write through it.
+//! JSON string literals: written fast (the escape check every stored message passes once as
+//! it is encoded, `message::Body`, and every answer's strings), and told apart from the rest
+//! of JSON text ([`StringState`]: where a byte stands, for scans that must skip strings). A
+//! leaf: `rpc`, `message` and `registry` write and scan through it.
 
 /// Appends `s` as a JSON string literal.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
@@ -18,9 +19,9 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
 /// Any byte that JSON requires escaped. Looked at in whole blocks of 64 bytes (16 for a
 /// short string), each a few SIMD compares per 16 bytes and one test; a tail shorter than a
 /// block is looked at as the string's last whole block, overlapping the one before (a yes/no
-/// question does not mind seeing a byte twice). Every message is scanned once as it is
-/// encoded (`message::Body::encode`): 32-byte chunks with a byte-by-byte tail took 1.3 instructions a
-/// byte, this about half.
+/// question does not mind seeing a byte twice). Every stored message not proven plain by
+/// its parser is scanned once as it is encoded (`message::Body::encode`), so the scan
+/// avoids a byte-by-byte tail.
 pub fn needs_escape(b: &[u8]) -> bool {
     #[cfg(target_arch = "x86_64")]
     if b.len() >= 64 && std::arch::is_x86_feature_detected!("avx2") {
@@ -76,9 +77,51 @@ fn escaped(x: u8) -> bool {
     ((x ^ 0x02) <= 0x20) | (x == b'\\')
 }
 
+/// Where the bytes of JSON text stand, fed one by one in order: inside a string literal
+/// (its two quotes included) or outside. The one walk over strings of the scans that look at
+/// the text outside them (the registry's minifier, the parser's nesting bound); `\"` inside
+/// a string does not end it. Only meaningful on text whose strings are well formed.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StringState {
+    /// Inside a string (its opening quote seen, its closing one not yet).
+    in_str: bool,
+    /// The byte before was a backslash inside a string.
+    escaped: bool,
+}
+
+impl StringState {
+    /// Whether `b`, the text's next byte, belongs to a string literal.
+    #[inline(always)]
+    pub fn inside(&mut self, b: u8) -> bool {
+        if !self.in_str {
+            self.in_str = b == b'"';
+            return self.in_str;
+        }
+        if self.escaped {
+            self.escaped = false;
+        } else if b == b'\\' {
+            self.escaped = true;
+        } else if b == b'"' {
+            self.in_str = false;
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_bytes_are_told_from_the_rest() {
+        let text = br#"{"a\"b\\":["]",1],"c":"\\"}"#;
+        let mut st = StringState::default();
+        let marks: String = text
+            .iter()
+            .map(|&b| if st.inside(b) { 's' } else { '.' })
+            .collect();
+        assert_eq!(marks, ".ssssssss..sss....sss.ssss.");
+    }
 
     #[test]
     fn strings_are_escaped_only_when_needed() {

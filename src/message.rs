@@ -131,8 +131,9 @@ const ATTESTATION_FRAMING: usize = 17;
 /// The buffer the next body is written into, allocated and brought into the cache while
 /// the worker does other work (its decode, its store, its delivery), not while the body is
 /// written. At saturation an allocation's memory is cold (the cache's evicted bodies are
-/// what it reuses): writing a body into it stalled on each of its ~10 lines in turn, about
-/// half the cost of encoding it (docs/PERFORMANCE.md, "Where the time goes at saturation").
+/// what it reuses), and writing a body into cold memory waits for each of its lines in
+/// turn; asked for ahead, those misses overlap other work (figures:
+/// docs/perf-log/2026-11-26-where-the-time-goes-at-saturation.md).
 ///
 /// One per thread, for bodies up to [`next_buf::MAX`]; sized for the last body, taken when
 /// the next one fits it closely (within an eighth), so a body never holds much more than
@@ -202,8 +203,9 @@ mod next_buf {
     /// Keeps the allocation of an evicted message, when nothing else holds it and it is not
     /// larger than [`MAX`], for the next body of about its size: at saturation every
     /// publish evicts one, and taking its buffer back spares the allocator a free and an
-    /// allocation, each of which touched its cold bookkeeping (docs/PERFORMANCE.md). One
-    /// is kept per thread; an earlier one is freed.
+    /// allocation, each of which touches the evicted body's page's bookkeeping, cold by
+    /// then (docs/perf-log/2026-11-27-stalls-taken-out.md). One is kept per thread; an
+    /// earlier one is freed.
     pub fn recycle(data: crate::arcbuf::ArcBuf) {
         if data.capacity() > MAX {
             return;
@@ -229,8 +231,8 @@ pub struct Body {
 
 impl Body {
     /// Encodes a publish's content, in place, into the buffer that holds it from then on.
-    /// Inlined: returned through memory, the body was written in pieces and read back
-    /// whole, a store-forwarding stall on every publish (docs/PERFORMANCE.md).
+    /// Inlined into its one hot caller: a body returned through memory is written in pieces
+    /// and read back whole, a store-forwarding stall on every publish.
     #[inline(always)]
     pub fn encode(topic: &str, message: &str, meta: Meta<'_>) -> Body {
         let extra = meta

@@ -2,7 +2,7 @@
 //! At saturation a publish touches a few lines of the home's state that are cold by then
 //! (its topic's dedup filter, the message it evicts), and writes its body into memory that
 //! is cold too (`message`'s next body buffer); asked for ahead, their misses overlap
-//! instead of following one another (docs/PERFORMANCE.md, "Where the time goes at
+//! instead of following one another (docs/PERFORMANCE.md, "The publish path at
 //! saturation"). Changes no value and no behaviour; on other architectures it does nothing.
 
 /// A cache line's size on the CPUs this crate is tuned for.

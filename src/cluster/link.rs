@@ -22,7 +22,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
 use super::addr::Endpoint;
-use super::script::Packer;
+use super::resp::Packer;
 
 /// Why a connection failed or was refused. Never holds a password.
 #[derive(Debug, thiserror::Error)]
@@ -375,23 +375,5 @@ impl Link {
             writer: self.w,
             sock: self.sock,
         }
-    }
-}
-
-/// A bulk or simple string reply as text.
-pub(crate) fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        _ => None,
-    }
-}
-
-/// An integer reply (or a string holding one).
-pub(crate) fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        v => text(v).and_then(|s| s.parse().ok()),
     }
 }

@@ -38,6 +38,7 @@ mod pack;
 mod primary;
 mod pubsub;
 mod reply;
+mod resp;
 pub mod ring;
 mod routes;
 pub mod script;

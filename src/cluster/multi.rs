@@ -25,10 +25,11 @@ use redis::Value;
 
 use super::addr::Endpoint;
 use super::command::{set_health, Command, ShardCtx};
-use super::link::{int, text, Link, LinkError};
+use super::link::{Link, LinkError};
 use super::pack::{command_slot, pack_batch};
 use super::primary;
 use super::reply::{answer_slot, unavailable, Slot};
+use super::resp::{int, text};
 use super::script::{self, Shas};
 use super::setup::ConnectError;
 use super::slots::{redirect, SlotMap};

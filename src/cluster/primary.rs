@@ -16,7 +16,8 @@ use redis::Value;
 use rustls::ClientConfig;
 
 use super::addr::{Endpoint, Kind, ShardAddr};
-use super::link::{int, text, Link, LinkError, Login};
+use super::link::{Link, LinkError, Login};
+use super::resp::{int, text};
 use super::types::ClusterConfig;
 
 /// What a connection to a shard's primary knows of it.
@@ -119,25 +120,7 @@ pub(crate) fn connect(r: &Reach<'_>) -> Result<Primary, LinkError> {
         Some(Value::Array(r)) => u32::try_from(r.len()).unwrap_or(u32::MAX),
         _ => 0,
     };
-    let replid = match link.query(&[b"INFO", b"replication"]) {
-        Ok(v) => text(&v)
-            .and_then(|info| {
-                info.lines().find_map(|l| {
-                    l.strip_prefix("master_replid:")
-                        .map(|s| s.trim().to_string())
-                })
-            })
-            .unwrap_or_default(),
-        // An ACL user without INFO: positions are then not protected across a failover
-        // (said once at connect).
-        Err(e) => {
-            log::warn!(
-                "redis shard {}: INFO replication refused ({e}); a failover may reuse positions",
-                r.addr
-            );
-            String::new()
-        }
-    };
+    let replid = replid(&mut link, r.addr);
     Ok(Primary {
         link,
         at,

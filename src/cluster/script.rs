@@ -19,6 +19,7 @@
 use bytes::Bytes;
 use redis::Value;
 
+pub use super::resp::Packer;
 use super::slots::{self, tag_parts};
 use super::types::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
 use crate::arcbuf::ArcBuf;
@@ -53,53 +54,6 @@ const WEBHOOK_COUNT_KEY: &[u8] = b"wr:webhooks";
 /// SHA1 digests of the loaded scripts (what `EVALSHA` names), as returned by `SCRIPT LOAD`.
 #[derive(Debug, Clone, Default)]
 pub struct Shas(pub [String; 6]);
-
-/// Appends RESP arrays of bulk strings to a buffer (a pipeline of commands).
-pub struct Packer<'a> {
-    buf: &'a mut Vec<u8>,
-}
-
-impl<'a> Packer<'a> {
-    /// Packs into `buf` (appending).
-    pub fn new(buf: &'a mut Vec<u8>) -> Self {
-        Packer { buf }
-    }
-
-    fn head(&mut self, c: u8, n: usize) {
-        self.buf.push(c);
-        let mut b = itoa::Buffer::new();
-        self.buf.extend_from_slice(b.format(n).as_bytes());
-        self.buf.extend_from_slice(b"\r\n");
-    }
-
-    /// Starts a command of `n` arguments (the command name counts).
-    pub fn cmd(&mut self, n: usize) -> &mut Self {
-        self.head(b'*', n);
-        self
-    }
-
-    /// One argument made of `parts` concatenated (a key = prefix + topic, without a copy).
-    pub fn arg_parts(&mut self, parts: &[&[u8]]) -> &mut Self {
-        self.head(b'$', parts.iter().map(|p| p.len()).sum());
-        for p in parts {
-            self.buf.extend_from_slice(p);
-        }
-        self.buf.extend_from_slice(b"\r\n");
-        self
-    }
-
-    /// One argument.
-    pub fn arg(&mut self, a: &[u8]) -> &mut Self {
-        self.arg_parts(&[a])
-    }
-
-    /// One unsigned integer argument, in decimal.
-    pub fn num(&mut self, n: u64) -> &mut Self {
-        let mut b = itoa::Buffer::new();
-        let s = b.format(n);
-        self.arg_parts(&[s.as_bytes()])
-    }
-}
 
 /// How a shard names a topic's keys: its database (pub/sub is not per database, so channel
 /// names carry it) and whether the topic is a hash tag (`{T}`: a Redis Cluster shard, where

@@ -23,10 +23,11 @@ use redis::Value;
 
 use super::addr::Endpoint;
 use super::command::{set_health, Command, ShardCtx};
-use super::link::{int, Link, LinkError};
+use super::link::{Link, LinkError};
 use super::pack;
 use super::primary;
 use super::reply::{answer_slot, unavailable, Slot};
+use super::resp::int;
 use super::script::{self, Shas};
 use super::setup::{connect, Conn};
 
@@ -409,7 +410,7 @@ impl Runner {
         for (i, s) in script::ALL.iter().enumerate() {
             let v = conn.query(&[b"SCRIPT", b"LOAD", s.as_bytes()])?;
             self.shas.0[i] =
-                super::link::text(&v).ok_or(LinkError::Protocol("SCRIPT LOAD".into()))?;
+                super::resp::text(&v).ok_or(LinkError::Protocol("SCRIPT LOAD".into()))?;
         }
         Ok(())
     }

@@ -7,7 +7,7 @@
 use redis::Value;
 
 use super::addr::Endpoint;
-use super::link::{int, text};
+use super::resp::{int, text};
 
 /// Slots of a Redis Cluster.
 pub const SLOTS: usize = 16384;
@@ -103,14 +103,7 @@ impl SlotMap {
                 },
                 port,
             };
-            let i = match m.nodes.iter().position(|n| *n == at) {
-                Some(i) => i,
-                None => {
-                    m.nodes.push(at);
-                    m.replicas.push(0);
-                    m.nodes.len() - 1
-                }
-            };
+            let i = m.index_of(at);
             let replicas = u32::try_from(r.len().saturating_sub(3)).unwrap_or(u32::MAX);
             m.replicas[i] = m.replicas[i].max(replicas);
             if start > end || end >= SLOTS {
@@ -135,20 +128,25 @@ impl SlotMap {
         !self.owner.is_empty() && self.owner.iter().all(|&o| o != NONE)
     }
 
+    /// The index of node `at`, added (with no replica known) when new.
+    fn index_of(&mut self, at: Endpoint) -> usize {
+        match self.nodes.iter().position(|n| *n == at) {
+            Some(i) => i,
+            None => {
+                self.nodes.push(at);
+                self.replicas.push(0);
+                self.nodes.len() - 1
+            }
+        }
+    }
+
     /// Sets the owner of one slot (after a `MOVED`), adding the node when new; returns its
     /// index.
     pub fn moved(&mut self, slot: u16, to: Endpoint) -> usize {
         if self.owner.is_empty() {
             self.owner = vec![NONE; SLOTS];
         }
-        let i = match self.nodes.iter().position(|n| *n == to) {
-            Some(i) => i,
-            None => {
-                self.nodes.push(to);
-                self.replicas.push(0);
-                self.nodes.len() - 1
-            }
-        };
+        let i = self.index_of(to);
         if let (Some(o), Ok(i16)) = (self.owner.get_mut(usize::from(slot)), u16::try_from(i)) {
             *o = i16;
         }

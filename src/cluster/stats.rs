@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::metrics::{Bounds, Cell, Counter, Histogram};
+use crate::metrics::{family, Bounds, Cell, Counter, Histogram, Kind};
 
 /// Upper bounds of the round-trip histogram buckets (100 µs to 2.5 s; `+Inf` is implied).
 #[derive(Debug)]
@@ -79,85 +79,85 @@ impl ShardStats {
 
 /// The plain series: (name with its extra label, type, help). Values come from [`values`],
 /// in the same order.
-const SERIES: [(&str, &str, &str); 16] = [
+const SERIES: [(&str, Kind, &str); 16] = [
     (
         "redis_in_flight",
-        "gauge",
+        Kind::Gauge,
         "Commands written to Redis and not yet answered",
     ),
     (
         "redis_commands_total",
-        "counter",
+        Kind::Counter,
         "Commands answered by the shard thread",
     ),
     (
         "redis_reconnects_total{conn=\"command\"",
-        "counter",
+        Kind::Counter,
         "Reconnects to Redis",
     ),
     (
         "redis_reconnects_total{conn=\"pubsub\"",
-        "counter",
+        Kind::Counter,
         "Reconnects to Redis",
     ),
     (
         "redis_resyncs_total",
-        "counter",
+        Kind::Counter,
         "Watched topics whose readers were told to read again (re-subscribed after a subscriber reconnect, or the command connection back)",
     ),
     (
         "redis_unavailable_total",
-        "counter",
+        Kind::Counter,
         "Commands answered storage unavailable",
     ),
     (
         "redis_storage_unavailable_answers_total",
-        "counter",
+        Kind::Counter,
         "Client requests answered storage unavailable (publish -32000, webhook 503)",
     ),
     (
         "redis_refused_total",
-        "counter",
+        Kind::Counter,
         "Commands refused at a full shard queue",
     ),
     (
         "redis_live_received_total",
-        "counter",
+        Kind::Counter,
         "Messages received by the subscriber",
     ),
     (
         "redis_up{conn=\"command\"",
-        "gauge",
+        Kind::Gauge,
         "1 while the connection to Redis is up",
     ),
     (
         "redis_up{conn=\"pubsub\"",
-        "gauge",
+        Kind::Gauge,
         "1 while the connection to Redis is up",
     ),
     (
         "redis_failovers_total",
-        "counter",
+        Kind::Counter,
         "Times the shard's primary was found at another address than before (failover)",
     ),
     (
         "redis_redirects_total{kind=\"moved\"",
-        "counter",
+        Kind::Counter,
         "Redis Cluster redirects followed",
     ),
     (
         "redis_redirects_total{kind=\"ask\"",
-        "counter",
+        Kind::Counter,
         "Redis Cluster redirects followed",
     ),
     (
         "redis_wait_timeouts_total",
-        "counter",
+        Kind::Counter,
         "Pipelined rounds whose WAIT came back short of --redis-wait-replicas (their writes answered storage unavailable)",
     ),
     (
         "redis_refused_no_primary_total",
-        "counter",
+        Kind::Counter,
         "Publishes answered storage unavailable while the shard had no reachable primary",
     ),
 ];
@@ -193,19 +193,24 @@ pub fn render(shards: &[&ShardStats], queued: &[usize], out: &mut String) {
             None => (name, String::new()),
         };
         if base != last_name {
-            let _ = writeln!(out, "# HELP walletrelay_{base} {help}, per shard.");
-            let _ = writeln!(out, "# TYPE walletrelay_{base} {kind}");
+            family(
+                out,
+                format_args!("walletrelay_{base}"),
+                kind,
+                format_args!("{help}, per shard."),
+            );
             last_name = base;
         }
         for (i, v) in vals.iter().enumerate() {
             let _ = writeln!(out, "walletrelay_{base}{{{label}shard=\"{i}\"}} {}", v[k]);
         }
     }
-    let _ = writeln!(
+    family(
         out,
-        "# HELP walletrelay_redis_queued Commands waiting in the shard queue, per shard."
+        "walletrelay_redis_queued",
+        Kind::Gauge,
+        "Commands waiting in the shard queue, per shard.",
     );
-    let _ = writeln!(out, "# TYPE walletrelay_redis_queued gauge");
     for (i, q) in queued.iter().enumerate() {
         let _ = writeln!(out, "walletrelay_redis_queued{{shard=\"{i}\"}} {q}");
     }
@@ -214,8 +219,12 @@ pub fn render(shards: &[&ShardStats], queued: &[usize], out: &mut String) {
 
 fn render_histogram(shards: &[&ShardStats], out: &mut String) {
     let n = "walletrelay_redis_roundtrip_seconds";
-    let _ = writeln!(out, "# HELP {n} Time to write one pipelined batch to Redis and read all its replies, per shard.");
-    let _ = writeln!(out, "# TYPE {n} histogram");
+    family(
+        out,
+        n,
+        Kind::Histogram,
+        "Time to write one pipelined batch to Redis and read all its replies, per shard.",
+    );
     for (i, s) in shards.iter().enumerate() {
         s.rtt.render(out, n, &format!("shard=\"{i}\""));
     }

@@ -225,24 +225,24 @@ impl<S> Conn<S> {
 
     /// Starts the closing phase: what is queued is flushed, then the write side is shut.
     pub fn begin_close(&mut self, now: u64, flush_ms: u64) {
-        let was_ws = self.was_ws();
-        self.phase = Phase::Closing {
-            stage: CloseStage::Flushing,
-            was_ws,
-        };
+        self.start_flushing(now, flush_ms);
         self.backlog.clear();
-        self.deadline = now + flush_ms;
     }
 
     /// The peer half-closed: answers still owed are sent (those pending included, once
     /// their store answers), pushes are dropped, then the write side is shut.
     pub fn finish(&mut self, now: u64, flush_ms: u64) {
+        self.start_flushing(now, flush_ms);
+        self.backlog.keep_answers();
+    }
+
+    /// Enters the closing phase's first stage, with `flush_ms` to write what is owed.
+    fn start_flushing(&mut self, now: u64, flush_ms: u64) {
         let was_ws = self.was_ws();
         self.phase = Phase::Closing {
             stage: CloseStage::Flushing,
             was_ws,
         };
-        self.backlog.keep_answers();
         self.deadline = now + flush_ms;
     }
 

@@ -93,8 +93,8 @@ impl Part {
 
 /// A text message's parts; a lone one (a publish's answer) is kept inline, without a heap
 /// block of its own: under `--fsync always` every publish's answer waits in a backlog, and
-/// a block allocated for it was cold by the time the answer was queued
-/// (docs/PERFORMANCE.md).
+/// a block allocated for it would be cold by the time the answer is queued and again when
+/// it is read.
 #[derive(Debug, Default)]
 pub enum Parts {
     /// None yet.
@@ -200,9 +200,9 @@ pub struct Backlog {
     /// How many of the first `items` are known to wait for nothing (no part of theirs is
     /// pending; at most that many really are): where [`Conn::resolve_with`] starts looking.
     /// Stores complete in the order they were asked for, so the answer resolved next is
-    /// nearly always the first one still pending; looking from the front every time walked
-    /// the answers already resolved, ~16 a resolve at 32 in flight (`--fsync always`,
-    /// docs/PERFORMANCE.md). Never more than `items.len()`.
+    /// nearly always the first one still pending; starting there spares a walk over the
+    /// answers already resolved but not yet sent, each a cold line (about half of those in
+    /// flight under `--fsync always`). Never more than `items.len()`.
     settled: u32,
 }
 
@@ -485,12 +485,9 @@ impl<S> Conn<S> {
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
-        let Phase::Ws(w) = &mut self.phase else {
+        if !self.push_prefix(q.dialect, &q.id, scratch) {
             return;
-        };
-        scratch.clear();
-        rpc::write_push_prefix(scratch, q.dialect, w.next_push_id, q.id.hex());
-        w.next_push_id += 1;
+        }
         let len = scratch.len() + q.len + q.suffix.len();
         let mut h = [0u8; 10];
         let n = ws::write_head(&mut h, true, Opcode::Text, len);
@@ -501,6 +498,19 @@ impl<S> Conn<S> {
 }
 
 impl<S> Conn<S> {
+    /// Writes into `scratch` the prefix of the next push to subscription `id`, which takes
+    /// the connection's next push id; `false` (nothing written) when it is no WebSocket.
+    #[inline(always)]
+    fn push_prefix(&mut self, dialect: Dialect, id: &SubId, scratch: &mut Vec<u8>) -> bool {
+        let Phase::Ws(w) = &mut self.phase else {
+            return false;
+        };
+        scratch.clear();
+        rpc::write_push_prefix(scratch, dialect, w.next_push_id, id.hex());
+        w.next_push_id += 1;
+        true
+    }
+
     /// Queues a compressed `waku_subscription` push: the frame header and the subscriber's
     /// own prefix as a stored block, then the shared compressed bytes by reference.
     fn push_compressed(
@@ -511,12 +521,9 @@ impl<S> Conn<S> {
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
-        let Phase::Ws(w) = &mut self.phase else {
+        if !self.push_prefix(dialect, id, scratch) {
             return;
-        };
-        scratch.clear();
-        rpc::write_push_prefix(scratch, dialect, w.next_push_id, id.hex());
-        w.next_push_id += 1;
+        }
         let mut head = Vec::with_capacity(scratch.len() + 16);
         crate::ws::deflate::push_head(scratch, z, &mut head);
         self.out.extend(&head);

@@ -3,7 +3,8 @@
 //! rendered in the Prometheus text format (buckets cumulative, bounds in seconds).
 //!
 //! Owns counting and the sample lines of one histogram series; the family's name, its
-//! `# HELP`/`# TYPE` lines and its labels are the caller's.
+//! `# HELP`/`# TYPE` lines (written with [`family`](super::family)) and its labels are the
+//! caller's.
 
 use std::fmt::{self, Write as _};
 use std::marker::PhantomData;

@@ -2,20 +2,23 @@
 //!
 //! The vocabulary, used by every module that counts (`store`, `webhook`, `cluster` render
 //! their own families with it): [`Cell`] (one writer), [`Counter`] (any writer),
-//! [`Histogram`] (latency buckets named by a [`Bounds`]), and the labels of the families
-//! rendered here ([`DropReason`], [`LimitKind`]). A leaf: it imports nothing of the crate.
+//! [`Histogram`] (latency buckets named by a [`Bounds`]), [`family`] (a family's `# HELP`
+//! and `# TYPE` lines, of a [`Kind`]), and the labels of the families rendered here
+//! ([`DropReason`], [`LimitKind`]). A leaf: it imports nothing of the crate.
 //!
 //! The workers' figures: each worker owns one [`CoreMetrics`] and is its only writer, so a
 //! counter update is a relaxed load and store (no locked instruction, no shared cache line
 //! with other workers); any worker may read all of them to render `/metrics`.
 
 mod counter;
+mod family;
 mod histogram;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 pub use counter::{Cell, Counter};
+pub use family::{family, labelled, single, Kind};
 pub use histogram::{Bounds, Histogram, MAX_BOUNDS};
 
 /// Why a message was not delivered to a subscriber or not kept.
@@ -203,168 +206,172 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, &str, &str, Get); 28] = [
-            ("connections_open", "gauge", "Open connections", |c| {
+        let per_core: [(&str, Kind, &str, Get); 28] = [
+            ("connections_open", Kind::Gauge, "Open connections", |c| {
                 &c.connections_open
             }),
             (
                 "connections_accepted_total",
-                "counter",
+                Kind::Counter,
                 "Connections accepted",
                 |c| &c.connections_accepted,
             ),
             (
                 "connections_refused_total",
-                "counter",
+                Kind::Counter,
                 "Connections refused at the limit",
                 |c| &c.connections_refused,
             ),
             (
                 "websockets_open",
-                "gauge",
+                Kind::Gauge,
                 "Open WebSocket connections",
                 |c| &c.websockets_open,
             ),
             (
                 "http_requests_total",
-                "counter",
+                Kind::Counter,
                 "HTTP requests answered",
                 |c| &c.http_requests,
             ),
-            ("subscriptions", "gauge", "Subscriptions held", |c| {
+            ("subscriptions", Kind::Gauge, "Subscriptions held", |c| {
                 &c.subscriptions
             }),
             (
                 "topics",
-                "gauge",
+                Kind::Gauge,
                 "Topics with state on their home worker (cached messages, webhooks, v1 frames, \
                  subscribers on another worker)",
                 |c| &c.topics,
             ),
             (
                 "messages_published_total",
-                "counter",
+                Kind::Counter,
                 "waku_publish accepted",
                 |c| &c.published,
             ),
             (
                 "messages_stored_total",
-                "counter",
+                Kind::Counter,
                 "Publishes stored (not duplicates)",
                 |c| &c.stored,
             ),
             (
                 "messages_delivered_total",
-                "counter",
+                Kind::Counter,
                 "waku_subscription messages queued",
                 |c| &c.delivered,
             ),
-            ("cached_messages", "gauge", "Messages in the cache", |c| {
+            ("cached_messages", Kind::Gauge, "Messages in the cache", |c| {
                 &c.cached_messages
             }),
-            ("cached_bytes", "gauge", "Bytes in the cache", |c| {
+            ("cached_bytes", Kind::Gauge, "Bytes in the cache", |c| {
                 &c.cached_bytes
             }),
             (
                 "rpc_errors_total",
-                "counter",
+                Kind::Counter,
                 "JSON-RPC error responses",
                 |c| &c.rpc_errors,
             ),
             (
                 "auth_refused_total",
-                "counter",
+                Kind::Counter,
                 "WebSocket upgrades refused by relay auth",
                 |c| &c.auth_refused,
             ),
             (
                 "ws_deflate_upgrades_total",
-                "counter",
+                Kind::Counter,
                 "WebSocket upgrades that agreed on permessage-deflate",
                 |c| &c.deflate_upgrades,
             ),
             (
                 "protocol_closes_total",
-                "counter",
+                Kind::Counter,
                 "Connections closed for a protocol error",
                 |c| &c.protocol_closes,
             ),
             (
                 "heartbeat_closes_total",
-                "counter",
+                Kind::Counter,
                 "Connections closed as dead peers",
                 |c| &c.heartbeat_closes,
             ),
             (
                 "core_messages_total",
-                "counter",
+                Kind::Counter,
                 "Cross-worker messages received",
                 |c| &c.core_messages_in,
             ),
             (
                 "resyncs_total",
-                "counter",
+                Kind::Counter,
                 "Topic histories read again after missing live messages",
                 |c| &c.resyncs,
             ),
             (
                 "loop_iterations_total",
-                "counter",
+                Kind::Counter,
                 "Event loop iterations",
                 |c| &c.loop_iterations,
             ),
             (
                 "early_deliveries_total",
-                "counter",
+                Kind::Counter,
                 "Deliveries carried out within a loop iteration, its queued bodies past EARLY_DELIVERY_BYTES (a saturated core)",
                 |c| &c.early_deliveries,
             ),
             (
                 "round_flushes_total",
-                "counter",
+                Kind::Counter,
                 "Sockets written between two connections' events of a loop iteration, its pushes past FLUSH_WITHIN_ROUND_BYTES (a saturated core)",
                 |c| &c.round_flushes,
             ),
             (
                 "tls_handshakes_total",
-                "counter",
+                Kind::Counter,
                 "TLS handshakes completed",
                 |c| &c.tls_handshakes,
             ),
             (
                 "tls_failures_total",
-                "counter",
+                Kind::Counter,
                 "TLS connections closed for a TLS error",
                 |c| &c.tls_failures,
             ),
             (
                 "limit_closes_total",
-                "counter",
+                Kind::Counter,
                 "WebSockets closed with 1013 after 100 rate-limit refusals in a row",
                 |c| &c.limit_closes,
             ),
             (
                 "accept_blocks_total",
-                "counter",
+                Kind::Counter,
                 "Addresses blocked at the listener after --accept-block-after refusals at accept in a second",
                 |c| &c.accept_blocks,
             ),
             (
                 "blocked_addresses",
-                "gauge",
+                Kind::Gauge,
                 "Addresses blocked at the listener now",
                 |c| &c.blocked_addresses,
             ),
             (
                 "limit_split_accepts_total",
-                "counter",
+                Kind::Counter,
                 "Connections counted against the worker's split share of --max-connections-per-ip and the accept rate because the shared per-address table had no room for their address",
                 |c| &c.limit_split_accepts,
             ),
         ];
         for (name, kind, help, get) in per_core {
-            let _ = writeln!(s, "# HELP walletrelay_{name} {help} (per worker).");
-            let _ = writeln!(s, "# TYPE walletrelay_{name} {kind}");
+            family(
+                &mut s,
+                format_args!("walletrelay_{name}"),
+                kind,
+                format_args!("{help} (per worker)."),
+            );
             for (i, c) in self.cores.iter().enumerate() {
                 let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\"}} {}", get(c).get());
             }
@@ -416,15 +423,11 @@ impl Metrics {
         values: &[&str],
         cells: fn(&CoreMetrics) -> &[Cell],
     ) {
-        let _ = writeln!(s, "# HELP walletrelay_{name} {help}");
-        let _ = writeln!(s, "# TYPE walletrelay_{name} counter");
-        for (i, v) in values.iter().enumerate() {
-            let total: u64 = self
-                .cores
-                .iter()
-                .map(|c| cells(c).get(i).map_or(0, Cell::get))
-                .sum();
-            let _ = writeln!(s, "walletrelay_{name}{{{label}=\"{v}\"}} {total}");
-        }
+        let totals = values.iter().enumerate().map(|(i, &v)| {
+            let cores = self.cores.iter();
+            (v, cores.map(|c| cells(c).get(i).map_or(0, Cell::get)).sum())
+        });
+        let head = (format_args!("walletrelay_{name}"), Kind::Counter, help);
+        labelled(s, head, label, totals);
     }
 }

@@ -65,10 +65,9 @@ const TAIL_SIZE: usize = 2048;
 const POOL_MAX: usize = 256;
 
 /// Largest tail buffer worth keeping: 32 KiB, a round of 32 pushes of a 512-character
-/// message and more. A connection given that many pushes in a round grew its buffer by
-/// doubling from 2 KiB, copying it at each step (`realloc`), every round, when only
-/// buffers up to 8 KiB were kept (docs/PERFORMANCE.md, "Where the time goes at
-/// saturation").
+/// message and more, so that a connection given a round of pushes takes a buffer that
+/// already fits it, instead of growing a small one by doubling (a `realloc` copy at each
+/// step) every round.
 const POOL_BUF_MAX: usize = 16 * TAIL_SIZE;
 
 thread_local! {
@@ -77,7 +76,7 @@ thread_local! {
     /// does not allocate per message. Two stacks: buffers of [`TAIL_SIZE`] (`[0]`) and
     /// larger ones (`[1]`), so that a connection that needs a large one (a subscriber given
     /// a round of pushes) is not handed the small one a publisher's answers just gave back,
-    /// only to grow it (`realloc`, 1.5% of a saturated core when the stacks were one).
+    /// only to grow it by `realloc`.
     static POOL: std::cell::RefCell<[Vec<Vec<u8>>; 2]> =
         const { std::cell::RefCell::new([Vec::new(), Vec::new()]) };
 }
@@ -246,9 +245,9 @@ pub enum Flush {
 
 /// The copy buffer: `buf[head..]` are the copied bytes still to send. Sent bytes are dropped
 /// by moving `head`, and once all are sent the buffer starts over from its beginning, so a
-/// buffer keeps its whole capacity from round to round. (A `BytesMut` kept the offset of its
-/// sent bytes, even when empty: a pooled buffer's room shrank round after round until a
-/// round made it grow by `realloc`, 1.5% of a saturated core.)
+/// buffer keeps its whole capacity from round to round. (Not a `BytesMut`: it keeps the
+/// offset of its sent bytes even when empty, so a pooled buffer's room would shrink round
+/// after round until a round made it grow by `realloc`.)
 ///
 /// It also remembers whether its bytes outgrew a fresh buffer (`large`, for the pool; kept
 /// here, beside a 32-bit `head`, so that a connection's state keeps its size class).

@@ -1,9 +1,9 @@
 //! The registry's precomputed bodies in one sealed in-memory file (`memfd`), so that
 //! answers send them with `sendfile`: the kernel then attaches the file's pages to the
-//! socket instead of copying every byte out of our memory (the copy was the biggest part of
-//! answering `/api/v1/all`: docs/PERFORMANCE.md, "Registry throughput"). Sealing (`F_SEAL_WRITE`, `SHRINK`,
-//! `GROW`) makes the file immutable for its whole life, so a range queued on a connection
-//! always sends the bytes it named.
+//! socket instead of copying every byte out of our memory (that copy would be the biggest
+//! part of answering `/api/v1/all`: docs/PERFORMANCE.md, "The registry"). Sealing
+//! (`F_SEAL_WRITE`, `SHRINK`, `GROW`) makes the file immutable for its whole life, so a range
+//! queued on a connection always sends the bytes it named.
 //!
 //! Where `memfd_create` is unavailable (old kernel, seccomp), [`Blob::build`] fails and the
 //! registry answers from memory, as before.

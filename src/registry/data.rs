@@ -13,6 +13,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::RegistryError;
+use crate::json::{self, StringState};
 
 /// The logo sizes, in the order they appear in `image_url`.
 pub const SIZES: [&str; 3] = ["sm", "md", "lg"];
@@ -126,7 +127,7 @@ pub(crate) fn parse_file(file: &str, bytes: &[u8]) -> Result<Vec<RawEntry>, Regi
             if !fields.is_empty() {
                 fields.push(b',');
             }
-            write_json_str(&mut fields, k);
+            json::write_str(&mut fields, k);
             fields.push(b':');
             minify_into(&mut fields, v.get().as_bytes());
         }
@@ -149,7 +150,7 @@ pub(crate) fn parse_file(file: &str, bytes: &[u8]) -> Result<Vec<RawEntry>, Regi
 pub(crate) fn finish(entry: RawEntry, app_type: AppType, image_base: &str) -> Record {
     let mut json =
         Vec::with_capacity(entry.fields.len() + entry.id.len() * 4 + 3 * image_base.len() + 96);
-    write_json_str(&mut json, &entry.id);
+    json::write_str(&mut json, &entry.id);
     json.extend_from_slice(b":{");
     json.extend_from_slice(&entry.fields);
     json.extend_from_slice(b",\"app_type\":\"");
@@ -162,7 +163,7 @@ pub(crate) fn finish(entry: RawEntry, app_type: AppType, image_base: &str) -> Re
         json.push(b'"');
         json.extend_from_slice(size.as_bytes());
         json.extend_from_slice(b"\":");
-        write_json_str(&mut json, &logo_url(image_base, size, &entry.id));
+        json::write_str(&mut json, &logo_url(image_base, size, &entry.id));
     }
     json.extend_from_slice(b"}}");
     Record {
@@ -194,31 +195,13 @@ pub fn logo_url(image_base: &str, size: &str, id: &str) -> String {
     s
 }
 
-/// Appends `s` as a JSON string literal.
-pub(crate) fn write_json_str(out: &mut Vec<u8>, s: &str) {
-    // Serializing a &str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
-}
-
 /// Appends valid JSON text `raw` without its insignificant whitespace. Strings (and so
 /// their escapes) and numbers are copied byte for byte.
 pub(crate) fn minify_into(out: &mut Vec<u8>, raw: &[u8]) {
-    let mut in_str = false;
-    let mut escaped = false;
+    let mut strings = StringState::default();
     for &b in raw {
-        if in_str {
-            out.push(b);
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_str = false;
-            }
-        } else if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
-            if b == b'"' {
-                in_str = true;
-            }
+        // `inside` first: it must see every byte.
+        if strings.inside(b) || !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
             out.push(b);
         }
     }

@@ -212,16 +212,8 @@ pub fn member_len(
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_gzip::gunzip;
     use super::*;
-    use std::io::Read;
-
-    fn gunzip(b: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(b)
-            .read_to_end(&mut out)
-            .unwrap();
-        out
-    }
 
     /// Appends a fragment whose uncompressed bytes are `plain`.
     fn fragment(m: &mut Member, frag: &[u8], plain: &[u8]) {

@@ -433,8 +433,8 @@ fn prefix_len(count: usize, total: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::super::data::{finish, parse_file, AppType};
+    use super::super::test_gzip::gunzip;
     use super::*;
-    use std::io::Read;
 
     fn records() -> Vec<Record> {
         let src: String = {
@@ -453,14 +453,6 @@ mod tests {
             .into_iter()
             .map(|e| finish(e, AppType::Wallet, "https://i"))
             .collect()
-    }
-
-    fn gunzip(b: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(b)
-            .read_to_end(&mut out)
-            .unwrap();
-        out
     }
 
     fn expected(recs: &[Record], pos: &[usize], total: usize) -> serde_json::Value {

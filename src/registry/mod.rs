@@ -459,15 +459,8 @@ impl Registry {
         };
         let gz = list.gzip_size(&sel, total, req.accept_gzip, &self.core.frags);
         let tag = etag::Tag::new(list.tag(&sel, total), gz.is_some());
-        if req
-            .if_none_match
-            .is_some_and(|inm| etag::if_none_match(inm, tag.as_bytes()))
-        {
-            return Response {
-                status: 304,
-                headers: headers(None, false, &tag, true),
-                body: Body::default(),
-            };
+        if let Some(r) = not_modified(req, &tag, true) {
+            return r;
         }
         let (body, gzip) = if gz.is_some() {
             let a = list.assemble(&sel, total, gz, &self.core.frags);
@@ -508,15 +501,8 @@ impl Registry {
                 let mut h = TagHasher::new(self.core.digest);
                 h.bytes(body.as_bytes());
                 let tag = etag::Tag::new(h.finish(), false);
-                if req
-                    .if_none_match
-                    .is_some_and(|inm| etag::if_none_match(inm, tag.as_bytes()))
-                {
-                    return Response {
-                        status: 304,
-                        headers: headers(None, false, &tag, false),
-                        body: Body::default(),
-                    };
+                if let Some(r) = not_modified(req, &tag, false) {
+                    return r;
                 }
                 Response {
                     status: 200,
@@ -548,6 +534,17 @@ fn percent_decode_path(s: &str) -> Option<std::borrow::Cow<'_, str>> {
     String::from_utf8(out).ok().map(std::borrow::Cow::Owned)
 }
 
+/// The 304 answer when the request's `If-None-Match` names `tag` (`vary` as for the 200 it
+/// stands for), else `None`.
+fn not_modified(req: &Request<'_>, tag: &etag::Tag, vary: bool) -> Option<Response> {
+    let inm = req.if_none_match?;
+    etag::if_none_match(inm, tag.as_bytes()).then(|| Response {
+        status: 304,
+        headers: headers(None, false, tag, vary),
+        body: Body::default(),
+    })
+}
+
 /// The header lines of a registry answer: content type (not on 304), encoding, tag, caching
 /// and, where gzip may apply, `Vary`.
 fn headers(content_type: Option<&str>, gzip: bool, tag: &etag::Tag, vary: bool) -> Bytes {
@@ -575,7 +572,7 @@ fn headers(content_type: Option<&str>, gzip: bool, tag: &etag::Tag, vary: bool) 
 fn error(status: u16, msg: &str) -> Response {
     let mut body = Vec::with_capacity(msg.len() + 16);
     body.extend_from_slice(b"{\"error\":");
-    data::write_json_str(&mut body, msg);
+    crate::json::write_str(&mut body, msg);
     body.push(b'}');
     let mut h = TagHasher::new(u64::from(status));
     h.bytes(&body);
@@ -588,3 +585,8 @@ fn error(status: u16, msg: &str) -> Response {
 
 #[cfg(test)]
 mod tests;
+
+/// The tests' one gzip decoder, shared with the integration tests.
+#[cfg(test)]
+#[path = "../../tests/common/gzip.rs"]
+mod test_gzip;

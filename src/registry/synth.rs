@@ -10,8 +10,9 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::data::{minify_into, write_json_str, Ordered};
+use super::data::{minify_into, Ordered};
 use super::{EMBEDDED_DAPPS, EMBEDDED_LICENSE, EMBEDDED_WALLETS};
+use crate::json;
 
 /// Suffix words appended to real names.
 const WORDS: [&str; 20] = [
@@ -75,17 +76,17 @@ fn templates(bytes: &[u8]) -> Vec<Template> {
 
 /// Writes one entry from `template` with `id` and `name` replaced.
 fn write_entry(out: &mut Vec<u8>, template: Option<&Template>, id: &str, name: &str) {
-    write_json_str(out, id);
+    json::write_str(out, id);
     out.extend_from_slice(b":{\"id\":");
-    write_json_str(out, id);
+    json::write_str(out, id);
     out.extend_from_slice(b",\"name\":");
-    write_json_str(out, name);
+    json::write_str(out, name);
     for (k, v) in template.into_iter().flatten() {
         if k == "id" || k == "name" {
             continue;
         }
         out.push(b',');
-        write_json_str(out, k);
+        json::write_str(out, k);
         out.push(b':');
         minify_into(out, v.get().as_bytes());
     }

@@ -1,10 +1,10 @@
 //! Unit tests of [`Registry::respond`] on the embedded data, through real parsed requests.
 
-use std::io::Read;
 use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use super::test_gzip::gunzip;
 use super::*;
 use crate::config::Limits;
 use crate::http::parse;
@@ -364,14 +364,6 @@ fn etags_and_304() {
     // Same body reached by two queries: same tag.
     let s = get("/api/v1/all?search=");
     assert_eq!(header(&s, "ETag"), header(&get("/api/v1/all"), "ETag"));
-}
-
-fn gunzip(b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(b)
-        .read_to_end(&mut out)
-        .unwrap();
-    out
 }
 
 #[test]

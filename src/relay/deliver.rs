@@ -14,13 +14,12 @@ use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
 /// Bytes of bodies queued for delivery (each counted once per subscriber) past which a
 /// worker delivers within its round, right after the input that queued them, rather than
-/// at the round's end: a saturated round publishes megabytes, and each body, written as
-/// it was published, had left the core's cache (1 MiB of L2 here) by the time it was
-/// copied into its subscribers' buffers. A round below this (about 47 pushes of a
-/// 512-character message) is delivered at its end, as before: at any load the core keeps
-/// up with, rounds are far smaller (at 20,000 publishes a second, about one publish each),
-/// so their latency does not change (docs/PERFORMANCE.md, "Where the time goes at
-/// saturation").
+/// at the round's end: a saturated round publishes megabytes, and by its end each body,
+/// written as it was published, has left the core's cache (a core's L2 holds about 1 MiB).
+/// A round below this (about 47 pushes of a 512-character message) is delivered at its end:
+/// at any load the core keeps up with, rounds are far smaller (at 20,000 publishes a
+/// second, about one publish each), so their latency is not touched (docs/PERFORMANCE.md,
+/// "The publish path at saturation").
 pub const EARLY_DELIVERY_BYTES: usize = 32 << 10;
 
 impl Relay {

@@ -469,8 +469,8 @@ impl Relay {
 
 /// Most entries an emptied event or delivery vector keeps room for (past a bigger burst,
 /// its memory goes back). A closed-loop round of thousands of publishes fills them with
-/// thousands of entries, and growing them again each round (by doubling, copying) showed in
-/// the instructions per message (docs/PERFORMANCE.md, "Smaller choices"). At most ~400 KB
+/// thousands of entries, and growing them again each round (by doubling, copying) costs
+/// instructions per message (docs/PERFORMANCE.md, "Smaller choices"). At most ~400 KB
 /// per vector and worker, and only once a round that large has happened.
 const RECYCLE_MAX: usize = 4096;
 

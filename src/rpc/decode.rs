@@ -5,6 +5,7 @@
 
 use super::wire::{Envelope, Loose, Top};
 use super::{code, Call, Id, Incoming, Item, ParseError, Plain, RpcError, MAX_BATCH, MAX_DEPTH};
+use crate::json::StringState;
 
 /// Decodes one WebSocket message: the fast path (`fast.rs`) when the message has the usual
 /// shape, else [`decode_general`]; the result is the same either way. `buf` may be parsed in
@@ -23,9 +24,9 @@ pub fn decode<'a>(
     // shared and mutable access ever overlap (the borrow checker cannot see this split by
     // the result's variant: the NLL "conditional return of a borrow" limitation).
     let view: &'a [u8] = unsafe { &*whole };
-    // `decode_fast`, written out: the element is built where the result lies. (Returned
-    // through `Option` first, its 232 bytes were copied twice, the first copy a load of
-    // stores still in flight.)
+    // `decode_fast`, written out: the element is built where the result lies (returned
+    // through an `Option` first, its 232 bytes would be copied twice, the first copy a load
+    // of stores still in flight).
     if super::fast::is_ack(view) {
         return Ok(Incoming::Single(Item::Ack));
     }
@@ -141,21 +142,12 @@ fn nesting_too_deep(buf: &[u8]) -> bool {
         return false;
     }
     let mut depth = 0usize;
-    let mut in_str = false;
-    let mut escaped = false;
+    let mut strings = StringState::default();
     for &b in buf {
-        if in_str {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_str = false;
-            }
+        if strings.inside(b) {
             continue;
         }
         match b {
-            b'"' => in_str = true,
             b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_DEPTH {

@@ -161,8 +161,8 @@ impl<'a> Call<'a> {
 
     /// Validates method and params into a request. `max_topic` bounds topic length (beta
     /// topics; `irn_` topics are 64 hex characters). Takes the params out of the call where
-    /// they lie (handed over by value, the call was copied: 232 bytes), so it is done with
-    /// the call. Inlined into its caller: returned through memory, the request was written
+    /// they lie (handed over by value, the call's 232 bytes would be copied), so it is done
+    /// with the call. Inlined into its caller: a request returned through memory is written
     /// in pieces and read back whole, a store-forwarding stall on every call.
     #[inline(always)]
     pub fn op(&mut self, max_topic: usize) -> Result<Request<'a>, RpcError> {

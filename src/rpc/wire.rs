@@ -209,7 +209,7 @@ impl<'a> Envelope<'a> {
 }
 
 /// An object member's name, borrowed from the input when it has no escapes (serde's own
-/// `Cow<str>` always allocates: that was ten allocations per publish).
+/// `Cow<str>` always allocates: ten allocations per publish).
 struct Key<'a>(Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {

@@ -35,8 +35,8 @@ pub struct LogConfig {
     pub segment_bytes: u64,
     /// Bound of the in-memory batch: an append that would pass it writes the batch first.
     /// Small enough that the batch is still in the core's cache when the kernel copies it
-    /// into the page cache: at saturation a round appends megabytes, and one 4 MiB `write`
-    /// per round copied cold memory (docs/PERFORMANCE.md, "Durable engine").
+    /// into the page cache: at saturation a round appends megabytes, which one `write` per
+    /// round would copy from cold memory (docs/PERFORMANCE.md, "The durable log").
     pub batch_bytes: usize,
     /// A sealed segment is a compaction candidate when its live bytes are below this
     /// fraction of its size.
@@ -272,8 +272,8 @@ impl Log {
     pub fn flush(&mut self) -> Result<u64, StoreError> {
         let last = self.next_lsn - 1;
         // LSNs count this process's appends from 1: the count is published here, once a
-        // batch, by a plain store. An atomic add per record (a locked instruction, which
-        // waits for the record's stores to drain) cost 3-5 ns a record.
+        // batch, by a plain store, not by an atomic add per record (a locked instruction,
+        // which waits for the record's stores to drain).
         self.metrics.records_appended.set(last);
         let Some(a) = &mut self.active else {
             return Ok(self.written_lsn);

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use super::recover::RecoveryStats;
-use crate::metrics::{Bounds, Counter, Histogram};
+use crate::metrics::{family, single, Bounds, Counter, Histogram, Kind};
 
 /// Upper bounds of the sync latency buckets, microseconds (then `+Inf`).
 #[derive(Debug)]
@@ -55,54 +55,60 @@ pub struct StoreMetrics {
 /// Long on purpose: a flat list of metric families in exposition order.
 pub fn render(out: &mut String, logs: &[(&str, &StoreMetrics)], recovered: &RecoveryStats) {
     type Get = fn(&StoreMetrics) -> u64;
-    let per_log: [(&str, &str, &str, Get); 10] = [
+    let per_log: [(&str, Kind, &str, Get); 10] = [
         (
             "records_appended_total",
-            "counter",
+            Kind::Counter,
             "Records appended",
             |m| m.records_appended.get(),
         ),
         (
             "bytes_written_total",
-            "counter",
+            Kind::Counter,
             "Bytes written to the log",
             |m| m.bytes_written.get(),
         ),
-        ("writes_total", "counter", "write calls", |m| m.writes.get()),
-        ("syncs_total", "counter", "fdatasync rounds", |m| {
+        ("writes_total", Kind::Counter, "write calls", |m| {
+            m.writes.get()
+        }),
+        ("syncs_total", Kind::Counter, "fdatasync rounds", |m| {
             m.syncs.get()
         }),
         (
             "segments_retired_total",
-            "counter",
+            Kind::Counter,
             "Segments deleted",
             |m| m.segments_retired.get(),
         ),
-        ("write_errors_total", "counter", "Failed writes", |m| {
+        ("write_errors_total", Kind::Counter, "Failed writes", |m| {
             m.write_errors.get()
         }),
         (
             "sync_errors_total",
-            "counter",
+            Kind::Counter,
             "Failed syncs or deletes",
             |m| m.sync_errors.get(),
         ),
         (
             "records_deferred_total",
-            "counter",
+            Kind::Counter,
             "Records kept in memory only while the disk failed",
             |m| m.records_deferred.get(),
         ),
-        ("live_bytes", "gauge", "Bytes of live records", |m| {
+        ("live_bytes", Kind::Gauge, "Bytes of live records", |m| {
             m.live_bytes.get()
         }),
-        ("disk_bytes", "gauge", "Bytes of segment files", |m| {
+        ("disk_bytes", Kind::Gauge, "Bytes of segment files", |m| {
             m.disk_bytes.get()
         }),
     ];
     for (name, kind, help, get) in per_log {
-        let _ = writeln!(out, "# HELP walletrelay_store_{name} {help} (per log).");
-        let _ = writeln!(out, "# TYPE walletrelay_store_{name} {kind}");
+        family(
+            out,
+            format_args!("walletrelay_store_{name}"),
+            kind,
+            format_args!("{help} (per log)."),
+        );
         for (owner, m) in logs {
             let _ = writeln!(
                 out,
@@ -150,19 +156,15 @@ pub fn render(out: &mut String, logs: &[(&str, &StoreMetrics)], recovered: &Reco
         ),
     ];
     for (name, help, v) in once {
-        let _ = writeln!(out, "# HELP walletrelay_store_{name} {help}.");
-        let _ = writeln!(out, "# TYPE walletrelay_store_{name} gauge");
-        let _ = writeln!(out, "walletrelay_store_{name} {v}");
+        let name = format_args!("walletrelay_store_{name}");
+        single(out, name, Kind::Gauge, format_args!("{help}."), v);
     }
 }
 
 fn render_histograms(out: &mut String, logs: &[(&str, &StoreMetrics)]) {
     let name = "walletrelay_store_sync_seconds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Duration of an fdatasync round (per log)."
-    );
-    let _ = writeln!(out, "# TYPE {name} histogram");
+    let help = "Duration of an fdatasync round (per log).";
+    family(out, name, Kind::Histogram, help);
     for (owner, m) in logs {
         m.sync_latency
             .render(out, name, &format!("log=\"{owner}\""));

@@ -10,9 +10,7 @@
 //! "ssrf" | "shutdown"}`; calls refused at submit are `dropped{reason="queue_full"}` (or
 //! `"shutdown"` once the pool is stopping) and never queued.
 
-use std::fmt::Write as _;
-
-use crate::metrics::{Bounds, Counter, Histogram};
+use crate::metrics::{family, labelled, single, Bounds, Counter, Histogram, Kind};
 
 /// Why a call was given up after it was sent at least once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,37 +189,23 @@ impl Stats {
             ),
         ];
         for (name, help, c) in counters {
-            let _ = writeln!(out, "# HELP walletrelay_webhook_{name} {help}");
-            let _ = writeln!(out, "# TYPE walletrelay_webhook_{name} counter");
-            let _ = writeln!(out, "walletrelay_webhook_{name} {}", c.get());
+            let name = format_args!("walletrelay_webhook_{name}");
+            single(out, name, Kind::Counter, help, c.get());
         }
-        let _ = writeln!(
-            out,
-            "# HELP walletrelay_webhook_failed_total Webhook calls given up after their last try, \
-             by reason."
+        let failed = FailReason::ALL.map(|r| (r.label(), self.failed[r as usize].get()));
+        let head = (
+            "walletrelay_webhook_failed_total",
+            Kind::Counter,
+            "Webhook calls given up after their last try, by reason.",
         );
-        let _ = writeln!(out, "# TYPE walletrelay_webhook_failed_total counter");
-        for r in FailReason::ALL {
-            let _ = writeln!(
-                out,
-                "walletrelay_webhook_failed_total{{reason=\"{}\"}} {}",
-                r.label(),
-                self.failed[r as usize].get()
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP walletrelay_webhook_dropped_total Webhook calls not attempted, by reason."
+        labelled(out, head, "reason", failed);
+        let dropped = DropReason::ALL.map(|r| (r.label(), self.dropped[r as usize].get()));
+        let head = (
+            "walletrelay_webhook_dropped_total",
+            Kind::Counter,
+            "Webhook calls not attempted, by reason.",
         );
-        let _ = writeln!(out, "# TYPE walletrelay_webhook_dropped_total counter");
-        for r in DropReason::ALL {
-            let _ = writeln!(
-                out,
-                "walletrelay_webhook_dropped_total{{reason=\"{}\"}} {}",
-                r.label(),
-                self.dropped[r as usize].get()
-            );
-        }
+        labelled(out, head, "reason", dropped);
         let gauges: [(&str, &str, usize); 2] = [
             (
                 "queue_depth",
@@ -235,13 +219,16 @@ impl Stats {
             ),
         ];
         for (name, help, v) in gauges {
-            let _ = writeln!(out, "# HELP walletrelay_webhook_{name} {help}");
-            let _ = writeln!(out, "# TYPE walletrelay_webhook_{name} gauge");
-            let _ = writeln!(out, "walletrelay_webhook_{name} {v}");
+            let name = format_args!("walletrelay_webhook_{name}");
+            single(out, name, Kind::Gauge, help, v);
         }
         let name = "walletrelay_webhook_latency_seconds";
-        let _ = writeln!(out, "# HELP {name} Duration of each webhook HTTP try.");
-        let _ = writeln!(out, "# TYPE {name} histogram");
+        family(
+            out,
+            name,
+            Kind::Histogram,
+            "Duration of each webhook HTTP try.",
+        );
         self.latency.render(out, name, "");
     }
 }

@@ -211,11 +211,11 @@ impl Worker {
     /// After a connection's input: carries out what is queued once it would copy
     /// [`EARLY_DELIVERY_BYTES`](crate::relay::EARLY_DELIVERY_BYTES) or more, while the
     /// bodies are still in the core's cache (at the end of a saturated round, thousands of
-    /// publishes later, each was read back from memory to be copied into its subscribers'
-    /// buffers). The pushes still count against the round's fan-out budget, and no socket
-    /// is written here: they wait in the buffers for the round's flush, which comes after
-    /// the engine has handed its work on (`Relay::flush`), as before (docs/PERFORMANCE.md,
-    /// "Where the time goes at saturation").
+    /// publishes later, each would be read back from memory to be copied into its
+    /// subscribers' buffers). The pushes still count against the round's fan-out budget, and
+    /// no socket is written here: they wait in the buffers for the round's flush, which
+    /// comes after the engine has handed its work on (`Relay::flush`; docs/PERFORMANCE.md,
+    /// "The publish path at saturation").
     pub(super) fn deliver_early(&mut self) {
         if self.relay.early_delivery_due() {
             self.m().early_deliveries.inc();
@@ -229,8 +229,9 @@ impl Worker {
     /// [`FLUSH_PER_CONN_BYTES`] per connection waiting to be written, the round's end comes
     /// early (the engine hands its work on, then every socket is written), so that the
     /// buffers are written, and taken again from the pool, while they are in the core's
-    /// cache. A round of a saturated core read ~2,100 publishes: ~1.5 MB of pushes
-    /// waited for its end, more than the core's L2 cache.
+    /// cache: a saturated round reads thousands of publishes, whose pushes would otherwise
+    /// wait for its end in more memory than the core's L2 cache holds (figures:
+    /// docs/perf-log/2026-11-27-round-written-in-cache.md).
     pub(super) fn flush_within_round(&mut self) {
         if self.round_bytes < FLUSH_WITHIN_ROUND_BYTES
             || self.round_bytes < FLUSH_PER_CONN_BYTES * self.dirty.len()

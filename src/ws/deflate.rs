@@ -10,9 +10,9 @@
 //!
 //! DEFLATE itself is flate2 over zlib-rs, which the registry already uses: raw streams, sync
 //! flush and window sizes 9 to 15 all work through it. miniz_oxide (also in the tree, under
-//! flate2) was measured against it in `benches/deflate.rs` (docs/PERFORMANCE.md,
-//! "permessage-deflate"): as fast, a little longer, and below a 15-bit window it does not
-//! shrink its window but falls back to fast or RLE-only modes, so it was not taken.
+//! flate2) is not used: in `benches/deflate.rs` it is as fast and a little longer
+//! (docs/PERFORMANCE.md, "Smaller choices"), and below a 15-bit window it does not shrink
+//! its window but falls back to fast or RLE-only modes.
 
 mod compress;
 mod inflate;

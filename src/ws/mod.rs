@@ -218,8 +218,8 @@ pub fn unmask(data: &mut [u8], mask: [u8; 4], offset: usize) -> bool {
 }
 
 /// [`unmask`]'s whole blocks, `m` the key repeated from their phase: two at a time with
-/// AVX2 where the CPU has it, then one SSE2 load, XOR, OR and store per block (the compiler
-/// made scalar code of every portable form tried, two to four times the instructions);
+/// AVX2 where the CPU has it, then one SSE2 load, XOR, OR and store per block (portable
+/// forms compile to scalar code of two to four times the instructions);
 /// whether every byte is ASCII from one `movemask`.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 fn unmask_blocks(blocks: &mut [[u8; 16]], m: [u8; 16]) -> bool {

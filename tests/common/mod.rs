@@ -11,6 +11,7 @@
 //! - [`raw_ws::RawWs`]: the one raw WebSocket client, that controls every byte;
 //! - [`v1`]: WalletConnect 1.0 bridge frames over a [`RawWs`];
 //! - [`http`]: HTTP/1.1 requests and a strict answer reader;
+//! - [`gzip`]: the one gzip decoder of the tests (the registry's unit tests include it too);
 //! - [`metrics`]: `/metrics` scraping;
 //! - [`checks`]: "the server still serves" assertions;
 //! - [`rng::Rng`]: a seeded RNG for reproducible "random" input;
@@ -35,6 +36,7 @@
 pub mod checks;
 pub mod cluster;
 pub mod durability;
+pub mod gzip;
 pub mod http;
 pub mod metrics;
 pub mod netns;

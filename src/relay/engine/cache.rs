@@ -11,7 +11,7 @@
 //!   with lazy deletion, compacted once its stale entries outnumber its live ones so that
 //!   its size stays within about twice what it holds. The compaction never stops the
 //!   worker: a fresh heap is built from the slab a few dozen slots per cache operation,
-//!   while the old one still answers (see `Expiry`): rebuilding it at once stalled the
+//!   while the old one still answers (see `Expiry`): rebuilding it at once would stall the
 //!   worker (docs/PERFORMANCE.md, "The expiry heap compacts without stopping the worker").
 //!
 //! The per-topic order (a `VecDeque` of keys) and the per-topic dedup filter (content hash
@@ -156,8 +156,9 @@ pub struct Cache {
 
 impl Cache {
     /// A cache with room for `n` messages before any of its tables grows. Growing one of
-    /// them past a few hundred thousand entries copies it all at once, which stalled a
-    /// worker for milliseconds (docs/PERFORMANCE.md). The memory is reserved, not touched:
+    /// them past a few hundred thousand entries copies it all at once, which stalls a
+    /// worker for milliseconds (docs/PERFORMANCE.md, "The cache's tables never grow while
+    /// serving"). The memory is reserved, not touched:
     /// the tables fill from their start. Each of the two expiry heaps gets room for twice
     /// `n` (plus what a compaction adds while it runs): the heap holds stale entries until
     /// they outnumber the live ones.
@@ -203,7 +204,7 @@ impl Cache {
     /// Starts loading the expiry heap's entry that the next insert's entry is compared with
     /// first (its parent in the heap). Messages of one ttl expire in the order they came, so
     /// that comparison is mostly the only one, and its line, in the middle of a heap of a
-    /// million entries, is cold (2.2% of a saturated core).
+    /// million entries, is cold at saturation.
     pub fn prefetch_expiry(&self) {
         let heap = self.expiry.heap.as_slice();
         if let Some(parent) = heap.get(heap.len().saturating_sub(1) / 2) {

@@ -10,8 +10,10 @@
 //! (`crate::mailbox`), which the worker asks it to read with [`Engine::on_mail`]). A request
 //! that cannot be answered at once returns [`Done::Later`]; its answer is an [`Event`]
 //! carrying the caller's [`Ticket`], exactly once. What an engine reports is what the worker
-//! delivers: an [`Event`] crosses from a home worker to a watching one, or from a helper
-//! thread, under that one name.
+//! delivers: between the in-memory engines of two workers an [`Event`] crosses under that
+//! one name (`local::HomeMsg::Report`); a helper thread sends its own type
+//! (`cluster::ClusterEvent` from the Redis threads, `store::sync::SyncEvent` from a
+//! journal's sync thread), which the engine turns into [`Event`]s as it reads its mailbox.
 //!
 //! Each engine builds itself ([`Setup`] in, [`Built`] out: its mailboxes, helper threads,
 //! recovery); `server/engines.rs` only picks one. Adding an engine is a folder here and one

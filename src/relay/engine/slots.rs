@@ -4,7 +4,7 @@
 //!
 //! Why not the `slab` crate: its only way to an entry checks the entry's tag first, which
 //! is a load of the very line a prefetch is meant to ask for, so "prefetching" a cold
-//! message stalled on it (docs/PERFORMANCE.md, "Where the time goes at saturation").
+//! message would wait for it (docs/PERFORMANCE.md, "The publish path at saturation").
 //!
 //! Pure data structure of the engines, with no `unsafe`.
 

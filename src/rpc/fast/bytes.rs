@@ -117,10 +117,10 @@ fn stops_avx2(block: &[u8; 32]) -> u32 {
 
 /// How many of the last `tail` bytes of a slice are plain, given `stops` for its last
 /// `width` bytes (`tail` < `width`): the bytes before the tail were found plain already,
-/// so only the tail's bits count, and a tail with no stop is plain to its end. Reading the
-/// last block of the slice where it lies replaces a copy of the tail into a padded block,
-/// which the block's wide load then waited for (a store-forwarding stall on every
-/// publish: a message is the last string of the usual publish; 0.4% of a saturated core).
+/// so only the tail's bits count, and a tail with no stop is plain to its end. The last
+/// block of the slice is read where it lies, not copied into a padded block: a wide load of
+/// bytes just stored in pieces waits for the stores (a store-forwarding stall), and the
+/// message, the last string of the usual publish, would pay it on every publish.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline(always)]
 fn in_last(stops: u32, width: usize, tail: usize) -> usize {

@@ -20,13 +20,13 @@ use crate::ws::{self, Opcode};
 /// zlib level of every message: level 1 is zlib-rs's `deflate_quick`, fixed Huffman code
 /// only, which leaves hex (what clients send: ciphertext) at 8 bits a character; levels 2 to
 /// 6 compress it alike at the same cost. 2 is the lowest level with a dynamic code
-/// (`benches/deflate.rs`; docs/PERFORMANCE.md, "permessage-deflate").
+/// (`benches/deflate.rs`; docs/PERFORMANCE.md, "Smaller choices").
 pub const LEVEL: u32 = 2;
 
 /// Messages shorter than this are sent uncompressed (RFC 7692 lets each message choose).
 /// Every compression costs at least a zlib-rs reset (clearing its 128 KiB hash table): an
 /// ack comes out longer and a subscribe result hardly shorter for that, while a push of a
-/// short hex message already saves a third (docs/PERFORMANCE.md, "permessage-deflate").
+/// short hex message already saves a third (docs/PERFORMANCE.md, "Smaller choices").
 pub const MIN_COMPRESS: usize = 256;
 
 /// The most a stored block holds.

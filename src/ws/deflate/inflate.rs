@@ -26,9 +26,8 @@ const FIRST_RESERVE: usize = 4096;
 /// RSV1 is refused (1002) when `negotiated` is false, on control frames and on continuation
 /// frames (only a message's first frame carries it). RSV2 and RSV3 are always refused.
 ///
-/// Inlined, as [`ws::parse_head`] is: returned through memory, the header was written in
-/// pieces and read back whole, a store-forwarding stall on every frame (1.3% of a
-/// saturated core, docs/PERFORMANCE.md).
+/// Inlined, as [`ws::parse_head`] is: a header returned through memory is written in
+/// pieces and read back whole, a store-forwarding stall on every frame.
 #[inline(always)]
 pub fn parse_head(
     buf: &[u8],

@@ -164,8 +164,8 @@ impl Drop for Journal {
 }
 
 /// Wall clock minus worker clock (ms), to turn a worker-clock expiry into the Unix time a
-/// record keeps. Read once per tick, not per record: two clock reads a record were ~140
-/// instructions of a publish, and a wall clock that moves within a tick moves expiries by
+/// record keeps. Read once per tick, not per record (two clock reads a record would be a
+/// share of every publish), and a wall clock that moves within a tick moves expiries by
 /// that much at most.
 fn unix_offset() -> i64 {
     crate::clock::unix_ms() as i64 - crate::clock::now_ms() as i64

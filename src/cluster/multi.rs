@@ -263,7 +263,11 @@ impl Multi {
             return;
         }
         self.read_at = Instant::now();
-        match read_map(&self.ctx, &self.map.nodes) {
+        let read = match self.map_from_links() {
+            Some(m) => Ok(m),
+            None => read_map(&self.ctx, &self.map.nodes),
+        };
+        match read {
             Ok(m) => {
                 let moved = m.nodes.iter().any(|n| !self.map.nodes.contains(n));
                 if moved && !self.map.nodes.is_empty() {
@@ -286,6 +290,29 @@ impl Multi {
                 self.health(Some(e.to_string()));
             }
         }
+    }
+
+    /// The slot map asked of a node this thread is connected to already (no connect, no
+    /// login: one round trip); a link that fails the question is dropped.
+    fn map_from_links(&mut self) -> Option<SlotMap> {
+        for (at, n) in self.nodes.iter_mut() {
+            let Some(link) = n.link.as_mut() else {
+                continue;
+            };
+            match link.query(&[b"CLUSTER", b"SLOTS"]) {
+                Ok(v) => {
+                    if let Some(m) = SlotMap::parse(&v, at).filter(|m| !m.nodes.is_empty()) {
+                        return Some(m);
+                    }
+                }
+                Err(_) => {
+                    if let Some(l) = n.link.take() {
+                        l.shutdown();
+                    }
+                }
+            }
+        }
+        None
     }
 
     fn health(&self, why: Option<String>) {

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use walletrelay::config::Limits;
+use walletrelay::engine::local::{LocalEngine, LocalShared};
+use walletrelay::engine::placement::Placement;
+use walletrelay::engine::History;
 use walletrelay::mailbox::{self, Doorbell};
 use walletrelay::metrics::Metrics;
-use walletrelay::relay::engine::local::{LocalEngine, LocalShared};
-use walletrelay::relay::engine::placement::Placement;
-use walletrelay::relay::engine::History;
 use walletrelay::relay::{
     Body, ConnRef, Dialect, Done, Meta, Position, PushKind, Recipients, Relay, RelayError, SubId,
 };

@@ -3,9 +3,10 @@
 //! Follow a message from `main` to a subscriber's socket:
 //! [`server`] starts one [`worker`] per core; a worker's poll loop reads bytes from a
 //! connection ([`conn`]), parses HTTP ([`http`]) until a WebSocket upgrade, then frames
-//! ([`ws`]) carrying JSON-RPC ([`rpc`]); a `waku_publish` goes to the topic's home worker
-//! ([`relay`]), which caches it and fans it out to every worker holding subscribers, and each
-//! of those writes a `waku_subscription` frame into its subscribers' [`outbuf`]s.
+//! ([`ws`]) carrying JSON-RPC ([`rpc`]); a `waku_publish` goes through the worker's [`relay`]
+//! to the topic's [`engine`], which stores it (on its home worker, on disk, or in Redis) and
+//! fans it out to every worker holding subscribers, and each of those writes a
+//! `waku_subscription` frame into its subscribers' [`outbuf`]s.
 #![deny(missing_docs)]
 #![deny(
     clippy::unwrap_used,
@@ -20,6 +21,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod conn;
+pub mod engine;
 pub mod health;
 pub mod http;
 pub mod ip;

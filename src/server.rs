@@ -17,14 +17,14 @@ use thiserror::Error;
 
 use crate::config::{Config, ConfigError};
 use crate::conn::Shared;
+use crate::engine::{BuildError, Setup};
 use crate::http::response::{Response, TEXT};
 use crate::mailbox::{self, Doorbell, Mailbox};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
-use crate::relay::engine::{BuildError, Setup};
 use crate::relay::Relay;
 use crate::reload::{Reload, Reloader};
-use crate::tls::{TlsError, TlsLoader};
+use crate::tls::{TlsError, TlsFiles, TlsLoader};
 use crate::webhook::WebhookPool;
 use crate::worker::{Control, Serving, Worker, WAKER};
 
@@ -140,7 +140,14 @@ struct Edge {
 
 impl Edge {
     fn open(config: &Config, n: usize) -> Result<Edge, StartError> {
-        let (loader, tls_config) = match config.tls_files() {
+        // The certificate and key, when TLS is on (clap makes the three flags go together).
+        let files = config.tls_listen.and_then(|_| {
+            Some(TlsFiles {
+                cert: config.tls_cert.clone()?,
+                key: config.tls_key.clone()?,
+            })
+        });
+        let (loader, tls_config) = match files {
             Some(files) => {
                 let loader = TlsLoader::new(files)?;
                 let tls_config = loader.load()?;

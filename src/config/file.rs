@@ -24,7 +24,7 @@
 //!
 //! This module owns reading and checking the file and building the [`Config`] from all four
 //! sources ([`load`]), and re-reading it on SIGHUP ([`Watch`]); what a reload changes in the
-//! server is `reload`'s, and printing the result is `print`'s.
+//! server is `reload`'s, and printing the result is `print`'s ([`Loaded::print`] is there).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -145,13 +145,13 @@ pub struct Loaded {
     /// The configuration the server runs with.
     pub config: Config,
     /// The final parse: every flag's raw value and its source.
-    matches: ArgMatches,
+    pub(super) matches: ArgMatches,
     /// The command line as given (program name first), to load again on SIGHUP.
     args: Vec<OsString>,
     /// The file, when `--config` (or its variable) named one.
     path: Option<PathBuf>,
     /// Flags whose value came from the file.
-    from_file: BTreeSet<String>,
+    pub(super) from_file: BTreeSet<String>,
 }
 
 /// Builds the configuration from `args` (program name first), the environment, the file
@@ -238,12 +238,6 @@ fn finish(
 }
 
 impl Loaded {
-    /// The effective configuration as TOML in the file's layout, secrets masked
-    /// (`--print-config`).
-    pub fn print(&self) -> String {
-        super::print::render(&Config::command(), &self.matches, &self.from_file)
-    }
-
     /// The file in use, if any.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()

@@ -199,10 +199,9 @@ fn rules_between_flags_hold_across_sources() {
     let c = load_file(text, &["--tls-listen", "127.0.0.1:8443"])
         .unwrap()
         .config;
-    let files = c.tls_files().unwrap();
     assert_eq!(
-        (files.cert.to_str(), files.key.to_str()),
-        (Some("c.pem"), Some("k.pem"))
+        (c.tls_cert.as_deref(), c.tls_key.as_deref()),
+        (Some(Path::new("c.pem")), Some(Path::new("k.pem")))
     );
     // A certificate without a TLS listener anywhere is refused, as on the command line.
     let (line, msg) = fault("[tls]\ntls-cert = \"c.pem\"\n");

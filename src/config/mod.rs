@@ -5,7 +5,7 @@
 //!
 //! This module only describes settings; it owns no state and does no I/O beyond reading
 //! the command line and the configuration file (the TLS files are read by
-//! `tls::TlsLoader`).
+//! `tls::TlsLoader`, which `server` hands the paths named here: nothing here knows `tls`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -287,15 +287,6 @@ impl Config {
         Ok(())
     }
 
-    /// The certificate and key files, when TLS is on.
-    pub fn tls_files(&self) -> Option<crate::tls::TlsFiles> {
-        self.tls_listen?;
-        Some(crate::tls::TlsFiles {
-            cert: self.tls_cert.clone()?,
-            key: self.tls_key.clone()?,
-        })
-    }
-
     /// Number of workers to run: `--threads`, else one per `--cpus` entry, else one per
     /// available core.
     pub fn worker_count(&self) -> usize {
@@ -313,6 +304,7 @@ impl Config {
 mod tests {
     use super::*;
     use clap::Parser;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Result<Config, clap::Error> {
         Config::try_parse_from(["walletrelay"].iter().chain(args))
@@ -322,7 +314,7 @@ mod tests {
     fn listen_none_needs_a_tls_listener() {
         let c = parse(&[]).unwrap();
         assert_eq!(c.listen, Some("0.0.0.0:8080".parse().unwrap()));
-        assert!(c.check().is_ok() && c.tls_files().is_none());
+        assert!(c.check().is_ok() && c.tls_listen.is_none());
         let c = parse(&["--listen", "none"]).unwrap();
         assert_eq!(c.listen, None);
         assert_eq!(c.check(), Err(ConfigError::NoListener));
@@ -338,10 +330,9 @@ mod tests {
         ])
         .unwrap();
         assert!(c.check().is_ok());
-        let files = c.tls_files().unwrap();
         assert_eq!(
-            (files.cert.to_str(), files.key.to_str()),
-            (Some("c.pem"), Some("k.pem"))
+            (c.tls_cert.as_deref(), c.tls_key.as_deref()),
+            (Some(Path::new("c.pem")), Some(Path::new("k.pem")))
         );
         assert!(parse(&["--listen", "nowhere"]).is_err());
     }

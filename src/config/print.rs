@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Command, CommandFactory};
 
-use super::file::{keys, without_env, Kind, RELOADABLE};
+use super::file::{keys, without_env, Kind, Loaded, RELOADABLE};
 use super::Config;
 
 /// Width of the example's comment lines.
@@ -25,9 +25,17 @@ enum Mode<'a> {
     Example,
 }
 
-/// The effective configuration `m` (the final parse of [`super::file::load`]).
-pub(super) fn render(cmd: &Command, m: &ArgMatches, from_file: &BTreeSet<String>) -> String {
-    write(cmd, m, Mode::Effective { from_file })
+impl Loaded {
+    /// The effective configuration as TOML in the file's layout, secrets masked
+    /// (`--print-config`).
+    pub fn print(&self) -> String {
+        let from_file = &self.from_file;
+        write(
+            &Config::command(),
+            &self.matches,
+            Mode::Effective { from_file },
+        )
+    }
 }
 
 /// `docs/walletrelay.toml`: every key, its help as a comment, at its default (whatever the

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use super::outbound::{Fetched, Outcome};
 use super::{Conn, Ctx};
+use crate::engine::History;
 use crate::message::{Origin, Position};
-use crate::relay::engine::History;
 use crate::relay::RelayError;
 
 /// Most messages in one fetch answer.

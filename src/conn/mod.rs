@@ -62,7 +62,7 @@ pub struct Shared {
 }
 
 /// Appends metrics in the Prometheus text format.
-pub use crate::relay::engine::Exporter;
+pub use crate::engine::Exporter;
 
 /// A subscription as its connection knows it.
 #[derive(Debug, Clone, Copy)]

@@ -8,11 +8,11 @@ use clap::Parser;
 
 use super::{process, Conn, Ctx, HttpWait, IdSource, Phase, Shared, WsState};
 use crate::config::Config;
+use crate::engine::{Events, History};
 use crate::http::response::{Response, TEXT};
 use crate::metrics::Metrics;
 use crate::registry::answers::AnswerCache;
 use crate::registry::Registry;
-use crate::relay::engine::{Events, History};
 use crate::relay::{
     Body, ConnRef, Dialect, Done, Engine, Event, Origin, Position, PublishReq, PushKind,
     Recipients, Relay, RelayError, Stored, SubId, Ticket,
@@ -56,7 +56,7 @@ impl Engine for Later {
         Done::Later
     }
     fn remove_webhook(&mut self, _: &Arc<str>, _: &Arc<str>) {}
-    fn v1_publish(&mut self, _: crate::relay::engine::V1Publish, _: &mut Events) {}
+    fn v1_publish(&mut self, _: crate::engine::V1Publish, _: &mut Events) {}
     fn v1_take(&mut self, _: &Arc<str>, _: Ticket, _: &mut Events) {}
     fn v1_watch(&mut self, _: &Arc<str>, _: i32, _: &mut Events) {}
     fn on_mail(&mut self, budget: usize, out: &mut Events) -> usize {
@@ -105,7 +105,7 @@ impl Recipients for Conn<()> {
         answer: u64,
         topic: &Arc<str>,
         after: Position,
-        result: Result<crate::relay::engine::History, RelayError>,
+        result: Result<crate::engine::History, RelayError>,
     ) {
         super::fetch::resolve(self, answer, topic, after, Origin::NONE, result);
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::feed::{Feed, SubState, UNASKED};
 use super::subs::LocalSub;
 use super::{
-    engine, Event, Message, Position, PushKind, Queued, Recipients, Relay, RelayError, Retry,
-    Ticket, Waiter, READ_RETRY_MS,
+    Event, Message, Position, PushKind, Queued, Recipients, Relay, RelayError, Retry, Ticket,
+    Waiter, READ_RETRY_MS,
 };
 use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
@@ -177,7 +177,7 @@ impl Relay {
         &mut self,
         topic: &Arc<str>,
         ticket: Ticket,
-        result: Result<engine::History, RelayError>,
+        result: Result<crate::engine::History, RelayError>,
         to: &mut impl Recipients,
     ) {
         let Some(slot) = self.subs.find(topic) else {

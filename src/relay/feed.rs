@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 
-use super::engine::{History, Message, Origin, Position, Ticket};
+use crate::engine::{History, Message, Origin, Position, Ticket};
 
 /// Where one subscription stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! The relay as one worker sees it ([`Relay`]): the subscriptions its connections hold
-//! ([`subs`]), the [`engine`] that keeps the topics' shared state wherever it lives, and the
-//! merge of history and live messages by position ([`feed`]).
+//! ([`subs`]), the engine (`crate::engine`, a floor below) that keeps the topics' shared
+//! state wherever it lives, and the merge of history and live messages by position
+//! ([`feed`]).
 //!
 //! Connections call in (`subscribe`, `unsubscribe`, `publish`, `add_webhook`); the engine
 //! answers with [`Event`]s, at once or later (from its mailbox, read in [`Relay::on_mail`]).
@@ -9,8 +10,6 @@
 //! connection gets which push or answer is decided here, how bytes reach a socket is not.
 //! Refusals are [`RelayError`]s; the connection code maps them to its protocol.
 
-pub mod engine;
-pub mod error;
 pub mod feed;
 pub mod subs;
 
@@ -25,11 +24,12 @@ use slab::Slab;
 use crate::config::Limits;
 use crate::metrics::{CoreMetrics, Metrics};
 
+pub use crate::engine::{
+    Done, Engine, Event, Message, Origin, Position, PublishReq, RelayError, Stored, Ticket,
+};
 pub use crate::message::{Body, Meta};
 pub use crate::rpc::Dialect;
 pub use deliver::EARLY_DELIVERY_BYTES;
-pub use engine::{Done, Engine, Event, Message, Origin, Position, PublishReq, Stored, Ticket};
-pub use error::RelayError;
 pub use subs::{ConnRef, SubId};
 
 use feed::{Follow, SubState};
@@ -49,7 +49,7 @@ pub trait Recipients {
         answer: u64,
         topic: &Arc<str>,
         after: Position,
-        result: Result<engine::History, RelayError>,
+        result: Result<crate::engine::History, RelayError>,
     );
     /// Resolves the answer `answer` of a `waku_publish` the connection is waiting for.
     fn answer(&mut self, conn: ConnRef, answer: u64, result: Result<(), RelayError>);

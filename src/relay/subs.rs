@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use slab::Slab;
 
-use super::engine::Origin;
 use super::feed::{Feed, Follow, Follower};
+use crate::engine::Origin;
 
 /// A connection of this worker: its slab key and its uid, which tells a live connection
 /// from a later one that reused the key.
@@ -250,7 +250,7 @@ impl Subscriptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::engine::Position;
+    use crate::engine::Position;
     use crate::relay::feed::SubState;
 
     fn sub(key: usize) -> LocalSub {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{engine, ConnRef, Relay, Ticket, Waiter};
+use super::{ConnRef, Relay, Ticket, Waiter};
+use crate::engine;
 
 impl Relay {
     /// A WalletConnect 1.0 `sub`: subscribes the connection (if it was not) and takes the

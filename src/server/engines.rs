@@ -4,7 +4,7 @@
 //! mailboxes, helper threads, recovery, webhook pool, `/health` and `/metrics` parts); a new
 //! engine is one more line here.
 
-use crate::relay::engine::{local, redis, BuildError, Built, Setup};
+use crate::engine::{local, redis, BuildError, Built, Setup};
 
 /// Builds one engine per worker, of the kind the flags ask for.
 pub fn build(setup: &Setup) -> Result<Built, BuildError> {

@@ -16,8 +16,8 @@ use crate::metrics::CoreMetrics;
 use crate::outbuf::SHARE_THRESHOLD;
 use std::sync::Arc;
 
+use crate::engine::History;
 use crate::message::{Body, Origin, Position};
-use crate::relay::engine::History;
 use crate::relay::{ConnRef, Dialect, PushKind, Recipients, RelayError, SubId};
 use crate::ws::deflate::Shared;
 

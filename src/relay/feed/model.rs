@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use super::{Feed, Follow, SubState};
-use crate::relay::engine::{History, Message, Origin, Position, Ticket};
+use crate::engine::{History, Message, Origin, Position, Ticket};
 
 use crate::rng::SplitMix as Rng;
 

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use super::msg::HomeMsg;
+use crate::engine::error::RelayError;
+use crate::engine::{Event, Events};
 use crate::mailbox::Mailbox;
 use crate::metrics::{CoreMetrics, DropReason};
-use crate::relay::engine::{Event, Events};
-use crate::relay::error::RelayError;
 
 /// The mailboxes of every worker's in-memory engine, in worker order.
 pub type Peers = Arc<[Mailbox<Vec<HomeMsg>>]>;

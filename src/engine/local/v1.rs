@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::LocalEngine;
-use crate::relay::engine::{Event, Events, V1Publish};
+use crate::engine::{Event, Events, V1Publish};
 use crate::webhook::Delivery as WebhookCall;
 
 impl LocalEngine {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::Limits;
+use crate::engine::{Origin, PublishReq, Ticket};
 use crate::metrics::Metrics;
-use crate::relay::engine::{Origin, PublishReq, Ticket};
 use crate::store::{self, LogConfig};
 
 /// A temporary directory, removed on drop.
@@ -268,7 +268,7 @@ fn a_rewrite_records_every_message_and_frame_at_its_own_position_and_a_take_forg
         len: 64,
     };
     for (seq, body) in [(4, "m4"), (5, "m5")] {
-        let msg = crate::relay::engine::Message {
+        let msg = crate::engine::Message {
             pos: Position { epoch: 70, seq },
             body: crate::message::Body::encode("t", body, crate::message::Meta::default()),
             origin: Origin::NONE,

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::LocalEngine;
-use crate::relay::engine::journal::{Held, Journal};
-use crate::relay::engine::{Event, Events, Stored, Ticket};
-use crate::relay::error::RelayError;
+use crate::engine::error::RelayError;
+use crate::engine::journal::{Held, Journal};
+use crate::engine::{Event, Events, Stored, Ticket};
 
 impl LocalEngine {
     /// Answers a publish of worker `core` (this one included), now or once its record is

@@ -26,7 +26,7 @@ use bytes::Bytes;
 
 use super::RedisEngine;
 use crate::cluster::{self, V1PublishReq, V1Published, NS_V1};
-use crate::relay::engine::{Event, Events, Origin, Ticket, V1Publish};
+use crate::engine::{Event, Events, Origin, Ticket, V1Publish};
 use crate::webhook::Delivery as WebhookCall;
 
 /// How long a `sub` waits for the node's channel subscription before it is answered with

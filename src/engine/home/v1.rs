@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::HomeTopics;
+use crate::engine::{Origin, Position};
 use crate::metrics::DropReason;
-use crate::relay::engine::{Origin, Position};
 use crate::store::Loc;
 
 impl HomeTopics {

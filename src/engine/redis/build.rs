@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::RedisEngine;
 use crate::cluster::{Cluster, ClusterConfig, ClusterEvent, EventSink};
+use crate::engine::{BuildError, Built, Engine, Exporter, Setup};
 use crate::health::Health;
 use crate::mailbox::{self, Mailbox};
-use crate::relay::engine::{BuildError, Built, Engine, Exporter, Setup};
 use crate::webhook::OnGone;
 
 /// Builds every worker's Redis engine: each topic on its Redis shard, shared by every node.

@@ -38,9 +38,9 @@ use super::{
     Done, Engine, Event, Events, Message, Position, PublishReq, Stored, Ticket, V1Publish,
 };
 use crate::config::Limits;
+use crate::engine::error::RelayError;
 use crate::mailbox::Receiver;
 use crate::metrics::Metrics;
-use crate::relay::error::RelayError;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
 pub use build::build;
 pub use msg::{HomeMsg, Reply};

@@ -32,6 +32,7 @@
 //!   reconnect), it says [`Event::Resync`] so that subscribers re-read after their position.
 
 pub mod cache;
+pub mod error;
 pub mod home;
 pub mod journal;
 pub mod local;
@@ -43,12 +44,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::error::RelayError;
 use crate::config::Config;
 use crate::health::Health;
 use crate::mailbox::Doorbell;
 use crate::metrics::Metrics;
 use crate::webhook::WebhookPool;
+pub use error::RelayError;
 
 pub use crate::message::{new_epoch, Body, Message, Origin, Position};
 

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use super::outbox::Peers;
 use super::{HomeMsg, LocalEngine, LocalShared};
+use crate::engine::journal::recover::{self, Settings};
+use crate::engine::placement::Placement;
+use crate::engine::{BuildError, Built, Engine, Exporter, Setup};
 use crate::health::Health;
 use crate::mailbox::{self, Receiver};
-use crate::relay::engine::journal::recover::{self, Settings};
-use crate::relay::engine::placement::Placement;
-use crate::relay::engine::{BuildError, Built, Engine, Exporter, Setup};
 use crate::webhook::{OnGone, WebhookPool};
 
 /// Builds every worker's in-memory engine, durable in `--data-dir` unless it is `none`.

@@ -18,11 +18,11 @@ use crate::arcbuf::ArcBuf;
 
 use super::{Cancels, Journal};
 use crate::config::{Config, Fsync};
+use crate::engine::home::HomeTopics;
+use crate::engine::placement::Placement;
+use crate::engine::{BuildError, Message, Origin, Position};
 use crate::health::Health;
 use crate::message::{Body, Meta};
-use crate::relay::engine::home::HomeTopics;
-use crate::relay::engine::placement::Placement;
-use crate::relay::engine::{BuildError, Message, Origin, Position};
 use crate::store::entry::{Entry, Ns};
 use crate::store::{
     self, DirLock, FsyncMode, Loc, Log, LogConfig, RecoveryStats, StoreMetrics, SyncEvent, Syncer,

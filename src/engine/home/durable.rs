@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::{Cached, HomeTopic, HomeTopics};
+use crate::engine::Message;
 use crate::metrics::DropReason;
-use crate::relay::engine::Message;
 use crate::store::{Loc, SegmentId};
 
 impl HomeTopics {

@@ -1,7 +1,7 @@
 //! Unit tests of a home's topics.
 
 use super::*;
-use crate::relay::engine::Origin;
+use crate::engine::Origin;
 use bytes::Bytes;
 
 fn topics(limits: Limits) -> HomeTopics {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::relay::engine::{Event, Position, PublishReq, Ticket, V1Publish};
+use crate::engine::{Event, Position, PublishReq, Ticket, V1Publish};
 
 /// Where an answer goes: the asking worker and its ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

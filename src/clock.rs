@@ -45,8 +45,14 @@ thread_local! {
 /// Reads both clocks (`now_ms`, `unix_ms`) and keeps the reading for this thread's next
 /// [`coarse`] calls: a worker calls it as each loop round begins.
 pub fn refresh() -> (u64, u64) {
+    refresh_at(Instant::now())
+}
+
+/// [`refresh`] with the monotonic clock as read at `at` (a reading the caller also uses:
+/// a worker times its loop iterations with it).
+pub fn refresh_at(at: Instant) -> (u64, u64) {
     let r = Reading {
-        mono: now_ms(),
+        mono: at.saturating_duration_since(start()).as_millis() as u64 + 1,
         unix: unix_ms(),
         left: COARSE_USES,
         rounds: true,

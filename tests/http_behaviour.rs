@@ -96,6 +96,54 @@ fn metrics_is_prometheus_text() {
 }
 
 #[test]
+fn metrics_has_the_loop_iteration_histogram_per_worker() {
+    let s = Server::start(&["--threads", "2"]);
+    // A few requests, so that the workers run loop iterations.
+    for _ in 0..4 {
+        assert_eq!(s.request(&get("/hello")).status, 200);
+    }
+    let text = s.request(&get("/metrics")).body_str().to_string();
+    let fam = "walletrelay_loop_iteration_seconds";
+    assert!(text.contains(&format!("\n# HELP {fam} ")), "{text}");
+    assert!(
+        text.contains(&format!("\n# TYPE {fam} histogram\n")),
+        "{text}"
+    );
+    let long = "walletrelay_long_loop_iterations_total";
+    assert!(
+        text.contains(&format!("\n# TYPE {long} counter\n")),
+        "{text}"
+    );
+    let mut answered = 0.0;
+    for core in ["0", "1"] {
+        let bucket = format!("{fam}_bucket{{core=\"{core}\",le=\"");
+        let buckets: Vec<(String, f64)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(&bucket))
+            .map(|rest| {
+                let (le, v) = rest.split_once("\"} ").expect("bucket line");
+                (le.to_string(), v.parse().expect("bucket value"))
+            })
+            .collect();
+        assert_eq!(buckets.len(), 14, "{core}: {buckets:?}");
+        assert_eq!(buckets[0].0, "0.00001");
+        assert_eq!(buckets[12].0, "1");
+        assert_eq!(buckets[13].0, "+Inf");
+        let bounds: Vec<f64> = buckets[..13].iter().map(|b| b.0.parse().unwrap()).collect();
+        assert!(bounds.windows(2).all(|w| w[0] < w[1]), "{bounds:?}");
+        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{buckets:?}");
+        let count = common::metrics::series(&text, &format!("{fam}_count{{core=\"{core}\"}}"));
+        assert_eq!(count, Some(buckets[13].1), "{core}");
+        let sum = common::metrics::series(&text, &format!("{fam}_sum{{core=\"{core}\"}}"));
+        assert!(sum.is_some_and(|v| v >= 0.0), "{core}: {sum:?}");
+        answered += buckets[13].1;
+        let long = common::metrics::series(&text, &format!("{long}{{core=\"{core}\"}}"));
+        assert!(long.is_some_and(|v| v <= buckets[13].1), "{core}: {long:?}");
+    }
+    assert!(answered >= 1.0, "no iteration timed\n{text}");
+}
+
+#[test]
 fn unknown_path_is_404_json() {
     let s = Server::start(&[]);
     for p in ["/nope", "/hello/", "/api", "/HELLO"] {

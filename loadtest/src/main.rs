@@ -6,6 +6,7 @@
 
 mod cli;
 mod deflate;
+mod forwarder;
 mod jwt;
 mod net;
 mod proto;
@@ -38,6 +39,22 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Command::Forwarder(o) = &args.cmd {
+        if !o.listen.ip().is_loopback() {
+            eprintln!("loadtest: --listen must be a loopback address");
+            return ExitCode::from(2);
+        }
+        if let Err(e) = sys::raise_nofile() {
+            eprintln!("loadtest: could not raise the open-file limit: {e}");
+        }
+        return match forwarder::run(o.listen, o.duration, o.cpu) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadtest: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Http(o) = &args.cmd {
         if o.common.permessage_deflate {
             eprintln!("loadtest: --permessage-deflate is for the WebSocket scenarios");
@@ -55,7 +72,7 @@ fn main() -> ExitCode {
         Command::Churn(o) => &mut o.common,
         Command::Http(o) => &mut o.common,
         Command::Abuse(o) => &mut o.common,
-        Command::Loopback(_) => return ExitCode::FAILURE,
+        Command::Loopback(_) | Command::Forwarder(_) => return ExitCode::FAILURE,
     };
     let target = match cli::parse_target(&common.url) {
         Ok(t) => t,
@@ -123,7 +140,7 @@ fn main() -> ExitCode {
         Command::Idle(o) => scenario::idle::run(&target, o),
         Command::Churn(o) => scenario::churn::run(&target, o),
         Command::Http(o) => scenario::http::run(&target, o),
-        Command::Abuse(_) => return ExitCode::FAILURE,
+        Command::Abuse(_) | Command::Forwarder(_) => return ExitCode::FAILURE,
         Command::Loopback(o) => scenario::loopback::run(o),
     };
     let report = match result {

@@ -53,6 +53,14 @@ pub fn raise_nofile() -> io::Result<(u64, u64)> {
     Ok((old, new))
 }
 
+/// The calling thread's time on a CPU and time waiting for one (run delay), ns, from
+/// `/proc/thread-self/schedstat`; `None` where the kernel does not keep it.
+pub fn thread_schedstat() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut f = s.split_ascii_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((f.next()??, f.next()??))
+}
+
 /// VmRSS of `pid` in KiB, from `/proc/<pid>/status`.
 pub fn vm_rss_kib(pid: u32) -> io::Result<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;

@@ -97,6 +97,16 @@ impl LimitKind {
     }
 }
 
+/// The buckets of `walletrelay_loop_iteration_seconds` (µs): 10 µs to 1 s.
+#[derive(Debug)]
+pub struct IterationBounds;
+
+impl Bounds for IterationBounds {
+    const US: &'static [u64] = &[
+        10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000,
+    ];
+}
+
 /// One worker's figures. Padded so that two workers never share a cache line.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -174,6 +184,11 @@ pub struct CoreMetrics {
     /// Connections counted against this worker's share of the per-address limits because
     /// the shared table of per-address counts had no room for their address.
     pub limit_split_accepts: Cell,
+    /// Loop iterations that kept the worker busy for `worker::stall::LONG_ITERATION` or
+    /// more (from `poll`'s return to the iteration's end).
+    pub long_iterations: Cell,
+    /// How long each loop iteration kept the worker busy (the wait in `poll` excluded).
+    pub loop_iteration: Histogram<IterationBounds>,
 }
 
 impl CoreMetrics {
@@ -206,7 +221,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, Kind, &str, Get); 28] = [
+        let per_core: [(&str, Kind, &str, Get); 29] = [
             ("connections_open", Kind::Gauge, "Open connections", |c| {
                 &c.connections_open
             }),
@@ -317,6 +332,12 @@ impl Metrics {
                 |c| &c.loop_iterations,
             ),
             (
+                "long_loop_iterations_total",
+                Kind::Counter,
+                "Event loop iterations that kept the worker busy 1 ms or more",
+                |c| &c.long_iterations,
+            ),
+            (
                 "early_deliveries_total",
                 Kind::Counter,
                 "Deliveries carried out within a loop iteration, its queued bodies past EARLY_DELIVERY_BYTES (a saturated core)",
@@ -387,6 +408,17 @@ impl Metrics {
                     let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\",protocol=\"v1\"}} {v}");
                 }
             }
+        }
+        family(
+            &mut s,
+            "walletrelay_loop_iteration_seconds",
+            Kind::Histogram,
+            "How long each event loop iteration kept its worker busy, from poll's return to the iteration's end (per worker).",
+        );
+        for (i, c) in self.cores.iter().enumerate() {
+            let core = format!("core=\"{i}\"");
+            c.loop_iteration
+                .render(&mut s, "walletrelay_loop_iteration_seconds", &core);
         }
         let dropped = DropReason::ALL.map(DropReason::label);
         self.summed_by_label(

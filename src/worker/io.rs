@@ -204,6 +204,7 @@ impl Worker {
                 Ok(0) => return self.on_eof(key),
                 Ok(n) => {
                     total += n;
+                    self.iteration.work.bytes_in += n as u64;
                     if tls {
                         if !self.process_plain(key) {
                             return self.on_eof(key);

@@ -22,12 +22,13 @@
 mod close;
 mod delivery;
 mod io;
+mod stall;
 mod timers;
 mod tls;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
@@ -143,6 +144,8 @@ pub struct Worker {
     fill_mark: usize,
     /// `--close-timeout` in milliseconds.
     close_ms: u64,
+    /// The iteration in progress: when it began and what it did, and the long ones.
+    iteration: stall::Iterations,
 }
 
 impl Worker {
@@ -220,6 +223,7 @@ impl Worker {
             overflow: Vec::new(),
             fill_mark,
             close_ms,
+            iteration: stall::Iterations::new(Instant::now()),
         })
     }
 
@@ -240,6 +244,7 @@ impl Worker {
                 }
             }
             for ev in events.iter() {
+                self.iteration.work.events += 1;
                 match ev.token() {
                     LISTENER => self.accept(false),
                     TLS_LISTENER => self.accept(true),
@@ -256,9 +261,11 @@ impl Worker {
             if shutdown {
                 self.begin_shutdown();
             }
-            self.fire_timers();
+            self.iteration.work.timers += self.fire_timers();
+            self.iteration.work.writes += self.dirty.len() as u32;
             self.engine_waiting = self.write_out();
             self.reap();
+            self.end_iteration();
             if let Some(stop) = self.stop_at {
                 if self.conns.is_empty() || self.now >= stop {
                     break;
@@ -289,7 +296,10 @@ impl Worker {
             }
         }
         self.bell.set_sleeping(false);
-        self.tick_clock();
+        let began = Instant::now();
+        self.tick_clock(began);
+        let m = &self.shared.metrics.cores[self.id];
+        self.iteration.begin(began, m);
         self.relay.set_fanout_budget(self.conns.len());
         self.m().loop_iterations.inc();
         true
@@ -326,8 +336,24 @@ impl Worker {
         }
     }
 
-    fn tick_clock(&mut self) {
-        let (now, unix) = crate::clock::refresh();
+    /// Ends the loop iteration: timed into `walletrelay_loop_iteration_seconds`, a long one
+    /// counted, and described in the log at most every `stall::LOG_EVERY_MS`.
+    fn end_iteration(&mut self) {
+        let m = &self.shared.metrics.cores[self.id];
+        if let Some(line) = self.iteration.end(Instant::now(), self.now, m) {
+            match self.iteration.run_delay_since_last() {
+                Some(ns) => log::warn!(
+                    "worker {}: {line}; {} µs waiting for the CPU since the last such line",
+                    self.id,
+                    ns / 1_000
+                ),
+                None => log::warn!("worker {}: {line}", self.id),
+            }
+        }
+    }
+
+    fn tick_clock(&mut self, at: Instant) {
+        let (now, unix) = crate::clock::refresh_at(at);
         self.now = now;
         let sec = unix / 1000;
         if sec != self.date_sec {

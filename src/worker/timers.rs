@@ -18,8 +18,8 @@ enum Action {
 }
 
 impl Worker {
-    /// Fires the timers due now, then the relay's periodic work.
-    pub(super) fn fire_timers(&mut self) {
+    /// Fires the timers due now, then the relay's periodic work; returns how many fell due.
+    pub(super) fn fire_timers(&mut self) -> u32 {
         let mut due = Vec::new();
         self.wheel.advance(self.now, &mut due);
         for &(key, uid, tick) in &due {
@@ -37,6 +37,7 @@ impl Worker {
             self.accept(true);
         }
         self.deliver();
+        due.len() as u32
     }
 
     /// Makes sure the wheel holds an entry no later than the connection's deadline.

@@ -38,6 +38,23 @@ pub enum Command {
     /// No server: this machine's loopback ceiling, one write per socket per round from one
     /// thread, read by another (what "one write() per delivery" allows here).
     Loopback(LoopbackOpts),
+    /// Not a load: a trivial forwarder that `pairs` can run against (each publish written
+    /// to its pair, and acknowledged; nothing else), this machine's floor for the relay.
+    Forwarder(ForwarderOpts),
+}
+
+/// `forwarder` flags.
+#[derive(Args, Debug, Clone)]
+pub struct ForwarderOpts {
+    /// Address to listen on (loopback only).
+    #[arg(long, default_value = "127.0.0.1:9600")]
+    pub listen: SocketAddr,
+    /// Exit after this long.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Pin the forwarder to this CPU.
+    #[arg(long)]
+    pub cpu: Option<usize>,
 }
 
 /// `loopback` flags.

@@ -235,6 +235,10 @@ pub struct Io {
     epoch: Instant,
     /// Counters.
     pub stats: IoStats,
+    /// Busy time of each loop turn (from `poll`'s return to the next `poll`) that began in
+    /// [`Io::time_turns`]'s window: the generator's own stalls.
+    pub turns: crate::stats::Lat,
+    turns_window: (u64, u64),
 }
 
 impl Io {
@@ -273,7 +277,15 @@ impl Io {
             conn_index_step: threads.max(1),
             epoch,
             stats: IoStats::default(),
+            turns: crate::stats::Lat::new(),
+            turns_window: (u64::MAX, u64::MAX),
         })
+    }
+
+    /// Time the busy part of the loop turns that begin in `from_ns..to_ns` into
+    /// [`Io::turns`].
+    pub fn time_turns(&mut self, from_ns: u64, to_ns: u64) {
+        self.turns_window = (from_ns, to_ns);
     }
 
     /// Nanoseconds since the shared epoch.
@@ -418,6 +430,7 @@ impl Io {
 /// Run the loop until `until_ns`, or until the handler says it is done.
 pub fn run<H: Handler>(io: &mut Io, h: &mut H, until_ns: u64) -> io::Result<()> {
     let mut events = Events::with_capacity(4096);
+    let mut turn_began = u64::MAX;
     loop {
         let now = io.now_ns();
         if now >= until_ns || h.done() {
@@ -437,11 +450,15 @@ pub fn run<H: Handler>(io: &mut Io, h: &mut H, until_ns: u64) -> io::Result<()> 
                 d - Duration::from_millis(1)
             }
         };
+        if turn_began >= io.turns_window.0 && turn_began < io.turns_window.1 {
+            io.turns.record_ns(now.saturating_sub(turn_began));
+        }
         match io.poll.poll(&mut events, Some(timeout)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
+        turn_began = io.now_ns();
         for (i, ev) in events.iter().enumerate() {
             let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
             io.on_event(h, ev.token().0, readable, ev.is_writable() || ev.is_error());

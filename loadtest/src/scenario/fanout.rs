@@ -92,6 +92,9 @@ pub fn figures(
     if rate > 0 {
         r.lat("send_lag", &st.send_lag);
     }
+    r.lat("generator_loop_turn", &st.loop_turn)
+        .float("generator_cpu_ms", st.sched.0 as f64 / 1e6, 1)
+        .float("generator_run_delay_ms", st.sched.1 as f64 / 1e6, 1);
     r.counts("error_codes", &st.errors)
         .counts("anomalies", &st.anomalies)
         .counts("closes", &st.closes);

@@ -340,6 +340,11 @@ pub struct MsgStats {
     pub ack: Lat,
     /// How late we sent relative to the schedule (open loop only).
     pub send_lag: Lat,
+    /// Busy time of the generator's own loop turns in the window (its stalls).
+    pub loop_turn: Lat,
+    /// The generator's threads' time on a CPU and waiting for one (run delay), ns, from the
+    /// start of the warm-up to the end of the drain (`/proc/thread-self/schedstat`).
+    pub sched: (u64, u64),
     /// JSON-RPC errors by code.
     pub errors: Counts,
     /// Oddities: echoes, duplicates, unmatched ids, unknown messages.
@@ -451,6 +456,9 @@ impl MsgStats {
         self.delivery.merge(&o.delivery);
         self.ack.merge(&o.ack);
         self.send_lag.merge(&o.send_lag);
+        self.loop_turn.merge(&o.loop_turn);
+        self.sched.0 += o.sched.0;
+        self.sched.1 += o.sched.1;
         crate::stats::merge_counts(&mut self.errors, &o.errors);
         crate::stats::merge_counts(&mut self.anomalies, &o.anomalies);
         crate::stats::merge_counts(&mut self.closes, &o.closes);

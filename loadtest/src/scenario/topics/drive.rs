@@ -468,12 +468,19 @@ pub fn run(
             h.schedule = Some(Schedule { t0, rate, next: 0 });
         }
         io.stats = Default::default();
+        io.time_turns(h.t_warm, h.t_end);
         let until = h.t_stop;
+        let sched_before = crate::sys::thread_schedstat();
         net::run(&mut io, &mut h, until)?;
+        let sched = crate::sys::thread_schedstat()
+            .zip(sched_before)
+            .map(|(b, a)| (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)));
         let mut stats = h.stats;
         stats.bytes_in = io.stats.wire.bytes_in;
         stats.bytes_out = io.stats.wire.bytes_out;
         stats.wire = h.mark.wire(&io.stats);
+        stats.loop_turn = std::mem::take(&mut io.turns);
+        stats.sched = sched.unwrap_or_default();
         let senders = h
             .senders
             .into_iter()

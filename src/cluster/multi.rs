@@ -421,25 +421,24 @@ impl Multi {
     fn send_part(&mut self, at: &Endpoint, part: &mut Part, wait: u32) -> Result<(), LinkError> {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        let ctx = self.ctx.clone();
-        let Some(n) = self.node(at) else {
+        if self.node(at).is_none() {
+            self.buf = buf;
+            return Err(LinkError::NoPrimary(format!("{at} cannot be reached")));
+        }
+        // Disjoint borrows of the context and the node (no copy of the context per round).
+        let Multi { ctx, nodes, .. } = self;
+        let Some(n) = nodes.get_mut(at) else {
             self.buf = buf;
             return Err(LinkError::NoPrimary(format!("{at} cannot be reached")));
         };
+        let ctx: &ShardCtx = ctx;
         // The plain commands as one batch, then each asked one after its ASKING.
         let plain = part.cmds.iter().filter(|r| r.ask.is_none()).map(|r| &r.cmd);
-        pack_batch(&ctx, &n.shas, &n.replid, plain, &mut buf, &mut part.slots);
+        pack_batch(ctx, &n.shas, &n.replid, plain, &mut buf, &mut part.slots);
         for r in part.cmds.iter().filter(|r| r.ask.is_some()) {
             script::Packer::new(&mut buf).cmd(1).arg(b"ASKING");
             part.slots.push(Slot { n: 0, group: false });
-            pack_batch(
-                &ctx,
-                &n.shas,
-                &n.replid,
-                [&r.cmd],
-                &mut buf,
-                &mut part.slots,
-            );
+            pack_batch(ctx, &n.shas, &n.replid, [&r.cmd], &mut buf, &mut part.slots);
         }
         // The replies come in packing order: plain first, then the asked ones.
         part.cmds.sort_by_key(|r| r.ask.is_some());
@@ -457,10 +456,10 @@ impl Multi {
             Some(l) => l.send(&buf),
             None => Err(LinkError::NoPrimary(format!("{at} cannot be reached"))),
         };
-        self.buf = buf;
         if r.is_ok() {
             ctx.stats.in_flight.add(counted);
         }
+        self.buf = buf;
         r
     }
 

@@ -30,6 +30,7 @@ pub mod limits;
 pub mod mailbox;
 pub mod message;
 pub mod metrics;
+pub mod notice;
 pub mod outbuf;
 pub mod prefetch;
 pub mod registry;

@@ -93,13 +93,26 @@ fn events_go_to_the_matching_registrations_signed_by_the_relay() {
     assert!(!n.watched(&client));
     let queued = json!(["queued"]);
     register(&n, &c, &hooks.url("/sub"), "subscriber", queued, json!([]));
-    register(&n, &c, &hooks.url("/pub"), "publisher", json!(["accepted"]), json!([7]));
+    register(
+        &n,
+        &c,
+        &hooks.url("/pub"),
+        "publisher",
+        json!(["accepted"]),
+        json!([7]),
+    );
     assert!(n.watched(&client));
 
     // Not wanted: a status, a tag or a side nobody registered for; nobody watches the other.
     n.event(&notice(&client, Typ::Subscriber, Status::Accepted, 1, 7));
     n.event(&notice(&client, Typ::Publisher, Status::Accepted, 2, 8));
-    n.event(&notice("did:key:zOther", Typ::Subscriber, Status::Queued, 3, 7));
+    n.event(&notice(
+        "did:key:zOther",
+        Typ::Subscriber,
+        Status::Queued,
+        3,
+        7,
+    ));
     // Wanted: the subscriber watch (every tag), then the publisher watch (tag 7).
     n.event(&notice(&client, Typ::Subscriber, Status::Queued, 4, 1108));
     let first = hooks.next(WAIT).expect("an event");
@@ -121,15 +134,21 @@ fn events_go_to_the_matching_registrations_signed_by_the_relay() {
     let second = hooks.next(WAIT).expect("an event");
     assert_eq!(second.target, "/pub");
     let e = event_claims(&n, &second);
-    assert_eq!((e["typ"].clone(), e["evt"]["messageId"].clone()), (json!("publisher"), json!(5)));
+    assert_eq!(
+        (e["typ"].clone(), e["evt"]["messageId"].clone()),
+        (json!("publisher"), json!(5))
+    );
     assert_eq!(hooks.hits(), 2, "the unwanted notices were never sent");
     let mut text = String::new();
     n.render_metrics(&mut text);
-    assert!(wait_until(WAIT, || {
-        let mut t = String::new();
-        n.render_metrics(&mut t);
-        t.contains("walletrelay_watch_events_total{result=\"delivered\"} 2")
-    }), "{text}");
+    assert!(
+        wait_until(WAIT, || {
+            let mut t = String::new();
+            n.render_metrics(&mut t);
+            t.contains("walletrelay_watch_events_total{result=\"delivered\"} 2")
+        }),
+        "{text}"
+    );
 }
 
 #[test]
@@ -171,7 +190,10 @@ fn a_push_is_signed_as_push_server_checks_it_and_a_5xx_is_retried() {
         let digest = ring::digest::digest(&ring::digest::SHA256, b"ciphertext");
         let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(v["id"], hex);
-        assert_eq!(v["payload"], json!({"topic": "cd", "flags": 3, "blob": "ciphertext"}));
+        assert_eq!(
+            v["payload"],
+            json!({"topic": "cd", "flags": 3, "blob": "ciphertext"})
+        );
     }
     assert_eq!(first.body, retry.body);
     assert!(wait_until(WAIT, || {

@@ -277,3 +277,49 @@ fn relay_key_flag_wins_and_nodes_sharing_redis_share_one_key() {
     assert_eq!(public_key(&nodes[1]), k);
     assert_ne!(k, given);
 }
+
+#[test]
+fn on_redis_every_node_sees_every_registration() {
+    let r = RedisServer::start();
+    let nodes = common::cluster::nodes(2, &[&r], &[]);
+    let c = Signer::random();
+    let mut ws = nodes[0].ws();
+    for i in 0..2 {
+        let t = c.sign(&register_claims(&c, i, json!({})));
+        let res = ws.call("irn_watchRegister", json!({ "registerAuth": t }));
+        assert!(res["result"].is_object(), "{res}");
+    }
+    let two = |s: &Server| wait_until(Duration::from_secs(10), || watches(s) == 2.0);
+    assert!(
+        two(&nodes[1]),
+        "node 2 never saw them: {}",
+        watches(&nodes[1])
+    );
+    // Unregistered on the other node: gone from both.
+    let unregister = c.sign(&json!({
+        "iss": c.did(), "aud": "https://relay.walletconnect.com", "sub": "https://notify.example/",
+        "iat": now(), "act": "irn_watchUnregister", "typ": "subscriber",
+        "whu": "https://notify.example/v1/relay-webhook/0",
+    }));
+    let res = nodes[1].ws().call(
+        "irn_watchUnregister",
+        json!({ "unregisterAuth": unregister }),
+    );
+    assert_eq!(res["result"], true, "{res}");
+    let one = |s: &Server| wait_until(Duration::from_secs(10), || watches(s) == 1.0);
+    assert!(one(&nodes[0]) && one(&nodes[1]));
+    // A node started later reads them at start.
+    let late = common::cluster::node(&[&r], &[]);
+    assert_eq!(watches(&late), 1.0);
+    // The 64 per client count across nodes: 63 more on node 2, the next refused on node 1.
+    let mut ws2 = nodes[1].ws();
+    for i in 2..65 {
+        let t = c.sign(&register_claims(&c, i, json!({})));
+        let res = ws2.call("irn_watchRegister", json!({ "registerAuth": t }));
+        assert!(res["result"].is_object(), "{i}: {res}");
+    }
+    assert!(wait_until(Duration::from_secs(10), || watches(&nodes[0]) == 64.0));
+    let t = c.sign(&register_claims(&c, 99, json!({})));
+    let res = ws.call("irn_watchRegister", json!({ "registerAuth": t }));
+    assert_eq!(res["error"]["data"], "WatchLimitExceeded", "{res}");
+}

@@ -11,6 +11,7 @@
 
 pub mod claims;
 pub mod push_urls;
+pub mod redis_sync;
 pub mod send;
 pub mod store;
 pub mod table;
@@ -107,20 +108,38 @@ impl Notifier {
             },
             Arc::new(|_, _| {}),
         );
-        let mut n = Notifier::new(
-            Arc::new(key),
-            config.notify.max_watches,
-            pool,
-            push,
-            dir.clone(),
-        );
-        n.audiences = Audiences::new(&config.auth_audience);
-        if let Some(dir) = &dir {
-            let loaded = store::load(dir, &n.hub, unix_now());
-            if loaded > 0 {
-                log::info!("watches: {loaded} registrations loaded");
+        let key = Arc::new(key);
+        let max = config.notify.max_watches;
+        let link = match config.redis.is_empty() {
+            true => None,
+            false => crate::cluster::SharedLink::open(&config.redis)?,
+        };
+        let mut n = match link {
+            // On a cluster the registrations live in Redis, for every node.
+            Some(mut link) => {
+                let (tx, rx) = crossbeam_channel::bounded(redis_sync::QUEUE);
+                let n = Notifier::assemble(key, max, pool, push, None, Some(tx));
+                let loaded = redis_sync::load_all(&mut link, &n.hub)?;
+                log::info!("watches: {loaded} registrations loaded from Redis");
+                redis_sync::start(config.redis.clone(), Arc::downgrade(&n.hub), rx);
+                n
             }
-        }
+            None => {
+                if !config.redis.is_empty() {
+                    log::warn!("watches: the first Redis shard is not a plain standalone server; registrations stay on the node that took them");
+                }
+                let n = Notifier::new(key, max, pool, push, dir.clone());
+                if let Some(dir) = &dir {
+                    let loaded = store::load(dir, &n.hub, unix_now());
+                    log::info!(
+                        "watches: {loaded} registrations loaded from {}",
+                        dir.display()
+                    );
+                }
+                n
+            }
+        };
+        n.audiences = Audiences::new(&config.auth_audience);
         Ok(n)
     }
 
@@ -132,12 +151,27 @@ impl Notifier {
         push: PushUrls,
         dir: Option<std::path::PathBuf>,
     ) -> Notifier {
+        Notifier::assemble(key, max_watches, pool, push, dir, None)
+    }
+
+    fn assemble(
+        key: Arc<RelayKey>,
+        max_watches: usize,
+        pool: WebhookPool,
+        push: PushUrls,
+        dir: Option<std::path::PathBuf>,
+        redis: Option<crossbeam_channel::Sender<redis_sync::Op>>,
+    ) -> Notifier {
         let (mut persister, rx) = store::Persister::channel();
         let bell = persister.bell();
+        let to_redis = redis.map(redis_sync::hook);
         let hub = Arc::new(WatchHub::new(
             max_watches,
-            Box::new(move || {
+            Box::new(move |change| {
                 let _ = bell.try_send(());
+                if let Some(send) = &to_redis {
+                    send(change);
+                }
             }),
         ));
         if let Some(d) = &dir {

@@ -21,8 +21,9 @@ pub const FILE: &str = "watches.jsonl";
 /// How often expired registrations are dropped.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
+/// One registration as stored (a line of the file, a field's value in Redis).
 #[derive(Serialize, Deserialize)]
-struct Line {
+pub(super) struct Line {
     client: String,
     sub: String,
     whu: String,
@@ -30,6 +31,42 @@ struct Line {
     sts: u8,
     tag: Vec<u32>,
     exp: u64,
+}
+
+impl Line {
+    /// The stored form of a registration of `client`.
+    pub(super) fn of(client: &str, r: &Registration) -> Line {
+        Line {
+            client: client.to_string(),
+            sub: r.sub.to_string(),
+            whu: r.whu.to_string(),
+            typ: r.typ.as_str().to_string(),
+            sts: r.sts,
+            tag: r.tag.to_vec(),
+            exp: r.exp,
+        }
+    }
+
+    /// The watched client and its registration (`None`: an unknown `typ`).
+    pub(super) fn into_registration(self) -> Option<(String, Registration)> {
+        let typ = match self.typ.as_str() {
+            "publisher" => Typ::Publisher,
+            "subscriber" => Typ::Subscriber,
+            _ => return None,
+        };
+        let mut tag = self.tag;
+        tag.sort_unstable();
+        tag.dedup();
+        let r = Registration {
+            sub: self.sub.into(),
+            whu: self.whu.into(),
+            typ,
+            sts: self.sts,
+            tag: tag.into(),
+            exp: self.exp,
+        };
+        Some((self.client, r))
+    }
 }
 
 /// Reads the registrations saved in `dir` into `hub`; returns how many were loaded.
@@ -49,7 +86,10 @@ pub fn load(dir: &Path, hub: &WatchHub, now: u64) -> usize {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let Ok(l) = serde_json::from_str::<Line>(line) else {
+        let parsed = serde_json::from_str::<Line>(line)
+            .ok()
+            .and_then(Line::into_registration);
+        let Some((client, r)) = parsed else {
             log::warn!(
                 "watches: {} line {} does not parse; skipped",
                 path.display(),
@@ -57,25 +97,7 @@ pub fn load(dir: &Path, hub: &WatchHub, now: u64) -> usize {
             );
             continue;
         };
-        let typ = match l.typ.as_str() {
-            "publisher" => Typ::Publisher,
-            "subscriber" => Typ::Subscriber,
-            _ => continue,
-        };
-        if l.exp < now {
-            continue;
-        }
-        let mut tag = l.tag;
-        tag.sort_unstable();
-        let r = Registration {
-            sub: l.sub.into(),
-            whu: l.whu.into(),
-            typ,
-            sts: l.sts,
-            tag: tag.into(),
-            exp: l.exp,
-        };
-        if hub.register(&l.client, r, now).is_ok() {
+        if r.exp >= now && hub.register(&client, r, now).is_ok() {
             loaded += 1;
         }
     }
@@ -88,16 +110,7 @@ pub fn save(dir: &Path, hub: &WatchHub) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(snap.len() * 200);
     for (client, regs) in &snap.by_client {
         for r in regs.iter() {
-            let line = Line {
-                client: client.to_string(),
-                sub: r.sub.to_string(),
-                whu: r.whu.to_string(),
-                typ: r.typ.as_str().to_string(),
-                sts: r.sts,
-                tag: r.tag.to_vec(),
-                exp: r.exp,
-            };
-            serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+            serde_json::to_writer(&mut out, &Line::of(client, r)).map_err(std::io::Error::other)?;
             out.push(b'\n');
         }
     }
@@ -178,7 +191,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("wr-watch-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let hub = WatchHub::new(100, Box::new(|| {}));
+        let hub = WatchHub::new(100, Box::new(|_| {}));
         let r = |whu: &str, exp| Registration {
             sub: "https://s.example/".into(),
             whu: whu.into(),
@@ -198,7 +211,7 @@ mod tests {
             .unwrap()
             .write_all(b"{damaged\n")
             .unwrap();
-        let again = WatchHub::new(100, Box::new(|| {}));
+        let again = WatchHub::new(100, Box::new(|_| {}));
         assert_eq!(load(&dir, &again, 100), 1);
         assert_eq!(
             again.of("did:key:zA").unwrap()[0],

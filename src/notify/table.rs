@@ -61,6 +61,35 @@ impl Registration {
     }
 }
 
+/// What changed in the table (told to the `changed` hook).
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    /// A registration of `client` was added or renewed.
+    Set {
+        /// The watched client.
+        client: &'a str,
+        /// The registration as it is now.
+        reg: &'a Registration,
+    },
+    /// A registration of `client` was removed.
+    Del {
+        /// The watched client.
+        client: &'a str,
+        /// Its service URL.
+        sub: &'a str,
+        /// Its webhook URL.
+        whu: &'a str,
+        /// Its side.
+        typ: Typ,
+    },
+    /// Expired registrations were dropped.
+    Swept,
+}
+
+/// The hook told of every change made here (not of what another node's table sent, see
+/// [`WatchHub::set_client`]); it must not block.
+pub type Changed = Box<dyn Fn(&Change<'_>) + Send + Sync>;
+
 /// Every registration, by watched client, as the workers read it.
 #[derive(Debug, Default)]
 pub struct Snapshot {
@@ -85,7 +114,7 @@ pub struct WatchHub {
     snap: ArcSwap<Snapshot>,
     master: Mutex<Master>,
     max_total: usize,
-    changed: Box<dyn Fn() + Send + Sync>,
+    changed: Changed,
 }
 
 #[derive(Default)]
@@ -110,7 +139,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl WatchHub {
     /// An empty table of at most `max_total` registrations; `changed` is rung after every
     /// change (it must not block).
-    pub fn new(max_total: usize, changed: Box<dyn Fn() + Send + Sync>) -> WatchHub {
+    pub fn new(max_total: usize, changed: Changed) -> WatchHub {
         WatchHub {
             snap: ArcSwap::from_pointee(Snapshot::default()),
             master: Mutex::new(Master::default()),
@@ -145,17 +174,18 @@ impl WatchHub {
         let mut list: Vec<Registration> = old.iter().filter(|x| x.exp >= now).cloned().collect();
         let expired = old.len() - list.len();
         match list.iter_mut().find(|x| x.same(&r.sub, &r.whu, r.typ)) {
-            Some(x) => *x = r,
+            Some(x) => *x = r.clone(),
             None => {
                 if list.len() >= MAX_PER_CLIENT || m.total - expired >= self.max_total {
                     return Err(WatchError::WatchLimitExceeded);
                 }
-                list.push(r);
+                list.push(r.clone());
             }
         }
         m.total = m.total - old.len() + list.len();
         m.by_client.insert(Arc::from(client), list.into());
         self.publish(&m);
+        (self.changed)(&Change::Set { client, reg: &r });
         Ok(())
     }
 
@@ -180,6 +210,12 @@ impl WatchHub {
             m.by_client.insert(Arc::from(client), list.into());
         }
         self.publish(&m);
+        (self.changed)(&Change::Del {
+            client,
+            sub,
+            whu,
+            typ,
+        });
         true
     }
 
@@ -201,15 +237,30 @@ impl WatchHub {
         let dropped = before - total;
         if dropped > 0 {
             self.publish(&m);
+            (self.changed)(&Change::Swept);
         }
         dropped
+    }
+
+    /// Replaces the registrations of `client` with what the cluster holds (another node's
+    /// change, `redis_sync`); the `changed` hook is not told. Expired ones are left out.
+    pub fn set_client(&self, client: &str, regs: Vec<Registration>, now: u64) {
+        let mut m = lock(&self.master);
+        let regs: Vec<Registration> = regs.into_iter().filter(|r| r.exp >= now).collect();
+        let old = m.by_client.get(client).map_or(0, |r| r.len());
+        m.total = m.total - old + regs.len();
+        if regs.is_empty() {
+            m.by_client.remove(client);
+        } else {
+            m.by_client.insert(Arc::from(client), regs.into());
+        }
+        self.publish(&m);
     }
 
     fn publish(&self, m: &Master) {
         self.snap.store(Arc::new(Snapshot {
             by_client: m.by_client.clone(),
         }));
-        (self.changed)();
     }
 }
 
@@ -231,7 +282,7 @@ mod tests {
 
     #[test]
     fn renews_caps_unregisters_and_expires() {
-        let hub = WatchHub::new(70, Box::new(|| {}));
+        let hub = WatchHub::new(70, Box::new(|_| {}));
         for i in 0..MAX_PER_CLIENT {
             hub.register("a", reg(i, Typ::Subscriber, 100), 10).unwrap();
         }

@@ -404,8 +404,10 @@ impl Server {
         let grace = Duration::from_millis(self.limits.webhook_shutdown_ms);
         let notifier = self.notifier.clone();
         let webhooks = std::thread::spawn(move || {
+            // The notifier's signed calls finish beside the topic webhooks, in the same grace.
+            let signed = std::thread::spawn(move || notifier.shutdown(grace));
             pool.shutdown(grace);
-            notifier.shutdown(grace);
+            let _ = signed.join();
         });
         tell_all(&self.controls, || Control::Shutdown);
         for t in self.threads {

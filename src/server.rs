@@ -50,6 +50,9 @@ pub enum StartError {
     /// `--project-ids` could not be read.
     #[error("--project-ids: {0}")]
     Projects(String),
+    /// The relay key, the watch table or the push URLs could not be set up.
+    #[error("{0}")]
+    Notify(String),
     /// The TLS certificate or key is missing or bad (the message names the file).
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
@@ -84,6 +87,8 @@ pub struct Server {
     /// The data directory's lock, released when the process ends.
     _lock: Option<crate::store::DirLock>,
     limits: crate::config::Limits,
+    /// Watches and pushes (their pool stops at shutdown; `--push-urls` reloads on SIGHUP).
+    notifier: Arc<crate::notify::Notifier>,
 }
 
 /// A listener of the `SO_REUSEPORT` group. The options every accepted connection needs
@@ -301,11 +306,14 @@ impl Server {
             .unzip();
         let controls: Arc<[Mailbox<Control>]> = controls.into();
 
+        let notifier =
+            Arc::new(crate::notify::Notifier::build(&config).map_err(StartError::Notify)?);
         let built = engines::build(&Setup {
             config: &config,
             bells: &bells,
             metrics: &metrics,
             seeds: random_seeds(),
+            notify: notifier.clone(),
         })?;
         let webhooks = built.webhooks;
         let projects = crate::auth::ProjectIds::from_flag(config.project_ids.as_deref())
@@ -319,8 +327,15 @@ impl Server {
             ),
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
+            relay_key: notifier.key().clone(),
+            notifier: notifier.clone(),
             health: built.health,
-            exporters: built.exporters,
+            exporters: {
+                let mut e = built.exporters;
+                let n = notifier.clone();
+                e.push(Box::new(move |out: &mut String| n.render_metrics(out)));
+                e
+            },
             limit_policy: crate::limits::Policy::new(&config.limits, n),
             config: config.clone(),
         });
@@ -377,6 +392,7 @@ impl Server {
             on_stop: built.on_stop,
             _lock: built.lock,
             limits: config.limits.clone(),
+            notifier,
         })
     }
 
@@ -386,7 +402,13 @@ impl Server {
         // The webhook pool finishes its calls in flight while the workers close.
         let pool = self.webhooks.clone();
         let grace = Duration::from_millis(self.limits.webhook_shutdown_ms);
-        let webhooks = std::thread::spawn(move || pool.shutdown(grace));
+        let notifier = self.notifier.clone();
+        let webhooks = std::thread::spawn(move || {
+            // The notifier's signed calls finish beside the topic webhooks, in the same grace.
+            let signed = std::thread::spawn(move || notifier.shutdown(grace));
+            pool.shutdown(grace);
+            let _ = signed.join();
+        });
         tell_all(&self.controls, || Control::Shutdown);
         for t in self.threads {
             let _ = t.join();
@@ -412,6 +434,7 @@ impl Server {
     /// what loaded to every worker; what failed keeps its old state and is logged. SIGHUP
     /// does this.
     pub fn reload(&mut self) -> crate::reload::Outcome {
+        self.notifier.reload();
         self.reloader.reload()
     }
 

@@ -96,6 +96,7 @@ fn strings<'o>(op: &'o rpc::Op<'_>) -> Vec<&'o str> {
             settlement,
             ..
         } => vec![session_topic, pairing_topic, response, settlement],
+        Op::WatchRegister { auth } | Op::WatchUnregister { auth } => vec![auth],
     }
 }
 

@@ -182,6 +182,45 @@ pub(super) fn verify_full(
     })
 }
 
+/// Only the issuer of a payload (for [`verify_signature`]).
+#[derive(Deserialize)]
+struct IssOnly<'a> {
+    #[serde(borrow)]
+    iss: Cow<'a, str>,
+}
+
+/// Checks a token's form, its `EdDSA` header and the signature by its `iss` did:key, and
+/// returns the decoded payload (JSON bytes) with the issuer's key; the claims themselves are
+/// the caller's to check (watch registrations, `notify`).
+pub(crate) fn verify_signature(token: &str) -> Result<(Vec<u8>, [u8; 32]), AuthError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(AuthError::TooLong);
+    }
+    let mut parts = token.split('.');
+    let (Some(h64), Some(p64), Some(s64), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(AuthError::Malformed);
+    };
+    if h64.is_empty() || p64.is_empty() || s64.is_empty() {
+        return Err(AuthError::Malformed);
+    }
+    let header = b64(h64)?;
+    let header: Header<'_> = serde_json::from_slice(&header).map_err(|_| AuthError::Header)?;
+    if header.alg != "EdDSA" || header.typ.as_deref().is_some_and(|t| t != "JWT") {
+        return Err(AuthError::Algorithm);
+    }
+    let payload = b64(p64)?;
+    let iss: IssOnly<'_> = serde_json::from_slice(&payload).map_err(|_| AuthError::Claims)?;
+    let key = issuer_key(&iss.iss)?;
+    let sig = b64(s64)?;
+    let signed = &token.as_bytes()[..h64.len() + 1 + p64.len()];
+    UnparsedPublicKey::new(&ED25519, &key)
+        .verify(signed, &sig)
+        .map_err(|_| AuthError::Signature)?;
+    Ok((payload, key))
+}
+
 /// The checks that depend on the time and the config: also what a cache hit re-runs.
 pub(super) fn check_claims(
     iat: u64,

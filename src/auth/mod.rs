@@ -11,12 +11,13 @@ mod project;
 mod upgrade;
 
 #[cfg(test)]
-mod test_signer;
+pub(crate) mod test_signer;
 #[cfg(test)]
 mod tests;
 
 pub use cache::{TokenCache, DEFAULT_CAPACITY};
 pub use gate::{Gate, Verdict};
+pub(crate) use jwt::verify_signature;
 pub use jwt::{issuer_of, verify, AuthError, Claims, MAX_TOKEN_LEN};
 pub use project::ProjectIds;
 pub use upgrade::UpgradeAuth;

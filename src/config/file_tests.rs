@@ -514,7 +514,10 @@ fn every_flag_is_a_key_of_a_known_kind_and_table() {
         );
     }
     let tables: BTreeSet<&str> = keys.iter().map(|k| k.table.as_str()).collect();
-    let want: BTreeSet<&str> = ["", "tls", "workers", "auth", "storage", "redis", "limits"].into();
+    let want: BTreeSet<&str> = [
+        "", "tls", "workers", "auth", "storage", "redis", "notify", "limits",
+    ]
+    .into();
     assert_eq!(tables, want);
     for id in RELOADABLE {
         assert!(keys.iter().any(|k| k.id == id), "{id}");

@@ -12,10 +12,12 @@ use std::path::PathBuf;
 
 pub mod file;
 mod limits;
+mod notify;
 mod print;
 mod redis;
 pub use file::{load, LoadError, Loaded, Reloadable, Watch};
 pub use limits::Limits;
+pub use notify::NotifyOptions;
 pub use print::example;
 pub use redis::RedisOptions;
 
@@ -238,6 +240,10 @@ pub struct Config {
     /// TLS, password and replication settings of the Redis shards.
     #[command(flatten, next_help_heading = "Redis")]
     pub redis_opts: RedisOptions,
+
+    /// Watch registrations and pushes to wallets.
+    #[command(flatten, next_help_heading = "Notify")]
+    pub notify: NotifyOptions,
 
     /// Resource limits.
     #[command(flatten, next_help_heading = "Limits")]

@@ -41,6 +41,7 @@ pub(super) fn cost_of(op: &Op<'_>) -> Cost {
             subscribes: 1,
         },
         Op::Unsubscribe { .. } | Op::BatchUnsubscribe { .. } | Op::Fetch { .. } => Cost::default(),
+        Op::WatchRegister { .. } | Op::WatchUnregister { .. } => Cost::default(),
     }
 }
 

@@ -95,6 +95,11 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
 fn fixed_answer(route: Route, ctx: &Ctx<'_>) -> Response {
     match route {
         Route::Hello => ctx.shared.hello.clone(),
+        Route::PublicKey => Response::new(
+            200,
+            "text/plain",
+            ctx.shared.relay_key.public_hex().as_bytes().to_vec(),
+        ),
         Route::Health => match ctx.shared.health.problem() {
             None => Response::empty(204),
             Some(why) => Response::json_error(503, &why),

@@ -48,6 +48,10 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// The webhook delivery pool.
     pub webhooks: WebhookPool,
+    /// The relay's Ed25519 key (`GET /public-key`, the watches' `relayId`).
+    pub relay_key: Arc<crate::identity::RelayKey>,
+    /// Watch registrations and the signed POSTs (`irn_watchRegister`...).
+    pub notifier: Arc<crate::notify::Notifier>,
     /// The `/hello` answer.
     pub hello: Response,
     /// What `/health` reports.

@@ -137,11 +137,16 @@ impl Bench {
             metrics.clone(),
         );
         let registry = Registry::load(None, &config.image_base).unwrap();
+        let notifier = Arc::new(crate::notify::Notifier::memory(Arc::new(
+            crate::identity::RelayKey::from_seed(&[5; 32]),
+        )));
         Bench {
             conn: Conn::new((), 1, u64::MAX),
             shared: Shared {
                 metrics,
                 webhooks: WebhookPool::default(),
+                relay_key: notifier.key().clone(),
+                notifier,
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
                 health: Arc::default(),
                 exporters: Vec::new(),

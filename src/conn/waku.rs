@@ -178,6 +178,7 @@ fn run_item<S>(
                     r.push(b']');
                     rpc::write_result(a.cur, &id, &r);
                 }
+                Ok(Outcome::Json(r)) => rpc::write_result(a.cur, &id, &r),
                 Ok(Outcome::Pending(left, outcome)) => a.pending(answer, &id, left, outcome),
                 Err(e) => {
                     ctx.metrics().rpc_errors.inc();
@@ -208,6 +209,8 @@ enum Outcome {
     Subscribed(SubId),
     /// Subscription ids, in request order.
     SubscribedMany(Vec<SubId>),
+    /// A result already encoded as JSON.
+    Json(Vec<u8>),
     /// Answered later: this many results of the answer number given to `execute` are still
     /// to come, and what the ones known now gave.
     Pending(u32, outbound::Outcome),
@@ -350,7 +353,27 @@ fn execute<S>(
             );
             publishes(&[first, second])
         }
+        Op::WatchRegister { auth } => watch(ctx, &auth, true),
+        Op::WatchUnregister { auth } => watch(ctx, &auth, false),
     }
+}
+
+/// `irn_watchRegister` (`register`) or `irn_watchUnregister`: checked and applied by
+/// `notify` (a lock taken by registrations only, no I/O); refusals -32000 with their tag.
+fn watch(ctx: &Ctx<'_>, auth: &str, register: bool) -> Result<Outcome, RpcError> {
+    let n = &ctx.shared.notifier;
+    let r = if register {
+        n.register(auth).map(|relay_id| {
+            let mut out = b"{\"relayId\":".to_vec();
+            rpc::write_str(&mut out, relay_id);
+            out.push(b'}');
+            out
+        })
+    } else {
+        n.unregister(auth).map(|()| b"true".to_vec())
+    };
+    r.map(Outcome::Json)
+        .map_err(|e| RpcError::tagged(e.message(), e.tag()))
 }
 
 /// `*_unsubscribe`: removes the connection's subscription `id` (of `topic`, when given);

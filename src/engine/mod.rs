@@ -260,6 +260,9 @@ pub struct Setup<'a> {
     pub metrics: &'a Arc<Metrics>,
     /// Random seeds of this process (topic placement, content hashes).
     pub seeds: [u64; 4],
+    /// Who is told about client ids' messages (watch events, pushes; `notice::Silent`
+    /// where nobody is).
+    pub notify: Arc<dyn crate::notice::Notify>,
 }
 
 impl Setup<'_> {

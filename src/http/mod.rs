@@ -310,6 +310,8 @@ pub enum Route {
     Metrics,
     /// `POST /subscribe`
     Subscribe,
+    /// `GET /public-key`: the relay's Ed25519 public key in hex.
+    PublicKey,
     /// WebSocket upgrade at `/` (the relay).
     Relay,
     /// WebSocket upgrade at `/echo` (test-only, `--ws-echo`).
@@ -331,6 +333,7 @@ pub fn route(method: Method, path: &str, echo: bool) -> Route {
         "/health" => ("GET, HEAD, OPTIONS", Route::Health),
         "/metrics" => ("GET, HEAD, OPTIONS", Route::Metrics),
         "/subscribe" => ("POST, OPTIONS", Route::Subscribe),
+        "/public-key" => ("GET, HEAD, OPTIONS", Route::PublicKey),
         "/" => ("GET, HEAD, OPTIONS", Route::Relay),
         "/echo" if echo => ("GET, HEAD, OPTIONS", Route::Echo),
         p if p.strip_prefix("/api/v1/").is_some_and(is_registry_path) => {

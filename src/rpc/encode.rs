@@ -43,6 +43,10 @@ pub fn write_error(out: &mut Vec<u8>, id: &Id<'_>, err: &RpcError) {
             out.extend_from_slice(itoa::Buffer::new().format(ms).as_bytes());
             out.push(b'}');
         }
+        Some(super::ErrorData::Tag(tag)) => {
+            out.extend_from_slice(b",\"data\":");
+            write_str(out, tag);
+        }
     }
     out.extend_from_slice(b"}}");
 }

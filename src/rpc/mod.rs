@@ -68,6 +68,8 @@ pub struct RpcError {
 pub enum ErrorData {
     /// `{"retryAfterMs": N}` (rate limited, DECISIONS §11).
     RetryAfterMs(u64),
+    /// A string: the error's tag, as relay_rpc's typed errors carry it (`"InvalidJwt"`).
+    Tag(&'static str),
 }
 
 impl RpcError {
@@ -93,6 +95,14 @@ impl RpcError {
     /// -32000 with a message.
     pub fn server(message: impl Into<Cow<'static, str>>) -> RpcError {
         RpcError::new(code::SERVER_ERROR, message)
+    }
+    /// -32000 with `data` the error's tag (relay_rpc's handler errors, e.g. watch refusals).
+    pub fn tagged(message: impl Into<Cow<'static, str>>, tag: &'static str) -> RpcError {
+        RpcError {
+            code: code::SERVER_ERROR,
+            message: message.into(),
+            data: Some(ErrorData::Tag(tag)),
+        }
     }
     /// -32000 `rate limited` with `data: {"retryAfterMs": N}` (DECISIONS §11).
     pub fn rate_limited(retry_after_ms: u64) -> RpcError {
@@ -276,6 +286,16 @@ pub enum Op<'a> {
         settlement: Cow<'a, str>,
         /// Seconds to keep them.
         ttl: u32,
+    },
+    /// `irn_watchRegister {registerAuth}`.
+    WatchRegister {
+        /// The watched client's JWT.
+        auth: Cow<'a, str>,
+    },
+    /// `irn_watchUnregister {unregisterAuth}`.
+    WatchUnregister {
+        /// The watched client's JWT.
+        auth: Cow<'a, str>,
     },
 }
 

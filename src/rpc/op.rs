@@ -25,6 +25,8 @@ enum Kind {
     BatchFetch,
     Propose,
     Approve,
+    WatchRegister,
+    WatchUnregister,
 }
 
 /// The dialect and method of a method name; `None` for an unknown method.
@@ -50,6 +52,8 @@ fn method(name: &str) -> Option<(Dialect, Kind)> {
         "batchUnsubscribe" => Kind::BatchUnsubscribe,
         "fetchMessages" => Kind::Fetch,
         "batchFetchMessages" => Kind::BatchFetch,
+        "watchRegister" if dialect != Dialect::Waku => Kind::WatchRegister,
+        "watchUnregister" if dialect != Dialect::Waku => Kind::WatchUnregister,
         _ => return None,
     };
     Some((dialect, kind))
@@ -247,6 +251,20 @@ impl<'a> Call<'a> {
                     ttl: r.ttl(p.ttl.take())?,
                 }
             }
+            Kind::WatchRegister => Op::WatchRegister {
+                auth: string_param(
+                    x().register_auth,
+                    "registerAuth",
+                    crate::auth::MAX_TOKEN_LEN,
+                )?,
+            },
+            Kind::WatchUnregister => Op::WatchUnregister {
+                auth: string_param(
+                    x().unregister_auth,
+                    "unregisterAuth",
+                    crate::auth::MAX_TOKEN_LEN,
+                )?,
+            },
             Kind::Approve => {
                 let x = x();
                 Op::ApproveSession {

@@ -50,6 +50,10 @@ pub(super) struct Extra<'a> {
     pub(super) session_proposal: Option<Loose<'a>>,
     pub(super) proposal_response: Option<Loose<'a>>,
     pub(super) settlement_request: Option<Loose<'a>>,
+    /// `irn_watchRegister`'s JWT.
+    pub(super) register_auth: Option<Loose<'a>>,
+    /// `irn_watchUnregister`'s JWT.
+    pub(super) unregister_auth: Option<Loose<'a>>,
 }
 
 impl<'a> Params<'a> {
@@ -286,6 +290,8 @@ impl<'a> Params<'a> {
             "sessionProposal" => Slot::Loose(&mut self.extra_mut().session_proposal),
             "sessionProposalResponse" => Slot::Loose(&mut self.extra_mut().proposal_response),
             "sessionSettlementRequest" => Slot::Loose(&mut self.extra_mut().settlement_request),
+            "registerAuth" => Slot::Loose(&mut self.extra_mut().register_auth),
+            "unregisterAuth" => Slot::Loose(&mut self.extra_mut().unregister_auth),
             _ => Slot::Ignore,
         }
     }

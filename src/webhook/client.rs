@@ -12,7 +12,7 @@ use ureq::Agent;
 
 use super::guard::{GuardedResolver, SsrfRefused};
 use super::stats::FailReason;
-use super::types::{Delivery, WebhookConfig};
+use super::types::{Delivery, Signed, WebhookConfig};
 
 /// Most bytes of a response body read (and discarded) so the connection can be reused; a
 /// longer body closes the connection instead.
@@ -60,14 +60,27 @@ impl Client {
         Client { agent }
     }
 
-    /// Makes one try: `POST url` with `{"topic":"<topic>"}`.
-    pub(crate) fn try_once(&self, d: &Delivery) -> TryOutcome {
-        let body = body_for(&d.topic);
-        let res = self
+    /// Makes one try: `POST url` with `{"topic":"<topic>"}`, or with the signed call's body
+    /// and headers.
+    pub(crate) fn try_once(&self, d: &Delivery, signed: Option<&Signed>) -> TryOutcome {
+        let topic_body;
+        let mut req = self
             .agent
             .post(&*d.url)
-            .header("content-type", "application/json")
-            .send(body.as_bytes());
+            .header("content-type", "application/json");
+        let body: &[u8] = match signed {
+            Some(s) => {
+                for (name, value) in &s.headers {
+                    req = req.header(*name, value);
+                }
+                &s.body
+            }
+            None => {
+                topic_body = body_for(&d.topic);
+                topic_body.as_bytes()
+            }
+        };
+        let res = req.send(body);
         match res {
             Ok(resp) => {
                 let status = resp.status().as_u16();

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 pub use guard::is_forbidden;
 pub use register::{validate_registration, RegistrationError};
-pub use types::{Delivery, OnGone, WebhookConfig};
+pub use types::{Delivery, OnDone, OnGone, Sent, Signed, WebhookConfig};
 
 /// Handle to the delivery pool; cheap to clone (one `Arc`), one clone per worker. When the
 /// last clone is dropped the pool stops taking work and its threads exit after the tries in
@@ -56,6 +56,14 @@ impl WebhookPool {
     /// `walletrelay_webhook_dropped_total{reason="queue_full"}`).
     pub fn submit(&self, d: Delivery) {
         self.handle.0.submit(d);
+    }
+
+    /// Hands a call with its own body and headers to the pool without blocking (`label`
+    /// names it in logs, like a topic); a full queue drops it (`on_done` told [`Sent::Dropped`]).
+    pub fn submit_signed(&self, label: Arc<str>, url: Arc<str>, call: Signed) {
+        self.handle
+            .0
+            .submit_signed(Delivery { topic: label, url }, call);
     }
 
     /// Stops taking work and lets the tries in flight finish for up to `grace` (2 s at

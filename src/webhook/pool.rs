@@ -20,17 +20,30 @@ use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use super::client::{Client, TryOutcome};
 use super::health::{BoundedMap, Health, MAX_LOGGED_REFUSALS, MAX_TRACKED_URLS};
 use super::stats::{DropReason, Stats};
-use super::types::{Delivery, OnGone, WebhookConfig};
+use super::types::{Delivery, OnGone, Sent, Signed, WebhookConfig};
 
 /// Backoff before the first retry; doubled for each further retry, then jittered.
 pub(crate) const BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// Longest backoff before jitter.
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Longest backoff of a signed call (retried for up to 72 hours, not a few tries).
+pub(crate) const SIGNED_BACKOFF_MAX: Duration = Duration::from_secs(600);
 
 /// A call with the number of tries already made.
 pub(crate) struct Job {
     d: Delivery,
     tries: u32,
+    /// A signed call's body, headers and deadline (`None`: a topic webhook).
+    signed: Option<Box<Signed>>,
+}
+
+impl Job {
+    /// Tells a signed call's owner how it ended.
+    fn done(&self, how: Sent) {
+        if let Some(cb) = self.signed.as_ref().and_then(|s| s.on_done.as_ref()) {
+            cb(how);
+        }
+    }
 }
 
 /// A retry waiting in the delay queue; ordered so that the heap pops the earliest first.
@@ -159,10 +172,40 @@ impl Inner {
             self.stats.drop(DropReason::Shutdown);
             return;
         }
-        match self.tx.try_send(Job { d, tries: 0 }) {
+        let job = Job {
+            d,
+            tries: 0,
+            signed: None,
+        };
+        self.enqueue(job);
+    }
+
+    /// Hands a signed call to the pool without blocking.
+    pub(crate) fn submit_signed(&self, d: Delivery, call: Signed) {
+        let job = Job {
+            d,
+            tries: 0,
+            signed: Some(Box::new(call)),
+        };
+        if self.stopping.load(Ordering::Acquire) {
+            self.stats.drop(DropReason::Shutdown);
+            job.done(Sent::Dropped);
+            return;
+        }
+        self.enqueue(job);
+    }
+
+    fn enqueue(&self, job: Job) {
+        match self.tx.try_send(job) {
             Ok(()) => self.stats.queued.inc(),
-            Err(TrySendError::Full(_)) => self.stats.drop(DropReason::QueueFull),
-            Err(TrySendError::Disconnected(_)) => self.stats.drop(DropReason::Shutdown),
+            Err(TrySendError::Full(job)) => {
+                self.stats.drop(DropReason::QueueFull);
+                job.done(Sent::Dropped);
+            }
+            Err(TrySendError::Disconnected(job)) => {
+                self.stats.drop(DropReason::Shutdown);
+                job.done(Sent::Dropped);
+            }
         }
     }
 
@@ -200,10 +243,15 @@ impl Inner {
     /// Makes one try of `job` and books its outcome: success, retry later, or give up.
     fn deliver(&self, job: Job, rng: &mut Rng) {
         let started = Instant::now();
-        let outcome = self.client.try_once(&job.d);
+        let outcome = self.client.try_once(&job.d, job.signed.as_deref());
         let reason = match outcome {
             TryOutcome::Refused(why) => {
                 self.stats.drop(DropReason::Ssrf);
+                if job.signed.is_some() {
+                    log::debug!("signed call refused (SSRF guard): {} ({why})", &*job.d.url);
+                    job.done(Sent::Dropped);
+                    return;
+                }
                 let key = (job.d.topic.clone(), job.d.url.clone());
                 if lock(&self.refusals_logged).insert_new(&key, ()) {
                     log::warn!(
@@ -220,7 +268,11 @@ impl Inner {
                 self.stats.sent.inc();
                 self.stats.latency.observe(started.elapsed());
                 self.stats.succeeded.inc();
-                lock(&self.health).success(&job.d.url);
+                if job.signed.is_some() {
+                    job.done(Sent::Delivered);
+                } else {
+                    lock(&self.health).success(&job.d.url);
+                }
                 return;
             }
             TryOutcome::Failed(reason) => {
@@ -231,22 +283,34 @@ impl Inner {
         };
         let tries = job.tries + 1;
         let stopping = self.stopping.load(Ordering::Acquire);
-        if reason.retryable() && tries < self.cfg.tries && !stopping {
-            let delay = backoff(tries, rng.next());
+        let (more, delay) = match &job.signed {
+            None => (tries < self.cfg.tries, backoff(tries, rng.next())),
+            Some(s) => {
+                let delay = backoff_upto(tries, rng.next(), SIGNED_BACKOFF_MAX);
+                (Instant::now() + delay < s.until, delay)
+            }
+        };
+        if reason.retryable() && more && !stopping {
             if self.retry_pending.fetch_add(1, Ordering::AcqRel) >= self.cfg.queue {
                 self.retry_pending.fetch_sub(1, Ordering::AcqRel);
                 self.stats.drop(DropReason::RetryQueueFull);
                 return;
             }
-            let job = Job { d: job.d, tries };
+            let job = Job {
+                d: job.d,
+                tries,
+                signed: job.signed,
+            };
             match self.retry_tx.try_send((Instant::now() + delay, job)) {
                 Ok(()) => self.stats.retried.inc(),
                 Err(e) => {
                     self.retry_pending.fetch_sub(1, Ordering::AcqRel);
-                    self.stats.drop(match e {
-                        TrySendError::Disconnected(_) => DropReason::Shutdown,
-                        TrySendError::Full(_) => DropReason::RetryQueueFull,
-                    });
+                    let (reason, job) = match e {
+                        TrySendError::Disconnected(j) => (DropReason::Shutdown, j),
+                        TrySendError::Full(j) => (DropReason::RetryQueueFull, j),
+                    };
+                    self.stats.drop(reason);
+                    job.1.done(Sent::Failed);
                 }
             }
             return;
@@ -257,6 +321,14 @@ impl Inner {
             &*job.d.url
         );
         self.stats.fail(reason);
+        if job.signed.is_some() {
+            job.done(if reason.retryable() {
+                Sent::Failed
+            } else {
+                Sent::Rejected
+            });
+            return;
+        }
         self.given_up(&job.d);
     }
 
@@ -305,8 +377,9 @@ impl Inner {
             while heap.peek().is_some_and(|d| d.due <= now) {
                 let Some(d) = heap.pop() else { break };
                 self.retry_pending.fetch_sub(1, Ordering::AcqRel);
-                if self.tx.try_send(d.job).is_err() {
+                if let Err(e) = self.tx.try_send(d.job) {
                     self.stats.drop(DropReason::RetryQueueFull);
+                    e.into_inner().done(Sent::Failed);
                 }
             }
         }
@@ -377,8 +450,13 @@ impl Drop for ExitGuard<'_> {
 /// `BACKOFF_MAX`, with "equal jitter" (uniform in its upper half), so that receivers that
 /// fail together are not retried in lockstep. `random` is any uniformly random `u64`.
 pub(crate) fn backoff(tries: u32, random: u64) -> Duration {
+    backoff_upto(tries, random, BACKOFF_MAX)
+}
+
+/// [`backoff`] with another longest wait (before jitter).
+pub(crate) fn backoff_upto(tries: u32, random: u64, max: Duration) -> Duration {
     let exp = tries.saturating_sub(1).min(16);
-    let full = BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX);
+    let full = BACKOFF_BASE.saturating_mul(1 << exp).min(max);
     let half = full / 2;
     let half_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX - 1);
     half + Duration::from_nanos(random % (half_ns + 1))
@@ -436,6 +514,7 @@ mod tests {
                 url: "u".into(),
             },
             tries: 1,
+            signed: None,
         };
         let mut heap = BinaryHeap::new();
         for (i, s) in [5u64, 1, 3, 1].into_iter().enumerate() {

@@ -4,7 +4,7 @@
 //! Owns these types only; a leaf under the pool and its client, re-exported by `webhook`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One webhook call to make: `POST url` with body `{"topic":"<topic>"}`.
 #[derive(Debug, Clone)]
@@ -14,6 +14,46 @@ pub struct Delivery {
     /// The registered webhook address.
     pub url: Arc<str>,
 }
+
+/// A call with its own body and headers (a signed watch event or push, `notify`): `POST url`
+/// with `body`, retried on network errors and 5xx (never on 4xx) with backoff until `until`,
+/// however many tries that takes; it never counts toward a URL's give-up bookkeeping.
+pub struct Signed {
+    /// The request body (JSON).
+    pub body: Vec<u8>,
+    /// Headers besides `Content-Type: application/json`.
+    pub headers: Vec<(&'static str, String)>,
+    /// No try starts after this.
+    pub until: Instant,
+    /// Told how the call ended (exactly once for a call the pool took).
+    pub on_done: Option<OnDone>,
+}
+
+impl std::fmt::Debug for Signed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signed")
+            .field("body_len", &self.body.len())
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a [`Signed`] call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// The receiver answered 2xx.
+    Delivered,
+    /// The receiver answered 4xx, or another final failure (never retried).
+    Rejected,
+    /// Every try failed until the call's deadline (or the retry queue was full).
+    Failed,
+    /// Never sent: the queue was full, the address is forbidden, or the pool is stopping.
+    Dropped,
+}
+
+/// Told how a [`Signed`] call ended; runs on a delivery thread (or the submitting one for a
+/// call refused at once), so it must only count or hand the news on.
+pub type OnDone = Arc<dyn Fn(Sent) + Send + Sync>;
 
 /// Called with `(topic, url)` when a webhook has failed every try for
 /// [`WebhookConfig::give_up_after`]; the relay then removes that registration. Runs on a

@@ -25,7 +25,8 @@
 //!   or reading on their own threads;
 //! - [`netns`]: network namespaces of a test's own (Redis in one, each node in another),
 //!   and a node's link to Redis cut and restored (the partition tests);
-//! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told.
+//! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told;
+//! - [`jwt`]: Ed25519 JWTs as a WalletConnect client signs them (relay-auth, watch tokens).
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
 //! flags and signals (or `/proc` for its memory). Two exceptions, each said in its module:
@@ -38,6 +39,7 @@ pub mod cluster;
 pub mod durability;
 pub mod gzip;
 pub mod http;
+pub mod jwt;
 pub mod metrics;
 pub mod netns;
 pub mod node;

@@ -1,0 +1,223 @@
+//! Watch registrations on disk (`--data-dir`): `watches.jsonl`, one registration a line,
+//! rewritten whole (write, fsync, rename) by the persister thread after a change, never on
+//! a worker's loop. The same thread drops expired registrations once a minute. Read once at
+//! start; a line that does not parse is skipped and logged, expired ones are dropped.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use serde::{Deserialize, Serialize};
+
+use super::table::{Registration, WatchHub};
+use crate::notice::Typ;
+
+/// The file name in the data directory.
+pub const FILE: &str = "watches.jsonl";
+
+/// How often expired registrations are dropped.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// One registration as stored (a line of the file, a field's value in Redis).
+#[derive(Serialize, Deserialize)]
+pub(super) struct Line {
+    client: String,
+    sub: String,
+    whu: String,
+    typ: String,
+    sts: u8,
+    tag: Vec<u32>,
+    exp: u64,
+}
+
+impl Line {
+    /// The stored form of a registration of `client`.
+    pub(super) fn of(client: &str, r: &Registration) -> Line {
+        Line {
+            client: client.to_string(),
+            sub: r.sub.to_string(),
+            whu: r.whu.to_string(),
+            typ: r.typ.as_str().to_string(),
+            sts: r.sts,
+            tag: r.tag.to_vec(),
+            exp: r.exp,
+        }
+    }
+
+    /// The watched client and its registration (`None`: an unknown `typ`).
+    pub(super) fn into_registration(self) -> Option<(String, Registration)> {
+        let typ = match self.typ.as_str() {
+            "publisher" => Typ::Publisher,
+            "subscriber" => Typ::Subscriber,
+            _ => return None,
+        };
+        let mut tag = self.tag;
+        tag.sort_unstable();
+        tag.dedup();
+        let r = Registration {
+            sub: self.sub.into(),
+            whu: self.whu.into(),
+            typ,
+            sts: self.sts,
+            tag: tag.into(),
+            exp: self.exp,
+        };
+        Some((self.client, r))
+    }
+}
+
+/// Reads the registrations saved in `dir` into `hub`; returns how many were loaded.
+pub fn load(dir: &Path, hub: &WatchHub, now: u64) -> usize {
+    let path = dir.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+        Err(e) => {
+            log::warn!("watches: cannot read {}: {e}", path.display());
+            return 0;
+        }
+    };
+    let mut loaded = 0;
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let parsed = serde_json::from_str::<Line>(line)
+            .ok()
+            .and_then(Line::into_registration);
+        let Some((client, r)) = parsed else {
+            log::warn!(
+                "watches: {} line {} does not parse; skipped",
+                path.display(),
+                i + 1
+            );
+            continue;
+        };
+        if r.exp >= now && hub.register(&client, r, now).is_ok() {
+            loaded += 1;
+        }
+    }
+    loaded
+}
+
+/// Writes every registration of `hub` to `dir` (through a temporary file, synced, renamed).
+pub fn save(dir: &Path, hub: &WatchHub) -> std::io::Result<()> {
+    let snap = hub.snapshot();
+    let mut out = Vec::with_capacity(snap.len() * 200);
+    for (client, regs) in &snap.by_client {
+        for r in regs.iter() {
+            serde_json::to_writer(&mut out, &Line::of(client, r)).map_err(std::io::Error::other)?;
+            out.push(b'\n');
+        }
+    }
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&out)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(FILE))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The persister: rung after each change (a bounded channel of one: a ring while a save is
+/// due is already covered by it), saves to `dir` when given, sweeps expired registrations.
+pub struct Persister {
+    ring: Sender<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Persister {
+    /// The ring the hub's `changed` hook sends (never blocks).
+    pub fn bell(&self) -> Sender<()> {
+        self.ring.clone()
+    }
+
+    /// A persister whose thread starts with [`Persister::start`].
+    pub fn channel() -> (Persister, Receiver<()>) {
+        let (ring, rx) = bounded(1);
+        (Persister { ring, thread: None }, rx)
+    }
+
+    /// Starts the thread for `hub` (held weakly: the thread ends with the hub or the ring).
+    pub fn start(&mut self, rx: Receiver<()>, hub: Weak<WatchHub>, dir: Option<PathBuf>) {
+        let spawned = std::thread::Builder::new()
+            .name("watch-store".into())
+            .spawn(move || run(&rx, &hub, dir.as_deref()));
+        match spawned {
+            Ok(t) => self.thread = Some(t),
+            Err(e) => log::error!("watches: cannot start the persister thread: {e}"),
+        }
+    }
+}
+
+impl Drop for Persister {
+    fn drop(&mut self) {
+        // The thread ends once its hub is gone; it is not joined here (it may be saving).
+        drop(self.thread.take());
+    }
+}
+
+fn run(rx: &Receiver<()>, hub: &Weak<WatchHub>, dir: Option<&Path>) {
+    loop {
+        let rung = match rx.recv_timeout(SWEEP_EVERY) {
+            Ok(()) => true,
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let Some(hub) = hub.upgrade() else { return };
+        if !rung {
+            // A sweep that drops something rings again, and the next turn saves.
+            hub.sweep(super::unix_now());
+            continue;
+        }
+        if let Some(dir) = dir {
+            if let Err(e) = save(dir, &hub) {
+                log::warn!("watches: cannot save to {}: {e}", dir.display());
+            }
+        }
+        drop::<Arc<WatchHub>>(hub);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_registrations_load_again_and_expired_ones_do_not() {
+        let dir = std::env::temp_dir().join(format!("wr-watch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let hub = WatchHub::new(100, Box::new(|_| {}));
+        let r = |whu: &str, exp| Registration {
+            sub: "https://s.example/".into(),
+            whu: whu.into(),
+            typ: Typ::Publisher,
+            sts: 1,
+            tag: Arc::from([7u32]),
+            exp,
+        };
+        hub.register("did:key:zA", r("https://s.example/1", 500), 10)
+            .unwrap();
+        hub.register("did:key:zB", r("https://s.example/2", 50), 10)
+            .unwrap();
+        save(&dir, &hub).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join(FILE))
+            .unwrap()
+            .write_all(b"{damaged\n")
+            .unwrap();
+        let again = WatchHub::new(100, Box::new(|_| {}));
+        assert_eq!(load(&dir, &again, 100), 1);
+        assert_eq!(
+            again.of("did:key:zA").unwrap()[0],
+            r("https://s.example/1", 500)
+        );
+        assert!(!again.watched("did:key:zB"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

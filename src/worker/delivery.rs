@@ -288,3 +288,40 @@ impl Worker {
         self.deflate.push = [None, None];
     }
 }
+
+impl Worker {
+    /// A watch change of connection `r` is durable (or could not be made so): its pending
+    /// answer `answer` is resolved, `{"relayId":..}` / `true` as gathered, or the refusal.
+    pub(super) fn watched(
+        &mut self,
+        r: ConnRef,
+        answer: u64,
+        result: Result<(), crate::notify::WatchError>,
+    ) {
+        let max_pending = self.shared.config.limits.max_pending_answers;
+        let Some(c) = conn::live(&mut self.conns, r) else {
+            return;
+        };
+        let was_blocked = c.input_blocked(max_pending);
+        let found = c.resolve_with(answer, |o| {
+            if let Err(e) = result {
+                *o = conn::outbound::Outcome::Error(crate::rpc::RpcError::tagged(
+                    e.message(),
+                    e.tag(),
+                ));
+            }
+        });
+        if !found {
+            return;
+        }
+        let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
+        if !c.marks.dirty {
+            c.marks.dirty = true;
+            self.dirty.push(r.key);
+        }
+        if resume && !c.marks.ready {
+            c.marks.ready = true;
+            self.ready.push_back(r);
+        }
+    }
+}

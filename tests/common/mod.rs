@@ -26,7 +26,8 @@
 //! - [`netns`]: network namespaces of a test's own (Redis in one, each node in another),
 //!   and a node's link to Redis cut and restored (the partition tests);
 //! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told;
-//! - [`jwt`]: Ed25519 JWTs as a WalletConnect client signs them (relay-auth, watch tokens).
+//! - [`jwt`]: Ed25519 JWTs as a WalletConnect client signs them (relay-auth, watch tokens);
+//! - [`watch`]: watch registrations as a service makes them, `/public-key`, the gauge.
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
 //! flags and signals (or `/proc` for its memory). Two exceptions, each said in its module:
@@ -53,6 +54,7 @@ pub mod tls;
 pub mod tls_pki;
 pub mod v1;
 pub mod wait;
+pub mod watch;
 pub mod webhook;
 pub mod ws;
 

@@ -262,4 +262,52 @@ mod tests {
         assert!(!again.watched("did:key:zB"));
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn a_change_is_told_after_the_save_that_holds_it() {
+        let dir = std::env::temp_dir().join(format!("wr-watch-after-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mut p, rx) = Persister::channel();
+        let bell = p.bell();
+        let hub = Arc::new(WatchHub::new(
+            100,
+            Box::new(move |_| {
+                let _ = bell.try_send(());
+            }),
+        ));
+        p.start(rx, Arc::downgrade(&hub), Some(dir.clone()));
+        let r = Registration {
+            sub: "https://s.example/".into(),
+            whu: "https://s.example/1".into(),
+            typ: Typ::Subscriber,
+            sts: 1,
+            tag: Arc::from([]),
+            exp: u64::MAX / 2,
+        };
+        let (tx, told) = crossbeam_channel::bounded(4);
+        for i in 0..3 {
+            hub.register(&format!("did:key:z{i}"), r.clone(), 10)
+                .unwrap();
+            let (tx, file) = (tx.clone(), dir.join(FILE));
+            p.after(Box::new(move |res| {
+                // Read when told: the file already holds this change.
+                let lines = std::fs::read_to_string(file).map_or(0, |t| t.lines().count());
+                tx.send((res, lines)).unwrap();
+            }))
+            .unwrap();
+            let (res, lines) = told.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(res, Ok(()));
+            assert_eq!(lines, i + 1);
+        }
+        // A save that fails tells `StorageError`.
+        std::fs::remove_file(dir.join(FILE)).unwrap();
+        std::fs::create_dir_all(dir.join(FILE).join("x")).unwrap();
+        hub.register("did:key:zX", r, 10).unwrap();
+        p.after(Box::new(move |res| tx.send((res, 0)).unwrap()))
+            .unwrap();
+        let (res, _) = told.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(res, Err(WatchError::Storage));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

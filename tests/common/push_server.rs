@@ -336,7 +336,8 @@ fn serve(stream: TcpStream, shared: &Shared) {
             shared.changed.notify_all();
             answer
         };
-        if !write_answer(&mut writer, status, &answer) {
+        let close = header(&headers, "connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        if !write_answer(&mut writer, status, &answer) || close {
             return;
         }
     }

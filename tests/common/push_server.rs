@@ -227,25 +227,6 @@ impl PushServer {
         self.lock().answered.clone()
     }
 
-    /// Waits until `n` pushes were accepted (or `within` passes) and returns all of them.
-    pub fn wait_pushes(&self, n: usize, within: Duration) -> Vec<Push> {
-        let deadline = Instant::now() + within;
-        let mut st = self.lock();
-        while st.pushes.len() < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        st.pushes.clone()
-    }
-
     /// The first push accepted for `client_id` (with or without `did:key:`), waiting up to
     /// `within` for it.
     pub fn wait_push(&self, client_id: &str, within: Duration) -> Option<Push> {

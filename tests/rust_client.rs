@@ -5,7 +5,8 @@
 //! `wr-rust-client <scenario>` against the real binary; it prints one JSON line per step.
 //! - WebSocket: two clients with their own relay-auth JWTs; subscribe, publish, the message
 //!   received byte-exact on the other client, fetched by a third; `irn_batchReceive` and
-//!   `irn_unsubscribe {topic}` (no id: what relay_client sends) of the subscriber.
+//!   `irn_unsubscribe {topic}` (no id: what relay_client sends) of the subscriber;
+//!   `irn_subscribeBlocking`, `irn_batchSubscribeBlocking`.
 //! - HTTP (`POST /rpc`, the JWT without `exp` in the query): a publish reaches a WebSocket
 //!   subscriber byte-exact, fetch; subscribe, `irn_watchRegister` with the client's own webhook
 //!   on loopback (hence `--webhook-allow-private`), a `queued` event whose JWT verifies against
@@ -118,13 +119,23 @@ fn rust_relay_client_over_websocket_receives_byte_exact_and_fetches() {
     }
 }
 
-/// Waits for H2 (`irn_batchReceive`, `irn_unsubscribe` without id).
+/// Waits for H2 (`irn_batchReceive`, `irn_unsubscribe` without id, the blocking subscribes).
 #[test]
-fn rust_relay_client_over_websocket_acknowledges_and_unsubscribes_by_topic() {
+fn rust_relay_client_over_websocket_acknowledges_unsubscribes_by_topic_and_subscribes_blocking() {
     let server = Server::start(&["--threads", "2"]);
     let lines = ws_scenario(&server);
     assert_eq!(ok(&lines, "batch_receive")["result"], true);
     ok(&lines, "unsubscribe");
+    let id = &ok(&lines, "subscribe_blocking")["subscription_id"];
+    assert!(id.as_str().is_some_and(|s| !s.is_empty()), "{id}");
+    let results = ok(&lines, "batch_subscribe_blocking")["results"]
+        .as_array()
+        .expect("results")
+        .clone();
+    assert_eq!(results.len(), 2, "one result per topic: {results:?}");
+    for r in &results {
+        assert!(r["id"].is_string(), "a subscription id, not an error: {r}");
+    }
 }
 
 /// Waits for H2 (`POST /rpc`), H1 (`GET /public-key`, watch) and H4 (`queued`: the

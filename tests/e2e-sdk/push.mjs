@@ -345,13 +345,14 @@ async function scenarioReconnect(version) {
   await within(wallet.client.core.relayer.transportClose(), 10000, "wallet transportClose()");
   await sleep(500);
   const sent = [];
+  const before = published.length;
   for (let n = 2; n < 2 + REQUESTS; n++) {
     const ack = publishAcked(1108);
     sent.push(sendRequest(dapp, topic, n));
     await ack;
   }
   const byMessage = new Map(sent.map((r) => [r.message, r.n]));
-  const offlineMessages = published.filter((p) => p.client === dapp.id && p.tag === 1108).slice(-REQUESTS);
+  const offlineMessages = published.slice(before).filter((p) => p.client === dapp.id && p.tag === 1108);
   assertEq(offlineMessages.length, REQUESTS, "the dApp's acknowledged request publishes");
   const from = deliveries.length;
 

@@ -6,7 +6,8 @@
 //! - `ws --relay ws://HOST:PORT`: `reown-relay-client`'s WebSocket `Client` (crates.io 0.1.0,
 //!   a release of reown-rust's `relay_client`): two clients connect with their own relay-auth
 //!   JWTs, one subscribes, the other publishes, the first receives; a third fetches; then
-//!   `irn_batchReceive` of the received message and `irn_unsubscribe`.
+//!   `irn_batchReceive` of the received message, `irn_unsubscribe`, `irn_subscribeBlocking`
+//!   and `irn_batchSubscribeBlocking`.
 //! - `http --relay http://HOST:PORT --topic HEX`: the HTTP transport (`POST /rpc`), as
 //!   reown-rust's `relay_client/src/http.rs` does it ([`http`]: that module is not in the
 //!   published crate); publish on `--topic` (the test's WebSocket subscriber waits there),
@@ -283,6 +284,28 @@ async fn ws_scenario(relay: &str, project: &str) {
 
     let r = step(subscriber.unsubscribe(topic.clone())).await;
     report(S, "unsubscribe", r.map(|()| json!({})));
+
+    let r = step(subscriber.subscribe_blocking(random_topic())).await;
+    report(
+        S,
+        "subscribe_blocking",
+        r.map(|id| json!({"subscription_id": id.value().as_ref()})),
+    );
+    let r = step(subscriber.batch_subscribe_blocking(vec![random_topic(), random_topic()])).await;
+    report(
+        S,
+        "batch_subscribe_blocking",
+        r.map(|results| {
+            let ids: Vec<Value> = results
+                .into_iter()
+                .map(|x| match x {
+                    Ok(id) => json!({"id": id.value().as_ref()}),
+                    Err(e) => json!({"error": e.to_string()}),
+                })
+                .collect();
+            json!({"results": ids})
+        }),
+    );
     let _ = subscriber.disconnect().await;
     let _ = publisher.disconnect().await;
     report(S, "done", Ok(json!({})));

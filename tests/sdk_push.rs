@@ -370,3 +370,39 @@ fn push_stand_in_registers_clients_as_push_server() {
     .unwrap();
     assert_eq!(ok["status"], "SUCCESS");
 }
+
+#[test]
+fn relay_id_did_key_is_the_issuer_the_relay_names() {
+    let key = relay_key();
+    let pk: [u8; 32] = key.public_key().as_ref().try_into().unwrap();
+    assert_eq!(
+        relay_id::did_key(&hex(&pk)),
+        walletrelay::auth::issuer_of(&pk)
+    );
+    assert!(relay_id::did_key(&hex(&pk)).starts_with("did:key:z6Mk"));
+}
+
+#[test]
+fn relay_id_verify_jwt_accepts_the_relay_signature_only() {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let key = relay_key();
+    let pk = hex(key.public_key().as_ref());
+    let signed = format!(
+        "{}.{}",
+        b64(br#"{"typ":"JWT","alg":"EdDSA"}"#),
+        b64(br#"{"act":"irn_watchEvent"}"#)
+    );
+    let jwt = format!("{signed}.{}", b64(key.sign(signed.as_bytes()).as_ref()));
+    let claims = relay_id::verify_jwt(&jwt, &pk).expect("verifies");
+    assert_eq!(claims["act"], "irn_watchEvent");
+    let other = hex(relay_key().public_key().as_ref());
+    assert!(relay_id::verify_jwt(&jwt, &other).is_err(), "another key");
+    let forged = format!(
+        "{}.{}.{}",
+        b64(br#"{"typ":"JWT","alg":"EdDSA"}"#),
+        b64(br#"{"act":"irn_watchRegister"}"#),
+        jwt.rsplit('.').next().unwrap()
+    );
+    assert!(relay_id::verify_jwt(&forged, &pk).is_err(), "other claims");
+}

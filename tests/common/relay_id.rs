@@ -29,9 +29,11 @@ pub fn key_bytes(hex_key: &str) -> [u8; 32] {
     v.try_into().expect("32 bytes")
 }
 
-/// `did:key:z...` of the relay (its `relayId`).
+/// `did:key:z...` of the relay (its `relayId`): `z` + base58btc(0xed 0x01 ‖ key).
 pub fn did_key(hex_key: &str) -> String {
-    walletrelay::auth::issuer_of(&key_bytes(hex_key))
+    let mut b = vec![0xed, 0x01];
+    b.extend_from_slice(&key_bytes(hex_key));
+    format!("did:key:z{}", bs58::encode(b).into_string())
 }
 
 /// Checks an EdDSA JWT's signature against the relay's key (hex) and returns its claims;

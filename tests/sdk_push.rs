@@ -406,3 +406,70 @@ fn relay_id_verify_jwt_accepts_the_relay_signature_only() {
     );
     assert!(relay_id::verify_jwt(&forged, &pk).is_err(), "other claims");
 }
+
+#[test]
+fn push_stand_in_checks_a_registration_jwt_and_fetches_a_noop_url_token() {
+    use base64::Engine;
+    use common::webhook::{Receiver, Reply};
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let wallet = relay_key();
+    let did = relay_id::did_key(&hex(wallet.public_key().as_ref()));
+    let p = PushServer::start();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let jwt = |aud: &str| {
+        let claims = json!({"iss": did, "aud": aud, "sub": "x", "iat": now}).to_string();
+        let signed = format!(
+            "{}.{}",
+            b64(br#"{"alg":"EdDSA","typ":"JWT"}"#),
+            b64(claims.as_bytes())
+        );
+        format!("{signed}.{}", b64(wallet.sign(signed.as_bytes()).as_ref()))
+    };
+    let reg = |id: &str, auth: &str| {
+        let body = json!({"client_id": id, "type": "noop", "token": "t"}).to_string();
+        let h = [
+            ("Content-Type", "application/json"),
+            ("Authorization", auth),
+        ];
+        p.post("/clients", &h, &body).0
+    };
+    assert_eq!(reg(&did, &jwt(&p.url())), 200);
+    assert_eq!(
+        reg("did:key:z6MkSomeoneElse", &jwt(&p.url())),
+        401,
+        "iss is not the client"
+    );
+    assert_eq!(
+        reg(&did, &jwt("https://echo.walletconnect.com")),
+        401,
+        "another aud"
+    );
+    assert_eq!(reg(&did, "garbage"), 401);
+
+    // The noop provider GETs a URL token: 2xx, pushed; otherwise no answer and no push.
+    let key = relay_key();
+    p.set_relay_public_key(&hex(key.public_key().as_ref()));
+    let device = Receiver::start(|n| Reply::Status(if n == 0 { 200 } else { 500 }));
+    p.register("did:key:z6MkDevice", "noop", &device.url("/wake"), true);
+    let b = body("wake up");
+    assert_eq!(
+        send(&p, "/clients/z6MkDevice", "1", &sign(&key, "1", &b), &b),
+        202
+    );
+    let seen = device
+        .next(Duration::from_secs(5))
+        .expect("the GET of the token");
+    assert_eq!(
+        (seen.method.as_str(), seen.target.as_str()),
+        ("GET", "/wake")
+    );
+    let b = body("again");
+    assert_eq!(
+        send(&p, "/clients/z6MkDevice", "1", &sign(&key, "1", &b), &b),
+        0
+    );
+    assert_eq!(p.pushes().len(), 1);
+}

@@ -14,13 +14,16 @@
 //!   500); an unknown client (the path id looked up verbatim): 202; the half the client's
 //!   `always_raw` picks (raw `{topic, tag, message}`, legacy `{id, payload:{topic, flags,
 //!   blob}}`), missing: 400; dedup by message id (raw: sha256 hex of `message`, legacy: `id`)
-//!   per client: a repeat is 200 and not pushed; else recorded and 202.
+//!   per client: a repeat is 200 and not pushed; else sent by the client's provider,
+//!   recorded and 202;
+//! - the `noop` provider (the only one enabled by default): a token that is a URL is fetched
+//!   with `GET` (2xx expected: otherwise no answer, as push-server's `assert!` panics);
+//! - a registration's optional `Authorization` (a relay JWT for `aud` = PUBLIC_URL, the
+//!   stand-in's URL, whose `iss` is the `client_id`): invalid, 401.
 //!
-//! Not modelled: the optional `Authorization` JWT of a registration (the JS SDK sends none;
-//! a request carrying one is refused with 401 here rather than verified), the `noop`
-//! provider's `GET` of a URL token (read [`PushServer::wait_push`] instead), Ed25519
-//! `verify_strict`'s extra small-order checks (ring's verification is used), the 100 MiB
-//! body cap (1 MiB here: a bigger body is 400 as a body that cannot be read).
+//! Not modelled: Ed25519 `verify_strict`'s extra small-order checks (ring's verification is
+//! used), the 100 MiB body cap (1 MiB here: a bigger body is 400 as a body that cannot be
+//! read), the tenant store (single tenant), analytics and metrics.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -30,14 +33,19 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
+
+mod handlers;
+
+// Each test binary uses some of these, none uses all.
+use handlers::{failure, route, unhex};
+#[allow(unused_imports)]
+pub use handlers::{sha256_hex, sign, signature_is_valid};
 
 /// The largest request body read.
 const MAX_BODY: usize = 1 << 20;
 /// The providers a debug build of push-server offers a tenant with no APNs or FCM credentials.
 const DEFAULT_PROVIDERS: [&str; 1] = ["noop"];
-/// Every provider name push-server knows (`ProviderKind::try_from`).
-const KNOWN_PROVIDERS: [&str; 4] = ["apns", "apns-sandbox", "fcm", "noop"];
 
 /// Which half of the body push-server used for a push.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +118,8 @@ struct Client {
 #[derive(Default)]
 struct State {
     relay_key: Option<Vec<u8>>,
+    /// PUBLIC_URL: the stand-in's own URL (a registration JWT's `aud`).
+    public_url: String,
     providers: Vec<String>,
     clients: HashMap<String, Client>,
     /// (message id, client id) pairs pushed (push-server's `notifications` table).
@@ -147,6 +157,7 @@ impl PushServer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 providers: providers.iter().map(|p| p.to_string()).collect(),
+                public_url: format!("http://{addr}"),
                 ..State::default()
             }),
             changed: Condvar::new(),
@@ -193,7 +204,7 @@ impl PushServer {
         assert_eq!(status, 200, "POST /clients: {answer}");
     }
 
-    /// Sends one request to it and returns the status and body (for its own tests).
+    /// Sends one request to it and returns the status (0: no answer) and body (for its tests).
     pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
         let mut s = TcpStream::connect(self.addr).expect("connect push server");
         s.set_read_timeout(Some(Duration::from_secs(10))).ok();
@@ -212,7 +223,7 @@ impl PushServer {
             .split_whitespace()
             .nth(1)
             .and_then(|c| c.parse().ok())
-            .expect("status line");
+            .unwrap_or(0); // 0: closed without an answer
         let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
         (status, body.to_string())
     }
@@ -317,6 +328,9 @@ fn serve(stream: TcpStream, shared: &Shared) {
             shared.changed.notify_all();
             answer
         };
+        if status == 0 {
+            return; // push-server's handler panicked: no answer
+        }
         let close = header(&headers, "connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
         if !write_answer(&mut writer, status, &answer) || close {
             return;
@@ -342,270 +356,4 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.as_str())
-}
-
-/// push-server's failure body (`handlers::Response::new_failure`).
-fn failure(name: &str, message: &str) -> String {
-    json!({"status": "FAILURE", "errors": [{"name": name, "message": message}], "fields": []})
-        .to_string()
-}
-
-fn success() -> String {
-    json!({"status": "SUCCESS", "errors": null, "fields": null}).to_string()
-}
-
-/// axum's `Json` extractor's content-type test: `application/json` or `application/*+json`.
-fn is_json(headers: &[(String, String)]) -> bool {
-    let Some(ct) = header(headers, "content-type") else {
-        return false;
-    };
-    let mime = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
-}
-
-fn route(
-    shared: &Shared,
-    method: &str,
-    path: &str,
-    headers: &[(String, String)],
-    body: Vec<u8>,
-) -> (u16, String) {
-    let path = path.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET", "/health") => (200, String::new()),
-        ("POST", "/clients") => register(shared, headers, &body),
-        ("POST", p) if p.starts_with("/clients/") && p.len() > "/clients/".len() => {
-            let id = &p["/clients/".len()..];
-            if id.contains('/') {
-                return (404, String::new());
-            }
-            push(shared, id, headers, body)
-        }
-        _ => (404, String::new()),
-    }
-}
-
-fn register(shared: &Shared, headers: &[(String, String)], body: &[u8]) -> (u16, String) {
-    if header(headers, "authorization").is_some() {
-        return (
-            401,
-            failure("authentication", "not modelled by the stand-in"),
-        );
-    }
-    if !is_json(headers) {
-        return (
-            415,
-            "Expected request with `Content-Type: application/json`".into(),
-        );
-    }
-    let v: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => {
-            return (
-                400,
-                format!("Failed to parse the request body as JSON: {e}"),
-            )
-        }
-    };
-    let (Some(client_id), Some(kind), Some(token)) = (
-        v["client_id"].as_str(),
-        v["type"].as_str(),
-        v["token"].as_str(),
-    ) else {
-        return (
-            422,
-            "Failed to deserialize the JSON body into the target type".into(),
-        );
-    };
-    let always_raw = match &v["always_raw"] {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        _ => {
-            return (
-                422,
-                "Failed to deserialize the JSON body into the target type".into(),
-            )
-        }
-    };
-    let kind = kind.to_lowercase();
-    if !KNOWN_PROVIDERS.contains(&kind.as_str()) {
-        let m = format!("{kind} is an invalid push provider as it cannot be not found");
-        return (400, failure("provider", &m));
-    }
-    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-    if !st.providers.contains(&kind) {
-        let m = format!("{kind} is an invalid push provider as it has not been enabled");
-        return (400, failure("provider", &m));
-    }
-    if token.is_empty() {
-        return (400, failure("token", "the `token` field must not be empty"));
-    }
-    let id = client_id.trim_start_matches("did:key:").to_string();
-    let client = Client {
-        provider: kind,
-        token: token.to_string(),
-        always_raw,
-    };
-    // stores/client.rs: the same id is updated; a token known under another id moves to
-    // this id, and that id's notifications are forgotten.
-    if !st.clients.contains_key(&id) {
-        let old = st
-            .clients
-            .iter()
-            .find(|(_, c)| c.token == token)
-            .map(|(k, _)| k.clone());
-        if let Some(old) = old {
-            st.clients.remove(&old);
-            st.seen.retain(|(_, c)| *c != old);
-        }
-    }
-    st.clients.insert(id, client);
-    (200, success())
-}
-
-fn push(shared: &Shared, id: &str, headers: &[(String, String)], body: Vec<u8>) -> (u16, String) {
-    let key = shared
-        .state
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .relay_key
-        .clone();
-    let Some(key) = key else {
-        return (500, failure("ed25519", "RELAY_PUBLIC_KEY is not set"));
-    };
-    let text = String::from_utf8_lossy(&body).into_owned();
-    let sig = header(headers, "x-ed25519-signature");
-    let ts = header(headers, "x-ed25519-timestamp");
-    match (sig, ts) {
-        (Some(sig), Some(ts)) => match signature_is_valid(sig, ts, &text, &key) {
-            Ok(true) => {}
-            Ok(false) => return (401, failure("webhook_validation_failed", "invalid")),
-            Err(e) => return (500, failure("ed25519", e)),
-        },
-        _ => return (401, failure("webhook_validation_failed", "missing headers")),
-    }
-    if !is_json(headers) {
-        return (
-            500,
-            failure("from_request", "middleware T::from_request failed"),
-        );
-    }
-    let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-        return (
-            500,
-            failure("from_request", "middleware T::from_request failed"),
-        );
-    };
-    if !v.is_object() {
-        return (
-            500,
-            failure("from_request", "middleware T::from_request failed"),
-        );
-    }
-    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(client) = st.clients.get(id).cloned() else {
-        return (202, success()); // Error::ClientNotFound answers 202
-    };
-    let half = if client.always_raw {
-        match raw_half(&v) {
-            Some(h) => h,
-            None => {
-                let m = "the `missing topic, tag, or message field` field must not be empty";
-                return (400, failure("field", m));
-            }
-        }
-    } else {
-        match legacy_half(&v) {
-            Some(h) => h,
-            None => {
-                let m = "the `missing id or payload field` field must not be empty";
-                return (400, failure("field", m));
-            }
-        }
-    };
-    let message_id = match &half {
-        Half::Raw { message, .. } => sha256_hex(message.as_bytes()),
-        Half::Legacy { id, .. } => id.clone(),
-    };
-    let client_id = id.trim_start_matches("did:key:").to_string();
-    if !st.seen.insert((message_id.clone(), client_id.clone())) {
-        return (200, String::new()); // "notification has already been received"
-    }
-    st.pushes.push(Push {
-        client_id,
-        provider: client.provider,
-        token: client.token,
-        half,
-        message_id,
-        body,
-        headers: headers.to_vec(),
-    });
-    (202, String::new())
-}
-
-/// `RawPushMessage`, as serde's flattened `Option` reads it: all three fields, right types.
-fn raw_half(v: &Value) -> Option<Half> {
-    Some(Half::Raw {
-        topic: v["topic"].as_str()?.to_string(),
-        tag: u32::try_from(v["tag"].as_u64()?).ok()?,
-        message: v["message"].as_str()?.to_string(),
-    })
-}
-
-/// `LegacyPushMessage`: `id` and a `payload` of `{topic, flags, blob}`.
-fn legacy_half(v: &Value) -> Option<Half> {
-    let p = &v["payload"];
-    Some(Half::Legacy {
-        id: v["id"].as_str()?.to_string(),
-        topic: p["topic"].as_str()?.to_string(),
-        flags: u32::try_from(p["flags"].as_u64()?).ok()?,
-        blob: p["blob"].as_str()?.to_string(),
-    })
-}
-
-/// `validate_signature::signature_is_valid`: Ed25519 over `"{timestamp}.{len}.{body}"`, the
-/// signature in hex. `Err` where push-server fails with 500 (not hex, not 64 bytes).
-pub fn signature_is_valid(
-    signature: &str,
-    timestamp: &str,
-    body: &str,
-    public_key: &[u8],
-) -> Result<bool, &'static str> {
-    let signed = format!("{}.{}.{}", timestamp, body.len(), body);
-    let sig = unhex(signature).ok_or("signature is not hex")?;
-    if sig.len() != 64 {
-        return Err("signature is not 64 bytes");
-    }
-    let key = ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public_key);
-    Ok(key.verify(signed.as_bytes(), &sig).is_ok())
-}
-
-/// The signature headers' value as the relay must make it (for tests that sign requests).
-pub fn sign(key: &ring::signature::Ed25519KeyPair, timestamp: &str, body: &str) -> String {
-    let signed = format!("{}.{}.{}", timestamp, body.len(), body);
-    to_hex(key.sign(signed.as_bytes()).as_ref())
-}
-
-/// `relay_rpc::rpc::msg_id::get_message_id`: sha256 hex of the message.
-pub fn sha256_hex(b: &[u8]) -> String {
-    to_hex(ring::digest::digest(&ring::digest::SHA256, b).as_ref())
-}
-
-fn to_hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    // hex::decode: pairs of hex digits of either case, nothing else
-    let digits: Option<Vec<u8>> = s.chars().map(|c| c.to_digit(16).map(|d| d as u8)).collect();
-    let digits = digits?;
-    if digits.len() % 2 != 0 {
-        return None;
-    }
-    Some(digits.chunks(2).map(|p| p[0] << 4 | p[1]).collect())
 }

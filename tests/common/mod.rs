@@ -26,7 +26,11 @@
 //! - [`netns`]: network namespaces of a test's own (Redis in one, each node in another),
 //!   and a node's link to Redis cut and restored (the partition tests);
 //! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told;
-//! - [`jwt`]: Ed25519 JWTs as a WalletConnect client signs them (relay-auth, watch tokens).
+//! - [`jwt`]: Ed25519 JWTs as a WalletConnect client signs them (relay-auth, watch tokens);
+//! - [`push_server`]: a stand-in for `reown-com/push-server` (what it does with a relay's
+//!   signed push, read from its source), recording the pushes it accepts;
+//! - [`relay_id`]: the relay's own key (`GET /public-key`), its `did:key`, and the check of
+//!   a JWT it signed.
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
 //! flags and signals (or `/proc` for its memory). Two exceptions, each said in its module:
@@ -43,9 +47,11 @@ pub mod jwt;
 pub mod metrics;
 pub mod netns;
 pub mod node;
+pub mod push_server;
 pub mod raw_ws;
 pub mod redis;
 pub mod redis_topo;
+pub mod relay_id;
 pub mod rng;
 pub mod skip;
 pub mod tempdir;

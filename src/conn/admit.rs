@@ -18,11 +18,11 @@ pub(super) fn cost_of(op: &Op<'_>) -> Cost {
             bytes: message.len(),
             subscribes: 0,
         },
-        Op::Subscribe { .. } => Cost {
+        Op::Subscribe { .. } | Op::SubscribeBlocking { .. } | Op::CreateTopic { .. } => Cost {
             subscribes: 1,
             ..Cost::default()
         },
-        Op::BatchSubscribe { topics } => Cost {
+        Op::BatchSubscribe { topics } | Op::BatchSubscribeBlocking { topics } => Cost {
             subscribes: topics.len() as u32,
             ..Cost::default()
         },
@@ -40,7 +40,10 @@ pub(super) fn cost_of(op: &Op<'_>) -> Cost {
             bytes: response.len() + settlement.len(),
             subscribes: 1,
         },
-        Op::Unsubscribe { .. } | Op::BatchUnsubscribe { .. } | Op::Fetch { .. } => Cost::default(),
+        Op::Unsubscribe { .. }
+        | Op::BatchUnsubscribe { .. }
+        | Op::Fetch { .. }
+        | Op::BatchReceive { .. } => Cost::default(),
     }
 }
 

@@ -25,6 +25,10 @@ enum Kind {
     BatchFetch,
     Propose,
     Approve,
+    SubscribeBlocking,
+    BatchSubscribeBlocking,
+    CreateTopic,
+    BatchReceive,
 }
 
 /// The dialect and method of a method name; `None` for an unknown method.
@@ -39,6 +43,7 @@ fn method(name: &str) -> Option<(Dialect, Kind)> {
         return match name {
             "wc_proposeSession" => Some((Dialect::Irn, Kind::Propose)),
             "wc_approveSession" => Some((Dialect::Irn, Kind::Approve)),
+            "wc_createTopic" => Some((Dialect::Irn, Kind::CreateTopic)),
             _ => None,
         };
     };
@@ -50,6 +55,11 @@ fn method(name: &str) -> Option<(Dialect, Kind)> {
         "batchUnsubscribe" => Kind::BatchUnsubscribe,
         "fetchMessages" => Kind::Fetch,
         "batchFetchMessages" => Kind::BatchFetch,
+        // Methods of today's relay only: not under the beta prefix.
+        _ if dialect == Dialect::Waku => return None,
+        "subscribeBlocking" => Kind::SubscribeBlocking,
+        "batchSubscribeBlocking" => Kind::BatchSubscribeBlocking,
+        "batchReceive" => Kind::BatchReceive,
         _ => return None,
     };
     Some((dialect, kind))
@@ -121,6 +131,56 @@ fn string_param<'a>(
         Some(Loose::Str(s)) if !s.is_empty() && s.len() <= max => Ok(s),
         _ => Err(RpcError::param(name)),
     }
+}
+
+/// A subscription id param; absent (or null) is allowed when `optional` (an `irn_`
+/// unsubscribe that names its topic).
+fn sub_id<'a>(
+    v: Option<Loose<'a>>,
+    optional: bool,
+    name: &str,
+) -> Result<Option<Cow<'a, str>>, RpcError> {
+    match v {
+        None | Some(Loose::Null) if optional => Ok(None),
+        v => string_param(v, name, 1024).map(Some),
+    }
+}
+
+/// `irn_batchReceive`'s receipts, 1 to 500 (`wire::MAX_LIST`, relay_rpc's
+/// `MAX_RECEIVE_BATCH_SIZE`): an empty or longer list is -32600
+/// with the tag relay_client parses (`BatchEmpty`, `BatchLimitExceeded`).
+fn receipts<'a>(r: Rules, v: Option<List<'a>>) -> Result<Vec<(Cow<'a, str>, u64)>, RpcError> {
+    let items = match v {
+        Some(List::Items(items)) if items.is_empty() => {
+            let m = "Invalid payload: Batch is empty";
+            return Err(RpcError::tagged(code::INVALID_REQUEST, m, "BatchEmpty"));
+        }
+        Some(List::Items(items)) => items,
+        Some(List::TooLong) => {
+            let m = "Invalid payload: Batch size limit exceeded";
+            return Err(RpcError::tagged(
+                code::INVALID_REQUEST,
+                m,
+                "BatchLimitExceeded",
+            ));
+        }
+        _ => return Err(RpcError::param("receipts")),
+    };
+    items
+        .into_iter()
+        .map(|e| match e {
+            Elem::Sub { topic, id } => {
+                let topic = r.topic(topic, "receipts")?;
+                let id = match id {
+                    Some(Loose::U64(n)) => n,
+                    Some(Loose::Str(s)) => s.parse().map_err(|_| RpcError::param("receipts"))?,
+                    _ => return Err(RpcError::param("receipts")),
+                };
+                Ok((topic, id))
+            }
+            _ => Err(RpcError::param("receipts")),
+        })
+        .collect()
 }
 
 #[inline(always)]
@@ -205,11 +265,11 @@ impl<'a> Call<'a> {
                 attestation: attestation(p.attestation.take())?,
             },
             Kind::Unsubscribe => {
-                let id = string_param(p.id.take(), "id", 1024)?;
                 let topic = match p.topic.take() {
                     None | Some(Loose::Null) => None,
                     t => Some(r.topic(t, "topic")?),
                 };
+                let id = sub_id(p.id.take(), topic.is_some() && r.irn, "id")?;
                 Op::Unsubscribe { topic, id }
             }
             Kind::BatchSubscribe => Op::BatchSubscribe {
@@ -224,7 +284,7 @@ impl<'a> Call<'a> {
                     .map(|e| match e {
                         Elem::Sub { topic, id } => Ok((
                             r.topic(topic, "subscriptions")?,
-                            string_param(id, "subscriptions", 1024)?,
+                            sub_id(id, r.irn, "subscriptions")?,
                         )),
                         _ => Err(RpcError::param("subscriptions")),
                     })
@@ -238,6 +298,18 @@ impl<'a> Call<'a> {
             Kind::BatchFetch => Op::Fetch {
                 topics: r.topics(x().topics)?,
                 batch: true,
+            },
+            Kind::SubscribeBlocking => Op::SubscribeBlocking {
+                topic: r.topic(p.topic.take(), "topic")?,
+            },
+            Kind::BatchSubscribeBlocking => Op::BatchSubscribeBlocking {
+                topics: r.topics(x().topics)?,
+            },
+            Kind::CreateTopic => Op::CreateTopic {
+                topic: r.topic(p.topic.take(), "topic")?,
+            },
+            Kind::BatchReceive => Op::BatchReceive {
+                receipts: receipts(r, x().receipts)?,
             },
             Kind::Propose => {
                 let x = x();

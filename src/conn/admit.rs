@@ -64,6 +64,27 @@ pub(super) fn cost_of_v1(f: &V1Frame<'_>) -> Cost {
     }
 }
 
+/// [`admit`] for a `POST /rpc` request: its address's and its client's buckets (bound at
+/// the request, `Limiter::bind_client`), with fresh buckets of its own (an HTTP request
+/// is one request; what counts across requests is the address and the client id).
+pub(super) fn admit_http<S>(
+    conn: &mut Conn<S>,
+    cost: Cost,
+    ctx: &mut Ctx<'_>,
+) -> Result<(), RpcError> {
+    if cost.publishes == 0 && cost.subscribes == 0 {
+        return Ok(());
+    }
+    let mut own = ctx.limits.conn_buckets(ctx.now);
+    match ctx.limits.admit(&conn.limit, &mut own, cost, ctx.now) {
+        Ok(()) => Ok(()),
+        Err(l) => {
+            ctx.metrics().limited[l.kind as usize].inc();
+            Err(RpcError::rate_limited(l.retry_after_ms))
+        }
+    }
+}
+
 /// Takes a request's cost from the connection's, its address's and its client's buckets,
 /// or refuses it whole: -32000 `rate limited` with `retryAfterMs`.
 pub(super) fn admit<S>(conn: &mut Conn<S>, cost: Cost, ctx: &mut Ctx<'_>) -> Result<(), RpcError> {

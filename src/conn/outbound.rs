@@ -403,6 +403,14 @@ impl<S> Conn<S> {
         self.backlog.items.push_back(Queued::Text(parts));
     }
 
+    /// Queues an answer in the backlog without sending anything (a `POST /rpc` answer: the
+    /// caller writes it as an HTTP response, `Conn::take_ready_answer`).
+    pub fn hold_answer(&mut self, parts: Parts) {
+        let pending = parts.as_slice().iter().filter(|p| p.is_pending()).count();
+        self.backlog.pending += pending as u32;
+        self.backlog.items.push_back(Queued::Text(parts));
+    }
+
     /// Queues a text message known in full (sent at once when nothing waits before it).
     pub fn answer_text(&mut self, text: &[u8]) {
         if self.backlog.is_empty() {

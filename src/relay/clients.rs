@@ -62,6 +62,13 @@ impl Relay {
         self.m().receipts.add(receipts.len() as u64);
     }
 
+    /// Ends client id `client`'s own subscription to `topic` (the HTTP transport's
+    /// unsubscribes). Nothing yet.
+    // H4: removes the client-id subscription.
+    pub fn client_unsubscribe(&mut self, client: &str, topic: &str) {
+        let _ = (client, topic);
+    }
+
     /// A subscription of client id `client` (of project `project`) to `topic` that belongs
     /// to the client id, not to a socket (the HTTP transport's subscribes): its id, the one
     /// the client computes itself. Only the id for now.

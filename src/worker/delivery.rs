@@ -72,6 +72,7 @@ impl Conns<'_> {
     /// resumes its input if the answer was what held it.
     fn resolve(&mut self, r: ConnRef, answer: u64, f: impl FnOnce(&mut Conn) -> bool) {
         let max_pending = self.max_pending;
+        let (date, now, close_ms) = (self.date, self.now, self.close_ms);
         let Some(c) = self.live(r) else { return };
         if answer == 0 {
             return;
@@ -80,6 +81,8 @@ impl Conns<'_> {
         if !f(c) {
             return;
         }
+        // A `POST /rpc` answer complete now is written as its HTTP response.
+        conn::rpc_http::finish(c, date, now, close_ms);
         let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
         self.mark_dirty(r.key);
         if resume {

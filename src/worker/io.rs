@@ -269,7 +269,8 @@ impl Worker {
         let l = &self.shared.config.limits;
         match self.conns[key].phase {
             Phase::Ws(_) => l.max_message + 14,
-            _ => l.max_head + l.max_body,
+            // `POST /rpc` takes a body of up to `--max-message`.
+            _ => l.max_head + l.max_body.max(l.max_message),
         }
     }
 

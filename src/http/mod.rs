@@ -219,7 +219,7 @@ pub fn parse<'a>(
     let body_len = content_length.unwrap_or(0);
     // `POST /rpc` carries one JSON-RPC request: up to `--max-message`, as on a socket.
     let max_body = if path == "/rpc" {
-        limits.max_body.max(limits.max_message)
+        limits.max_message
     } else {
         limits.max_body
     };

@@ -411,4 +411,81 @@ mod tests {
         );
         assert_eq!(e(&long).code, -32602);
     }
+
+    #[test]
+    fn decodes_the_methods_of_today_s_relay() {
+        let t = "ab".repeat(32);
+        let call = |m: &str, p: &str| {
+            op(&format!(
+                r#"{{"id":1,"jsonrpc":"2.0","method":"{m}","params":{p}}}"#
+            ))
+        };
+        assert_eq!(
+            call("irn_unsubscribe", &format!(r#"{{"topic":"{t}"}}"#)),
+            Ok(Op::Unsubscribe {
+                topic: Some(t.clone().into()),
+                id: None
+            })
+        );
+        assert_eq!(
+            call(
+                "irn_batchUnsubscribe",
+                &format!(r#"{{"subscriptions":[{{"topic":"{t}"}}]}}"#)
+            ),
+            Ok(Op::BatchUnsubscribe {
+                subs: vec![(t.clone().into(), None)]
+            })
+        );
+        // An id alone is still required without a topic, and under the beta prefix.
+        assert_eq!(call("irn_unsubscribe", "{}").unwrap_err().code, -32602);
+        assert_eq!(
+            call("waku_unsubscribe", &format!(r#"{{"topic":"{t}"}}"#))
+                .unwrap_err()
+                .code,
+            -32602
+        );
+        assert_eq!(
+            call(
+                "iridium_subscribeBlocking",
+                &format!(r#"{{"topic":"{t}"}}"#)
+            ),
+            Ok(Op::SubscribeBlocking {
+                topic: t.clone().into()
+            })
+        );
+        assert_eq!(
+            call(
+                "irn_batchSubscribeBlocking",
+                &format!(r#"{{"topics":["{t}"]}}"#)
+            ),
+            Ok(Op::BatchSubscribeBlocking {
+                topics: vec![t.clone().into()]
+            })
+        );
+        assert_eq!(
+            call("wc_createTopic", &format!(r#"{{"topic":"{t}"}}"#)),
+            Ok(Op::CreateTopic {
+                topic: t.clone().into()
+            })
+        );
+        assert_eq!(
+            call(
+                "irn_batchReceive",
+                &format!(
+                    r#"{{"receipts":[{{"topic":"{t}","message_id":5}},{{"messageId":"6","topic":"{t}"}}]}}"#
+                )
+            ),
+            Ok(Op::BatchReceive {
+                receipts: vec![(t.clone().into(), 5), (t.clone().into(), 6)]
+            })
+        );
+        let e = call("irn_batchReceive", r#"{"receipts":[]}"#).unwrap_err();
+        assert_eq!(
+            (e.code, e.data),
+            (-32600, Some(crate::rpc::ErrorData::Tag("BatchEmpty")))
+        );
+        for m in ["waku_subscribeBlocking", "waku_batchReceive", "wc_nothing"] {
+            assert_eq!(call(m, "{}").unwrap_err().code, -32601, "{m}");
+        }
+    }
 }

@@ -11,7 +11,7 @@ use common::http::{HttpConn, Resp};
 use common::jwt::{now_s, Client};
 use common::raw_ws::{rpc_request, RawWs};
 use common::v1::client_frame;
-use common::{topic, Server};
+use common::{topic, Server, TempDir};
 use serde_json::{json, Value};
 
 /// A `POST /rpc` request (HTTP/1.1, keep-alive) with the query `query`, extra header lines
@@ -173,7 +173,18 @@ fn refusals_401_403_400_and_413() {
 
 #[test]
 fn two_requests_on_one_keep_alive_connection_also_pipelined() {
-    common::each_server(&[], |s| {
+    for threads in common::THREADS {
+        // In memory, and durable (each publish answered once its record is written).
+        let dir = TempDir::new("http-rpc");
+        let args = ["--threads", threads, "--data-dir", dir.arg()];
+        for s in [Server::start(&args[..2]), Server::start(&args)] {
+            keep_alive(&s);
+        }
+    }
+}
+
+fn keep_alive(s: &Server) {
+    {
         let client = Client::new();
         let q = format!("projectId=p1&auth={}", http_token(&client));
         let t = topic();
@@ -232,7 +243,7 @@ fn two_requests_on_one_keep_alive_connection_also_pipelined() {
             .collect();
         assert_eq!(got, ["a", "b", "c"]);
         c.expect_open_and_silent(100);
-    });
+    }
 }
 
 #[test]

@@ -119,7 +119,7 @@ fn fixed_answer(route: Route, ctx: &Ctx<'_>) -> Response {
             .with_header("Access-Control-Allow-Methods", allow)
             .with_header(
                 "Access-Control-Allow-Headers",
-                "Content-Type, If-None-Match",
+                "Content-Type, If-None-Match, Authorization",
             )
             .with_header("Access-Control-Max-Age", "86400"),
         Route::MethodNotAllowed(allow) => {

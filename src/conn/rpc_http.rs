@@ -100,8 +100,9 @@ fn refusal(id: &Id<'_>, code: i32, message: &str) -> Response {
 }
 
 /// Writes a waiting `POST /rpc` answer as its HTTP response once it is complete; returns
-/// whether it did (the connection then reads its next request, or closes when asked to).
-pub fn finish<S>(conn: &mut Conn<S>, date: &[u8], now: u64, close_ms: u64) -> bool {
+/// whether it did (the connection then reads its next request, idle for at most `idle_ms`,
+/// or closes when asked to).
+pub fn finish<S>(conn: &mut Conn<S>, date: &[u8], now: u64, close_ms: u64, idle_ms: u64) -> bool {
     let Phase::Http(HttpWait::Rpc { close }) = conn.phase else {
         return false;
     };
@@ -115,6 +116,7 @@ pub fn finish<S>(conn: &mut Conn<S>, date: &[u8], now: u64, close_ms: u64) -> bo
         conn.begin_close(now, close_ms);
     } else {
         conn.phase = Phase::Http(HttpWait::Nothing);
+        conn.deadline = now + idle_ms;
     }
     true
 }

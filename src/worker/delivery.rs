@@ -33,6 +33,8 @@ struct Conns<'a> {
     date: &'a [u8],
     now: u64,
     close_ms: u64,
+    /// `--keepalive-timeout` (ms): an HTTP connection's idle time after an answer.
+    idle_ms: u64,
     fill_mark: usize,
     max_outbound: usize,
     max_pending: usize,
@@ -72,7 +74,7 @@ impl Conns<'_> {
     /// resumes its input if the answer was what held it.
     fn resolve(&mut self, r: ConnRef, answer: u64, f: impl FnOnce(&mut Conn) -> bool) {
         let max_pending = self.max_pending;
-        let (date, now, close_ms) = (self.date, self.now, self.close_ms);
+        let (date, now, close_ms, idle_ms) = (self.date, self.now, self.close_ms, self.idle_ms);
         let Some(c) = self.live(r) else { return };
         if answer == 0 {
             return;
@@ -82,7 +84,7 @@ impl Conns<'_> {
             return;
         }
         // A `POST /rpc` answer complete now is written as its HTTP response.
-        conn::rpc_http::finish(c, date, now, close_ms);
+        conn::rpc_http::finish(c, date, now, close_ms, idle_ms);
         let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
         self.mark_dirty(r.key);
         if resume {
@@ -276,6 +278,7 @@ impl Worker {
             date: self.date.as_bytes(),
             now: self.now,
             close_ms: self.close_ms,
+            idle_ms: limits.keepalive_timeout().as_millis() as u64,
             fill_mark: self.fill_mark,
             max_outbound: limits.max_outbound,
             max_pending: limits.max_pending_answers,

@@ -252,7 +252,17 @@ fn every_irn_and_wc_method_answers_over_http() {
     let client = Client::new();
     let (t1, t2, t3) = (topic(), topic(), topic());
     let r = call(&s, &client, "irn_subscribe", json!({ "topic": t1 }));
-    assert_eq!(r["result"].as_str().map(str::len), Some(64), "{r}");
+    // The id the client computes itself: sha256(topic ‖ client id), hex.
+    let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+    d.update(t1.as_bytes());
+    d.update(client.id().as_bytes());
+    let want: String = d
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(r["result"], want.as_str(), "{r}");
     let r = call(&s, &client, "irn_subscribeBlocking", json!({ "topic": t1 }));
     assert_eq!(r["result"].as_str().map(str::len), Some(64), "{r}");
     let r = call(

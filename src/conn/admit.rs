@@ -102,3 +102,30 @@ pub(super) fn admit<S>(conn: &mut Conn<S>, cost: Cost, ctx: &mut Ctx<'_>) -> Res
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_methods_cost_what_their_nearest_method_costs() {
+        let t = || std::borrow::Cow::Borrowed("t");
+        let one = cost_of(&Op::Subscribe { topic: t() });
+        assert_eq!(one.subscribes, 1);
+        for op in [
+            Op::SubscribeBlocking { topic: t() },
+            Op::CreateTopic { topic: t() },
+        ] {
+            let c = cost_of(&op);
+            assert_eq!((c.subscribes, c.publishes, c.bytes), (1, 0, 0));
+        }
+        let c = cost_of(&Op::BatchSubscribeBlocking {
+            topics: vec![t(), t(), t()],
+        });
+        assert_eq!((c.subscribes, c.publishes), (3, 0));
+        let c = cost_of(&Op::BatchReceive {
+            receipts: vec![(t(), 1)],
+        });
+        assert_eq!((c.subscribes, c.publishes, c.bytes), (0, 0, 0));
+    }
+}

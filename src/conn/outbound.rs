@@ -62,8 +62,9 @@ pub enum Outcome {
     Failed(RelayError),
     /// A fetch's messages.
     Fetch(Fetched),
-    /// A blocking subscribe's id, answered once its subscription is in place.
-    Subscribed(SubId),
+    /// A blocking subscribe's id, answered once its subscription is in place (boxed: the
+    /// 64 bytes would grow every queued item, publishes' answers included).
+    Subscribed(Box<SubId>),
     /// A blocking batch subscribe's answers, one per topic in order: `{"id":..}` or
     /// `{"error":{..}}` (relay-api.md (b)).
     SubscribedEach(Vec<Result<SubId, RpcError>>),

@@ -325,7 +325,10 @@ fn execute<S>(
         Op::SubscribeBlocking { topic } => {
             let (id, slot) = subscribe_at(conn, &topic, dialect, ctx)?;
             ctx.relay.when_in_place(ctx.conn_ref(conn), answer, slot);
-            Ok(Outcome::Pending(1, outbound::Outcome::Subscribed(id)))
+            Ok(Outcome::Pending(
+                1,
+                outbound::Outcome::Subscribed(Box::new(id)),
+            ))
         }
         Op::BatchSubscribeBlocking { topics } => {
             let mut each = Vec::with_capacity(topics.len());

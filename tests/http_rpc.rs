@@ -12,6 +12,8 @@ use common::jwt::{now_s, Client};
 use common::raw_ws::{rpc_request, RawWs};
 use common::v1::client_frame;
 use common::{topic, Server, TempDir};
+use std::io::Write as _;
+
 use serde_json::{json, Value};
 
 /// A `POST /rpc` request (HTTP/1.1, keep-alive) with the query `query`, extra header lines
@@ -346,4 +348,45 @@ fn http_requests_count_against_the_client_s_limits() {
         "{r}"
     );
     assert_eq!(s.series("walletrelay_limited_total{kind=\"publish\"}"), 1.0);
+}
+
+#[test]
+fn a_client_that_half_closes_still_gets_its_http_answer() {
+    common::each_server(&[], |s| {
+        let client = Client::new();
+        let q = format!("projectId=p1&auth={}", http_token(&client));
+        let t = topic();
+        // A fetch's answer always waits for its read.
+        let body = rpc_request(1, "irn_fetchMessages", json!({ "topic": t }));
+        let mut c = HttpConn::open(s);
+        c.send(post(&q, "", &body).as_bytes());
+        c.s.shutdown(std::net::Shutdown::Write).unwrap();
+        let r = c.response(false);
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.json()["result"]["messages"], json!([]), "{r:?}");
+        c.expect_closed();
+    });
+}
+
+#[test]
+fn over_tls_a_request_followed_by_close_notify_still_gets_its_answer() {
+    let setup = common::tls::TlsSetup::new();
+    let server = setup.start(&["--threads", "1"]);
+    let client = Client::new();
+    let q = format!("projectId=p1&auth={}", http_token(&client));
+    let body = rpc_request(1, "irn_fetchMessages", json!({ "topic": topic() }));
+    let mut s = server.tls(&setup.client());
+    // The request and the close_notify in one flight: the server reads both at once.
+    s.conn
+        .writer()
+        .write_all(post(&q, "", &body).as_bytes())
+        .unwrap();
+    s.conn.send_close_notify();
+    while s.conn.wants_write() {
+        s.conn.write_tls(&mut s.sock).unwrap();
+    }
+    let mut c = HttpConn::new(s);
+    let r = c.response(false);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["result"]["messages"], json!([]), "{r:?}");
 }

@@ -83,9 +83,11 @@ impl Conns<'_> {
         if !f(c) {
             return;
         }
-        // A `POST /rpc` answer complete now is written as its HTTP response.
-        conn::rpc_http::finish(c, date, now, close_ms, idle_ms);
-        let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
+        // A `POST /rpc` answer complete now is written as its HTTP response; the socket is
+        // read again (as after a `POST /subscribe` answer): what it sent meanwhile, its
+        // hang-up included, was left unread while the answer waited.
+        let http = conn::rpc_http::finish(c, date, now, close_ms, idle_ms);
+        let resume = http || (was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty());
         self.mark_dirty(r.key);
         if resume {
             self.resume(r);

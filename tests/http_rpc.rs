@@ -390,3 +390,28 @@ fn over_tls_a_request_followed_by_close_notify_still_gets_its_answer() {
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["result"]["messages"], json!([]), "{r:?}");
 }
+
+#[test]
+fn on_a_redis_cluster_a_publish_over_http_reaches_a_subscriber_on_another_node() {
+    let r = common::redis::RedisServer::start();
+    let nodes = common::cluster::nodes(2, &[&r], &[]);
+    let t = topic();
+    let mut sub = RawWs::open(&nodes[0]);
+    let ask = rpc_request(1, "irn_subscribeBlocking", json!({ "topic": t }));
+    sub.send_text(&ask);
+    assert!(sub.recv_json()["result"].is_string());
+    let client = Client::new();
+    let q = format!("projectId=p1&auth={}", http_token(&client));
+    let body = rpc_request(2, "irn_publish", publish_params(&t, "across"));
+    let r = rpc(&nodes[1], &q, "", &body);
+    assert_eq!(r.body_str(), r#"{"id":2,"jsonrpc":"2.0","result":true}"#);
+    let push = sub.recv_json();
+    assert_eq!(push["params"]["data"]["message"], "across", "{push}");
+    let f = call(
+        &nodes[0],
+        &Client::new(),
+        "irn_fetchMessages",
+        json!({ "topic": t }),
+    );
+    assert_eq!(f["result"]["messages"][0]["message"], "across", "{f}");
+}

@@ -164,7 +164,8 @@ fn run_item<S>(
 }
 
 /// Appends the answer to request `id` (the connection's answer number `answer`) for what
-/// its execution gave.
+/// its execution gave. Inlined: it was the body of `run_item`, on every publish's way.
+#[inline(always)]
 pub(super) fn write_outcome(
     a: &mut Answer<'_>,
     id: &Id<'_>,

@@ -33,6 +33,8 @@ struct Conns<'a> {
     date: &'a [u8],
     now: u64,
     close_ms: u64,
+    /// `--keepalive-timeout` (ms): an HTTP connection's idle time after an answer.
+    idle_ms: u64,
     fill_mark: usize,
     max_outbound: usize,
     max_pending: usize,
@@ -72,6 +74,7 @@ impl Conns<'_> {
     /// resumes its input if the answer was what held it.
     fn resolve(&mut self, r: ConnRef, answer: u64, f: impl FnOnce(&mut Conn) -> bool) {
         let max_pending = self.max_pending;
+        let (date, now, close_ms, idle_ms) = (self.date, self.now, self.close_ms, self.idle_ms);
         let Some(c) = self.live(r) else { return };
         if answer == 0 {
             return;
@@ -80,7 +83,11 @@ impl Conns<'_> {
         if !f(c) {
             return;
         }
-        let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
+        // A `POST /rpc` answer complete now is written as its HTTP response; the socket is
+        // read again (as after a `POST /subscribe` answer): what it sent meanwhile, its
+        // hang-up included, was left unread while the answer waited.
+        let http = conn::rpc_http::finish(c, date, now, close_ms, idle_ms);
+        let resume = http || (was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty());
         self.mark_dirty(r.key);
         if resume {
             self.resume(r);
@@ -273,6 +280,7 @@ impl Worker {
             date: self.date.as_bytes(),
             now: self.now,
             close_ms: self.close_ms,
+            idle_ms: limits.keepalive_timeout().as_millis() as u64,
             fill_mark: self.fill_mark,
             max_outbound: limits.max_outbound,
             max_pending: limits.max_pending_answers,

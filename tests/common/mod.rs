@@ -12,6 +12,7 @@
 //! - [`v1`]: WalletConnect 1.0 bridge frames over a [`RawWs`];
 //! - [`http`]: HTTP/1.1 requests and a strict answer reader;
 //! - [`gzip`]: the one gzip decoder of the tests (the registry's unit tests include it too);
+//! - [`jwt`]: relay-auth JWTs signed by a client key of the test's;
 //! - [`metrics`]: `/metrics` scraping;
 //! - [`checks`]: "the server still serves" assertions;
 //! - [`rng::Rng`]: a seeded RNG for reproducible "random" input;

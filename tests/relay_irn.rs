@@ -10,14 +10,13 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use base64::Engine as _;
 use common::durability::Node;
+use common::jwt::Client;
 use common::raw_ws::{upgrade_request, RFC_KEY};
 use common::wait::wait_until;
 use common::ws::Ws;
 use common::TempDir;
 use common::{topic, Server};
-use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde_json::{json, Value};
 
 fn now_ms() -> u64 {
@@ -40,41 +39,6 @@ fn push_of(ws: &mut Ws) -> Value {
     let m = ws.recv();
     assert!(m["method"].as_str().is_some(), "not a push: {m}");
     m
-}
-
-/// A relay-auth JWT as `@walletconnect/relay-auth` makes it (header, claims, Ed25519).
-struct Client {
-    key: Ed25519KeyPair,
-}
-
-impl Client {
-    fn new() -> Client {
-        let rng = ring::rand::SystemRandom::new();
-        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
-        Client {
-            key: Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap(),
-        }
-    }
-
-    fn id(&self) -> String {
-        let pk: [u8; 32] = self.key.public_key().as_ref().try_into().unwrap();
-        walletrelay::auth::issuer_of(&pk)
-    }
-
-    fn token(&self, iat: u64, exp: u64) -> String {
-        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
-        let header = b64(br#"{"alg":"EdDSA","typ":"JWT"}"#);
-        let claims = json!({"iss": self.id(), "sub": "ab".repeat(32), "aud": "ws://relay", "iat": iat, "exp": exp});
-        let payload = b64(claims.to_string().as_bytes());
-        let signed = format!("{header}.{payload}");
-        let sig = b64(self.key.sign(signed.as_bytes()).as_ref());
-        format!("{signed}.{sig}")
-    }
-
-    fn fresh_token(&self) -> String {
-        let now = now_ms() / 1000;
-        self.token(now, now + 86400)
-    }
 }
 
 fn ws_at(server: &Server, query: &str) -> Ws {

@@ -79,11 +79,18 @@ fn strings<'o>(op: &'o rpc::Op<'_>) -> Vec<&'o str> {
             .into_iter()
             .flatten()
             .collect(),
-        Op::Unsubscribe { topic, id } => [topic.as_deref(), Some(&**id)]
+        Op::Unsubscribe { topic, id } => [topic.as_deref(), id.as_deref()]
             .into_iter()
             .flatten()
             .collect(),
-        Op::BatchUnsubscribe { subs } => subs.iter().flat_map(|(t, i)| [&**t, &**i]).collect(),
+        Op::BatchUnsubscribe { subs } => subs
+            .iter()
+            .flat_map(|(t, i)| [Some(&**t), i.as_deref()])
+            .flatten()
+            .collect(),
+        Op::SubscribeBlocking { topic } | Op::CreateTopic { topic } => vec![topic],
+        Op::BatchSubscribeBlocking { topics } => topics.iter().map(|t| &**t).collect(),
+        Op::BatchReceive { receipts } => receipts.iter().map(|(t, _)| &**t).collect(),
         Op::ProposeSession {
             pairing_topic,
             proposal,

@@ -224,6 +224,43 @@ fn a_failing_data_directory_answers_storage_error() {
     assert_eq!(r["error"]["data"], "StorageError", "{r}");
 }
 
+/// `irn_watchRegister` of `c`'s watch `i` over `POST /rpc` (relay-auth token of a
+/// service's own key in the query); the JSON-RPC answer.
+fn register_over_http(s: &Server, c: &Signer, i: usize) -> serde_json::Value {
+    let service = Signer::random();
+    let auth = service.token_for("http://relay", now(), None);
+    let body = json!({"id": 1, "jsonrpc": "2.0", "method": "irn_watchRegister",
+        "params": {"registerAuth": c.sign(&register_claims(c, i, json!({})))}})
+    .to_string();
+    let raw = format!(
+        "POST /rpc?projectId=p1&auth={auth} HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = s.request(&raw);
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+#[test]
+fn over_http_the_answer_waits_for_the_disk_too() {
+    let dir = TempDir::new("watch-http");
+    let node = Node::start(&dir, &["--threads", "2"]);
+    let c = Signer::random();
+    for i in 0..2 {
+        let r = register_over_http(&node, &c, i);
+        assert!(r["result"]["relayId"].is_string(), "{r}");
+    }
+    node.kill9();
+    let node = Node::start(&dir, &["--threads", "2"]);
+    assert_eq!(watches(&node), 2.0);
+    let file = dir.path().join("watches.jsonl");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir_all(file.join("x")).unwrap();
+    let r = register_over_http(&node, &c, 2);
+    assert_eq!(r["error"]["data"], "StorageError", "{r}");
+}
+
 #[test]
 fn a_damaged_key_file_stops_the_start() {
     let dir = TempDir::new("watch-badkey");

@@ -24,6 +24,10 @@ pub enum Verdict {
 pub struct Gate {
     cache: TokenCache,
     cfg: AuthConfig,
+    /// `POST /rpc`'s tokens: a cache of their own (a token without `exp` verified here
+    /// must not pass at the upgrade), `exp` optional, the audiences' http(s) origins too.
+    http_cache: TokenCache,
+    http_cfg: AuthConfig,
     /// `--require-auth`.
     require: bool,
     /// `--project-ids`, as last loaded.
@@ -33,8 +37,15 @@ pub struct Gate {
 impl Gate {
     /// A worker's door: `audiences` from `--auth-audience`, `require` from `--require-auth`.
     pub fn new(audiences: Vec<String>, require: bool, projects: Option<Arc<ProjectIds>>) -> Gate {
+        let http_cfg = AuthConfig {
+            audiences: http_audiences(&audiences),
+            allow_no_exp: true,
+            ..AuthConfig::default()
+        };
         Gate {
             cache: TokenCache::default(),
+            http_cache: TokenCache::new(DEFAULT_HTTP_CACHE),
+            http_cfg,
             cfg: AuthConfig {
                 audiences,
                 ..AuthConfig::default()
@@ -47,6 +58,25 @@ impl Gate {
     /// Takes a reloaded project allow-list (`None`: any project).
     pub fn set_projects(&mut self, projects: Option<Arc<ProjectIds>>) {
         self.projects = projects;
+    }
+
+    /// Decides a `POST /rpc` request whose query and `Authorization` header are `up`, at
+    /// `now_s`: a token is required (its client id owns what the request does), then the
+    /// project, as for an upgrade.
+    pub fn check_http(&mut self, up: &UpgradeAuth<'_>, now_s: u64) -> Verdict {
+        let client = match up.token.as_deref() {
+            Some(token) => match self.http_cache.check(token, now_s, &self.http_cfg) {
+                Ok(id) => id,
+                Err(e) => return Verdict::Refused(401, e.reason()),
+            },
+            None => return Verdict::Refused(401, "missing auth token"),
+        };
+        if let Some(p) = &self.projects {
+            if !p.allows(up.project_id.as_deref()) {
+                return Verdict::Refused(403, "project not allowed");
+            }
+        }
+        Verdict::Open(Some(client))
     }
 
     /// Decides an upgrade whose query and `Authorization` header are `up`, at `now_s`
@@ -70,6 +100,29 @@ impl Gate {
     }
 }
 
+/// Tokens of `POST /rpc` callers a worker remembers (they are few: services).
+const DEFAULT_HTTP_CACHE: usize = 256;
+
+/// The audiences an HTTP token may name: each configured one, and for a `ws(s)://` URL also
+/// its `http(s)://` origin (what `relay_client`'s HTTP client puts in `aud`), for an
+/// `http(s)://` URL also its origin.
+pub fn http_audiences(audiences: &[String]) -> Vec<String> {
+    let mut out = audiences.to_vec();
+    for a in audiences {
+        let (scheme, rest) = match a.split_once("://") {
+            Some(("wss", r)) | Some(("https", r)) => ("https", r),
+            Some(("ws", r)) | Some(("http", r)) => ("http", r),
+            _ => continue,
+        };
+        let host = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let origin = format!("{scheme}://{host}");
+        if !out.contains(&origin) {
+            out.push(origin);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod gate_tests {
     use super::*;
@@ -80,6 +133,33 @@ mod gate_tests {
             project_id: project.map(|p| p.to_string().into()),
             use_on_close_event: false,
         }
+    }
+
+    #[test]
+    fn http_audiences_add_origins() {
+        let a = |v: &[&str]| http_audiences(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            a(&["wss://relay.example.com/ws?x=1"]),
+            [
+                "wss://relay.example.com/ws?x=1",
+                "https://relay.example.com"
+            ]
+        );
+        assert_eq!(
+            a(&["ws://127.0.0.1:80"]),
+            ["ws://127.0.0.1:80", "http://127.0.0.1:80"]
+        );
+        assert_eq!(a(&["https://r.example"]), ["https://r.example"]);
+        assert_eq!(a(&["relay"]), ["relay"]);
+    }
+
+    #[test]
+    fn http_needs_a_token() {
+        let mut open = Gate::new(Vec::new(), false, None);
+        assert_eq!(
+            open.check_http(&up(None, None), 0),
+            Verdict::Refused(401, "missing auth token")
+        );
     }
 
     #[test]

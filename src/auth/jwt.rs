@@ -116,7 +116,9 @@ struct Payload<'a> {
     #[serde(borrow)]
     aud: Cow<'a, str>,
     iat: u64,
-    exp: u64,
+    /// Required unless the config allows tokens without it (`AuthConfig::allow_no_exp`).
+    #[serde(default)]
+    exp: Option<u64>,
 }
 
 /// A verified token with the claims the cache re-checks on a hit.
@@ -170,11 +172,16 @@ pub(super) fn verify_full(
         .verify(signed, &sig)
         .map_err(|_| AuthError::Signature)?;
 
-    check_claims(payload.iat, payload.exp, &payload.aud, now_unix_s, cfg)?;
+    let exp = match payload.exp {
+        Some(exp) => exp,
+        None if cfg.allow_no_exp => u64::MAX,
+        None => return Err(AuthError::Claims),
+    };
+    check_claims(payload.iat, exp, &payload.aud, now_unix_s, cfg)?;
     Ok(Verified {
         claims: Claims {
             client_id: Arc::from(&*payload.iss),
-            exp: payload.exp,
+            exp,
         },
         key,
         iat: payload.iat,

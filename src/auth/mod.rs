@@ -16,7 +16,7 @@ pub(crate) mod test_signer;
 mod tests;
 
 pub use cache::{TokenCache, DEFAULT_CAPACITY};
-pub use gate::{Gate, Verdict};
+pub use gate::{http_audiences, Gate, Verdict};
 pub(crate) use jwt::verify_signature;
 pub use jwt::{issuer_of, verify, AuthError, Claims, MAX_TOKEN_LEN};
 pub use project::ProjectIds;
@@ -45,6 +45,9 @@ pub struct AuthConfig {
     pub audiences: Vec<String>,
     /// Seconds of clock leeway on `iat` and `exp`.
     pub leeway_s: u64,
+    /// A token without `exp` is accepted and never expires (the HTTP transport's tokens:
+    /// DECISIONS 13); otherwise `exp` is required.
+    pub allow_no_exp: bool,
 }
 
 impl Default for AuthConfig {
@@ -52,6 +55,7 @@ impl Default for AuthConfig {
         AuthConfig {
             audiences: Vec::new(),
             leeway_s: DEFAULT_LEEWAY_S,
+            allow_no_exp: false,
         }
     }
 }

@@ -18,11 +18,11 @@ pub(super) fn cost_of(op: &Op<'_>) -> Cost {
             bytes: message.len(),
             subscribes: 0,
         },
-        Op::Subscribe { .. } => Cost {
+        Op::Subscribe { .. } | Op::SubscribeBlocking { .. } | Op::CreateTopic { .. } => Cost {
             subscribes: 1,
             ..Cost::default()
         },
-        Op::BatchSubscribe { topics } => Cost {
+        Op::BatchSubscribe { topics } | Op::BatchSubscribeBlocking { topics } => Cost {
             subscribes: topics.len() as u32,
             ..Cost::default()
         },
@@ -40,8 +40,12 @@ pub(super) fn cost_of(op: &Op<'_>) -> Cost {
             bytes: response.len() + settlement.len(),
             subscribes: 1,
         },
-        Op::Unsubscribe { .. } | Op::BatchUnsubscribe { .. } | Op::Fetch { .. } => Cost::default(),
-        Op::WatchRegister { .. } | Op::WatchUnregister { .. } => Cost::default(),
+        Op::Unsubscribe { .. }
+        | Op::BatchUnsubscribe { .. }
+        | Op::Fetch { .. }
+        | Op::BatchReceive { .. }
+        | Op::WatchRegister { .. }
+        | Op::WatchUnregister { .. } => Cost::default(),
     }
 }
 
@@ -62,6 +66,27 @@ pub(super) fn cost_of_v1(f: &V1Frame<'_>) -> Cost {
     }
 }
 
+/// [`admit`] for a `POST /rpc` request: its address's and its client's buckets (bound at
+/// the request, `Limiter::bind_client`), with fresh buckets of its own (an HTTP request
+/// is one request; what counts across requests is the address and the client id).
+pub(super) fn admit_http<S>(
+    conn: &mut Conn<S>,
+    cost: Cost,
+    ctx: &mut Ctx<'_>,
+) -> Result<(), RpcError> {
+    if cost.publishes == 0 && cost.subscribes == 0 {
+        return Ok(());
+    }
+    let mut own = ctx.limits.conn_buckets(ctx.now);
+    match ctx.limits.admit(&conn.limit, &mut own, cost, ctx.now) {
+        Ok(()) => Ok(()),
+        Err(l) => {
+            ctx.metrics().limited[l.kind as usize].inc();
+            Err(RpcError::rate_limited(l.retry_after_ms))
+        }
+    }
+}
+
 /// Takes a request's cost from the connection's, its address's and its client's buckets,
 /// or refuses it whole: -32000 `rate limited` with `retryAfterMs`.
 pub(super) fn admit<S>(conn: &mut Conn<S>, cost: Cost, ctx: &mut Ctx<'_>) -> Result<(), RpcError> {
@@ -77,5 +102,32 @@ pub(super) fn admit<S>(conn: &mut Conn<S>, cost: Cost, ctx: &mut Ctx<'_>) -> Res
             ctx.metrics().limited[l.kind as usize].inc();
             Err(RpcError::rate_limited(l.retry_after_ms))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_methods_cost_what_their_nearest_method_costs() {
+        let t = || std::borrow::Cow::Borrowed("t");
+        let one = cost_of(&Op::Subscribe { topic: t() });
+        assert_eq!(one.subscribes, 1);
+        for op in [
+            Op::SubscribeBlocking { topic: t() },
+            Op::CreateTopic { topic: t() },
+        ] {
+            let c = cost_of(&op);
+            assert_eq!((c.subscribes, c.publishes, c.bytes), (1, 0, 0));
+        }
+        let c = cost_of(&Op::BatchSubscribeBlocking {
+            topics: vec![t(), t(), t()],
+        });
+        assert_eq!((c.subscribes, c.publishes), (3, 0));
+        let c = cost_of(&Op::BatchReceive {
+            receipts: vec![(t(), 1)],
+        });
+        assert_eq!((c.subscribes, c.publishes, c.bytes), (0, 0, 0));
     }
 }

@@ -58,6 +58,13 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
                 return n;
             }
         },
+        Route::Rpc => match super::rpc_http::request(conn, &req, ctx) {
+            Some(resp) => resp,
+            None => {
+                // The answer waits for the relay; later requests wait for it.
+                return n;
+            }
+        },
         Route::Relay | Route::Echo => {
             return if upgrade::upgrade(conn, &req, route == Route::Echo, ctx) {
                 n
@@ -117,15 +124,18 @@ fn fixed_answer(route: Route, ctx: &Ctx<'_>) -> Response {
             .with_header("Access-Control-Allow-Methods", allow)
             .with_header(
                 "Access-Control-Allow-Headers",
-                "Content-Type, If-None-Match",
+                "Content-Type, If-None-Match, Authorization",
             )
             .with_header("Access-Control-Max-Age", "86400"),
         Route::MethodNotAllowed(allow) => {
             Response::json_error(405, "method not allowed").with_header("Allow", allow)
         }
-        Route::NotFound | Route::Registry | Route::Subscribe | Route::Relay | Route::Echo => {
-            Response::json_error(404, "not found")
-        }
+        Route::NotFound
+        | Route::Registry
+        | Route::Subscribe
+        | Route::Rpc
+        | Route::Relay
+        | Route::Echo => Response::json_error(404, "not found"),
     }
 }
 

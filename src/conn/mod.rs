@@ -18,6 +18,7 @@ pub mod bridge;
 pub mod fetch;
 pub mod http;
 pub mod outbound;
+pub mod rpc_http;
 pub mod upgrade;
 pub mod waku;
 pub mod websocket;
@@ -100,6 +101,12 @@ pub enum HttpWait {
     },
     /// Its output to drain below `--max-outbound` (pipelining backpressure).
     Output,
+    /// The answer to its `POST /rpc`, waiting in its backlog for the relay (`rpc_http`).
+    /// `close`: the request asked to close after the answer.
+    Rpc {
+        /// Close once answered.
+        close: bool,
+    },
 }
 
 /// How far a closing connection is.

@@ -66,7 +66,13 @@ pub enum Outcome {
     /// (a watch registration's `{"relayId":..}` once it is durable).
     Json(Vec<u8>),
     /// An error answer (a watch change that could not be made durable).
-    Error(RpcError),
+    Error(Box<RpcError>),
+    /// A blocking subscribe's id, answered once its subscription is in place (boxed: the
+    /// 64 bytes would grow every queued item, publishes' answers included).
+    Subscribed(Box<SubId>),
+    /// A blocking batch subscribe's answers, one per topic in order: `{"id":..}` or
+    /// `{"error":{..}}` (relay-api.md (b)).
+    SubscribedEach(Vec<Result<SubId, RpcError>>),
 }
 
 /// A fetch answer being gathered: `{"messages":[items],"hasMore":more}`.
@@ -167,6 +173,14 @@ impl Parts {
                     }
                     Outcome::Json(r) => rpc::write_result(out, id, r),
                     Outcome::Error(e) => rpc::write_error(out, id, e),
+                    Outcome::Subscribed(sub) => {
+                        let mut r = [b'"'; 66];
+                        r[1..65].copy_from_slice(sub.hex());
+                        rpc::write_result(out, id, &r);
+                    }
+                    Outcome::SubscribedEach(each) => {
+                        rpc::write_result(out, id, &subscribed_each(each));
+                    }
                 },
             }
         }
@@ -238,6 +252,31 @@ impl Backlog {
             self.items = VecDeque::new();
         }
     }
+}
+
+/// `irn_batchSubscribeBlocking`'s result: `[{"id":".."}|{"error":{code,message,data}}]`.
+pub fn subscribed_each(each: &[Result<SubId, RpcError>]) -> Vec<u8> {
+    let mut r = Vec::with_capacity(each.len() * 75 + 2);
+    r.push(b'[');
+    for (i, e) in each.iter().enumerate() {
+        if i > 0 {
+            r.push(b',');
+        }
+        match e {
+            Ok(sub) => {
+                r.extend_from_slice(b"{\"id\":\"");
+                r.extend_from_slice(sub.hex());
+                r.extend_from_slice(b"\"}");
+            }
+            Err(e) => {
+                r.extend_from_slice(b"{\"error\":");
+                rpc::write_error_object(&mut r, e);
+                r.push(b'}');
+            }
+        }
+    }
+    r.push(b']');
+    r
 }
 
 /// The bytes of a JSON-RPC answer to a publish.
@@ -372,6 +411,14 @@ impl<S> Conn<S> {
         self.backlog.items.push_back(Queued::Text(parts));
     }
 
+    /// Queues an answer in the backlog without sending anything (a `POST /rpc` answer: the
+    /// caller writes it as an HTTP response, `Conn::take_ready_answer`).
+    pub fn hold_answer(&mut self, parts: Parts) {
+        let pending = parts.as_slice().iter().filter(|p| p.is_pending()).count();
+        self.backlog.pending += pending as u32;
+        self.backlog.items.push_back(Queued::Text(parts));
+    }
+
     /// Queues a text message known in full (sent at once when nothing waits before it).
     pub fn answer_text(&mut self, text: &[u8]) {
         if self.backlog.is_empty() {
@@ -427,6 +474,22 @@ impl<S> Conn<S> {
             }
         }
         false
+    }
+
+    /// The first waiting answer, rendered into `out`, when nothing else waits and it is
+    /// complete (a `POST /rpc` answer, written as an HTTP response by the caller); returns
+    /// whether there was one.
+    pub fn take_ready_answer(&mut self, out: &mut Vec<u8>) -> bool {
+        let b = &mut self.backlog;
+        match b.items.front() {
+            Some(Queued::Text(parts)) if b.items.len() == 1 && !parts.has_pending() => {}
+            _ => return false,
+        }
+        if let Some(Queued::Text(parts)) = b.items.pop_front() {
+            parts.render(out);
+        }
+        *b = Backlog::default();
+        true
     }
 
     /// Moves backlog entries into `out` until it holds `fill_mark` bytes or the next entry

@@ -481,6 +481,12 @@ fn per_connection_state_stays_in_its_size_classes() {
     assert!(size_of::<crate::limits::ConnBuckets>() <= 40);
     assert!(size_of::<crate::limits::ConnLimit>() <= 10);
     assert!(size_of::<crate::limits::Handle>() <= 4);
+    // A pending answer's outcome stays the size of a fetch's (every queued item holds one).
+    assert!(
+        size_of::<super::outbound::Outcome>() <= 40,
+        "{}",
+        size_of::<super::outbound::Outcome>()
+    );
     let entry = size_of::<SlabEntry<Conn<std::os::fd::OwnedFd>>>();
     assert!(entry <= 256, "{entry}");
     assert!(size_of::<Conn>() <= 272, "{}", size_of::<Conn>());

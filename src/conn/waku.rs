@@ -22,9 +22,9 @@ pub fn rpc_error(e: &RelayError) -> RpcError {
 }
 
 /// An answer being assembled: bytes known now, and the pending parts among them.
-struct Answer<'s> {
-    parts: Parts,
-    cur: &'s mut Vec<u8>,
+pub(super) struct Answer<'s> {
+    pub(super) parts: Parts,
+    pub(super) cur: &'s mut Vec<u8>,
 }
 
 impl Answer<'_> {
@@ -157,35 +157,48 @@ fn run_item<S>(
                 .op(ctx.shared.config.limits.max_topic)
                 .and_then(|req| execute(conn, req, answer, ctx));
             let Some(id) = id else { return false };
-            match result {
-                Ok(Outcome::Done) => write_publish_answer(a.cur, &id, &Ok(())),
-                Ok(Outcome::Subscribed(sub)) => {
-                    let mut r = [b'"'; 66];
-                    r[1..65].copy_from_slice(sub.hex());
-                    rpc::write_result(a.cur, &id, &r);
-                }
-                Ok(Outcome::SubscribedMany(subs)) => {
-                    let mut r = Vec::with_capacity(subs.len() * 67 + 2);
-                    r.push(b'[');
-                    for (i, s) in subs.iter().enumerate() {
-                        if i > 0 {
-                            r.push(b',');
-                        }
-                        r.push(b'"');
-                        r.extend_from_slice(s.hex());
-                        r.push(b'"');
-                    }
-                    r.push(b']');
-                    rpc::write_result(a.cur, &id, &r);
-                }
-                Ok(Outcome::Json(r)) => rpc::write_result(a.cur, &id, &r),
-                Ok(Outcome::Pending(left, outcome)) => a.pending(answer, &id, left, outcome),
-                Err(e) => {
-                    ctx.metrics().rpc_errors.inc();
-                    rpc::write_error(a.cur, &id, &e);
-                }
-            }
+            write_outcome(a, &id, answer, result, ctx);
             true
+        }
+    }
+}
+
+/// Appends the answer to request `id` (the connection's answer number `answer`) for what
+/// its execution gave. Inlined: it was the body of `run_item`, on every publish's way.
+#[inline(always)]
+pub(super) fn write_outcome(
+    a: &mut Answer<'_>,
+    id: &Id<'_>,
+    answer: u64,
+    result: Result<Outcome, RpcError>,
+    ctx: &mut Ctx<'_>,
+) {
+    match result {
+        Ok(Outcome::Done) => write_publish_answer(a.cur, id, &Ok(())),
+        Ok(Outcome::Subscribed(sub)) => {
+            let mut r = [b'"'; 66];
+            r[1..65].copy_from_slice(sub.hex());
+            rpc::write_result(a.cur, id, &r);
+        }
+        Ok(Outcome::SubscribedMany(subs)) => {
+            let mut r = Vec::with_capacity(subs.len() * 67 + 2);
+            r.push(b'[');
+            for (i, s) in subs.iter().enumerate() {
+                if i > 0 {
+                    r.push(b',');
+                }
+                r.push(b'"');
+                r.extend_from_slice(s.hex());
+                r.push(b'"');
+            }
+            r.push(b']');
+            rpc::write_result(a.cur, id, &r);
+        }
+        Ok(Outcome::Json(r)) => rpc::write_result(a.cur, id, &r),
+        Ok(Outcome::Pending(left, outcome)) => a.pending(answer, id, left, outcome),
+        Err(e) => {
+            ctx.metrics().rpc_errors.inc();
+            rpc::write_error(a.cur, id, &e);
         }
     }
 }
@@ -202,7 +215,7 @@ fn next_answer<S>(conn: &mut Conn<S>) -> u64 {
 }
 
 /// What an operation gave.
-enum Outcome {
+pub(super) enum Outcome {
     /// `true`.
     Done,
     /// A subscription id.
@@ -219,7 +232,7 @@ enum Outcome {
 /// Folds publishes' results into one answer (`true` when every one stored, else the first
 /// refusal): at once when all were answered at once.
 #[inline]
-fn publishes(results: &[Done<Result<(), RelayError>>]) -> Result<Outcome, RpcError> {
+pub(super) fn publishes(results: &[Done<Result<(), RelayError>>]) -> Result<Outcome, RpcError> {
     let later = results.iter().filter(|d| matches!(d, Done::Later)).count() as u32;
     let failed = results.iter().find_map(|d| match d {
         Done::Now(Err(e)) => Some(*e),
@@ -239,7 +252,7 @@ fn publishes(results: &[Done<Result<(), RelayError>>]) -> Result<Outcome, RpcErr
     clippy::too_many_arguments,
     reason = "a publish's fields, named at each caller"
 )]
-fn publish<S>(
+pub(super) fn publish<S>(
     conn: &Conn<S>,
     topic: &str,
     message: &str,
@@ -263,9 +276,9 @@ fn publish<S>(
 }
 
 /// sign-client's tags of the session set-up (DECISIONS §10).
-const TAG_PROPOSE: u32 = 1100;
-const TAG_PROPOSE_RESPONSE: u32 = 1101;
-const TAG_SETTLE: u32 = 1102;
+pub(super) const TAG_PROPOSE: u32 = 1100;
+pub(super) const TAG_PROPOSE_RESPONSE: u32 = 1101;
+pub(super) const TAG_SETTLE: u32 = 1102;
 
 /// Runs a validated request.
 fn execute<S>(
@@ -304,13 +317,55 @@ fn execute<S>(
             publishes(&[done])
         }
         Op::Unsubscribe { topic, id } => {
-            unsubscribe(conn, topic.as_deref(), &id, ctx);
+            unsubscribe(conn, topic.as_deref(), id.as_deref(), ctx);
             Ok(Outcome::Done)
         }
         Op::BatchUnsubscribe { subs } => {
             for (topic, id) in &subs {
-                unsubscribe(conn, Some(topic), id, ctx);
+                unsubscribe(conn, Some(topic), id.as_deref(), ctx);
             }
+            Ok(Outcome::Done)
+        }
+        Op::SubscribeBlocking { topic } => {
+            let (id, slot) = subscribe_at(conn, &topic, dialect, ctx)?;
+            ctx.relay.when_in_place(ctx.conn_ref(conn), answer, slot);
+            Ok(Outcome::Pending(
+                1,
+                outbound::Outcome::Subscribed(Box::new(id)),
+            ))
+        }
+        Op::BatchSubscribeBlocking { topics } => {
+            let mut each = Vec::with_capacity(topics.len());
+            let mut waiting = 0;
+            for t in &topics {
+                each.push(match subscribe_at(conn, t, dialect, ctx) {
+                    Ok((id, slot)) => {
+                        ctx.relay.when_in_place(ctx.conn_ref(conn), answer, slot);
+                        waiting += 1;
+                        Ok(id)
+                    }
+                    Err(e) => Err(RpcError::tagged(
+                        e.code,
+                        e.message,
+                        "SubscriberLimitExceeded",
+                    )),
+                });
+            }
+            Ok(Outcome::Pending(
+                waiting,
+                outbound::Outcome::SubscribedEach(each),
+            ))
+        }
+        Op::CreateTopic { topic } => {
+            subscribe(conn, &topic, dialect, ctx)?;
+            Ok(Outcome::Done)
+        }
+        Op::BatchReceive { receipts } => {
+            receive(
+                conn.ws().and_then(|w| w.client()).map(|c| c.did()),
+                &receipts,
+                ctx,
+            );
             Ok(Outcome::Done)
         }
         Op::Fetch { topics, .. } => {
@@ -363,7 +418,7 @@ fn execute<S>(
 /// On a durable node or Redis the answer is pending until the change is on disk or
 /// acknowledged by Redis (`notify::Saved::Later`): the persister's or the Redis writer's
 /// thread tells the worker (`Shared::watch_reply`), which resolves it.
-fn watch<S>(
+pub(super) fn watch<S>(
     conn: &mut Conn<S>,
     answer: u64,
     ctx: &Ctx<'_>,
@@ -383,7 +438,7 @@ fn watch<S>(
         true => n.register_then(auth, done),
         false => n.unregister_then(auth, done),
     }
-    .map_err(|e| RpcError::tagged(e.message(), e.tag()))?;
+    .map_err(|e| RpcError::tagged(rpc::code::SERVER_ERROR, e.message(), e.tag()))?;
     let result = match register {
         true => {
             let mut out = b"{\"relayId\":".to_vec();
@@ -399,16 +454,27 @@ fn watch<S>(
     })
 }
 
+/// `irn_batchReceive`: the receipts handed to the relay in one call.
+pub(super) fn receive(client: Option<String>, receipts: &[(Cow<'_, str>, u64)], ctx: &mut Ctx<'_>) {
+    let list: Vec<(&str, u64)> = receipts.iter().map(|(t, id)| (&**t, *id)).collect();
+    ctx.relay.receive(client.as_deref(), &list);
+}
+
 /// `*_unsubscribe`: removes the connection's subscription `id` (of `topic`, when given);
-/// an unknown id is no error.
-fn unsubscribe<S>(conn: &mut Conn<S>, topic: Option<&str>, id: &str, ctx: &mut Ctx<'_>) {
-    let Some(id) = SubId::from_hex(id) else {
-        return;
+/// without an id, its subscription to `topic`; an unknown id is no error.
+fn unsubscribe<S>(conn: &mut Conn<S>, topic: Option<&str>, id: Option<&str>, ctx: &mut Ctx<'_>) {
+    let id = match id {
+        Some(id) => match SubId::from_hex(id) {
+            Some(id) => Some(id),
+            None => return,
+        },
+        None => None,
     };
     let me = ctx.conn_ref(conn);
     let relay = &*ctx.relay;
     let pos = conn.subs.iter().position(|s| {
-        s.id == id && topic.is_none_or(|t| relay.topic_name(s.slot).is_some_and(|x| **x == *t))
+        id.is_none_or(|id| s.id == id)
+            && topic.is_none_or(|t| relay.topic_name(s.slot).is_some_and(|x| **x == *t))
     });
     if let Some(p) = pos {
         let s = conn.subs.swap_remove(p);
@@ -425,13 +491,23 @@ fn subscribe<S>(
     dialect: Dialect,
     ctx: &mut Ctx<'_>,
 ) -> Result<SubId, RpcError> {
+    subscribe_at(conn, topic, dialect, ctx).map(|(id, _)| id)
+}
+
+/// [`subscribe`], with the topic's slot in the relay.
+fn subscribe_at<S>(
+    conn: &mut Conn<S>,
+    topic: &str,
+    dialect: Dialect,
+    ctx: &mut Ctx<'_>,
+) -> Result<(SubId, u32), RpcError> {
     let relay = &*ctx.relay;
     let existing = conn
         .subs
         .iter()
         .find(|s| relay.topic_name(s.slot).is_some_and(|t| **t == *topic));
     if let Some(s) = existing {
-        return Ok(s.id);
+        return Ok((s.id, s.slot));
     }
     // v1 subscriptions count too (DECISIONS §8: the same limits).
     let max = ctx.shared.config.limits.max_subscriptions;
@@ -450,5 +526,5 @@ fn subscribe<S>(
         conn.subs.reserve_exact(1);
     }
     conn.subs.push(ConnSub { slot, id });
-    Ok(id)
+    Ok((id, slot))
 }

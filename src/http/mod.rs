@@ -217,7 +217,13 @@ pub fn parse<'a>(
     }
     out.upgrade_websocket = conn_upgrade && upgrade_ws;
     let body_len = content_length.unwrap_or(0);
-    if body_len > limits.max_body {
+    // `POST /rpc` carries one JSON-RPC request: up to `--max-message`, as on a socket.
+    let max_body = if path == "/rpc" {
+        limits.max_message
+    } else {
+        limits.max_body
+    };
+    if body_len > max_body {
         return Err(HttpError::BodyTooLarge);
     }
     let total = head_len + body_len;
@@ -312,6 +318,8 @@ pub enum Route {
     Subscribe,
     /// `GET /public-key`: the relay's Ed25519 public key in hex.
     PublicKey,
+    /// `POST /rpc`: JSON-RPC over HTTP.
+    Rpc,
     /// WebSocket upgrade at `/` (the relay).
     Relay,
     /// WebSocket upgrade at `/echo` (test-only, `--ws-echo`).
@@ -334,6 +342,7 @@ pub fn route(method: Method, path: &str, echo: bool) -> Route {
         "/metrics" => ("GET, HEAD, OPTIONS", Route::Metrics),
         "/subscribe" => ("POST, OPTIONS", Route::Subscribe),
         "/public-key" => ("GET, HEAD, OPTIONS", Route::PublicKey),
+        "/rpc" => ("POST, OPTIONS", Route::Rpc),
         "/" => ("GET, HEAD, OPTIONS", Route::Relay),
         "/echo" if echo => ("GET, HEAD, OPTIONS", Route::Echo),
         p if p.strip_prefix("/api/v1/").is_some_and(is_registry_path) => {
@@ -343,8 +352,8 @@ pub fn route(method: Method, path: &str, echo: bool) -> Route {
     };
     match (method, r) {
         (Method::Options, _) => Route::Preflight(allow),
-        (Method::Post, Route::Subscribe) => r,
-        (_, Route::Subscribe) => Route::MethodNotAllowed(allow),
+        (Method::Post, Route::Subscribe | Route::Rpc) => r,
+        (_, Route::Subscribe | Route::Rpc) => Route::MethodNotAllowed(allow),
         // HEAD works wherever GET does (DECISIONS §1): at `/` it gets GET's answer to a
         // request that is no upgrade (426), without the body.
         (Method::Get | Method::Head, _) => r,

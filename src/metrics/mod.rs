@@ -157,6 +157,8 @@ pub struct CoreMetrics {
     /// Times this worker's subscriptions of a topic read its history again (live messages
     /// were missing: a full queue on the way, a store that reconnected).
     pub resyncs: Cell,
+    /// Receipts taken by `irn_batchReceive` (one per message acknowledged).
+    pub receipts: Cell,
     /// Events handled, and loop iterations, for batching figures.
     pub loop_iterations: Cell,
     /// Deliveries carried out within a round, right after the input that queued them (a
@@ -221,7 +223,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, Kind, &str, Get); 29] = [
+        let per_core: [(&str, Kind, &str, Get); 30] = [
             ("connections_open", Kind::Gauge, "Open connections", |c| {
                 &c.connections_open
             }),
@@ -324,6 +326,12 @@ impl Metrics {
                 Kind::Counter,
                 "Topic histories read again after missing live messages",
                 |c| &c.resyncs,
+            ),
+            (
+                "receipts_total",
+                Kind::Counter,
+                "Message receipts taken by irn_batchReceive",
+                |c| &c.receipts,
             ),
             (
                 "loop_iterations_total",

@@ -82,6 +82,7 @@ impl Relay {
             self.spare_queue = super::recycle(list);
             self.absorb();
         }
+        self.release_blocking(to);
     }
 
     fn deliver_one(&mut self, q: Queued, to: &mut impl Recipients) {

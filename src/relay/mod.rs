@@ -13,6 +13,7 @@
 pub mod feed;
 pub mod subs;
 
+mod clients;
 mod deliver;
 mod v1;
 
@@ -141,6 +142,8 @@ pub struct Relay {
     queued_bytes: usize,
     fanout_budget: usize,
     retries: Vec<Retry>,
+    /// Blocking subscribes waiting for their subscription to be in place.
+    blocking: Vec<clients::Blocking>,
     limits: Limits,
     metrics: Arc<Metrics>,
 }
@@ -170,6 +173,7 @@ impl Relay {
             queued_bytes: 0,
             fanout_budget: limits.fanout_min,
             retries: Vec::new(),
+            blocking: Vec::new(),
             limits,
             metrics,
         }

@@ -32,7 +32,14 @@ pub fn write_result(out: &mut Vec<u8>, id: &Id<'_>, result_json: &[u8]) {
 pub fn write_error(out: &mut Vec<u8>, id: &Id<'_>, err: &RpcError) {
     out.extend_from_slice(b"{\"id\":");
     write_id(out, id);
-    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"error\":{\"code\":");
+    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"error\":");
+    write_error_object(out, err);
+    out.push(b'}');
+}
+
+/// Appends an error object, `{"code":..,"message":..[,"data":..]}`.
+pub fn write_error_object(out: &mut Vec<u8>, err: &RpcError) {
+    out.extend_from_slice(b"{\"code\":");
     out.extend_from_slice(itoa::Buffer::new().format(err.code).as_bytes());
     out.extend_from_slice(b",\"message\":");
     write_str(out, &err.message);
@@ -48,7 +55,7 @@ pub fn write_error(out: &mut Vec<u8>, id: &Id<'_>, err: &RpcError) {
             write_str(out, tag);
         }
     }
-    out.extend_from_slice(b"}}");
+    out.push(b'}');
 }
 
 /// Encodes the beta `data` object of a push, `{"topic":..,"message":..}` (tests and

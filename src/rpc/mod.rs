@@ -21,8 +21,8 @@ mod wire;
 
 pub use decode::{decode, decode_fast, decode_general, decode_serde_json};
 pub use encode::{
-    encode_data, push_shape, write_error, write_id, write_push_prefix, write_result, write_str,
-    BETA_PUSH_SUFFIX, PUSH_SUFFIX,
+    encode_data, push_shape, write_error, write_error_object, write_id, write_push_prefix,
+    write_result, write_str, BETA_PUSH_SUFFIX, PUSH_SUFFIX,
 };
 
 use wire::ParamsField;
@@ -68,7 +68,8 @@ pub struct RpcError {
 pub enum ErrorData {
     /// `{"retryAfterMs": N}` (rate limited, DECISIONS §11).
     RetryAfterMs(u64),
-    /// A string: the error's tag, as relay_rpc's typed errors carry it (`"InvalidJwt"`).
+    /// A string tag, as the production relay's typed errors carry it (relay-api.md (e):
+    /// `BatchEmpty`, `SubscriberLimitExceeded`...).
     Tag(&'static str),
 }
 
@@ -96,10 +97,10 @@ impl RpcError {
     pub fn server(message: impl Into<Cow<'static, str>>) -> RpcError {
         RpcError::new(code::SERVER_ERROR, message)
     }
-    /// -32000 with `data` the error's tag (relay_rpc's handler errors, e.g. watch refusals).
-    pub fn tagged(message: impl Into<Cow<'static, str>>, tag: &'static str) -> RpcError {
+    /// An error with a string tag as its `data` (relay-api.md (e)).
+    pub fn tagged(code: i32, message: impl Into<Cow<'static, str>>, tag: &'static str) -> RpcError {
         RpcError {
-            code: code::SERVER_ERROR,
+            code,
             message: message.into(),
             data: Some(ErrorData::Tag(tag)),
         }
@@ -249,13 +250,35 @@ pub enum Op<'a> {
     Unsubscribe {
         /// Topic, when given (older clients send only the id).
         topic: Option<Cow<'a, str>>,
-        /// Subscription id.
-        id: Cow<'a, str>,
+        /// Subscription id; `None` (`irn_`/`iridium_` with a topic: what `relay_client`
+        /// sends) unsubscribes the caller from the topic, whatever the id.
+        id: Option<Cow<'a, str>>,
     },
-    /// `*_batchUnsubscribe`: `(topic, id)` pairs.
+    /// `*_batchUnsubscribe`: `(topic, id)` pairs (the id optional as for `Unsubscribe`).
     BatchUnsubscribe {
         /// The subscriptions.
-        subs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+        subs: Vec<(Cow<'a, str>, Option<Cow<'a, str>>)>,
+    },
+    /// `irn_subscribeBlocking`: `Subscribe`, answered once the subscription is in place.
+    SubscribeBlocking {
+        /// Topic.
+        topic: Cow<'a, str>,
+    },
+    /// `irn_batchSubscribeBlocking`: answered `[{id}|{error}]` per topic, in order, once
+    /// every subscription is in place.
+    BatchSubscribeBlocking {
+        /// Topics.
+        topics: Vec<Cow<'a, str>>,
+    },
+    /// `wc_createTopic`: subscribes the caller, answers `true`.
+    CreateTopic {
+        /// Topic.
+        topic: Cow<'a, str>,
+    },
+    /// `irn_batchReceive`: 1 to 500 receipts `(topic, message id)`, answered `true`.
+    BatchReceive {
+        /// The receipts.
+        receipts: Vec<(Cow<'a, str>, u64)>,
     },
     /// `*_fetchMessages` (one topic) or `*_batchFetchMessages`.
     Fetch {

@@ -27,6 +27,10 @@ enum Kind {
     Approve,
     WatchRegister,
     WatchUnregister,
+    SubscribeBlocking,
+    BatchSubscribeBlocking,
+    CreateTopic,
+    BatchReceive,
 }
 
 /// The dialect and method of a method name; `None` for an unknown method.
@@ -41,6 +45,7 @@ fn method(name: &str) -> Option<(Dialect, Kind)> {
         return match name {
             "wc_proposeSession" => Some((Dialect::Irn, Kind::Propose)),
             "wc_approveSession" => Some((Dialect::Irn, Kind::Approve)),
+            "wc_createTopic" => Some((Dialect::Irn, Kind::CreateTopic)),
             _ => None,
         };
     };
@@ -52,8 +57,13 @@ fn method(name: &str) -> Option<(Dialect, Kind)> {
         "batchUnsubscribe" => Kind::BatchUnsubscribe,
         "fetchMessages" => Kind::Fetch,
         "batchFetchMessages" => Kind::BatchFetch,
-        "watchRegister" if dialect != Dialect::Waku => Kind::WatchRegister,
-        "watchUnregister" if dialect != Dialect::Waku => Kind::WatchUnregister,
+        // Methods of today's relay only: not under the beta prefix.
+        _ if dialect == Dialect::Waku => return None,
+        "subscribeBlocking" => Kind::SubscribeBlocking,
+        "batchSubscribeBlocking" => Kind::BatchSubscribeBlocking,
+        "batchReceive" => Kind::BatchReceive,
+        "watchRegister" => Kind::WatchRegister,
+        "watchUnregister" => Kind::WatchUnregister,
         _ => return None,
     };
     Some((dialect, kind))
@@ -125,6 +135,56 @@ fn string_param<'a>(
         Some(Loose::Str(s)) if !s.is_empty() && s.len() <= max => Ok(s),
         _ => Err(RpcError::param(name)),
     }
+}
+
+/// A subscription id param; absent (or null) is allowed when `optional` (an `irn_`
+/// unsubscribe that names its topic).
+fn sub_id<'a>(
+    v: Option<Loose<'a>>,
+    optional: bool,
+    name: &str,
+) -> Result<Option<Cow<'a, str>>, RpcError> {
+    match v {
+        None | Some(Loose::Null) if optional => Ok(None),
+        v => string_param(v, name, 1024).map(Some),
+    }
+}
+
+/// `irn_batchReceive`'s receipts, 1 to 500 (`wire::MAX_LIST`, relay_rpc's
+/// `MAX_RECEIVE_BATCH_SIZE`): an empty or longer list is -32600
+/// with the tag relay_client parses (`BatchEmpty`, `BatchLimitExceeded`).
+fn receipts<'a>(r: Rules, v: Option<List<'a>>) -> Result<Vec<(Cow<'a, str>, u64)>, RpcError> {
+    let items = match v {
+        Some(List::Items(items)) if items.is_empty() => {
+            let m = "Invalid payload: Batch is empty";
+            return Err(RpcError::tagged(code::INVALID_REQUEST, m, "BatchEmpty"));
+        }
+        Some(List::Items(items)) => items,
+        Some(List::TooLong) => {
+            let m = "Invalid payload: Batch size limit exceeded";
+            return Err(RpcError::tagged(
+                code::INVALID_REQUEST,
+                m,
+                "BatchLimitExceeded",
+            ));
+        }
+        _ => return Err(RpcError::param("receipts")),
+    };
+    items
+        .into_iter()
+        .map(|e| match e {
+            Elem::Sub { topic, id } => {
+                let topic = r.topic(topic, "receipts")?;
+                let id = match id {
+                    Some(Loose::U64(n)) => n,
+                    Some(Loose::Str(s)) => s.parse().map_err(|_| RpcError::param("receipts"))?,
+                    _ => return Err(RpcError::param("receipts")),
+                };
+                Ok((topic, id))
+            }
+            _ => Err(RpcError::param("receipts")),
+        })
+        .collect()
 }
 
 #[inline(always)]
@@ -209,11 +269,11 @@ impl<'a> Call<'a> {
                 attestation: attestation(p.attestation.take())?,
             },
             Kind::Unsubscribe => {
-                let id = string_param(p.id.take(), "id", 1024)?;
                 let topic = match p.topic.take() {
                     None | Some(Loose::Null) => None,
                     t => Some(r.topic(t, "topic")?),
                 };
+                let id = sub_id(p.id.take(), topic.is_some() && r.irn, "id")?;
                 Op::Unsubscribe { topic, id }
             }
             Kind::BatchSubscribe => Op::BatchSubscribe {
@@ -228,7 +288,7 @@ impl<'a> Call<'a> {
                     .map(|e| match e {
                         Elem::Sub { topic, id } => Ok((
                             r.topic(topic, "subscriptions")?,
-                            string_param(id, "subscriptions", 1024)?,
+                            sub_id(id, r.irn, "subscriptions")?,
                         )),
                         _ => Err(RpcError::param("subscriptions")),
                     })
@@ -242,6 +302,18 @@ impl<'a> Call<'a> {
             Kind::BatchFetch => Op::Fetch {
                 topics: r.topics(x().topics)?,
                 batch: true,
+            },
+            Kind::SubscribeBlocking => Op::SubscribeBlocking {
+                topic: r.topic(p.topic.take(), "topic")?,
+            },
+            Kind::BatchSubscribeBlocking => Op::BatchSubscribeBlocking {
+                topics: r.topics(x().topics)?,
+            },
+            Kind::CreateTopic => Op::CreateTopic {
+                topic: r.topic(p.topic.take(), "topic")?,
+            },
+            Kind::BatchReceive => Op::BatchReceive {
+                receipts: receipts(r, x().receipts)?,
             },
             Kind::Propose => {
                 let x = x();
@@ -356,5 +428,82 @@ mod tests {
             "a".repeat(257)
         );
         assert_eq!(e(&long).code, -32602);
+    }
+
+    #[test]
+    fn decodes_the_methods_of_today_s_relay() {
+        let t = "ab".repeat(32);
+        let call = |m: &str, p: &str| {
+            op(&format!(
+                r#"{{"id":1,"jsonrpc":"2.0","method":"{m}","params":{p}}}"#
+            ))
+        };
+        assert_eq!(
+            call("irn_unsubscribe", &format!(r#"{{"topic":"{t}"}}"#)),
+            Ok(Op::Unsubscribe {
+                topic: Some(t.clone().into()),
+                id: None
+            })
+        );
+        assert_eq!(
+            call(
+                "irn_batchUnsubscribe",
+                &format!(r#"{{"subscriptions":[{{"topic":"{t}"}}]}}"#)
+            ),
+            Ok(Op::BatchUnsubscribe {
+                subs: vec![(t.clone().into(), None)]
+            })
+        );
+        // An id alone is still required without a topic, and under the beta prefix.
+        assert_eq!(call("irn_unsubscribe", "{}").unwrap_err().code, -32602);
+        assert_eq!(
+            call("waku_unsubscribe", &format!(r#"{{"topic":"{t}"}}"#))
+                .unwrap_err()
+                .code,
+            -32602
+        );
+        assert_eq!(
+            call(
+                "iridium_subscribeBlocking",
+                &format!(r#"{{"topic":"{t}"}}"#)
+            ),
+            Ok(Op::SubscribeBlocking {
+                topic: t.clone().into()
+            })
+        );
+        assert_eq!(
+            call(
+                "irn_batchSubscribeBlocking",
+                &format!(r#"{{"topics":["{t}"]}}"#)
+            ),
+            Ok(Op::BatchSubscribeBlocking {
+                topics: vec![t.clone().into()]
+            })
+        );
+        assert_eq!(
+            call("wc_createTopic", &format!(r#"{{"topic":"{t}"}}"#)),
+            Ok(Op::CreateTopic {
+                topic: t.clone().into()
+            })
+        );
+        assert_eq!(
+            call(
+                "irn_batchReceive",
+                &format!(
+                    r#"{{"receipts":[{{"topic":"{t}","message_id":5}},{{"messageId":"6","topic":"{t}"}}]}}"#
+                )
+            ),
+            Ok(Op::BatchReceive {
+                receipts: vec![(t.clone().into(), 5), (t.clone().into(), 6)]
+            })
+        );
+        let e = call("irn_batchReceive", r#"{"receipts":[]}"#).unwrap_err();
+        assert_eq!(
+            (e.code, e.data),
+            (-32600, Some(crate::rpc::ErrorData::Tag("BatchEmpty")))
+        );
+        for m in ["waku_subscribeBlocking", "waku_batchReceive", "wc_nothing"] {
+            assert_eq!(call(m, "{}").unwrap_err().code, -32601, "{m}");
+        }
     }
 }

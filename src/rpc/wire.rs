@@ -45,6 +45,8 @@ pub(super) struct Params<'a> {
 pub(super) struct Extra<'a> {
     pub(super) topics: Option<List<'a>>,
     pub(super) subscriptions: Option<List<'a>>,
+    /// `irn_batchReceive`'s list.
+    pub(super) receipts: Option<List<'a>>,
     pub(super) pairing_topic: Option<Loose<'a>>,
     pub(super) session_topic: Option<Loose<'a>>,
     pub(super) session_proposal: Option<Loose<'a>>,
@@ -285,6 +287,7 @@ impl<'a> Params<'a> {
             "attestation" => Slot::Loose(&mut self.attestation),
             "topics" => Slot::List(&mut self.extra_mut().topics),
             "subscriptions" => Slot::List(&mut self.extra_mut().subscriptions),
+            "receipts" => Slot::List(&mut self.extra_mut().receipts),
             "pairingTopic" => Slot::Loose(&mut self.extra_mut().pairing_topic),
             "sessionTopic" => Slot::Loose(&mut self.extra_mut().session_topic),
             "sessionProposal" => Slot::Loose(&mut self.extra_mut().session_proposal),
@@ -297,7 +300,10 @@ impl<'a> Params<'a> {
     }
 }
 
-/// The slot of member `key` of a subscription object (an element of `subscriptions`).
+/// The slot of member `key` of a subscription object (an element of `subscriptions`) or of
+/// a receipt (of `receipts`: its message id, `message_id` or `messageId`, takes the `id`
+/// slot; a subscription's id is a string, a receipt's a number, so neither passes for the
+/// other).
 pub(super) fn sub_slot<'s, 'a>(
     topic: &'s mut Option<Loose<'a>>,
     id: &'s mut Option<Loose<'a>>,
@@ -305,7 +311,7 @@ pub(super) fn sub_slot<'s, 'a>(
 ) -> Slot<'s, 'a> {
     match key {
         "topic" => Slot::Loose(topic),
-        "id" => Slot::Loose(id),
+        "id" | "message_id" | "messageId" => Slot::Loose(id),
         _ => Slot::Ignore,
     }
 }

@@ -33,6 +33,8 @@ struct Conns<'a> {
     date: &'a [u8],
     now: u64,
     close_ms: u64,
+    /// `--keepalive-timeout` (ms): an HTTP connection's idle time after an answer.
+    idle_ms: u64,
     fill_mark: usize,
     max_outbound: usize,
     max_pending: usize,
@@ -40,6 +42,31 @@ struct Conns<'a> {
     node: u64,
     /// This worker.
     me: u16,
+}
+
+/// The worker's connections as [`Conns`] (a macro: the relay stays borrowable beside it).
+macro_rules! conns_of {
+    ($w:expr) => {{
+        let limits = &$w.shared.config.limits;
+        Conns {
+            conns: &mut $w.conns,
+            dirty: &mut $w.dirty,
+            overflow: &mut $w.overflow,
+            ready: &mut $w.ready,
+            enc: &mut $w.enc,
+            deflate: &mut $w.deflate,
+            metrics: &$w.shared.metrics.cores[$w.id],
+            date: $w.date.as_bytes(),
+            now: $w.now,
+            close_ms: $w.close_ms,
+            idle_ms: limits.keepalive_timeout().as_millis() as u64,
+            fill_mark: $w.fill_mark,
+            max_outbound: limits.max_outbound,
+            max_pending: limits.max_pending_answers,
+            node: $w.relay.node(),
+            me: $w.id as u16,
+        }
+    }};
 }
 
 impl Conns<'_> {
@@ -72,6 +99,7 @@ impl Conns<'_> {
     /// resumes its input if the answer was what held it.
     fn resolve(&mut self, r: ConnRef, answer: u64, f: impl FnOnce(&mut Conn) -> bool) {
         let max_pending = self.max_pending;
+        let (date, now, close_ms, idle_ms) = (self.date, self.now, self.close_ms, self.idle_ms);
         let Some(c) = self.live(r) else { return };
         if answer == 0 {
             return;
@@ -80,7 +108,11 @@ impl Conns<'_> {
         if !f(c) {
             return;
         }
-        let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
+        // A `POST /rpc` answer complete now is written as its HTTP response; the socket is
+        // read again (as after a `POST /subscribe` answer): what it sent meanwhile, its
+        // hang-up included, was left unread while the answer waited.
+        let http = conn::rpc_http::finish(c, date, now, close_ms, idle_ms);
+        let resume = http || (was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty());
         self.mark_dirty(r.key);
         if resume {
             self.resume(r);
@@ -261,24 +293,7 @@ impl Worker {
     }
 
     fn deliver_as(&mut self, within_round: bool) {
-        let limits = &self.shared.config.limits;
-        let mut conns = Conns {
-            conns: &mut self.conns,
-            dirty: &mut self.dirty,
-            overflow: &mut self.overflow,
-            ready: &mut self.ready,
-            enc: &mut self.enc,
-            deflate: &mut self.deflate,
-            metrics: &self.shared.metrics.cores[self.id],
-            date: self.date.as_bytes(),
-            now: self.now,
-            close_ms: self.close_ms,
-            fill_mark: self.fill_mark,
-            max_outbound: limits.max_outbound,
-            max_pending: limits.max_pending_answers,
-            node: self.relay.node(),
-            me: self.id as u16,
-        };
+        let mut conns = conns_of!(self);
         if within_round {
             self.relay.deliver_within_round(&mut conns);
         } else {
@@ -291,37 +306,23 @@ impl Worker {
 
 impl Worker {
     /// A watch change of connection `r` is durable (or could not be made so): its pending
-    /// answer `answer` is resolved, `{"relayId":..}` / `true` as gathered, or the refusal.
+    /// answer `answer` is resolved, `{"relayId":..}` / `true` as gathered, or the refusal
+    /// (a `POST /rpc` one then written as its HTTP response).
     pub(super) fn watched(
         &mut self,
         r: ConnRef,
         answer: u64,
         result: Result<(), crate::notify::WatchError>,
     ) {
-        let max_pending = self.shared.config.limits.max_pending_answers;
-        let Some(c) = conn::live(&mut self.conns, r) else {
-            return;
-        };
-        let was_blocked = c.input_blocked(max_pending);
-        let found = c.resolve_with(answer, |o| {
-            if let Err(e) = result {
-                *o = conn::outbound::Outcome::Error(crate::rpc::RpcError::tagged(
-                    e.message(),
-                    e.tag(),
-                ));
-            }
+        let mut conns = conns_of!(self);
+        conns.resolve(r, answer, |c| {
+            c.resolve_with(answer, |o| {
+                if let Err(e) = result {
+                    let code = crate::rpc::code::SERVER_ERROR;
+                    let e = crate::rpc::RpcError::tagged(code, e.message(), e.tag());
+                    *o = conn::outbound::Outcome::Error(Box::new(e));
+                }
+            })
         });
-        if !found {
-            return;
-        }
-        let resume = was_blocked && !c.input_blocked(max_pending) && !c.rbuf.is_empty();
-        if !c.marks.dirty {
-            c.marks.dirty = true;
-            self.dirty.push(r.key);
-        }
-        if resume && !c.marks.ready {
-            c.marks.ready = true;
-            self.ready.push_back(r);
-        }
     }
 }

@@ -269,7 +269,8 @@ impl Worker {
         let l = &self.shared.config.limits;
         match self.conns[key].phase {
             Phase::Ws(_) => l.max_message + 14,
-            _ => l.max_head + l.max_body,
+            // `POST /rpc` takes a body of up to `--max-message`.
+            _ => l.max_head + l.max_body.max(l.max_message),
         }
     }
 
@@ -378,6 +379,12 @@ impl Worker {
                 ..
             } if owed => {}
             Phase::Closing { .. } => self.close_now(key),
+            // Half-closed while its `POST /rpc` answer waits for the relay: the answer is
+            // still written as an HTTP response, then the connection closes
+            // (`conn::rpc_http::finish`).
+            Phase::Http(HttpWait::Rpc { .. }) if owed => {
+                c.phase = Phase::Http(HttpWait::Rpc { close: true });
+            }
             _ if !owed => self.close_now(key),
             _ => {
                 // Half-closed by the peer: deliver the answers it is owed, then close.

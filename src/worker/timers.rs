@@ -66,7 +66,7 @@ impl Worker {
             Action::Rearm
         } else {
             match &c.phase {
-                Phase::Http(HttpWait::Webhook { .. }) => {
+                Phase::Http(HttpWait::Webhook { .. } | HttpWait::Rpc { .. }) => {
                     c.deadline = now + 1000;
                     Action::Rearm
                 }

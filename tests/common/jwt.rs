@@ -6,7 +6,18 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use ring::rand::SystemRandom;
 use ring::signature::{Ed25519KeyPair, KeyPair as _};
-use serde_json::Value;
+use serde_json::{json, Value};
+
+/// Unix seconds now.
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A relay-auth client: its key is its client id.
+pub type Client = Signer;
 
 /// A client key.
 pub struct Signer {
@@ -31,6 +42,37 @@ impl Signer {
     /// Its client id, `did:key:z6Mk...`.
     pub fn did(&self) -> String {
         did_key(self.key.public_key().as_ref())
+    }
+
+    /// A fresh random key (as [`Signer::random`]).
+    pub fn new() -> Signer {
+        Signer::random()
+    }
+
+    /// Its client id (as [`Signer::did`]).
+    pub fn id(&self) -> String {
+        self.did()
+    }
+
+    /// A relay-auth token issued at `iat`, expiring at `exp` (none when `None`), for
+    /// audience `aud`.
+    pub fn token_for(&self, aud: &str, iat: u64, exp: Option<u64>) -> String {
+        let mut claims = json!({"iss": self.did(), "sub": "ab".repeat(32), "aud": aud, "iat": iat});
+        if let Some(exp) = exp {
+            claims["exp"] = json!(exp);
+        }
+        self.sign(&claims)
+    }
+
+    /// A relay-auth token for `ws://relay` issued at `iat`, expiring at `exp`.
+    pub fn token(&self, iat: u64, exp: u64) -> String {
+        self.token_for("ws://relay", iat, Some(exp))
+    }
+
+    /// A relay-auth token valid for a day from now.
+    pub fn fresh_token(&self) -> String {
+        let now = now_s();
+        self.token(now, now + 86400)
     }
 
     /// A token of these claims (a JSON object), signed by this key.

@@ -12,6 +12,7 @@
 //! - [`v1`]: WalletConnect 1.0 bridge frames over a [`RawWs`];
 //! - [`http`]: HTTP/1.1 requests and a strict answer reader;
 //! - [`gzip`]: the one gzip decoder of the tests (the registry's unit tests include it too);
+//! - [`jwt`]: relay-auth JWTs signed by a client key of the test's;
 //! - [`metrics`]: `/metrics` scraping;
 //! - [`checks`]: "the server still serves" assertions;
 //! - [`rng::Rng`]: a seeded RNG for reproducible "random" input;
@@ -27,6 +28,10 @@
 //!   and a node's link to Redis cut and restored (the partition tests);
 //! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told;
 //! - [`jwt`]: Ed25519 JWTs as a WalletConnect client signs them (relay-auth, watch tokens);
+//! - [`push_server`]: a stand-in for `reown-com/push-server` (what it does with a relay's
+//!   signed push, read from its source), recording the pushes it accepts;
+//! - [`relay_id`]: the relay's own key (`GET /public-key`), its `did:key`, and the check of
+//!   a JWT it signed;
 //! - [`watch`]: watch registrations as a service makes them, `/public-key`, the gauge.
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
@@ -44,9 +49,11 @@ pub mod jwt;
 pub mod metrics;
 pub mod netns;
 pub mod node;
+pub mod push_server;
 pub mod raw_ws;
 pub mod redis;
 pub mod redis_topo;
+pub mod relay_id;
 pub mod rng;
 pub mod skip;
 pub mod tempdir;

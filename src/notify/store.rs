@@ -161,8 +161,13 @@ impl Persister {
     }
 
     /// `done` is told after the next save, which holds every change made to the table
-    /// before this call. `Err(Storage)`: too many wait already (`done` is dropped).
+    /// before this call. `Err(Storage)`: too many wait already, or the thread is not
+    /// running (`done` is dropped).
     pub fn after(&self, done: Done) -> Result<(), WatchError> {
+        if self.thread.is_none() {
+            // No thread to save (it could not start): nothing would ever answer.
+            return Err(WatchError::Storage);
+        }
         {
             let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
             if w.len() >= MAX_WAITING {

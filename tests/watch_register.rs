@@ -2,7 +2,9 @@
 //! `GET /public-key` (stable across a restart on a data directory, one key for the nodes of
 //! a Redis cluster), `irn_watchRegister` answered with the relay's did:key, renewed,
 //! unregistered, refused with the right `data` tag (forged, expired, wrong `act`, too long,
-//! bad webhook URL, the 65th of a client), registrations kept across `kill -9`.
+//! bad webhook URL, the 65th of a client), registrations kept across `kill -9` right after
+//! their answer (WebSocket and `POST /rpc`), in Redis when answered, `StorageError` when
+//! the disk or Redis does not take them.
 
 mod common;
 
@@ -204,6 +206,27 @@ fn a_registration_on_redis_is_in_redis_when_answered() {
     assert_eq!(res["result"], true, "{res}");
     let n: usize = redis::cmd("HLEN").arg(&key).query(&mut redis).unwrap();
     assert_eq!(n, 4, "unregistration answered before Redis dropped it");
+}
+
+#[test]
+fn a_registration_redis_does_not_take_answers_storage_error_then_works_again() {
+    let mut r = RedisServer::start();
+    let s = common::cluster::node(&[&r], &[]);
+    let c = Signer::random();
+    let mut ws = s.ws();
+    assert!(register(&mut ws, &c, 0)["result"].is_object());
+    r.kill();
+    // The writer keeps trying for a while (a failover takes seconds), then gives up.
+    let res = register(&mut ws, &c, 1);
+    assert_eq!(res["error"]["code"], -32000, "{res}");
+    assert_eq!(res["error"]["data"], "StorageError", "{res}");
+    r.restart();
+    let key = format!("walletrelay:watch:{{{}}}", c.did());
+    assert!(wait_until(Duration::from_secs(15), || {
+        register(&mut ws, &c, 2)["result"].is_object()
+    }));
+    let n: usize = redis::cmd("HLEN").arg(&key).query(&mut r.conn()).unwrap();
+    assert!(n >= 1, "the registration after the restart is in Redis");
 }
 
 #[test]

@@ -31,8 +31,10 @@ const CLIENTS: &str = "walletrelay:watch-clients";
 const CHANNEL: &str = "walletrelay:watch-changed";
 /// Changes waiting for the writer; past it a change is answered `StorageError` at once.
 pub const QUEUE: usize = 10_000;
-/// How long the writer keeps trying one change (reconnecting: a failover takes seconds).
-const PATIENCE: Duration = Duration::from_secs(15);
+/// How long the writer keeps trying one change (reconnecting, asking the Sentinels or the
+/// cluster's map again) before it is answered `StorageError`: the service retries, as a
+/// publish refused `storage unavailable` is retried.
+const PATIENCE: Duration = Duration::from_secs(5);
 /// Idle time after which the subscriber pings its server (and twice that: reconnects).
 const KEEPALIVE: Duration = Duration::from_secs(10);
 
@@ -142,7 +144,7 @@ fn connect(spec: &Arc<SharedSpec>) -> Option<SharedLink> {
 fn writer(spec: &Arc<SharedSpec>, hub: &Weak<WatchHub>, ops: &Receiver<(Op, Option<Done>)>) {
     let mut link = None;
     // After a change that could not be written, the next ones try once, not for PATIENCE:
-    // a queue of answers does not wait 15 s each while Redis is away.
+    // a queue of answers does not wait 5 s each while Redis is away.
     let mut failing = false;
     for (op, done) in ops.iter() {
         let Some(hub) = hub.upgrade() else { return };

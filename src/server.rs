@@ -329,6 +329,18 @@ impl Server {
             webhooks: webhooks.clone(),
             relay_key: notifier.key().clone(),
             notifier: notifier.clone(),
+            watch_reply: {
+                let controls = controls.clone();
+                Arc::new(move |worker, conn, answer, result| {
+                    if let Some(c) = controls.get(worker) {
+                        c.send_blocking(Control::Watched {
+                            conn,
+                            answer,
+                            result,
+                        });
+                    }
+                })
+            },
             health: built.health,
             exporters: {
                 let mut e = built.exporters;

@@ -2,68 +2,24 @@
 //! `GET /public-key` (stable across a restart on a data directory, one key for the nodes of
 //! a Redis cluster), `irn_watchRegister` answered with the relay's did:key, renewed,
 //! unregistered, refused with the right `data` tag (forged, expired, wrong `act`, too long,
-//! bad webhook URL, the 65th of a client), registrations kept across `kill -9`.
+//! bad webhook URL, the 65th of a client), registrations kept across `kill -9` right after
+//! their answer (WebSocket and `POST /rpc`), in Redis when answered, `StorageError` when
+//! the disk or Redis does not take them.
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::durability::Node;
-use common::http::{body_of, status_of};
 use common::jwt::{did_key, unhex, Signer};
 use common::redis::RedisServer;
 use common::tempdir::TempDir;
 use common::wait::wait_until;
+use common::watch::{
+    now, public_key, register, register_claims, unregister, unregister_claims, watches, DAY,
+};
 use common::Server;
-use serde_json::{json, Value};
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-const DAY: u64 = 24 * 3600;
-
-/// `GET /public-key`: (status, content type line present, body).
-fn public_key(s: &Server) -> String {
-    let raw = s.raw_exchange(b"GET /public-key HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    assert_eq!(status_of(&raw), Some(200));
-    let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
-    assert!(head.contains("content-type: text/plain"), "{head}");
-    let key = String::from_utf8(body_of(&raw).to_vec()).unwrap();
-    assert_eq!(key.len(), 64, "{key}");
-    assert!(key
-        .bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
-    key
-}
-
-/// registerAuth claims of `c` for webhook number `i`, overridden by `extra`.
-fn register_claims(c: &Signer, i: usize, extra: Value) -> Value {
-    let t = now();
-    let mut v = json!({
-        "iss": c.did(),
-        "aud": "https://relay.walletconnect.com",
-        "sub": "https://notify.example/",
-        "iat": t,
-        "exp": t + 30 * DAY,
-        "act": "irn_watchRegister",
-        "typ": "subscriber",
-        "whu": format!("https://notify.example/v1/relay-webhook/{i}"),
-        "tag": [4000, 4002],
-        "sts": ["accepted", "queued"],
-    });
-    for (k, x) in extra.as_object().unwrap() {
-        v[k] = x.clone();
-    }
-    v
-}
-
-fn watches(s: &Server) -> f64 {
-    s.series("walletrelay_watches")
-}
+use serde_json::json;
 
 #[test]
 fn register_renew_unregister_and_every_refusal() {
@@ -87,17 +43,9 @@ fn register_renew_unregister_and_every_refusal() {
     assert_eq!(watches(&s), 2.0);
 
     // Unregister (no exp, as relay_client sends it) from another connection.
-    let t = now();
-    let unregister = c.sign(&json!({
-        "iss": c.did(), "aud": "https://relay.walletconnect.com", "sub": "https://notify.example/",
-        "iat": t, "act": "irn_watchUnregister", "typ": "publisher",
-        "whu": "https://notify.example/v1/relay-webhook/0",
-    }));
+    let token = c.sign(&unregister_claims(&c, 0, "publisher"));
     let mut other = s.ws();
-    let r = other.call(
-        "irn_watchUnregister",
-        json!({ "unregisterAuth": unregister }),
-    );
+    let r = other.call("irn_watchUnregister", json!({ "unregisterAuth": token }));
     assert_eq!(r["result"], true, "{r}");
     assert_eq!(watches(&s), 1.0);
 
@@ -210,10 +158,7 @@ fn the_key_and_the_registrations_survive_kill_9() {
     let c = Signer::random();
     let mut ws = node.ws();
     for i in 0..3 {
-        let r = ws.call(
-            "irn_watchRegister",
-            json!({"registerAuth": c.sign(&register_claims(&c, i, json!({})))}),
-        );
+        let r = register(&mut ws, &c, i);
         assert!(r["result"].is_object(), "{r}");
     }
     let mode = std::fs::metadata(dir.path().join("relay-key.hex")).unwrap();
@@ -221,14 +166,8 @@ fn the_key_and_the_registrations_survive_kill_9() {
         std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
         0o600
     );
-    // Saved by the persister thread shortly after the answers.
-    let file = dir.path().join("watches.jsonl");
-    let saved = || {
-        std::fs::read_to_string(&file)
-            .map(|t| t.lines().count() == 3)
-            .unwrap_or(false)
-    };
-    assert!(wait_until(Duration::from_secs(10), saved), "not saved");
+    // An answer waits for the file's fsync: killed right after the last answer, nothing is
+    // lost.
     drop(ws);
     node.kill9();
     let node = Node::start(&dir, &["--threads", "2"]);
@@ -236,12 +175,113 @@ fn the_key_and_the_registrations_survive_kill_9() {
     assert_eq!(node.series("walletrelay_watches"), 3.0);
     // The renewal of a restored registration replaces it rather than adding one.
     let mut ws = node.ws();
-    let r = ws.call(
-        "irn_watchRegister",
-        json!({"registerAuth": c.sign(&register_claims(&c, 2, json!({})))}),
-    );
+    let r = register(&mut ws, &c, 2);
     assert!(r["result"].is_object(), "{r}");
     assert_eq!(node.series("walletrelay_watches"), 3.0);
+    // An unregistration answered is on disk too.
+    let r = unregister(&mut ws, &c, 1);
+    assert_eq!(r["result"], true, "{r}");
+    drop(ws);
+    node.kill9();
+    let node = Node::start(&dir, &["--threads", "2"]);
+    assert_eq!(node.series("walletrelay_watches"), 2.0);
+}
+
+#[test]
+fn a_registration_on_redis_is_in_redis_when_answered() {
+    let r = RedisServer::start();
+    let s = common::cluster::node(&[&r], &[]);
+    let c = Signer::random();
+    let mut ws = s.ws();
+    let key = format!("walletrelay:watch:{{{}}}", c.did());
+    let mut redis = r.conn();
+    for i in 0..5 {
+        let res = register(&mut ws, &c, i);
+        assert!(res["result"].is_object(), "{res}");
+        // Looked at right after the answer, no waiting: the answer came after Redis had it.
+        let n: usize = redis::cmd("HLEN").arg(&key).query(&mut redis).unwrap();
+        assert_eq!(n, i + 1, "registration {i} answered before Redis held it");
+    }
+    let res = unregister(&mut ws, &c, 0);
+    assert_eq!(res["result"], true, "{res}");
+    let n: usize = redis::cmd("HLEN").arg(&key).query(&mut redis).unwrap();
+    assert_eq!(n, 4, "unregistration answered before Redis dropped it");
+}
+
+#[test]
+fn a_registration_redis_does_not_take_answers_storage_error_then_works_again() {
+    let mut r = RedisServer::start();
+    let s = common::cluster::node(&[&r], &[]);
+    let c = Signer::random();
+    let mut ws = s.ws();
+    assert!(register(&mut ws, &c, 0)["result"].is_object());
+    r.kill();
+    // The writer keeps trying for a while (a failover takes seconds), then gives up.
+    let res = register(&mut ws, &c, 1);
+    assert_eq!(res["error"]["code"], -32000, "{res}");
+    assert_eq!(res["error"]["data"], "StorageError", "{res}");
+    r.restart();
+    let key = format!("walletrelay:watch:{{{}}}", c.did());
+    assert!(wait_until(Duration::from_secs(15), || {
+        register(&mut ws, &c, 2)["result"].is_object()
+    }));
+    let n: usize = redis::cmd("HLEN").arg(&key).query(&mut r.conn()).unwrap();
+    assert!(n >= 1, "the registration after the restart is in Redis");
+}
+
+#[test]
+fn a_failing_data_directory_answers_storage_error() {
+    let dir = TempDir::new("watch-diskfail");
+    let node = Node::start(&dir, &["--threads", "1"]);
+    let c = Signer::random();
+    let mut ws = node.ws();
+    let r = register(&mut ws, &c, 0);
+    assert!(r["result"].is_object(), "{r}");
+    // The file's place taken by a directory: the persister's rename fails.
+    let file = dir.path().join("watches.jsonl");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    std::fs::write(file.join("x"), "keeps the directory from being replaced").unwrap();
+    let r = register(&mut ws, &c, 1);
+    assert_eq!(r["error"]["code"], -32000, "{r}");
+    assert_eq!(r["error"]["data"], "StorageError", "{r}");
+}
+
+/// `irn_watchRegister` of `c`'s watch `i` over `POST /rpc` (relay-auth token of a
+/// service's own key in the query); the JSON-RPC answer.
+fn register_over_http(s: &Server, c: &Signer, i: usize) -> serde_json::Value {
+    let service = Signer::random();
+    let auth = service.token_for("http://relay", now(), None);
+    let body = json!({"id": 1, "jsonrpc": "2.0", "method": "irn_watchRegister",
+        "params": {"registerAuth": c.sign(&register_claims(c, i, json!({})))}})
+    .to_string();
+    let raw = format!(
+        "POST /rpc?projectId=p1&auth={auth} HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = s.request(&raw);
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+#[test]
+fn over_http_the_answer_waits_for_the_disk_too() {
+    let dir = TempDir::new("watch-http");
+    let node = Node::start(&dir, &["--threads", "2"]);
+    let c = Signer::random();
+    for i in 0..2 {
+        let r = register_over_http(&node, &c, i);
+        assert!(r["result"]["relayId"].is_string(), "{r}");
+    }
+    node.kill9();
+    let node = Node::start(&dir, &["--threads", "2"]);
+    assert_eq!(watches(&node), 2.0);
+    let file = dir.path().join("watches.jsonl");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir_all(file.join("x")).unwrap();
+    let r = register_over_http(&node, &c, 2);
+    assert_eq!(r["error"]["data"], "StorageError", "{r}");
 }
 
 #[test]
@@ -296,15 +336,7 @@ fn on_redis_every_node_sees_every_registration() {
         watches(&nodes[1])
     );
     // Unregistered on the other node: gone from both.
-    let unregister = c.sign(&json!({
-        "iss": c.did(), "aud": "https://relay.walletconnect.com", "sub": "https://notify.example/",
-        "iat": now(), "act": "irn_watchUnregister", "typ": "subscriber",
-        "whu": "https://notify.example/v1/relay-webhook/0",
-    }));
-    let res = nodes[1].ws().call(
-        "irn_watchUnregister",
-        json!({ "unregisterAuth": unregister }),
-    );
+    let res = unregister(&mut nodes[1].ws(), &c, 0);
     assert_eq!(res["result"], true, "{res}");
     let one = |s: &Server| wait_until(Duration::from_secs(10), || watches(s) == 1.0);
     assert!(one(&nodes[0]) && one(&nodes[1]));

@@ -64,7 +64,7 @@ pub use handle::ClusterHandle;
 use handle::ShardPorts;
 pub use ring::{fingerprint, shard_of};
 pub use setup::ConnectError;
-pub use shared::{shared_value, SharedLink};
+pub use shared::{shared_value, SharedLink, SharedSpec};
 pub use types::{
     ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage, Origin, PublishOutcome,
     PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,

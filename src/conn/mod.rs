@@ -53,6 +53,8 @@ pub struct Shared {
     pub relay_key: Arc<crate::identity::RelayKey>,
     /// Watch registrations and the signed POSTs (`irn_watchRegister`...).
     pub notifier: Arc<crate::notify::Notifier>,
+    /// Where a watch change's answer goes once the change is durable (see [`WatchReply`]).
+    pub watch_reply: WatchReply,
     /// The `/hello` answer.
     pub hello: Response,
     /// What `/health` reports.
@@ -68,6 +70,14 @@ pub struct Shared {
 
 /// Appends metrics in the Prometheus text format.
 pub use crate::engine::Exporter;
+
+/// Called on a helper thread once a watch change is durable (or could not be made so):
+/// (worker, connection, its answer number, result). The server sends it to the worker's own
+/// mailbox, where the connection's pending answer is resolved
+/// (`worker::Control::Watched`).
+pub type WatchReply = Arc<
+    dyn Fn(usize, crate::relay::ConnRef, u64, Result<(), crate::notify::WatchError>) + Send + Sync,
+>;
 
 /// A subscription as its connection knows it.
 #[derive(Debug, Clone, Copy)]

@@ -62,6 +62,11 @@ pub enum Outcome {
     Failed(RelayError),
     /// A fetch's messages.
     Fetch(Fetched),
+    /// A result known when the request was taken, answered once what it waits for is done
+    /// (a watch registration's `{"relayId":..}` once it is durable).
+    Json(Vec<u8>),
+    /// An error answer (a watch change that could not be made durable).
+    Error(Box<RpcError>),
     /// A blocking subscribe's id, answered once its subscription is in place (boxed: the
     /// 64 bytes would grow every queued item, publishes' answers included).
     Subscribed(Box<SubId>),
@@ -166,6 +171,8 @@ impl Parts {
                         r.push(b'}');
                         rpc::write_result(out, id, &r);
                     }
+                    Outcome::Json(r) => rpc::write_result(out, id, r),
+                    Outcome::Error(e) => rpc::write_error(out, id, e),
                     Outcome::Subscribed(sub) => {
                         let mut r = [b'"'; 66];
                         r[1..65].copy_from_slice(sub.hex());
@@ -426,7 +433,7 @@ impl<S> Conn<S> {
     /// makes the answer that error; returns whether it was found.
     pub fn resolve(&mut self, answer: u64, result: Result<(), RelayError>) -> bool {
         self.resolve_with(answer, |o| {
-            if let (Err(e), Outcome::Done | Outcome::Fetch(_)) = (result, &*o) {
+            if let (Err(e), Outcome::Done | Outcome::Fetch(_) | Outcome::Json(_)) = (result, &*o) {
                 *o = Outcome::Failed(e);
             }
         })

@@ -198,8 +198,8 @@ fn execute<S>(
             waku::receive(Some(did.clone()), &receipts, ctx);
             Ok(Outcome::Done)
         }
-        Op::WatchRegister { auth } => waku::watch(ctx, &auth, true),
-        Op::WatchUnregister { auth } => waku::watch(ctx, &auth, false),
+        Op::WatchRegister { auth } => waku::watch(conn, answer, ctx, &auth, true),
+        Op::WatchUnregister { auth } => waku::watch(conn, answer, ctx, &auth, false),
         Op::ProposeSession {
             pairing_topic,
             proposal,

@@ -147,6 +147,7 @@ impl Bench {
                 webhooks: WebhookPool::default(),
                 relay_key: notifier.key().clone(),
                 notifier,
+                watch_reply: Arc::new(|_, _, _, _| {}),
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
                 health: Arc::default(),
                 exporters: Vec::new(),

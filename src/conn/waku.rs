@@ -408,27 +408,50 @@ fn execute<S>(
             );
             publishes(&[first, second])
         }
-        Op::WatchRegister { auth } => watch(ctx, &auth, true),
-        Op::WatchUnregister { auth } => watch(ctx, &auth, false),
+        Op::WatchRegister { auth } => watch(conn, answer, ctx, &auth, true),
+        Op::WatchUnregister { auth } => watch(conn, answer, ctx, &auth, false),
     }
 }
 
 /// `irn_watchRegister` (`register`) or `irn_watchUnregister`: checked and applied by
 /// `notify` (a lock taken by registrations only, no I/O); refusals -32000 with their tag.
-pub(super) fn watch(ctx: &Ctx<'_>, auth: &str, register: bool) -> Result<Outcome, RpcError> {
+/// On a durable node or Redis the answer is pending until the change is on disk or
+/// acknowledged by Redis (`notify::Saved::Later`): the persister's or the Redis writer's
+/// thread tells the worker (`Shared::watch_reply`), which resolves it.
+pub(super) fn watch<S>(
+    conn: &mut Conn<S>,
+    answer: u64,
+    ctx: &Ctx<'_>,
+    auth: &str,
+    register: bool,
+) -> Result<Outcome, RpcError> {
     let n = &ctx.shared.notifier;
-    let r = if register {
-        n.register(auth).map(|relay_id| {
+    let done: crate::notify::Done = match answer {
+        // A notification (no id): nothing to answer.
+        0 => Box::new(|_| {}),
+        _ => {
+            let (reply, me, worker) = (ctx.shared.watch_reply.clone(), ctx.conn_ref(conn), ctx.me);
+            Box::new(move |r| reply(worker, me, answer, r))
+        }
+    };
+    let saved = match register {
+        true => n.register_then(auth, done),
+        false => n.unregister_then(auth, done),
+    }
+    .map_err(|e| RpcError::tagged(rpc::code::SERVER_ERROR, e.message(), e.tag()))?;
+    let result = match register {
+        true => {
             let mut out = b"{\"relayId\":".to_vec();
-            rpc::write_str(&mut out, relay_id);
+            rpc::write_str(&mut out, n.key().did_key());
             out.push(b'}');
             out
-        })
-    } else {
-        n.unregister(auth).map(|()| b"true".to_vec())
+        }
+        false => b"true".to_vec(),
     };
-    r.map(Outcome::Json)
-        .map_err(|e| RpcError::tagged(rpc::code::SERVER_ERROR, e.message(), e.tag()))
+    Ok(match (saved, answer) {
+        (crate::notify::Saved::Later, 1..) => Outcome::Pending(1, outbound::Outcome::Json(result)),
+        _ => Outcome::Json(result),
+    })
 }
 
 /// `irn_batchReceive`: the receipts handed to the relay in one call.

@@ -38,6 +38,11 @@ pub enum WatchError {
     /// The watched client has 64 registrations, or the relay `--max-watches`.
     #[error("Watch limit exceeded")]
     WatchLimitExceeded,
+    /// The registration could not be made durable (the data directory's file could not be
+    /// written and synced, Redis did not acknowledge it): -32000 with relay_rpc's internal
+    /// tag `StorageError`. The table of the node that took it may still hold it.
+    #[error("Storage error")]
+    Storage,
 }
 
 impl WatchError {
@@ -50,6 +55,7 @@ impl WatchError {
             WatchError::InvalidServiceUrl => "InvalidServiceUrl",
             WatchError::InvalidWebhookUrl => "InvalidWebhookUrl",
             WatchError::WatchLimitExceeded => "WatchLimitExceeded",
+            WatchError::Storage => "StorageError",
         }
     }
 

@@ -27,6 +27,7 @@ use crate::webhook::{Sent, Signed, WebhookConfig, WebhookPool};
 
 pub use claims::{Action, Audiences, WatchError};
 use push_urls::PushUrls;
+pub use store::Done;
 use table::{Registration, WatchHub};
 
 /// Unix seconds now.
@@ -71,7 +72,27 @@ pub struct Notifier {
     push: PushUrls,
     events: Arc<Counts>,
     pushes: Arc<Counts>,
-    _persister: store::Persister,
+    durable: Durable,
+    persister: store::Persister,
+}
+
+/// Where a change must be before its request is answered.
+enum Durable {
+    /// Nowhere (no data directory, no Redis): answered at once.
+    Memory,
+    /// In the data directory's file (the persister's next save).
+    File,
+    /// In Redis (the writer's acknowledged write).
+    Redis(crossbeam_channel::Sender<(redis_sync::Op, Option<Done>)>),
+}
+
+/// Whether a change's answer is due now or waits for its [`Done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// Nothing to wait for (memory only): answer now; the `Done` was dropped.
+    Now,
+    /// The `Done` will be told, once, on a helper thread.
+    Later,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -88,11 +109,12 @@ impl Notifier {
     /// (loaded from `--data-dir`), its own webhook pool, the push URLs.
     pub fn build(config: &Config) -> Result<Notifier, String> {
         let dir = config.data_dir();
-        let key = match (&config.notify.relay_key, config.redis.is_empty(), &dir) {
+        let spec = shared_spec(config)?;
+        let key = match (&config.notify.relay_key, &spec, &dir) {
             (Some(path), _, _) => RelayKey::load_or_create(KeySource::File(path)),
-            (None, false, _) => cluster_key(config),
-            (None, true, Some(dir)) => RelayKey::load_or_create(KeySource::DataDir(dir)),
-            (None, true, None) => RelayKey::load_or_create(KeySource::Fresh),
+            (None, Some(spec), _) => cluster_key(spec),
+            (None, None, Some(dir)) => RelayKey::load_or_create(KeySource::DataDir(dir)),
+            (None, None, None) => RelayKey::load_or_create(KeySource::Fresh),
         }
         .map_err(|e| e.to_string())?;
         let push = PushUrls::new(
@@ -110,24 +132,19 @@ impl Notifier {
         );
         let key = Arc::new(key);
         let max = config.notify.max_watches;
-        let link = match config.redis.is_empty() {
-            true => None,
-            false => crate::cluster::SharedLink::open(&config.redis)?,
-        };
-        let mut n = match link {
+        let mut n = match spec {
             // On a cluster the registrations live in Redis, for every node.
-            Some(mut link) => {
+            Some(spec) => {
+                let mut link = crate::cluster::SharedLink::open(&spec)
+                    .map_err(|e| format!("watches: Redis: {e}"))?;
                 let (tx, rx) = crossbeam_channel::bounded(redis_sync::QUEUE);
                 let n = Notifier::assemble(key, max, pool, push, None, Some(tx));
                 let loaded = redis_sync::load_all(&mut link, &n.hub)?;
                 log::info!("watches: {loaded} registrations loaded from Redis");
-                redis_sync::start(config.redis.clone(), Arc::downgrade(&n.hub), rx);
+                redis_sync::start(spec, Arc::downgrade(&n.hub), rx);
                 n
             }
             None => {
-                if !config.redis.is_empty() {
-                    log::warn!("watches: the first Redis shard is not a plain standalone server; registrations stay on the node that took them");
-                }
                 let n = Notifier::new(key, max, pool, push, dir.clone());
                 if let Some(dir) = &dir {
                     let loaded = store::load(dir, &n.hub, unix_now());
@@ -160,20 +177,21 @@ impl Notifier {
         pool: WebhookPool,
         push: PushUrls,
         dir: Option<std::path::PathBuf>,
-        redis: Option<crossbeam_channel::Sender<redis_sync::Op>>,
+        redis: Option<crossbeam_channel::Sender<(redis_sync::Op, Option<Done>)>>,
     ) -> Notifier {
         let (mut persister, rx) = store::Persister::channel();
         let bell = persister.bell();
-        let to_redis = redis.map(redis_sync::hook);
         let hub = Arc::new(WatchHub::new(
             max_watches,
-            Box::new(move |change| {
+            Box::new(move |_| {
                 let _ = bell.try_send(());
-                if let Some(send) = &to_redis {
-                    send(change);
-                }
             }),
         ));
+        let durable = match (redis, &dir) {
+            (Some(tx), _) => Durable::Redis(tx),
+            (None, Some(_)) => Durable::File,
+            (None, None) => Durable::Memory,
+        };
         if let Some(d) = &dir {
             if let Err(e) = std::fs::create_dir_all(d) {
                 log::warn!("watches: cannot create {}: {e}", d.display());
@@ -188,7 +206,8 @@ impl Notifier {
             push,
             events: Arc::default(),
             pushes: Arc::default(),
-            _persister: persister,
+            durable,
+            persister,
         }
     }
 
@@ -207,19 +226,53 @@ impl Notifier {
         &self.hub
     }
 
-    /// `irn_watchRegister {registerAuth}`: the relay's did:key, or the refusal.
+    /// `irn_watchRegister {registerAuth}` applied at once (the table, then Redis or the
+    /// file, not waited for): the relay's did:key, or the refusal. For tests of the layers
+    /// above; requests use [`Notifier::register_then`].
     pub fn register(&self, token: &str) -> Result<&str, WatchError> {
-        let now = unix_now();
-        let c = claims::check(token, Action::Register, now, &self.audiences)?;
-        self.hub.register(&c.client, Registration::of(&c), now)?;
+        self.register_then(token, Box::new(|_| {}))?;
         Ok(self.key.did_key())
     }
 
-    /// `irn_watchUnregister {unregisterAuth}`: forgets the registration (none is no error).
+    /// `irn_watchUnregister {unregisterAuth}` applied at once (see [`Notifier::register`]).
     pub fn unregister(&self, token: &str) -> Result<(), WatchError> {
+        self.unregister_then(token, Box::new(|_| {})).map(|_| ())
+    }
+
+    /// `irn_watchRegister {registerAuth}`: checks and applies it; a refusal is an `Err` (and
+    /// `done` is dropped). Else the answer (`{"relayId": did_key}`) is due once the
+    /// registration is durable: now ([`Saved::Now`]), or when `done` is told (on the
+    /// persister's or the Redis writer's thread; `Err(Storage)` when it could not be).
+    pub fn register_then(&self, token: &str, done: Done) -> Result<Saved, WatchError> {
+        let now = unix_now();
+        let c = claims::check(token, Action::Register, now, &self.audiences)?;
+        let r = Registration::of(&c);
+        self.hub.register(&c.client, r.clone(), now)?;
+        self.durably(redis_sync::Op::Set(c.client, r), done)
+    }
+
+    /// `irn_watchUnregister {unregisterAuth}`: forgets the registration (none is no error);
+    /// answered `true` as [`Notifier::register_then`] says.
+    pub fn unregister_then(&self, token: &str, done: Done) -> Result<Saved, WatchError> {
         let c = claims::check(token, Action::Unregister, unix_now(), &self.audiences)?;
         self.hub.unregister(&c.client, &c.sub, &c.whu, c.typ);
-        Ok(())
+        let op = redis_sync::Op::del(&c.client, &c.sub, &c.whu, c.typ.as_str());
+        self.durably(op, done)
+    }
+
+    /// The change `op` (already in the table) made durable, then `done` told.
+    fn durably(&self, op: redis_sync::Op, done: Done) -> Result<Saved, WatchError> {
+        match &self.durable {
+            Durable::Memory => Ok(Saved::Now),
+            Durable::File => self.persister.after(done).map(|()| Saved::Later),
+            Durable::Redis(tx) => match tx.try_send((op, Some(done))) {
+                Ok(()) => Ok(Saved::Later),
+                Err(_) => {
+                    log::warn!("watches: the Redis writer is behind; a change refused");
+                    Err(WatchError::Storage)
+                }
+            },
+        }
     }
 
     /// Re-reads `--push-urls @FILE` (SIGHUP); logged.
@@ -321,22 +374,35 @@ impl Notify for Notifier {
     }
 }
 
+/// The first Redis shard as `--redis`, `--redis-password-file` and `--redis-tls-*` name it
+/// (`None`: no `--redis`).
+fn shared_spec(config: &Config) -> Result<Option<Arc<crate::cluster::SharedSpec>>, String> {
+    let opts = &config.redis_opts;
+    let tls = crate::cluster::tls::RedisTlsFiles {
+        ca: opts.redis_tls_ca.clone(),
+        cert: opts.redis_tls_cert.clone(),
+        key: opts.redis_tls_key.clone(),
+    };
+    let spec = crate::cluster::SharedSpec::new(
+        &config.redis,
+        opts.password()?.as_deref(),
+        &tls,
+        opts.redis_wait_replicas,
+        Duration::from_millis(opts.redis_wait_timeout_ms),
+    )?;
+    Ok(spec.map(Arc::new))
+}
+
 /// With `--redis` and no `--relay-key`: the cluster's one key, `SET walletrelay:relay-key
-/// <hex seed> NX` then `GET` on the first shard (a blocking round trip at start, before the
-/// workers run).
-fn cluster_key(config: &Config) -> Result<RelayKey, crate::identity::KeyError> {
+/// <hex seed> NX` then `GET` on the first shard, whatever its kind (a blocking round trip
+/// at start, before the workers run).
+fn cluster_key(
+    spec: &Arc<crate::cluster::SharedSpec>,
+) -> Result<RelayKey, crate::identity::KeyError> {
     use crate::identity::KeyError;
     let mine = RelayKey::random()?;
-    let shared =
-        crate::cluster::shared_value(&config.redis, "walletrelay:relay-key", mine.seed_hex())
-            .map_err(KeyError::Cluster)?;
-    let Some(seed) = shared else {
-        log::warn!("relay key: the first Redis shard is not a plain standalone server; this node's own key is used (give every node the same --relay-key)");
-        return match config.data_dir() {
-            Some(dir) => RelayKey::load_or_create(KeySource::DataDir(&dir)),
-            None => Ok(mine),
-        };
-    };
+    let seed = crate::cluster::shared_value(spec, "walletrelay:relay-key", mine.seed_hex())
+        .map_err(KeyError::Cluster)?;
     RelayKey::from_hex(&seed).ok_or_else(|| {
         KeyError::Cluster("walletrelay:relay-key is not a 64-hex-character seed".into())
     })

@@ -1,33 +1,45 @@
-//! Watch registrations on a Redis cluster: every node sees every registration. A hash per
-//! watched client (`walletrelay:watch:{client}`, field `typ\nsub\nwhu`, value the
-//! registration's JSON, the key expiring with its last registration), the set of watched
-//! clients (`walletrelay:watch-clients`), and a pub/sub channel
-//! (`walletrelay:watch-changed`) on which a node names the client it changed.
+//! Watch registrations on a Redis cluster: every node sees every registration, on every
+//! kind of first shard (standalone, Sentinel, Redis Cluster, TLS, ACL; `cluster::SharedLink`).
+//! A hash per watched client (`walletrelay:watch:{client}`, field `typ\nsub\nwhu`, value
+//! the registration's JSON, the key expiring with its last registration; the client is the
+//! key's hash tag), the set of watched clients (`walletrelay:watch-clients`), and a pub/sub
+//! channel (`walletrelay:watch-changed`, classic pub/sub: on a Redis Cluster it reaches every
+//! node) on which a node names the client it changed.
 //!
-//! Threads, never a worker: the writer applies this node's changes (HSET / HDEL, then
-//! PUBLISH); the listener re-reads a client named on the channel and replaces it in the
-//! table (`WatchHub::set_client`), and re-reads everything after a reconnection. All of it
-//! is read once at start, before the workers run. Only a standalone first shard without
-//! TLS is used (`cluster::SharedLink`); elsewhere registrations stay on their node.
+//! Threads, never a worker: the writer applies this node's changes (HSET / HDEL, the
+//! replicas' `WAIT` where the engine would wait, then PUBLISH) and only then tells the
+//! change's [`Done`] (the request's answer waits for it); the listener re-reads a client
+//! named on the channel and replaces it in the table (`WatchHub::set_client`), and re-reads
+//! everything after every (re)connection (a Sentinel failover, a Cluster node lost), clients
+//! gone from Redis included. The subscriber's link is pinged when idle, so a server that
+//! vanished without closing it is noticed. All of it is read once at start, before the
+//! workers run.
 
 use std::collections::HashMap;
-use std::sync::Weak;
-use std::time::Duration;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use redis::Value;
 
-use super::store::Line;
-use super::table::{Change, Registration, WatchHub};
-use crate::cluster::shared::{text, SharedLink};
+use super::claims::WatchError;
+use super::store::{Done, Line};
+use super::table::{Registration, WatchHub};
+use crate::cluster::shared::{text, SharedLink, SharedSpec};
 
 const CLIENTS: &str = "walletrelay:watch-clients";
 const CHANNEL: &str = "walletrelay:watch-changed";
-/// Changes waiting for the writer; past it a change stays on this node (logged).
+/// Changes waiting for the writer; past it a change is answered `StorageError` at once.
 pub const QUEUE: usize = 10_000;
+/// How long the writer keeps trying one change (reconnecting, asking the Sentinels or the
+/// cluster's map again) before it is answered `StorageError`: the service retries, as a
+/// publish refused `storage unavailable` is retried.
+const PATIENCE: Duration = Duration::from_secs(5);
+/// Idle time after which the subscriber pings its server (and twice that: reconnects).
+const KEEPALIVE: Duration = Duration::from_secs(10);
 
 fn key(client: &str) -> String {
-    format!("walletrelay:watch:{client}")
+    format!("walletrelay:watch:{{{client}}}")
 }
 
 fn field(typ: &str, sub: &str, whu: &str) -> String {
@@ -42,23 +54,17 @@ pub enum Op {
     Del(String, String),
 }
 
-/// The writer's side of the hub's `changed` hook.
-pub fn op_of(c: &Change<'_>) -> Option<Op> {
-    match *c {
-        Change::Set { client, reg } => Some(Op::Set(client.to_string(), reg.clone())),
-        Change::Del {
-            client,
-            sub,
-            whu,
-            typ,
-        } => Some(Op::Del(client.to_string(), field(typ.as_str(), sub, whu))),
-        Change::Swept => None,
+impl Op {
+    /// The removal of (client, sub, whu, typ).
+    pub fn del(client: &str, sub: &str, whu: &str, typ: &str) -> Op {
+        Op::Del(client.to_string(), field(typ, sub, whu))
     }
 }
 
 /// The registrations of `client` held in Redis.
 fn read_client(link: &mut SharedLink, client: &str) -> Result<Vec<Registration>, String> {
-    let v = link.query(&[b"HGETALL", key(client).as_bytes()])?;
+    let k = key(client);
+    let v = link.query_key(k.as_bytes(), &[b"HGETALL", k.as_bytes()])?;
     let pairs: Vec<Value> = match v {
         Value::Array(items) => items,
         Value::Map(kv) => kv.into_iter().flat_map(|(k, v)| [k, v]).collect(),
@@ -74,48 +80,60 @@ fn read_client(link: &mut SharedLink, client: &str) -> Result<Vec<Registration>,
         .collect())
 }
 
-/// Reads every registration into `hub`; returns how many.
+/// Reads every registration into `hub`, and forgets the clients Redis no longer holds;
+/// returns how many registrations.
 pub fn load_all(link: &mut SharedLink, hub: &WatchHub) -> Result<usize, String> {
-    let clients = match link.query(&[b"SMEMBERS", CLIENTS.as_bytes()])? {
+    let c = CLIENTS.as_bytes();
+    let clients = match link.query_key(c, &[b"SMEMBERS", c])? {
         Value::Array(items) | Value::Set(items) => items,
         _ => Vec::new(),
     };
     let now = super::unix_now();
     let mut all = HashMap::new();
-    for c in clients.iter().filter_map(text) {
-        let regs = read_client(link, &c)?;
+    for client in clients.iter().filter_map(text) {
+        let regs = read_client(link, &client)?;
         if regs.is_empty() {
-            link.query(&[b"SREM", CLIENTS.as_bytes(), c.as_bytes()])?;
+            link.query_key(c, &[b"SREM", c, client.as_bytes()])?;
         }
-        all.insert(c, regs);
+        all.insert(client, regs);
+    }
+    let gone: Vec<Arc<str>> = hub
+        .snapshot()
+        .by_client
+        .keys()
+        .filter(|k| !all.contains_key(&***k))
+        .cloned()
+        .collect();
+    for client in gone {
+        hub.set_client(&client, Vec::new(), now);
     }
     let mut n = 0;
-    for (c, regs) in all {
+    for (client, regs) in all {
         n += regs.len();
-        hub.set_client(&c, regs, now);
+        hub.set_client(&client, regs, now);
     }
     Ok(n)
 }
 
 /// Starts the writer (draining `ops`) and the listener for `hub`.
-pub fn start(redis: Vec<String>, hub: Weak<WatchHub>, ops: Receiver<Op>) {
-    let (r2, h2) = (redis.clone(), hub.clone());
+pub fn start(spec: Arc<SharedSpec>, hub: Weak<WatchHub>, ops: Receiver<(Op, Option<Done>)>) {
+    let (s2, h2) = (spec.clone(), hub.clone());
     let spawned = std::thread::Builder::new()
         .name("watch-redis-w".into())
-        .spawn(move || writer(&r2, &h2, &ops))
+        .spawn(move || writer(&s2, &h2, &ops))
         .and_then(|_| {
             std::thread::Builder::new()
                 .name("watch-redis-l".into())
-                .spawn(move || listener(&redis, &hub))
+                .spawn(move || listener(&spec, &hub))
         });
     if let Err(e) = spawned {
         log::error!("watches: cannot start the Redis threads: {e}");
     }
 }
 
-fn connect(redis: &[String]) -> Option<SharedLink> {
-    match SharedLink::open(redis) {
-        Ok(l) => l,
+fn connect(spec: &Arc<SharedSpec>) -> Option<SharedLink> {
+    match SharedLink::open(spec) {
+        Ok(l) => Some(l),
         Err(e) => {
             log::warn!("watches: Redis: {e}");
             None
@@ -123,25 +141,36 @@ fn connect(redis: &[String]) -> Option<SharedLink> {
     }
 }
 
-fn writer(redis: &[String], hub: &Weak<WatchHub>, ops: &Receiver<Op>) {
+fn writer(spec: &Arc<SharedSpec>, hub: &Weak<WatchHub>, ops: &Receiver<(Op, Option<Done>)>) {
     let mut link = None;
-    for op in ops.iter() {
+    // After a change that could not be written, the next ones try once, not for PATIENCE:
+    // a queue of answers does not wait 5 s each while Redis is away.
+    let mut failing = false;
+    for (op, done) in ops.iter() {
         let Some(hub) = hub.upgrade() else { return };
-        for _ in 0..3 {
+        let until = Instant::now() + if failing { Duration::ZERO } else { PATIENCE };
+        let result = loop {
             if link.is_none() {
-                link = connect(redis);
+                link = connect(spec);
             }
-            let Some(l) = link.as_mut() else {
-                std::thread::sleep(Duration::from_secs(1));
-                continue;
-            };
-            match apply(l, &op, &hub) {
-                Ok(()) => break,
-                Err(e) => {
-                    log::warn!("watches: Redis write failed: {e}");
-                    link = None;
+            if let Some(l) = link.as_mut() {
+                match apply(l, &op, &hub) {
+                    Ok(()) => break Ok(()),
+                    Err(e) => {
+                        log::warn!("watches: Redis write failed: {e}");
+                        link = None;
+                    }
                 }
             }
+            if Instant::now() >= until {
+                break Err(WatchError::Storage);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        failing = result.is_err();
+        drop(hub);
+        if let Some(done) = done {
+            done(result);
         }
     }
 }
@@ -150,19 +179,25 @@ fn apply(link: &mut SharedLink, op: &Op, hub: &WatchHub) -> Result<(), String> {
     let client = match op {
         Op::Set(client, r) => {
             let k = key(client);
+            let kb = k.as_bytes();
             let f = field(r.typ.as_str(), &r.sub, &r.whu);
             let json = serde_json::to_string(&Line::of(client, r)).map_err(|e| e.to_string())?;
-            link.query(&[b"HSET", k.as_bytes(), f.as_bytes(), json.as_bytes()])?;
+            link.query_key(kb, &[b"HSET", kb, f.as_bytes(), json.as_bytes()])?;
             // The key ends with the last of the client's registrations this node knows.
             let last = hub.of(client).map_or(r.exp, |rs| {
                 rs.iter().map(|x| x.exp).max().unwrap_or(r.exp).max(r.exp)
             });
-            link.query(&[b"EXPIREAT", k.as_bytes(), last.to_string().as_bytes()])?;
-            link.query(&[b"SADD", CLIENTS.as_bytes(), client.as_bytes()])?;
+            link.query_key(kb, &[b"EXPIREAT", kb, last.to_string().as_bytes()])?;
+            link.wait_replicas(kb)?;
+            let c = CLIENTS.as_bytes();
+            link.query_key(c, &[b"SADD", c, client.as_bytes()])?;
+            link.wait_replicas(c)?;
             client
         }
         Op::Del(client, f) => {
-            link.query(&[b"HDEL", key(client).as_bytes(), f.as_bytes()])?;
+            let k = key(client);
+            link.query_key(k.as_bytes(), &[b"HDEL", k.as_bytes(), f.as_bytes()])?;
+            link.wait_replicas(k.as_bytes())?;
             client
         }
     };
@@ -170,17 +205,17 @@ fn apply(link: &mut SharedLink, op: &Op, hub: &WatchHub) -> Result<(), String> {
     Ok(())
 }
 
-fn listener(redis: &[String], hub: &Weak<WatchHub>) {
+fn listener(spec: &Arc<SharedSpec>, hub: &Weak<WatchHub>) {
     let mut first = true;
     loop {
         if hub.strong_count() == 0 {
             return;
         }
         if !first {
-            std::thread::sleep(Duration::from_secs(1));
+            std::thread::sleep(Duration::from_millis(500));
         }
         first = false;
-        let (Some(mut sub), Some(mut cmd)) = (connect(redis), connect(redis)) else {
+        let (Some(mut sub), Some(mut cmd)) = (connect(spec), connect(spec)) else {
             continue;
         };
         if let Err(e) = sub.query(&[b"SUBSCRIBE", CHANNEL.as_bytes()]) {
@@ -189,22 +224,37 @@ fn listener(redis: &[String], hub: &Weak<WatchHub>) {
         }
         // Whatever changed while this node was not listening.
         let Some(h) = hub.upgrade() else { return };
-        if let Err(e) = load_all(&mut cmd, &h) {
-            log::warn!("watches: Redis reload: {e}");
-            continue;
+        match load_all(&mut cmd, &h) {
+            Ok(n) => log::debug!("watches: {n} registrations read again from Redis"),
+            Err(e) => {
+                log::warn!("watches: Redis reload: {e}");
+                continue;
+            }
         }
         drop(h);
-        let _ = sub.set_read_timeout(Duration::from_secs(3600));
-        if let Err(e) = follow(&mut sub, &mut cmd, hub) {
+        if let Err(e) = sub.set_read_timeout(KEEPALIVE) {
             log::warn!("watches: Redis channel: {e}");
+            continue;
+        }
+        if let Err(e) = follow(&mut sub, &mut cmd, hub) {
+            log::warn!("watches: Redis channel: {e}; reconnecting");
         }
     }
 }
 
 /// Applies the channel's messages until the connection fails (or the hub is gone).
 fn follow(sub: &mut SharedLink, cmd: &mut SharedLink, hub: &Weak<WatchHub>) -> Result<(), String> {
+    let mut unanswered = false;
     loop {
-        let msg = sub.recv()?;
+        let Some(msg) = sub.recv_or_idle()? else {
+            if unanswered {
+                return Err("no answer to PING".into());
+            }
+            sub.send(&[b"PING"])?;
+            unanswered = true;
+            continue;
+        };
+        unanswered = false;
         let Some(hub) = hub.upgrade() else {
             return Ok(());
         };
@@ -217,17 +267,6 @@ fn follow(sub: &mut SharedLink, cmd: &mut SharedLink, hub: &Weak<WatchHub>) -> R
             if kind == "message" {
                 let regs = read_client(cmd, client)?;
                 hub.set_client(client, regs, super::unix_now());
-            }
-        }
-    }
-}
-
-/// The sender the hub's hook uses: changes of this node go to Redis.
-pub fn hook(tx: Sender<Op>) -> impl Fn(&Change<'_>) + Send + Sync {
-    move |c| {
-        if let Some(op) = op_of(c) {
-            if tx.try_send(op).is_err() {
-                log::warn!("watches: the Redis writer is behind; a change stays on this node");
             }
         }
     }

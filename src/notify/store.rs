@@ -1,17 +1,20 @@
 //! Watch registrations on disk (`--data-dir`): `watches.jsonl`, one registration a line,
 //! rewritten whole (write, fsync, rename) by the persister thread after a change, never on
-//! a worker's loop. The same thread drops expired registrations once a minute. Read once at
-//! start; a line that does not parse is skipped and logged, expired ones are dropped.
+//! a worker's loop; a registration's answer waits for the save that holds it
+//! ([`Persister::after`]), so a registration answered is on disk. The same thread drops
+//! expired registrations once a minute. Read once at start; a line that does not parse is
+//! skipped and logged, expired ones are dropped.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
 
+use super::claims::WatchError;
 use super::table::{Registration, WatchHub};
 use crate::notice::Typ;
 
@@ -122,10 +125,20 @@ pub fn save(dir: &Path, hub: &WatchHub) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// Told once a change is durable, or why it could not be made so (called on a helper
+/// thread; it must not block for long).
+pub type Done = Box<dyn FnOnce(Result<(), WatchError>) + Send>;
+
+/// Changes whose answers wait for the next save, at most; past it a change is answered
+/// `StorageError` at once.
+pub const MAX_WAITING: usize = 10_000;
+
 /// The persister: rung after each change (a bounded channel of one: a ring while a save is
-/// due is already covered by it), saves to `dir` when given, sweeps expired registrations.
+/// due is already covered by it), saves to `dir` when given, then tells the changes that
+/// waited for the save ([`Persister::after`]); sweeps expired registrations.
 pub struct Persister {
     ring: Sender<()>,
+    waiting: Arc<Mutex<Vec<Done>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -138,14 +151,41 @@ impl Persister {
     /// A persister whose thread starts with [`Persister::start`].
     pub fn channel() -> (Persister, Receiver<()>) {
         let (ring, rx) = bounded(1);
-        (Persister { ring, thread: None }, rx)
+        let waiting = Arc::default();
+        let p = Persister {
+            ring,
+            waiting,
+            thread: None,
+        };
+        (p, rx)
+    }
+
+    /// `done` is told after the next save, which holds every change made to the table
+    /// before this call. `Err(Storage)`: too many wait already, or the thread is not
+    /// running (`done` is dropped).
+    pub fn after(&self, done: Done) -> Result<(), WatchError> {
+        if self.thread.is_none() {
+            // No thread to save (it could not start): nothing would ever answer.
+            return Err(WatchError::Storage);
+        }
+        {
+            let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            if w.len() >= MAX_WAITING {
+                return Err(WatchError::Storage);
+            }
+            w.push(done);
+        }
+        // A ring already pending is received after this push: its save answers `done`.
+        let _ = self.ring.try_send(());
+        Ok(())
     }
 
     /// Starts the thread for `hub` (held weakly: the thread ends with the hub or the ring).
     pub fn start(&mut self, rx: Receiver<()>, hub: Weak<WatchHub>, dir: Option<PathBuf>) {
+        let waiting = Arc::clone(&self.waiting);
         let spawned = std::thread::Builder::new()
             .name("watch-store".into())
-            .spawn(move || run(&rx, &hub, dir.as_deref()));
+            .spawn(move || run(&rx, &hub, dir.as_deref(), &waiting));
         match spawned {
             Ok(t) => self.thread = Some(t),
             Err(e) => log::error!("watches: cannot start the persister thread: {e}"),
@@ -160,7 +200,7 @@ impl Drop for Persister {
     }
 }
 
-fn run(rx: &Receiver<()>, hub: &Weak<WatchHub>, dir: Option<&Path>) {
+fn run(rx: &Receiver<()>, hub: &Weak<WatchHub>, dir: Option<&Path>, waiting: &Mutex<Vec<Done>>) {
     loop {
         let rung = match rx.recv_timeout(SWEEP_EVERY) {
             Ok(()) => true,
@@ -173,12 +213,19 @@ fn run(rx: &Receiver<()>, hub: &Weak<WatchHub>, dir: Option<&Path>) {
             hub.sweep(super::unix_now());
             continue;
         }
-        if let Some(dir) = dir {
-            if let Err(e) = save(dir, &hub) {
+        // Taken before the table is read: every change they wait for is in this save.
+        let told = std::mem::take(&mut *waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        let result = match dir {
+            Some(dir) => save(dir, &hub).map_err(|e| {
                 log::warn!("watches: cannot save to {}: {e}", dir.display());
-            }
-        }
+                WatchError::Storage
+            }),
+            None => Ok(()),
+        };
         drop::<Arc<WatchHub>>(hub);
+        for done in told {
+            done(result);
+        }
     }
 }
 
@@ -218,6 +265,54 @@ mod tests {
             r("https://s.example/1", 500)
         );
         assert!(!again.watched("did:key:zB"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_change_is_told_after_the_save_that_holds_it() {
+        let dir = std::env::temp_dir().join(format!("wr-watch-after-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mut p, rx) = Persister::channel();
+        let bell = p.bell();
+        let hub = Arc::new(WatchHub::new(
+            100,
+            Box::new(move |_| {
+                let _ = bell.try_send(());
+            }),
+        ));
+        p.start(rx, Arc::downgrade(&hub), Some(dir.clone()));
+        let r = Registration {
+            sub: "https://s.example/".into(),
+            whu: "https://s.example/1".into(),
+            typ: Typ::Subscriber,
+            sts: 1,
+            tag: Arc::from([]),
+            exp: u64::MAX / 2,
+        };
+        let (tx, told) = crossbeam_channel::bounded(4);
+        for i in 0..3 {
+            hub.register(&format!("did:key:z{i}"), r.clone(), 10)
+                .unwrap();
+            let (tx, file) = (tx.clone(), dir.join(FILE));
+            p.after(Box::new(move |res| {
+                // Read when told: the file already holds this change.
+                let lines = std::fs::read_to_string(file).map_or(0, |t| t.lines().count());
+                tx.send((res, lines)).unwrap();
+            }))
+            .unwrap();
+            let (res, lines) = told.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(res, Ok(()));
+            assert_eq!(lines, i + 1);
+        }
+        // A save that fails tells `StorageError`.
+        std::fs::remove_file(dir.join(FILE)).unwrap();
+        std::fs::create_dir_all(dir.join(FILE).join("x")).unwrap();
+        hub.register("did:key:zX", r, 10).unwrap();
+        p.after(Box::new(move |res| tx.send((res, 0)).unwrap()))
+            .unwrap();
+        let (res, _) = told.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(res, Err(WatchError::Storage));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

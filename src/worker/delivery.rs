@@ -44,6 +44,31 @@ struct Conns<'a> {
     me: u16,
 }
 
+/// The worker's connections as [`Conns`] (a macro: the relay stays borrowable beside it).
+macro_rules! conns_of {
+    ($w:expr) => {{
+        let limits = &$w.shared.config.limits;
+        Conns {
+            conns: &mut $w.conns,
+            dirty: &mut $w.dirty,
+            overflow: &mut $w.overflow,
+            ready: &mut $w.ready,
+            enc: &mut $w.enc,
+            deflate: &mut $w.deflate,
+            metrics: &$w.shared.metrics.cores[$w.id],
+            date: $w.date.as_bytes(),
+            now: $w.now,
+            close_ms: $w.close_ms,
+            idle_ms: limits.keepalive_timeout().as_millis() as u64,
+            fill_mark: $w.fill_mark,
+            max_outbound: limits.max_outbound,
+            max_pending: limits.max_pending_answers,
+            node: $w.relay.node(),
+            me: $w.id as u16,
+        }
+    }};
+}
+
 impl Conns<'_> {
     fn live(&mut self, r: ConnRef) -> Option<&mut Conn> {
         conn::live(self.conns, r)
@@ -268,25 +293,7 @@ impl Worker {
     }
 
     fn deliver_as(&mut self, within_round: bool) {
-        let limits = &self.shared.config.limits;
-        let mut conns = Conns {
-            conns: &mut self.conns,
-            dirty: &mut self.dirty,
-            overflow: &mut self.overflow,
-            ready: &mut self.ready,
-            enc: &mut self.enc,
-            deflate: &mut self.deflate,
-            metrics: &self.shared.metrics.cores[self.id],
-            date: self.date.as_bytes(),
-            now: self.now,
-            close_ms: self.close_ms,
-            idle_ms: limits.keepalive_timeout().as_millis() as u64,
-            fill_mark: self.fill_mark,
-            max_outbound: limits.max_outbound,
-            max_pending: limits.max_pending_answers,
-            node: self.relay.node(),
-            me: self.id as u16,
-        };
+        let mut conns = conns_of!(self);
         if within_round {
             self.relay.deliver_within_round(&mut conns);
         } else {
@@ -294,5 +301,28 @@ impl Worker {
         }
         // The compressed form of the last push is not kept past the call.
         self.deflate.push = [None, None];
+    }
+}
+
+impl Worker {
+    /// A watch change of connection `r` is durable (or could not be made so): its pending
+    /// answer `answer` is resolved, `{"relayId":..}` / `true` as gathered, or the refusal
+    /// (a `POST /rpc` one then written as its HTTP response).
+    pub(super) fn watched(
+        &mut self,
+        r: ConnRef,
+        answer: u64,
+        result: Result<(), crate::notify::WatchError>,
+    ) {
+        let mut conns = conns_of!(self);
+        conns.resolve(r, answer, |c| {
+            c.resolve_with(answer, |o| {
+                if let Err(e) = result {
+                    let code = crate::rpc::code::SERVER_ERROR;
+                    let e = crate::rpc::RpcError::tagged(code, e.message(), e.tag());
+                    *o = conn::outbound::Outcome::Error(Box::new(e));
+                }
+            })
+        });
     }
 }

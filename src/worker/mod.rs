@@ -60,6 +60,16 @@ pub enum Control {
     Shutdown,
     /// A SIGHUP reload, applied between two connections' input.
     Reload(Reload),
+    /// A watch change of a connection of this worker is durable (or could not be made so):
+    /// its pending answer `answer` is resolved (`conn::WatchReply`).
+    Watched {
+        /// The connection.
+        conn: ConnRef,
+        /// Its answer number.
+        answer: u64,
+        /// Durable, or why not.
+        result: Result<(), crate::notify::WatchError>,
+    },
 }
 
 /// What a worker serves: its listeners, and the state a SIGHUP replaces.
@@ -313,6 +323,11 @@ impl Worker {
             match c {
                 Control::Shutdown => shutdown = true,
                 Control::Reload(r) => self.apply(r),
+                Control::Watched {
+                    conn,
+                    answer,
+                    result,
+                } => self.watched(conn, answer, result),
             }
         }
         self.relay.on_mail(self.shared.config.limits.inbox_budget);

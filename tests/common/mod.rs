@@ -31,7 +31,8 @@
 //! - [`push_server`]: a stand-in for `reown-com/push-server` (what it does with a relay's
 //!   signed push, read from its source), recording the pushes it accepts;
 //! - [`relay_id`]: the relay's own key (`GET /public-key`), its `did:key`, and the check of
-//!   a JWT it signed.
+//!   a JWT it signed;
+//! - [`watch`]: watch registrations as a service makes them, `/public-key`, the gauge.
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
 //! flags and signals (or `/proc` for its memory). Two exceptions, each said in its module:
@@ -60,6 +61,7 @@ pub mod tls;
 pub mod tls_pki;
 pub mod v1;
 pub mod wait;
+pub mod watch;
 pub mod webhook;
 pub mod ws;
 

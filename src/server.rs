@@ -306,6 +306,7 @@ impl Server {
             bells: &bells,
             metrics: &metrics,
             seeds: random_seeds(),
+            notify: Arc::new(crate::notice::Silent),
         })?;
         let webhooks = built.webhooks;
         let projects = crate::auth::ProjectIds::from_flag(config.project_ids.as_deref())

@@ -19,7 +19,7 @@ use crate::message::{Origin, Position};
 use crate::relay::RelayError;
 
 /// Most messages in one fetch answer.
-pub const MAX_FETCH: usize = 500;
+pub const MAX_FETCH: usize = crate::engine::clients::MAX_FETCH;
 
 /// Most topics a connection keeps a fetch cursor for.
 pub const MAX_CURSORS: usize = 1000;
@@ -55,6 +55,7 @@ pub fn start<S>(
     ctx: &mut Ctx<'_>,
 ) {
     let me = ctx.conn_ref(conn);
+    let client = conn.ws().and_then(|w| w.client_ref().cloned());
     for topic in topics {
         let relay = &*ctx.relay;
         let subscribed = conn
@@ -62,6 +63,13 @@ pub fn start<S>(
             .iter()
             .find(|s| relay.topic_name(s.slot).is_some_and(|t| **t == **topic))
             .and_then(|s| relay.sub_position(s.slot, me));
+        if let Some(c) = &client {
+            // The client id's delivered position is the cursor (DECISIONS 13): the home
+            // reads after it and moves it past what it returns.
+            let after = subscribed.unwrap_or(Position::ZERO);
+            ctx.relay.fetch_as(me, answer, topic, after, c, MAX_FETCH);
+            continue;
+        }
         let cursor = conn
             .ws()
             .and_then(|w| w.cursors())
@@ -120,6 +128,10 @@ fn take(f: &mut Fetched, h: &History, after: Position, me: Origin) -> Position {
             f.count += 1;
         }
         last = m.pos;
+    }
+    // A client id's read stops at MAX_FETCH messages (its own among them): more may follow.
+    if h.messages.len() >= MAX_FETCH && last == h.messages.last().map_or(after, |m| m.pos) {
+        f.more = true;
     }
     last
 }

@@ -255,8 +255,12 @@ fn publish<S>(
         plain,
     };
     let me = ctx.conn_ref(conn);
+    let publisher = match &conn.phase {
+        Phase::Ws(w) => w.client_ref().cloned(),
+        _ => None,
+    };
     ctx.relay
-        .publish(me, answer, topic, message, meta, ttl, prompt)
+        .publish_as(me, answer, topic, message, meta, ttl, prompt, publisher)
 }
 
 /// sign-client's tags of the session set-up (DECISIONS §10).
@@ -366,7 +370,7 @@ fn unsubscribe<S>(conn: &mut Conn<S>, topic: Option<&str>, id: &str, ctx: &mut C
     });
     if let Some(p) = pos {
         let s = conn.subs.swap_remove(p);
-        ctx.relay.unsubscribe(s.slot, me);
+        ctx.relay.unsubscribe_client(s.slot, me);
     }
 }
 
@@ -392,12 +396,19 @@ fn subscribe<S>(
     if conn.subs.len() + conn.v1_topics().len() >= max {
         return Err(rpc_error(&RelayError::TooManySubscriptions(max)));
     }
-    let id = match conn.ws().and_then(|w| w.client().map(|c| &**c)) {
-        Some(client) => SubId::for_client(topic, &client.did()),
-        None => ctx.ids.next_id(),
-    };
     let me = ctx.conn_ref(conn);
-    let slot = ctx.relay.subscribe(me, topic, id, dialect);
+    let slot = match conn.ws().and_then(|w| w.client_ref().cloned()) {
+        Some(client) => {
+            let id = SubId::for_client(topic, &client.id);
+            let slot = ctx.relay.subscribe_as(me, topic, id, dialect, &client);
+            (slot.map_err(|e| rpc_error(&e))?, id)
+        }
+        None => {
+            let id = ctx.ids.next_id();
+            (ctx.relay.subscribe(me, topic, id, dialect), id)
+        }
+    };
+    let (slot, id) = slot;
     if conn.subs.capacity() == 0 {
         // Most connections hold one or two subscriptions: a first push would make room
         // for four (about 300 bytes per idle connection).

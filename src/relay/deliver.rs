@@ -163,10 +163,12 @@ impl Relay {
         let kind = PushKind::Live {
             share_min: fanout_share_min(n, msg.body.len()),
         };
+        // One id for every subscriber of the message (DECISIONS 13: a receipt names it).
+        let push_id = msg.body.message_id(msg.pos.seq);
         let again = t
             .feed
             .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
-                to.push(s.conn, &s.id, s.dialect, &m.body, kind)
+                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, kind)
             });
         if let Some(from) = again {
             self.ask(topic, from);
@@ -201,7 +203,8 @@ impl Relay {
             ticket,
             &history,
             &mut |s: &mut LocalSub, m: &Message| {
-                to.push(s.conn, &s.id, s.dialect, &m.body, PushKind::Replay)
+                let push_id = m.body.message_id(m.pos.seq);
+                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, PushKind::Replay)
             },
         );
         if let Some(from) = again {

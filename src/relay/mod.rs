@@ -13,6 +13,7 @@
 pub mod feed;
 pub mod subs;
 
+mod client_subs;
 mod deliver;
 mod v1;
 
@@ -25,7 +26,8 @@ use crate::config::Limits;
 use crate::metrics::{CoreMetrics, Metrics};
 
 pub use crate::engine::{
-    Done, Engine, Event, Message, Origin, Position, PublishReq, RelayError, Stored, Ticket,
+    ClientRef, Done, Engine, Event, Message, Origin, Position, PublishReq, RelayError, Stored,
+    Ticket,
 };
 pub use crate::message::{Body, Meta};
 pub use crate::rpc::Dialect;
@@ -39,8 +41,17 @@ use subs::{LocalSub, Removed, Subscriptions};
 /// Every call names the connection by [`ConnRef`]; a connection that is gone (or not in a
 /// state to take it) ignores the call.
 pub trait Recipients {
-    /// Queues a push of `body` for subscription `id`, in the shape of its `dialect`.
-    fn push(&mut self, conn: ConnRef, id: &SubId, dialect: Dialect, body: &Body, kind: PushKind);
+    /// Queues a push of `body` for subscription `id`, in the shape of its `dialect`, as
+    /// the JSON-RPC request `push_id` (the message's `notice::message_id`).
+    fn push(
+        &mut self,
+        conn: ConnRef,
+        id: &SubId,
+        dialect: Dialect,
+        body: &Body,
+        push_id: u64,
+        kind: PushKind,
+    );
     /// Resolves the connection's pending fetch answer `answer` with a topic's history after
     /// `after` (or the read's failure).
     fn fetched(
@@ -143,6 +154,8 @@ pub struct Relay {
     retries: Vec<Retry>,
     limits: Limits,
     metrics: Arc<Metrics>,
+    /// Who is told about client ids' messages (their acknowledgements: `client_subs.rs`).
+    notify: Arc<dyn crate::notice::Notify>,
 }
 
 impl Relay {
@@ -154,6 +167,7 @@ impl Relay {
         limits: Limits,
         metrics: Arc<Metrics>,
     ) -> Relay {
+        let engine_notify = engine.notifier();
         Relay {
             me: me as u16,
             node,
@@ -172,6 +186,7 @@ impl Relay {
             retries: Vec::new(),
             limits,
             metrics,
+            notify: engine_notify,
         }
     }
 
@@ -210,6 +225,19 @@ impl Relay {
     /// Adds a subscription of a local connection; its history follows as pushes, then the
     /// live messages. Returns the topic's slot.
     pub fn subscribe(&mut self, conn: ConnRef, topic: &str, id: SubId, dialect: Dialect) -> u32 {
+        self.add_sub(conn, topic, id, dialect, None)
+    }
+
+    /// A local connection's subscription, of `client` when it has one (see
+    /// [`Relay::subscribe_as`]).
+    fn add_sub(
+        &mut self,
+        conn: ConnRef,
+        topic: &str,
+        id: SubId,
+        dialect: Dialect,
+        client: Option<Arc<ClientRef>>,
+    ) -> u32 {
         let owner = self.origin_of(conn.uid);
         let entry = self.waiters.vacant_entry();
         let ticket = entry.key() as Ticket;
@@ -225,6 +253,7 @@ impl Relay {
             id,
             dialect,
             follow,
+            client: client.clone(),
         };
         let (slot, first) = self.subs.add(topic, sub);
         let name = self
@@ -237,15 +266,32 @@ impl Relay {
         if first {
             self.engine.watch(&name, &mut self.events);
         }
-        self.engine
-            .read(&name, Position::ZERO, ticket, &mut self.events);
+        match &client {
+            // After what the client was given (DECISIONS 13: each message once).
+            Some(c) => {
+                let ev = &mut self.events;
+                self.engine
+                    .read_for(&name, Position::ZERO, c, None, ticket, ev)
+            }
+            None => self
+                .engine
+                .read(&name, Position::ZERO, ticket, &mut self.events),
+        }
         self.m().subscriptions.inc();
         self.absorb();
         slot
     }
 
-    /// Removes a local connection's subscription on `slot`.
+    /// Removes a local connection's subscription on `slot` (its socket closed, or a
+    /// connection without a client id unsubscribed): a client id's subscription stays,
+    /// given everything up to where the socket's reached.
     pub fn unsubscribe(&mut self, slot: u32, conn: ConnRef) {
+        self.socket_gone(slot, conn);
+        self.remove_sub(slot, conn);
+    }
+
+    /// Removes the socket's subscription on `slot` from the table.
+    fn remove_sub(&mut self, slot: u32, conn: ConnRef) {
         match self.subs.remove(slot, conn) {
             Removed::NotFound => return,
             Removed::Kept => {}
@@ -282,6 +328,33 @@ impl Relay {
         self.absorb();
     }
 
+    /// [`Relay::fetch`] for a connection of `client`: after what the client was given, and
+    /// what the answer gives counts as given to it (at most `max` messages).
+    pub fn fetch_as(
+        &mut self,
+        conn: ConnRef,
+        answer: u64,
+        topic: &str,
+        after: Position,
+        client: &Arc<ClientRef>,
+        max: usize,
+    ) {
+        let topic: Arc<str> = match self.subs.name_and_slot(topic) {
+            Some((name, _)) => name,
+            None => Arc::from(topic),
+        };
+        let ticket = self.waiters.insert(Waiter::Fetch {
+            conn,
+            answer,
+            topic: topic.clone(),
+            after,
+        }) as Ticket;
+        let ev = &mut self.events;
+        self.engine
+            .read_for(&topic, after, client, Some(max), ticket, ev);
+        self.absorb();
+    }
+
     /// Publishes `message` (encoded here with `meta`, once: `message::Body`) from a local
     /// connection, whose `answer`-th reply waits for the outcome when it is not known at
     /// once.
@@ -298,6 +371,25 @@ impl Relay {
         meta: Meta<'_>,
         ttl: u32,
         prompt: bool,
+    ) -> Done<Result<(), RelayError>> {
+        self.publish_as(conn, answer, topic, message, meta, ttl, prompt, None)
+    }
+
+    /// [`Relay::publish`] by a connection of client id `publisher` (its watches hear of it).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a publish's fields, named at the caller"
+    )]
+    pub fn publish_as(
+        &mut self,
+        conn: ConnRef,
+        answer: u64,
+        topic: &str,
+        message: &str,
+        meta: Meta<'_>,
+        ttl: u32,
+        prompt: bool,
+        publisher: Option<Arc<ClientRef>>,
     ) -> Done<Result<(), RelayError>> {
         self.m().published.inc();
         let (topic, hint) = match self.subs.name_and_slot(topic) {
@@ -318,6 +410,7 @@ impl Relay {
             prompt,
             origin: self.origin_of(conn.uid),
             hash: hash.filter(|_| verbatim),
+            publisher,
         };
         // The ticket is taken only for an answer that comes later: most publishes are
         // answered at once (their topic's home is this worker), and their event, if any,

@@ -386,7 +386,9 @@ impl Body {
                 d.iter()
                     .take(10)
                     .take_while(|d| d.is_ascii_digit())
-                    .fold(0u32, |n, &d| n.wrapping_mul(10).wrapping_add(u32::from(d - b'0')))
+                    .fold(0u32, |n, &d| {
+                        n.wrapping_mul(10).wrapping_add(u32::from(d - b'0'))
+                    })
             });
         let attestation = memchr::memmem::find(tail, b",\"attestation\":\"")
             .and_then(|at| tail.get(at + 16..tail.len().saturating_sub(2)))

@@ -63,19 +63,17 @@ pub fn start<S>(
             .iter()
             .find(|s| relay.topic_name(s.slot).is_some_and(|t| **t == **topic))
             .and_then(|s| relay.sub_position(s.slot, me));
-        if let Some(c) = &client {
-            // The client id's delivered position is the cursor (DECISIONS 13): the home
-            // reads after it and moves it past what it returns.
-            let after = subscribed.unwrap_or(Position::ZERO);
-            ctx.relay.fetch_as(me, answer, topic, after, c, MAX_FETCH);
-            continue;
-        }
         let cursor = conn
             .ws()
             .and_then(|w| w.cursors())
             .map_or(Position::ZERO, |c| c.get(topic));
         let after = subscribed.map_or(cursor, |p| p.max(cursor));
-        ctx.relay.fetch(me, answer, topic, after);
+        match &client {
+            // Also after the client id's delivered position (DECISIONS 13), which the
+            // home moves past what it returns.
+            Some(c) => ctx.relay.fetch_as(me, answer, topic, after, c, MAX_FETCH),
+            None => ctx.relay.fetch(me, answer, topic, after),
+        }
     }
 }
 

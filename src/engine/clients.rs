@@ -153,7 +153,10 @@ pub struct MailboxTable {
 }
 
 impl MailboxTable {
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<Arc<str>, HashSet<Arc<str>>, ahash::RandomState>) -> R) -> R {
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut HashMap<Arc<str>, HashSet<Arc<str>>, ahash::RandomState>) -> R,
+    ) -> R {
         let mut g = match self.table.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),

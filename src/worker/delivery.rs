@@ -126,9 +126,9 @@ impl Recipients for Conns<'_> {
                     shared.get(&mut kit.deflater, a.window_bits()).cloned()
                 });
                 match z {
-                    Some(z) => {
-                        c.deliver_compressed(id, dialect, &z, push_id, true, fill, share_min, self.enc)
-                    }
+                    Some(z) => c.deliver_compressed(
+                        id, dialect, &z, push_id, true, fill, share_min, self.enc,
+                    ),
                     None => c.deliver(id, dialect, body, push_id, true, fill, share_min, self.enc),
                 }
                 c.outbound_len() > max_out
@@ -136,7 +136,16 @@ impl Recipients for Conns<'_> {
             // A replay is cached data: it waits by reference in the backlog and does not
             // count as falling behind.
             PushKind::Replay => {
-                c.deliver(id, dialect, body, push_id, false, fill, SHARE_THRESHOLD, self.enc);
+                c.deliver(
+                    id,
+                    dialect,
+                    body,
+                    push_id,
+                    false,
+                    fill,
+                    SHARE_THRESHOLD,
+                    self.enc,
+                );
                 false
             }
         };

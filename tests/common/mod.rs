@@ -44,6 +44,7 @@ pub mod node;
 pub mod raw_ws;
 pub mod redis;
 pub mod redis_topo;
+pub mod relay_auth;
 pub mod rng;
 pub mod skip;
 pub mod tempdir;

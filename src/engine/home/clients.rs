@@ -8,9 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::HomeTopics;
-use crate::engine::clients::{
-    ClientOp, ClientRef, ClientSub, MailboxTable, MAX_CLIENTS_PER_TOPIC,
-};
+use crate::engine::clients::{ClientOp, ClientRef, ClientSub, MailboxTable, MAX_CLIENTS_PER_TOPIC};
 use crate::engine::{History, Message, Position, PublishReq};
 use crate::notice::{Notice, Notify, PushNotice, Silent, Status, Typ};
 
@@ -67,7 +65,12 @@ pub enum ClientChange {
 
 impl HomeTopics {
     /// Sets the mailbox ttl (ms), the process's table and the notices.
-    pub fn set_mailboxes(&mut self, ttl_ms: u64, table: Arc<MailboxTable>, notify: Arc<dyn Notify>) {
+    pub fn set_mailboxes(
+        &mut self,
+        ttl_ms: u64,
+        table: Arc<MailboxTable>,
+        notify: Arc<dyn Notify>,
+    ) {
         self.mail.ttl_ms = ttl_ms.max(1);
         self.mail.table = table;
         self.mail.notify = notify;
@@ -86,7 +89,13 @@ impl HomeTopics {
     }
 
     /// Applies `op` of `client` on `topic` at `now` (worker clock, ms).
-    pub fn client_op(&mut self, topic: &Arc<str>, client: &ClientRef, op: ClientOp, now: u64) -> ClientChange {
+    pub fn client_op(
+        &mut self,
+        topic: &Arc<str>,
+        client: &ClientRef,
+        op: ClientOp,
+        now: u64,
+    ) -> ClientChange {
         let creating = matches!(op, ClientOp::Subscribe { .. });
         let slot = match self.find(topic) {
             Some(s) => s,
@@ -161,7 +170,9 @@ impl HomeTopics {
             }
         };
         if let Some(exp) = idle_from {
-            self.mail.queue.push_back((exp, topic.clone(), client.id.clone()));
+            self.mail
+                .queue
+                .push_back((exp, topic.clone(), client.id.clone()));
         }
         self.settle_clients(slot);
         if let ClientChange::Now(s) = &change {
@@ -348,9 +359,13 @@ impl HomeTopics {
             let Some((exp, topic, client)) = self.mail.queue.pop_front() else {
                 break;
             };
-            let Some(slot) = self.find(&topic) else { continue };
+            let Some(slot) = self.find(&topic) else {
+                continue;
+            };
             let t = &mut self.topics[slot as usize];
-            let Some(c) = t.clients.as_mut() else { continue };
+            let Some(c) = t.clients.as_mut() else {
+                continue;
+            };
             let Some(i) = c.find(&client) else { continue };
             if c.subs[i].sockets > 0 || c.subs[i].expires != exp {
                 continue;

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use slab::Slab;
 
 use super::cache::{Cache, Cached};
+use super::clients::TopicClients;
 use super::{new_epoch, History, Message, Origin, Position, PublishReq, Stored};
 use crate::config::Limits;
 use crate::engine::error::RelayError;
 use crate::metrics::{CoreMetrics, DropReason, Metrics};
 use crate::store::Loc;
-use super::clients::TopicClients;
 use by_name::ByName;
 use filter::Filter;
 

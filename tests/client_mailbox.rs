@@ -14,7 +14,7 @@ use common::durability::Node;
 use common::relay_auth::AuthClient;
 use common::ws::Ws;
 use common::{topic, Server, TempDir};
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Publishes `message` on `topic` from `ws` (an `irn_publish` answered `true`).
 fn publish(ws: &mut Ws, topic: &str, message: &str) {
@@ -184,12 +184,40 @@ fn a_client_s_subscription_survives_a_kill_9_of_a_durable_node() {
         "m1 was delivered before the kill"
     );
     nothing_more(&mut w);
-    // Restarted once more (its record copied forward or kept), still after m2.
+    // A fetch's position is kept too, and a restart on another number of workers (every
+    // record rewritten where its topic lives now) keeps it.
     close(&node, w, 0.0);
+    let mut dapp = node.ws();
+    publish(&mut dapp, &t, "m3");
+    let mut w = wallet.connect(node.addr);
+    assert_eq!(fetch(&mut w, &t), ["m3"]);
     node.kill9();
     let node = Node::start(&dir, &["--threads", "2"]);
     let mut w = wallet.connect(node.addr);
     assert_eq!(fetch(&mut w, &t), Vec::<String>::new());
+}
+
+#[test]
+fn every_subscriber_gets_a_message_under_one_id_made_of_its_accept_time() {
+    let s = Server::start(&["--threads", "2"]);
+    let t = topic();
+    let (mut a, mut b) = (s.ws(), AuthClient::new().connect(s.addr));
+    a.call("irn_subscribe", json!({ "topic": t }));
+    b.call("irn_subscribe", json!({ "topic": t }));
+    let mut dapp = s.ws();
+    publish(&mut dapp, &t, "m1");
+    publish(&mut dapp, &t, "m2");
+    let (pa, pb) = ((a.recv(), a.recv()), (b.recv(), b.recv()));
+    for (x, y) in [(&pa.0, &pb.0), (&pa.1, &pb.1)] {
+        assert_eq!(x["id"], y["id"], "one id per message: {x} {y}");
+        let at = x["params"]["data"]["publishedAt"].as_u64().unwrap();
+        assert_eq!(
+            x["id"].as_u64().unwrap() >> 8,
+            at,
+            "notice::message_id: {x}"
+        );
+    }
+    assert_ne!(pa.0["id"], pa.1["id"]);
 }
 
 #[test]
@@ -203,7 +231,6 @@ fn connections_without_a_client_id_keep_their_own_subscriptions() {
     publish(&mut dapp, &t, "m1");
     assert_eq!(next_message(&mut a), "m1");
     close(&s, a, 1.0);
-    let _: Value = json!(null);
     // A new socket without a client id starts from the topic's start, as before.
     let mut b = s.ws();
     b.call("irn_subscribe", json!({ "topic": t }));

@@ -76,6 +76,14 @@ impl HomeTopics {
         self.mail.notify = notify;
     }
 
+    /// `client`'s subscription of `topic` as its record would hold it now.
+    pub fn client_change(&self, topic: &str, client: &str) -> ClientChange {
+        match self.client_sub(topic, client) {
+            Some(s) => ClientChange::Now(recordable(s, crate::clock::coarse().0, self.mail.ttl_ms)),
+            None => ClientChange::None,
+        }
+    }
+
     /// Client subscriptions held by this home.
     pub fn client_subs(&self) -> usize {
         self.mail.held
@@ -175,12 +183,12 @@ impl HomeTopics {
                 .push_back((exp, topic.clone(), client.id.clone()));
         }
         self.settle_clients(slot);
-        if let ClientChange::Now(s) = &change {
-            if !s.received.is_empty() {
-                self.advance_receipts(slot, &client.id);
-            }
-        }
+        let moved = self.advance_receipts(slot, &client.id);
         match change {
+            ClientChange::None if moved => match self.client_sub(topic, &client.id) {
+                Some(s) => ClientChange::Now(recordable(s, now, ttl)),
+                None => ClientChange::None,
+            },
             ClientChange::Now(_) => match self.client_sub(topic, &client.id) {
                 Some(s) => ClientChange::Now(recordable(s, now, ttl)),
                 None => ClientChange::None,
@@ -203,15 +211,24 @@ impl HomeTopics {
         self.gc(slot);
     }
 
-    /// Moves the client's delivered position over the cached messages it received.
-    fn advance_receipts(&mut self, slot: u32, client: &str) {
+    /// Moves the client's delivered position over the cached messages it received next;
+    /// `true` when it moved.
+    fn advance_receipts(&mut self, slot: u32, client: &str) -> bool {
         let Some(t) = self.topics.get_mut(slot as usize) else {
-            return;
+            return false;
         };
         let epoch = t.epoch;
-        let Some(c) = t.clients.as_mut() else { return };
-        let Some(i) = c.find(client) else { return };
+        let Some(c) = t.clients.as_mut() else {
+            return false;
+        };
+        let Some(i) = c.find(client) else {
+            return false;
+        };
         let s = &mut c.subs[i];
+        if s.received.is_empty() {
+            return false;
+        }
+        let before = s.delivered;
         for &k in &t.cached {
             let Some(m) = self.cache.get(k) else { continue };
             let pos = Position {
@@ -229,6 +246,7 @@ impl HomeTopics {
             s.delivered = pos;
             s.received.retain(|&r| r != id);
         }
+        s.delivered != before
     }
 
     /// The topic's cached messages after `after` for `client`: after what it was given, the
@@ -264,6 +282,7 @@ impl HomeTopics {
                     c.subs[i].deliver_to(reached);
                 }
             }
+            self.advance_receipts(slot, client);
         }
         h
     }
@@ -464,3 +483,7 @@ fn recordable(s: &ClientSub, now: u64, ttl: u64) -> ClientSub {
 /// The ttl a `delivered` notice is retried within, seconds (the message's own ttl is not
 /// at hand where a fetch or an acknowledgement delivers it).
 pub const NOTICE_TTL_S: u32 = 24 * 3600;
+
+#[cfg(test)]
+#[path = "clients_tests.rs"]
+mod tests;

@@ -69,6 +69,22 @@ impl LocalEngine {
         }
     }
 
+    /// A read for `client` on this home; a fetch's delivered position is recorded.
+    pub(super) fn read_for_here(
+        &mut self,
+        topic: &Arc<str>,
+        after: Position,
+        client: &Arc<ClientRef>,
+        fetch: Option<usize>,
+    ) -> crate::engine::History {
+        let h = self.home.read_for(topic, after, &client.id, fetch);
+        if fetch.is_some() {
+            let change = self.home.client_change(topic, &client.id);
+            self.record_client(topic, change);
+        }
+        h
+    }
+
     /// See `Engine::read_for`.
     pub(super) fn read_client(
         &mut self,
@@ -80,7 +96,7 @@ impl LocalEngine {
         out: &mut Events,
     ) {
         if self.is_mine(topic) {
-            let result = Ok(self.home.read_for(topic, after, &client.id, fetch));
+            let result = Ok(self.read_for_here(topic, after, client, fetch));
             out.push(Event::History { ticket, result });
             return;
         }

@@ -259,7 +259,7 @@ impl LocalEngine {
                 fetch,
                 reply,
             } => {
-                let result = Ok(self.home.read_for(&topic, after, &client.id, fetch));
+                let result = Ok(self.read_for_here(&topic, after, &client, fetch));
                 let ev = Event::History {
                     ticket: reply.ticket,
                     result,

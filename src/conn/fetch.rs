@@ -128,7 +128,8 @@ fn take(f: &mut Fetched, h: &History, after: Position, me: Origin) -> Position {
         last = m.pos;
     }
     // A client id's read stops at MAX_FETCH messages (its own among them): more may follow.
-    if h.messages.len() >= MAX_FETCH && last == h.messages.last().map_or(after, |m| m.pos) {
+    let fresh = h.messages.len() - h.messages.partition_point(|m| m.pos <= after);
+    if fresh >= MAX_FETCH && last == h.messages.last().map_or(after, |m| m.pos) {
         f.more = true;
     }
     last

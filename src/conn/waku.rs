@@ -131,7 +131,12 @@ fn run_item<S>(
     ctx: &mut Ctx<'_>,
 ) -> bool {
     match item {
-        Item::Ack => false,
+        Item::Ack(id) => {
+            if let Some(id) = *id {
+                acknowledged(conn, id, ctx);
+            }
+            false
+        }
         Item::V1(_) => {
             ctx.metrics().rpc_errors.inc();
             let e = RpcError {
@@ -186,6 +191,18 @@ fn run_item<S>(
             }
             true
         }
+    }
+}
+
+/// The connection acknowledged push `id`: `delivered` for its client id's watches, when the
+/// push was remembered (`conn::acks`; only pushes to a watched client id are).
+fn acknowledged<S>(conn: &mut Conn<S>, id: u64, ctx: &mut Ctx<'_>) {
+    let Some(w) = conn.ws() else { return };
+    let Some((topic, body)) = w.acks().and_then(|a| a.take(id)) else {
+        return;
+    };
+    if let Some(c) = w.client_ref() {
+        ctx.relay.acknowledged(&c.id, &topic, id, &body);
     }
 }
 

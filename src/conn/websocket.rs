@@ -74,6 +74,8 @@ struct Rare {
     cursors: Option<Box<Cursors>>,
     /// The client id with its project, as its subscriptions name it (DECISIONS 13).
     client_ref: Option<Arc<ClientRef>>,
+    /// Pushes to a watched client waiting for their acknowledgement.
+    acks: Option<Box<super::acks::Unacked>>,
 }
 
 impl WsState {
@@ -119,6 +121,19 @@ impl WsState {
     /// Keeps the client id and project (set with the client id at the upgrade).
     pub fn set_client_ref(&mut self, c: Arc<ClientRef>) {
         self.rare.get_or_insert_with(Default::default).client_ref = Some(c);
+    }
+
+    /// Its pushes waiting for an acknowledgement, made if needed.
+    pub fn acks_mut(&mut self) -> &mut super::acks::Unacked {
+        self.rare
+            .get_or_insert_with(Default::default)
+            .acks
+            .get_or_insert_with(Default::default)
+    }
+
+    /// Its pushes waiting for an acknowledgement, if it has any.
+    pub fn acks(&mut self) -> Option<&mut super::acks::Unacked> {
+        self.rare.as_mut()?.acks.as_deref_mut()
     }
 
     /// Its fetch cursors, if a fetch gave it any.

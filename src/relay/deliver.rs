@@ -165,10 +165,14 @@ impl Relay {
         };
         // One id for every subscriber of the message (DECISIONS 13: a receipt names it).
         let push_id = msg.body.message_id(msg.pos.seq);
+        let notify = &*self.notify;
         let again = t
             .feed
             .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
-                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, kind)
+                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, kind);
+                if s.client.as_ref().is_some_and(|c| notify.watched(&c.id)) {
+                    to.unacked(s.conn, push_id, topic, &m.body);
+                }
             });
         if let Some(from) = again {
             self.ask(topic, from);
@@ -198,13 +202,17 @@ impl Relay {
         let Some(t) = self.subs.get_named(slot, topic) else {
             return;
         };
+        let notify = &*self.notify;
         let again = t.feed.on_history(
             &mut t.subs,
             ticket,
             &history,
             &mut |s: &mut LocalSub, m: &Message| {
                 let push_id = m.body.message_id(m.pos.seq);
-                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, PushKind::Replay)
+                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, PushKind::Replay);
+                if s.client.as_ref().is_some_and(|c| notify.watched(&c.id)) {
+                    to.unacked(s.conn, push_id, topic, &m.body);
+                }
             },
         );
         if let Some(from) = again {

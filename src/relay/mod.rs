@@ -68,6 +68,9 @@ pub trait Recipients {
     fn webhook_answer(&mut self, conn: ConnRef, result: Result<(), RelayError>);
     /// Queues a WalletConnect 1.0 frame (sent as it is, as a text message).
     fn push_text(&mut self, conn: ConnRef, frame: &Bytes, kind: PushKind);
+    /// Remembers push `push_id` of `body` on `topic`, just pushed to a watched client id,
+    /// until the connection acknowledges it (DECISIONS 13: `delivered`).
+    fn unacked(&mut self, _conn: ConnRef, _push_id: u64, _topic: &Arc<str>, _body: &Body) {}
 }
 
 /// How a push is queued.

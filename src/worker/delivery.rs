@@ -156,6 +156,12 @@ impl Recipients for Conns<'_> {
         }
     }
 
+    fn unacked(&mut self, r: ConnRef, push_id: u64, topic: &Arc<str>, body: &Body) {
+        if let Some(w) = self.live(r).and_then(|c| c.ws()) {
+            w.acks_mut().note(push_id, topic, body);
+        }
+    }
+
     fn push_text(&mut self, r: ConnRef, frame: &Bytes, kind: PushKind) {
         let (fill, max_out) = (self.fill_mark, self.max_outbound);
         let Some(c) = conn::live(self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_))) else {

@@ -319,7 +319,18 @@ impl HomeTopics {
             .and_then(|t| t.clients.as_deref());
         let publisher = req.publisher.as_deref();
         let n = &*self.mail.notify;
-        if clients.is_none() && publisher.is_none() {
+        // The common case (every client with a socket, nobody watching) decides here, by
+        // a question per client, before the body is looked at.
+        let is_publisher = |id: &str| publisher.is_some_and(|p| *p.id == *id);
+        let pushes = req.prompt && clients.is_some_and(|c| c.idle > 0) && n.pushes();
+        let wanted = pushes
+            || publisher.is_some_and(|p| n.watched(&p.id))
+            || clients.is_some_and(|c| {
+                c.subs
+                    .iter()
+                    .any(|s| !is_publisher(&s.client.id) && n.watched(&s.client.id))
+            });
+        if !wanted {
             return;
         }
         let (message, tag, attestation) = req.body.parts();
@@ -347,7 +358,7 @@ impl HomeTopics {
         let Some(clients) = clients else { return };
         for s in &clients.subs {
             let id = &*s.client.id;
-            if publisher.is_some_and(|p| *p.id == *id) {
+            if is_publisher(id) {
                 continue;
             }
             if n.watched(id) {
@@ -356,7 +367,7 @@ impl HomeTopics {
                     notice(id, Typ::Subscriber, Status::Queued);
                 }
             }
-            if req.prompt && s.sockets == 0 && n.pushes() {
+            if pushes && s.sockets == 0 {
                 n.push(&PushNotice {
                     client: id,
                     project: &s.client.project,

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{ConnRef, Dialect, Relay, RelayError, SubId};
+use super::{ConnRef, Dialect, Position, Relay, RelayError, SubId, Ticket, Waiter};
 use crate::engine::{ClientOp, ClientRef};
 use crate::message::Body;
 use crate::notice::{Notice, Status, Typ};
@@ -32,6 +32,33 @@ impl Relay {
         let op = ClientOp::Subscribe { socket: true };
         self.engine.client(&name, client, op, &mut self.events)?;
         Ok(self.add_sub(conn, topic, id, dialect, Some(client.clone())))
+    }
+
+    /// [`Relay::fetch`] for a connection of `client`: after what the client was given, and
+    /// what the answer gives counts as given to it (at most `max` messages).
+    pub fn fetch_as(
+        &mut self,
+        conn: ConnRef,
+        answer: u64,
+        topic: &str,
+        after: Position,
+        client: &Arc<ClientRef>,
+        max: usize,
+    ) {
+        let topic: Arc<str> = match self.subs.name_and_slot(topic) {
+            Some((name, _)) => name,
+            None => Arc::from(topic),
+        };
+        let ticket = self.waiters.insert(Waiter::Fetch {
+            conn,
+            answer,
+            topic: topic.clone(),
+            after,
+        }) as Ticket;
+        let ev = &mut self.events;
+        self.engine
+            .read_for(&topic, after, client, Some(max), ticket, ev);
+        self.absorb();
     }
 
     /// The socket's subscription on `slot` ends; a client id's stays (`-1 socket`, given

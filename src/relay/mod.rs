@@ -331,33 +331,6 @@ impl Relay {
         self.absorb();
     }
 
-    /// [`Relay::fetch`] for a connection of `client`: after what the client was given, and
-    /// what the answer gives counts as given to it (at most `max` messages).
-    pub fn fetch_as(
-        &mut self,
-        conn: ConnRef,
-        answer: u64,
-        topic: &str,
-        after: Position,
-        client: &Arc<ClientRef>,
-        max: usize,
-    ) {
-        let topic: Arc<str> = match self.subs.name_and_slot(topic) {
-            Some((name, _)) => name,
-            None => Arc::from(topic),
-        };
-        let ticket = self.waiters.insert(Waiter::Fetch {
-            conn,
-            answer,
-            topic: topic.clone(),
-            after,
-        }) as Ticket;
-        let ev = &mut self.events;
-        self.engine
-            .read_for(&topic, after, client, Some(max), ticket, ev);
-        self.absorb();
-    }
-
     /// Publishes `message` (encoded here with `meta`, once: `message::Body`) from a local
     /// connection, whose `answer`-th reply waits for the outcome when it is not known at
     /// once.

@@ -23,6 +23,7 @@ impl Worker {
 
     /// Removes the connections marked this round.
     pub(super) fn reap(&mut self) {
+        let mut subscribed = false;
         while let Some(key) = self.closing.pop() {
             let mut c = self.conns.remove(key);
             if let Some(tls) = c.tls.as_deref_mut() {
@@ -32,6 +33,7 @@ impl Worker {
             }
             self.limits.release(&mut c.limit);
             let me = ConnRef { key, uid: c.uid };
+            subscribed |= !c.subs.is_empty();
             for s in &c.subs {
                 self.relay.unsubscribe(s.slot, me);
             }
@@ -45,6 +47,11 @@ impl Worker {
             if c.was_ws() {
                 m.websockets_open.sub(1);
             }
+        }
+        if subscribed {
+            // A client id's `-1 socket` leaves now, not a round later: a reconnect on
+            // another worker then rarely reaches the topic's home before it (DECISIONS 13).
+            self.engine_waiting |= self.relay.flush();
         }
     }
 

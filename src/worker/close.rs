@@ -23,7 +23,7 @@ impl Worker {
 
     /// Removes the connections marked this round.
     pub(super) fn reap(&mut self) {
-        let mut subscribed = false;
+        let (mut subscribed, mut closed, mut websockets) = (false, 0, 0);
         while let Some(key) = self.closing.pop() {
             let mut c = self.conns.remove(key);
             if let Some(tls) = c.tls.as_deref_mut() {
@@ -42,17 +42,18 @@ impl Worker {
             }
             // Dropping the socket closes its only descriptor (sockets are never duplicated),
             // which removes it from the epoll set: no `epoll_ctl(DEL)` per connection.
-            let m = &self.shared.metrics.cores[self.id];
-            m.connections_open.sub(1);
-            if c.was_ws() {
-                m.websockets_open.sub(1);
-            }
+            closed += 1;
+            websockets += u64::from(c.was_ws());
         }
         if subscribed {
-            // A client id's `-1 socket` leaves now, not a round later: a reconnect on
-            // another worker then rarely reaches the topic's home before it (DECISIONS 13).
+            // A client id's `-1 socket` leaves now, not a round later, and before the
+            // connection counts as gone: a reconnect reaches the topic's home after it
+            // (DECISIONS 13), unless the home's queue is full.
             self.engine_waiting |= self.relay.flush();
         }
+        let m = &self.shared.metrics.cores[self.id];
+        m.connections_open.sub(closed);
+        m.websockets_open.sub(websockets);
     }
 
     /// Stops accepting and starts closing every connection.

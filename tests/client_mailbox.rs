@@ -250,3 +250,29 @@ fn connections_without_a_client_id_keep_their_own_subscriptions() {
         assert_eq!(next_message(&mut b), "m1");
     }
 }
+
+#[test]
+fn a_push_the_socket_did_not_acknowledge_is_given_again_after_a_reconnect() {
+    for threads in common::THREADS {
+        let s = Server::start(&["--threads", threads]);
+        let wallet = AuthClient::new();
+        let t = topic();
+        let mut dapp = s.ws();
+        let mut w = wallet.connect(s.addr);
+        w.call("irn_subscribe", json!({ "topic": t }));
+        publish(&mut dapp, &t, "m1");
+        publish(&mut dapp, &t, "m2");
+        assert_eq!(next_message(&mut w), "m1");
+        // m2 arrives but the socket dies before it acknowledges it.
+        let m2 = w.recv();
+        assert_eq!(m2["params"]["data"]["message"], "m2");
+        close(&s, w, 1.0);
+        let mut w = wallet.connect(s.addr);
+        w.call("irn_subscribe", json!({ "topic": t }));
+        assert_eq!(next_message(&mut w), "m2", "given again, m1 not");
+        nothing_more(&mut w);
+        close(&s, w, 1.0);
+        let mut w = wallet.connect(s.addr);
+        assert_eq!(fetch(&mut w, &t), Vec::<String>::new(), "acknowledged now");
+    }
+}

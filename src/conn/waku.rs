@@ -194,14 +194,14 @@ fn run_item<S>(
     }
 }
 
-/// The connection acknowledged push `id`: `delivered` for its client id's watches, when the
-/// push was remembered (`conn::acks`; only pushes to a watched client id are).
+/// The connection acknowledged push `id` (remembered for a client id's subscription:
+/// `conn::acks`): no longer held back at its close; `delivered` for a watched client.
 fn acknowledged<S>(conn: &mut Conn<S>, id: u64, ctx: &mut Ctx<'_>) {
     let Some(w) = conn.ws() else { return };
-    let Some((topic, body)) = w.acks().and_then(|a| a.take(id)) else {
+    let Some(p) = w.acks().and_then(|a| a.take(id)) else {
         return;
     };
-    if let Some(c) = w.client_ref() {
+    if let (Some((topic, body)), Some(c)) = (p.watched, w.client_ref()) {
         ctx.relay.acknowledged(&c.id, &topic, id, &body);
     }
 }

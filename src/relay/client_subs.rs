@@ -61,9 +61,17 @@ impl Relay {
         self.absorb();
     }
 
+    /// The connection's subscription on `slot` ends with its socket; a client id's stays,
+    /// given everything up to where the socket's subscription reached, but not `unacked`
+    /// (the socket's first push not acknowledged) or anything after it.
+    pub fn closed(&mut self, slot: u32, conn: ConnRef, unacked: Option<Position>) {
+        self.socket_gone(slot, conn, unacked);
+        self.remove_sub(slot, conn);
+    }
+
     /// The socket's subscription on `slot` ends; a client id's stays (`-1 socket`, given
-    /// everything up to where the socket's subscription reached).
-    pub(super) fn socket_gone(&mut self, slot: u32, conn: ConnRef) {
+    /// everything up to where the socket's subscription reached and before `unacked`).
+    pub(super) fn socket_gone(&mut self, slot: u32, conn: ConnRef, unacked: Option<Position>) {
         let Some(t) = self.subs.get(slot) else { return };
         let Some(s) = t.subs.iter().find(|s| s.conn == conn) else {
             return;
@@ -71,9 +79,16 @@ impl Relay {
         let Some(client) = s.client.clone() else {
             return;
         };
-        let at = match s.follow.state {
+        let reached = match s.follow.state {
             super::feed::SubState::Active(at) => at,
             super::feed::SubState::Syncing { from, .. } => from,
+        };
+        let at = match unacked {
+            Some(u) => reached.min(Position {
+                epoch: u.epoch,
+                seq: u.seq.saturating_sub(1),
+            }),
+            None => reached,
         };
         let name = t.name.clone();
         let op = ClientOp::SocketGone { at };

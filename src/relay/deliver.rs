@@ -8,7 +8,7 @@ use super::feed::{Feed, SubState, UNASKED};
 use super::subs::LocalSub;
 use super::{
     Event, Message, Position, PushKind, Queued, Recipients, Relay, RelayError, Retry, Ticket,
-    Waiter, READ_RETRY_MS,
+    Unacked, Waiter, READ_RETRY_MS,
 };
 use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
@@ -170,8 +170,16 @@ impl Relay {
             .feed
             .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
                 to.push(s.conn, &s.id, s.dialect, &m.body, push_id, kind);
-                if s.client.as_ref().is_some_and(|c| notify.watched(&c.id)) {
-                    to.unacked(s.conn, push_id, topic, &m.body);
+                if let Some(c) = &s.client {
+                    let watched = notify.watched(&c.id);
+                    let u = Unacked {
+                        push_id,
+                        slot,
+                        topic,
+                        msg: m,
+                        watched,
+                    };
+                    to.unacked(s.conn, u);
                 }
             });
         if let Some(from) = again {
@@ -210,8 +218,16 @@ impl Relay {
             &mut |s: &mut LocalSub, m: &Message| {
                 let push_id = m.body.message_id(m.pos.seq);
                 to.push(s.conn, &s.id, s.dialect, &m.body, push_id, PushKind::Replay);
-                if s.client.as_ref().is_some_and(|c| notify.watched(&c.id)) {
-                    to.unacked(s.conn, push_id, topic, &m.body);
+                if let Some(c) = &s.client {
+                    let watched = notify.watched(&c.id);
+                    let u = Unacked {
+                        push_id,
+                        slot,
+                        topic,
+                        msg: m,
+                        watched,
+                    };
+                    to.unacked(s.conn, u);
                 }
             },
         );

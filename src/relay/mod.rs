@@ -68,9 +68,26 @@ pub trait Recipients {
     fn webhook_answer(&mut self, conn: ConnRef, result: Result<(), RelayError>);
     /// Queues a WalletConnect 1.0 frame (sent as it is, as a text message).
     fn push_text(&mut self, conn: ConnRef, frame: &Bytes, kind: PushKind);
-    /// Remembers push `push_id` of `body` on `topic`, just pushed to a watched client id,
-    /// until the connection acknowledges it (DECISIONS 13: `delivered`).
-    fn unacked(&mut self, _conn: ConnRef, _push_id: u64, _topic: &Arc<str>, _body: &Body) {}
+    /// Remembers push `push_id` of the message `m` (of `topic`, on the subscription in
+    /// `slot`), just made to a client id's subscription, until the connection acknowledges
+    /// it; `watched`: keep the message for its `delivered` event (DECISIONS 13).
+    fn unacked(&mut self, _: ConnRef, _: Unacked<'_>) {}
+}
+
+/// A push to a client id's subscription, to remember until acknowledged
+/// ([`Recipients::unacked`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Unacked<'a> {
+    /// The push's JSON-RPC id.
+    pub push_id: u64,
+    /// The subscription's topic slot.
+    pub slot: u32,
+    /// The topic.
+    pub topic: &'a Arc<str>,
+    /// The message.
+    pub msg: &'a Message,
+    /// A watch may want its `delivered` event.
+    pub watched: bool,
 }
 
 /// How a push is queued.
@@ -289,7 +306,7 @@ impl Relay {
     /// connection without a client id unsubscribed): a client id's subscription stays,
     /// given everything up to where the socket's reached.
     pub fn unsubscribe(&mut self, slot: u32, conn: ConnRef) {
-        self.socket_gone(slot, conn);
+        self.socket_gone(slot, conn, None);
         self.remove_sub(slot, conn);
     }
 

@@ -34,8 +34,12 @@ impl Worker {
             self.limits.release(&mut c.limit);
             let me = ConnRef { key, uid: c.uid };
             subscribed |= !c.subs.is_empty();
+            let mut acks = c.ws().and_then(|w| w.acks().map(std::mem::take));
             for s in &c.subs {
-                self.relay.unsubscribe(s.slot, me);
+                // A client id's subscription was given for sure what precedes its first
+                // push not acknowledged (`conn::acks`).
+                let unacked = acks.as_mut().and_then(|a| a.first_unacked(s.slot));
+                self.relay.closed(s.slot, me, unacked);
             }
             for t in c.v1_topics() {
                 self.relay.v1_unsubscribe(me, t);

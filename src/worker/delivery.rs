@@ -156,9 +156,14 @@ impl Recipients for Conns<'_> {
         }
     }
 
-    fn unacked(&mut self, r: ConnRef, push_id: u64, topic: &Arc<str>, body: &Body) {
+    fn unacked(&mut self, r: ConnRef, u: crate::relay::Unacked<'_>) {
         if let Some(w) = self.live(r).and_then(|c| c.ws()) {
-            w.acks_mut().note(push_id, topic, body);
+            w.acks_mut().note(conn::acks::Pending {
+                id: u.push_id,
+                slot: u.slot,
+                pos: u.msg.pos,
+                watched: u.watched.then(|| (u.topic.clone(), u.msg.body.clone())),
+            });
         }
     }
 

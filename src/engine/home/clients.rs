@@ -126,6 +126,10 @@ impl HomeTopics {
                 if clients.subs.is_empty() {
                     t.clients = None;
                 }
+                if creating {
+                    // The topic is full of client ids: this one was counted for nothing.
+                    self.mail.table.release(&client.id, topic);
+                }
                 self.gc(slot);
                 return ClientChange::None;
             }

@@ -276,3 +276,38 @@ fn a_push_the_socket_did_not_acknowledge_is_given_again_after_a_reconnect() {
         assert_eq!(fetch(&mut w, &t), Vec::<String>::new(), "acknowledged now");
     }
 }
+
+#[test]
+fn a_client_s_subscription_is_copied_forward_when_its_segment_is_compacted() {
+    let dir = TempDir::new("client-compaction");
+    let args = [
+        "--threads",
+        "1",
+        "--segment-bytes",
+        "4096",
+        "--max-cached-per-topic",
+        "2",
+    ];
+    let node = Node::start(&dir, &args);
+    let wallet = AuthClient::new();
+    let t = topic();
+    let mut dapp = away_while_published(&node, &wallet, &t);
+    // The segments written so far hold the client's record; other traffic, mostly evicted
+    // at once, makes them fall below half live until compaction retires every one of them.
+    let first = dir.files_with_ext("log");
+    let u = topic();
+    let body = common::hex(400, 7);
+    let retired = common::wait::poll(Duration::from_secs(30), || {
+        for i in 0..20 {
+            publish(&mut dapp, &u, &format!("{i}{body}"));
+        }
+        first.iter().all(|f| !f.exists()).then_some(())
+    });
+    assert!(retired.is_some(), "the first segments were never compacted");
+    node.kill9();
+    let node = Node::start(&dir, &args);
+    let mut w = wallet.connect(node.addr);
+    w.call("irn_subscribe", json!({ "topic": t }));
+    assert_eq!(next_message(&mut w), "m2", "still after m1");
+    nothing_more(&mut w);
+}

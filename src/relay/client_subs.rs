@@ -156,12 +156,6 @@ impl Relay {
         self.absorb();
     }
 
-    /// Whether pushes to `client` should be remembered until acknowledged (a watch may
-    /// want their `delivered` event).
-    pub fn wants_acks(&self, client: &str) -> bool {
-        self.notify.watched(client)
-    }
-
     /// A socket of `client` acknowledged the push `push_id` of `body` on `topic`:
     /// `delivered` to its watches.
     pub fn acknowledged(&self, client: &str, topic: &str, push_id: u64, body: &Body) {

@@ -28,7 +28,7 @@ struct Count {
 }
 
 impl Recipients for Count {
-    fn push(&mut self, _: ConnRef, _: &SubId, _: Dialect, _: &Body, _: PushKind) {
+    fn push(&mut self, _: ConnRef, _: &SubId, _: Dialect, _: &Body, _: u64, _: PushKind) {
         self.pushes += 1;
     }
     fn fetched(
@@ -73,6 +73,8 @@ fn relays(n: usize) -> (Vec<Relay>, Placement, Vec<mio::Poll>) {
         metrics: metrics.clone(),
         webhooks: WebhookPool::default(),
         webhook_count: Arc::new(AtomicUsize::new(0)),
+        mailboxes: Arc::default(),
+        notify: Arc::new(walletrelay::notice::Silent),
     };
     let rs = rx
         .into_iter()

@@ -354,6 +354,48 @@ impl Body {
         self.json.is_empty()
     }
 
+    /// The relay's accept time written in the body (`publishedAt`, ms), 0 if unreadable.
+    pub fn published_at(&self) -> u64 {
+        let from = self.beta_len as usize + TAIL_START.len();
+        let digits = self.json.get(from..).unwrap_or(&[]);
+        let mut ms: u64 = 0;
+        for &d in digits.iter().take(20).take_while(|d| d.is_ascii_digit()) {
+            ms = ms.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+        }
+        ms
+    }
+
+    /// The `irn_subscription` id of this body stored at `seq` (`notice::message_id`): the
+    /// same for every subscriber of the message.
+    pub fn message_id(&self, seq: u64) -> u64 {
+        crate::notice::message_id(self.published_at(), seq)
+    }
+
+    /// The message as written in the body (between its quotes; JSON escapes kept), its
+    /// tag, and its attestation as written (escapes kept), for notices.
+    pub fn parts(&self) -> (&str, u32, Option<&str>) {
+        let beta = self.beta_bytes();
+        let message = memchr::memmem::rfind(beta, b",\"message\":\"")
+            .and_then(|at| beta.get(at + 12..beta.len().saturating_sub(1)))
+            .and_then(|m| std::str::from_utf8(m).ok())
+            .unwrap_or("");
+        let tail = self.json.get(self.beta_len as usize..).unwrap_or(&[]);
+        let tag = memchr::memmem::find(tail, b",\"tag\":")
+            .and_then(|at| tail.get(at + 7..))
+            .map_or(0, |d| {
+                d.iter()
+                    .take(10)
+                    .take_while(|d| d.is_ascii_digit())
+                    .fold(0u32, |n, &d| {
+                        n.wrapping_mul(10).wrapping_add(u32::from(d - b'0'))
+                    })
+            });
+        let attestation = memchr::memmem::find(tail, b",\"attestation\":\"")
+            .and_then(|at| tail.get(at + 16..tail.len().saturating_sub(2)))
+            .and_then(|a| std::str::from_utf8(a).ok());
+        (message, tag, attestation)
+    }
+
     /// This body in a buffer of its own (a big fan-out's worker copy, see `relay`).
     pub fn detached(&self) -> Body {
         Body {

@@ -23,7 +23,7 @@ fn valid_json(v: &[u8]) {
 fn item(it: Item<'_>) {
     let mut out = Vec::new();
     match it {
-        Item::Ack => {}
+        Item::Ack(_) => {}
         Item::Invalid(id, e) => {
             rpc::write_error(&mut out, &id, &e);
             valid_json(&out);

@@ -39,6 +39,21 @@ pub struct Limits {
     )]
     pub v1_pending_ttl: u32,
 
+    /// Seconds a client id's subscription is kept after its last socket on the topic closed
+    /// (its mailbox: messages are queued, pushed and fetched meanwhile; DECISIONS 13).
+    #[arg(
+        long,
+        env = "WALLETRELAY_MAILBOX_TTL",
+        default_value_t = 7 * 24 * 3600,
+        value_parser = clap::value_parser!(u64).range(1..=31_536_000)
+    )]
+    pub mailbox_ttl: u64,
+
+    /// Topics one client id's subscriptions may keep (in the whole process); one more ->
+    /// JSON-RPC error -32000 `SubscriberLimitExceeded`.
+    #[arg(long, env = "WALLETRELAY_MAX_MAILBOX_TOPICS", default_value_t = 1000)]
+    pub max_mailbox_topics: usize,
+
     /// Bytes of cached messages in all (split evenly over the workers); oldest evicted first.
     #[arg(long, env = "WALLETRELAY_MAX_CACHE_BYTES", default_value_t = 1 << 30)]
     pub max_cache_bytes: usize,

@@ -19,7 +19,7 @@ use crate::message::{Origin, Position};
 use crate::relay::RelayError;
 
 /// Most messages in one fetch answer.
-pub const MAX_FETCH: usize = 500;
+pub const MAX_FETCH: usize = crate::engine::clients::MAX_FETCH;
 
 /// Most topics a connection keeps a fetch cursor for.
 pub const MAX_CURSORS: usize = 1000;
@@ -55,6 +55,7 @@ pub fn start<S>(
     ctx: &mut Ctx<'_>,
 ) {
     let me = ctx.conn_ref(conn);
+    let client = conn.ws().and_then(|w| w.client_ref().cloned());
     for topic in topics {
         let relay = &*ctx.relay;
         let subscribed = conn
@@ -67,7 +68,12 @@ pub fn start<S>(
             .and_then(|w| w.cursors())
             .map_or(Position::ZERO, |c| c.get(topic));
         let after = subscribed.map_or(cursor, |p| p.max(cursor));
-        ctx.relay.fetch(me, answer, topic, after);
+        match &client {
+            // Also after the client id's delivered position (DECISIONS 13), which the
+            // home moves past what it returns.
+            Some(c) => ctx.relay.fetch_as(me, answer, topic, after, c, MAX_FETCH),
+            None => ctx.relay.fetch(me, answer, topic, after),
+        }
     }
 }
 
@@ -120,6 +126,11 @@ fn take(f: &mut Fetched, h: &History, after: Position, me: Origin) -> Position {
             f.count += 1;
         }
         last = m.pos;
+    }
+    // A client id's read stops at MAX_FETCH messages (its own among them): more may follow.
+    let fresh = h.messages.len() - h.messages.partition_point(|m| m.pos <= after);
+    if fresh >= MAX_FETCH && last == h.messages.last().map_or(after, |m| m.pos) {
+        f.more = true;
     }
     last
 }

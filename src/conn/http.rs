@@ -165,6 +165,7 @@ pub fn status_of(e: &RelayError) -> u16 {
         RelayError::StorageUnavailable | RelayError::Overloaded => 503,
         RelayError::TooManyWebhooksForTopic
         | RelayError::TooManySubscriptions(_)
+        | RelayError::SubscriberLimitExceeded(_)
         | RelayError::Closing => 400,
     }
 }

@@ -13,6 +13,7 @@
 //! along in [`Conn::tls`] for the worker's read and write paths; the phases only ever see
 //! plaintext.
 
+pub mod acks;
 mod admit;
 pub mod bridge;
 pub mod fetch;

@@ -25,6 +25,8 @@ use crate::ws::{self, Opcode};
 #[derive(Debug)]
 struct QueuedPush {
     id: SubId,
+    /// The push's JSON-RPC id (`notice::message_id` of its message).
+    push_id: u64,
     dialect: Dialect,
     /// The data object is the first `len` of the shared bytes, then `suffix`; or
     /// (`compressed`) the shared bytes are the compressed `data` + suffix.
@@ -307,6 +309,7 @@ impl<S> Conn<S> {
         id: &SubId,
         dialect: Dialect,
         body: &Body,
+        push_id: u64,
         live: bool,
         fill_mark: usize,
         share_min: usize,
@@ -315,6 +318,7 @@ impl<S> Conn<S> {
         let (data, len, suffix) = rpc::push_shape(body, dialect);
         let q = QueuedPush {
             id: *id,
+            push_id,
             dialect,
             len,
             suffix,
@@ -335,6 +339,7 @@ impl<S> Conn<S> {
         id: &SubId,
         dialect: Dialect,
         z: &ArcBuf,
+        push_id: u64,
         live: bool,
         fill_mark: usize,
         share_min: usize,
@@ -342,6 +347,7 @@ impl<S> Conn<S> {
     ) {
         let q = QueuedPush {
             id: *id,
+            push_id,
             dialect,
             len: z.len(),
             suffix: b"",
@@ -363,7 +369,7 @@ impl<S> Conn<S> {
     ) {
         if self.backlog.is_empty() && self.out.len() < fill_mark {
             if q.compressed {
-                self.push_compressed(&q.id, q.dialect, data, share_min, scratch);
+                self.push_compressed(&q.id, q.dialect, q.push_id, data, share_min, scratch);
             } else {
                 self.push_message(&q, data, share_min, scratch);
             }
@@ -511,7 +517,7 @@ impl<S> Conn<S> {
                     }
                     let min = crate::outbuf::PUSH_SHARE_MIN;
                     if q.compressed {
-                        self.push_compressed(&q.id, q.dialect, &data, min, scratch);
+                        self.push_compressed(&q.id, q.dialect, q.push_id, &data, min, scratch);
                     } else {
                         self.push_message(&q, &data, min, scratch);
                     }
@@ -555,7 +561,7 @@ impl<S> Conn<S> {
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
-        if !self.push_prefix(q.dialect, &q.id, scratch) {
+        if !self.push_prefix(q.dialect, &q.id, q.push_id, scratch) {
             return;
         }
         let len = scratch.len() + q.len + q.suffix.len();
@@ -568,16 +574,21 @@ impl<S> Conn<S> {
 }
 
 impl<S> Conn<S> {
-    /// Writes into `scratch` the prefix of the next push to subscription `id`, which takes
-    /// the connection's next push id; `false` (nothing written) when it is no WebSocket.
+    /// Writes into `scratch` the prefix of push `push_id` to subscription `id`; `false`
+    /// (nothing written) when it is no WebSocket.
     #[inline(always)]
-    fn push_prefix(&mut self, dialect: Dialect, id: &SubId, scratch: &mut Vec<u8>) -> bool {
-        let Phase::Ws(w) = &mut self.phase else {
+    fn push_prefix(
+        &mut self,
+        dialect: Dialect,
+        id: &SubId,
+        push_id: u64,
+        scratch: &mut Vec<u8>,
+    ) -> bool {
+        let Phase::Ws(_) = &self.phase else {
             return false;
         };
         scratch.clear();
-        rpc::write_push_prefix(scratch, dialect, w.next_push_id, id.hex());
-        w.next_push_id += 1;
+        rpc::write_push_prefix(scratch, dialect, push_id, id.hex());
         true
     }
 
@@ -587,11 +598,12 @@ impl<S> Conn<S> {
         &mut self,
         id: &SubId,
         dialect: Dialect,
+        push_id: u64,
         z: &ArcBuf,
         share_min: usize,
         scratch: &mut Vec<u8>,
     ) {
-        if !self.push_prefix(dialect, id, scratch) {
+        if !self.push_prefix(dialect, id, push_id, scratch) {
             return;
         }
         let mut head = Vec::with_capacity(scratch.len() + 16);

@@ -51,7 +51,7 @@ pub fn request<S>(
             let m = "Invalid request: one JSON-RPC request per POST, not a batch";
             return Some(refusal(&Id::Null, rpc::code::INVALID_REQUEST, m));
         }
-        Ok(Incoming::Single(Item::Ack | Item::V1(_))) => {
+        Ok(Incoming::Single(Item::Ack(_) | Item::V1(_))) => {
             let m = "Invalid request: not a JSON-RPC request";
             return Some(refusal(&Id::Null, rpc::code::INVALID_REQUEST, m));
         }
@@ -163,13 +163,13 @@ fn execute<S>(
         }
         Op::Unsubscribe { topic, .. } => {
             if let Some(t) = topic {
-                ctx.relay.client_unsubscribe(&did, &t);
+                ctx.relay.client_unsubscribe(&did, project, &t);
             }
             Ok(Outcome::Done)
         }
         Op::BatchUnsubscribe { subs } => {
             for (t, _) in &subs {
-                ctx.relay.client_unsubscribe(&did, t);
+                ctx.relay.client_unsubscribe(&did, project, t);
             }
             Ok(Outcome::Done)
         }

@@ -95,9 +95,9 @@ struct Bench {
 }
 
 impl Recipients for Conn<()> {
-    fn push(&mut self, _: ConnRef, id: &SubId, d: Dialect, body: &Body, _: PushKind) {
+    fn push(&mut self, _: ConnRef, id: &SubId, d: Dialect, body: &Body, n: u64, _: PushKind) {
         let mut enc = Vec::new();
-        self.deliver(id, d, body, true, 1 << 16, 1 << 16, &mut enc);
+        self.deliver(id, d, body, n, true, 1 << 16, 1 << 16, &mut enc);
     }
     fn fetched(
         &mut self,
@@ -400,6 +400,7 @@ fn input_waits_past_the_pending_answers_limit_and_a_half_close_keeps_the_answers
         &SubId::from_bytes(&[1; 32]),
         Dialect::Waku,
         &crate::message::Body::encode("t", "{}", crate::message::Meta::default()),
+        1,
         true,
         0,
         0,

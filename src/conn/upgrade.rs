@@ -89,7 +89,6 @@ pub fn upgrade<S>(
     }
     head.extend_from_slice(b"\r\n");
     conn.out.extend(&head);
-    let push_base = crate::clock::unix_ms() * 1000 + ctx.ids.next_u64() % 1000;
     // The first ping comes a random half to whole interval after the upgrade, so that
     // connections opened together (a reconnect storm after a restart) are not all pinged
     // in one loop iteration every interval (docs/PERFORMANCE.md, "Heartbeats no longer come
@@ -97,10 +96,17 @@ pub fn upgrade<S>(
     let interval = ctx.shared.config.limits.ping_interval().as_millis() as u64;
     let first_ping = ctx.now + interval - ctx.ids.next_u64() % (interval / 2 + 1);
     let max = ctx.shared.config.limits.max_message;
-    let mut ws = WsState::new(echo, max, deflate, push_base, ctx.now, first_ping);
+    let mut ws = WsState::new(echo, max, deflate, ctx.now, first_ping);
     ws.limits = ctx.limits.conn_buckets(ctx.now);
     if let Some(c) = &client {
         ctx.limits.bind_client(&mut conn.limit, c, ctx.now);
+    }
+    if let Some(c) = &client {
+        // Named once per connection: its subscriptions and publishes share it.
+        ws.set_client_ref(std::sync::Arc::new(crate::engine::ClientRef {
+            id: c.did().into(),
+            project: up.project_id.as_deref().unwrap_or("").into(),
+        }));
     }
     ws.set_client(client);
     conn.phase = Phase::Ws(Box::new(ws));

@@ -18,7 +18,15 @@ use crate::rpc::{self, Dialect, Id, Incoming, Item, Op, Request, RpcError};
 
 /// The JSON-RPC error a relay refusal is answered with.
 pub fn rpc_error(e: &RelayError) -> RpcError {
-    RpcError::server(e.to_string())
+    match e {
+        // relay_rpc's typed `SubscriptionError` (relay-api.md (e)).
+        RelayError::SubscriberLimitExceeded(_) => RpcError::tagged(
+            rpc::code::SERVER_ERROR,
+            e.to_string(),
+            "SubscriberLimitExceeded",
+        ),
+        _ => RpcError::server(e.to_string()),
+    }
 }
 
 /// An answer being assembled: bytes known now, and the pending parts among them.
@@ -131,7 +139,12 @@ fn run_item<S>(
     ctx: &mut Ctx<'_>,
 ) -> bool {
     match item {
-        Item::Ack => false,
+        Item::Ack(id) => {
+            if let Some(id) = *id {
+                acknowledged(conn, id, ctx);
+            }
+            false
+        }
         Item::V1(_) => {
             ctx.metrics().rpc_errors.inc();
             let e = RpcError {
@@ -203,6 +216,18 @@ pub(super) fn write_outcome(
     }
 }
 
+/// The connection acknowledged push `id` (remembered for a client id's subscription:
+/// `conn::acks`): no longer held back at its close; `delivered` for a watched client.
+fn acknowledged<S>(conn: &mut Conn<S>, id: u64, ctx: &mut Ctx<'_>) {
+    let Some(w) = conn.ws() else { return };
+    let Some(p) = w.acks().and_then(|a| a.take(id)) else {
+        return;
+    };
+    if let (Some((topic, body)), Some(c)) = (p.watched, w.client_ref()) {
+        ctx.relay.acknowledged(&c.id, &topic, id, &body);
+    }
+}
+
 /// The connection's number for its next pending answer.
 fn next_answer<S>(conn: &mut Conn<S>) -> u64 {
     match conn.ws() {
@@ -271,8 +296,12 @@ pub(super) fn publish<S>(
         plain,
     };
     let me = ctx.conn_ref(conn);
+    let publisher = match &conn.phase {
+        Phase::Ws(w) => w.client_ref().cloned(),
+        _ => None,
+    };
     ctx.relay
-        .publish(me, answer, topic, message, meta, ttl, prompt)
+        .publish_as(me, answer, topic, message, meta, ttl, prompt, publisher)
 }
 
 /// sign-client's tags of the session set-up (DECISIONS §10).
@@ -478,7 +507,12 @@ fn unsubscribe<S>(conn: &mut Conn<S>, topic: Option<&str>, id: Option<&str>, ctx
     });
     if let Some(p) = pos {
         let s = conn.subs.swap_remove(p);
-        ctx.relay.unsubscribe(s.slot, me);
+        ctx.relay.unsubscribe_client(s.slot, me);
+    } else if let (Some(t), Some(c)) = (topic, conn.ws().and_then(|w| w.client_ref()).cloned()) {
+        // The client id's subscription made elsewhere (another socket, over HTTP, before a
+        // reconnect) ends too.
+        let project = (!c.project.is_empty()).then_some(&*c.project);
+        ctx.relay.client_unsubscribe(&c.id, project, t);
     }
 }
 
@@ -514,12 +548,19 @@ fn subscribe_at<S>(
     if conn.subs.len() + conn.v1_topics().len() >= max {
         return Err(rpc_error(&RelayError::TooManySubscriptions(max)));
     }
-    let id = match conn.ws().and_then(|w| w.client().map(|c| &**c)) {
-        Some(client) => SubId::for_client(topic, &client.did()),
-        None => ctx.ids.next_id(),
-    };
     let me = ctx.conn_ref(conn);
-    let slot = ctx.relay.subscribe(me, topic, id, dialect);
+    let slot = match conn.ws().and_then(|w| w.client_ref().cloned()) {
+        Some(client) => {
+            let id = SubId::for_client(topic, &client.id);
+            let slot = ctx.relay.subscribe_as(me, topic, id, dialect, &client);
+            (slot.map_err(|e| rpc_error(&e))?, id)
+        }
+        None => {
+            let id = ctx.ids.next_id();
+            (ctx.relay.subscribe(me, topic, id, dialect), id)
+        }
+    };
+    let (slot, id) = slot;
     if conn.subs.capacity() == 0 {
         // Most connections hold one or two subscriptions: a first push would make room
         // for four (about 300 bytes per idle connection).

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::fetch::Cursors;
 use super::{waku, Conn, Ctx};
 use crate::auth::ClientKey;
+use crate::engine::ClientRef;
 use crate::ws::deflate::{self, Agreement, Deflater, Inflater, Shared};
 use crate::ws::{self, Decoder, Event, Opcode, WsError};
 
@@ -50,8 +51,6 @@ pub struct WsState {
     dec: Decoder,
     /// permessage-deflate, when negotiated.
     pub deflate: Option<Agreement>,
-    /// JSON-RPC id of the next `waku_subscription` push (unique on the connection).
-    pub next_push_id: u64,
     /// The connection's number for its next pending answer (see `outbound::Part`).
     pub next_answer: u64,
     /// When the peer last sent anything (ms).
@@ -73,6 +72,10 @@ struct Rare {
     client: Option<Arc<ClientKey>>,
     /// What fetches gave the connection, per topic (made on its first fetch).
     cursors: Option<Box<Cursors>>,
+    /// The client id with its project, as its subscriptions name it (DECISIONS 13).
+    client_ref: Option<Arc<ClientRef>>,
+    /// Pushes to a watched client waiting for their acknowledgement.
+    acks: Option<Box<super::acks::Unacked>>,
 }
 
 impl WsState {
@@ -81,7 +84,6 @@ impl WsState {
         echo: bool,
         max_message: usize,
         deflate: Option<Agreement>,
-        push_base: u64,
         now: u64,
         first_ping: u64,
     ) -> Self {
@@ -91,7 +93,6 @@ impl WsState {
             echo,
             dec,
             deflate,
-            next_push_id: push_base,
             next_answer: 1,
             last_rx: now,
             next_ping: first_ping,
@@ -110,6 +111,29 @@ impl WsState {
         if client.is_some() || self.rare.is_some() {
             self.rare.get_or_insert_with(Default::default).client = client;
         }
+    }
+
+    /// The client id and project its subscriptions belong to, if it has a client id.
+    pub fn client_ref(&self) -> Option<&Arc<ClientRef>> {
+        self.rare.as_ref()?.client_ref.as_ref()
+    }
+
+    /// Keeps the client id and project (set with the client id at the upgrade).
+    pub fn set_client_ref(&mut self, c: Arc<ClientRef>) {
+        self.rare.get_or_insert_with(Default::default).client_ref = Some(c);
+    }
+
+    /// Its pushes waiting for an acknowledgement, made if needed.
+    pub fn acks_mut(&mut self) -> &mut super::acks::Unacked {
+        self.rare
+            .get_or_insert_with(Default::default)
+            .acks
+            .get_or_insert_with(Default::default)
+    }
+
+    /// Its pushes waiting for an acknowledgement, if it has any.
+    pub fn acks(&mut self) -> Option<&mut super::acks::Unacked> {
+        self.rare.as_mut()?.acks.as_deref_mut()
     }
 
     /// Its fetch cursors, if a fetch gave it any.

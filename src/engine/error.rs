@@ -25,6 +25,9 @@ pub enum RelayError {
     /// The relay already holds `--max-webhooks` webhooks.
     #[error("Too many webhook registrations")]
     TooManyWebhooks,
+    /// The client id already keeps `--max-mailbox-topics` topics (DECISIONS 13).
+    #[error("Subscriber limit exceeded ({0} topics per client id)")]
+    SubscriberLimitExceeded(usize),
     /// The connection is closing; it takes no more requests.
     #[error("connection is closing")]
     Closing,

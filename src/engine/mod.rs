@@ -32,6 +32,7 @@
 //!   reconnect), it says [`Event::Resync`] so that subscribers re-read after their position.
 
 pub mod cache;
+pub mod clients;
 pub mod error;
 pub mod home;
 pub mod journal;
@@ -49,6 +50,7 @@ use crate::health::Health;
 use crate::mailbox::Doorbell;
 use crate::metrics::Metrics;
 use crate::webhook::WebhookPool;
+pub use clients::{ClientOp, ClientRef};
 pub use error::RelayError;
 
 pub use crate::message::{new_epoch, Body, Message, Origin, Position};
@@ -69,6 +71,9 @@ pub struct PublishReq {
     /// The content hash of `body`, when [`Engine::prepare_publish`] gave it (else the
     /// engine computes it).
     pub hash: Option<u64>,
+    /// The publisher's client id, when its connection has one (its watches hear of the
+    /// message as `publisher`; it gets no notice as a subscriber).
+    pub publisher: Option<Arc<ClientRef>>,
 }
 
 /// A WalletConnect 1.0 `pub` (DECISIONS §8).
@@ -245,6 +250,40 @@ pub trait Engine: Send {
     /// (records to the kernel, batches to other workers or helper threads). Returns `true`
     /// when something waits for room and the worker should come back within a millisecond.
     fn flush(&mut self, out: &mut Events) -> bool;
+
+    /// A client id's subscription of `topic` changed (DECISIONS 13): sent to the topic's
+    /// home in the same queue as `watch` and `read`. A subscription past
+    /// `--max-mailbox-topics` is refused here. Engines without client-id subscriptions
+    /// take nothing (the subscription is its socket's alone).
+    fn client(
+        &mut self,
+        _topic: &Arc<str>,
+        _client: &Arc<ClientRef>,
+        _op: ClientOp,
+        _out: &mut Events,
+    ) -> Result<(), RelayError> {
+        Ok(())
+    }
+
+    /// [`Engine::read`] for a subscription or fetch of `client`: after what the client was
+    /// given (and without what it received). With `fetch`, what the answer gives counts as
+    /// given to the client (at most `fetch` messages).
+    fn read_for(
+        &mut self,
+        topic: &Arc<str>,
+        after: Position,
+        _client: &Arc<ClientRef>,
+        _fetch: Option<usize>,
+        ticket: Ticket,
+        out: &mut Events,
+    ) {
+        self.read(topic, after, ticket, out)
+    }
+
+    /// Who is told about client ids' messages (the relay reports acknowledgements there).
+    fn notifier(&self) -> Arc<dyn crate::notice::Notify> {
+        Arc::new(crate::notice::Silent)
+    }
 }
 
 /// Renders an engine's own figures into `/metrics`.

@@ -8,7 +8,7 @@ use super::feed::{Feed, SubState, UNASKED};
 use super::subs::LocalSub;
 use super::{
     Event, Message, Position, PushKind, Queued, Recipients, Relay, RelayError, Retry, Ticket,
-    Waiter, READ_RETRY_MS,
+    Unacked, Waiter, READ_RETRY_MS,
 };
 use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
@@ -164,10 +164,24 @@ impl Relay {
         let kind = PushKind::Live {
             share_min: fanout_share_min(n, msg.body.len()),
         };
+        // One id for every subscriber of the message (DECISIONS 13: a receipt names it).
+        let push_id = msg.body.message_id(msg.pos.seq);
+        let notify = &*self.notify;
         let again = t
             .feed
             .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
-                to.push(s.conn, &s.id, s.dialect, &m.body, kind)
+                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, kind);
+                if let Some(c) = &s.client {
+                    let watched = notify.watched(&c.id);
+                    let u = Unacked {
+                        push_id,
+                        slot,
+                        topic,
+                        msg: m,
+                        watched,
+                    };
+                    to.unacked(s.conn, u);
+                }
             });
         if let Some(from) = again {
             self.ask(topic, from);
@@ -197,12 +211,25 @@ impl Relay {
         let Some(t) = self.subs.get_named(slot, topic) else {
             return;
         };
+        let notify = &*self.notify;
         let again = t.feed.on_history(
             &mut t.subs,
             ticket,
             &history,
             &mut |s: &mut LocalSub, m: &Message| {
-                to.push(s.conn, &s.id, s.dialect, &m.body, PushKind::Replay)
+                let push_id = m.body.message_id(m.pos.seq);
+                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, PushKind::Replay);
+                if let Some(c) = &s.client {
+                    let watched = notify.watched(&c.id);
+                    let u = Unacked {
+                        push_id,
+                        slot,
+                        topic,
+                        msg: m,
+                        watched,
+                    };
+                    to.unacked(s.conn, u);
+                }
             },
         );
         if let Some(from) = again {

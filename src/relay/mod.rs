@@ -13,7 +13,8 @@
 pub mod feed;
 pub mod subs;
 
-mod clients;
+mod blocking;
+mod client_subs;
 mod deliver;
 mod v1;
 
@@ -26,7 +27,8 @@ use crate::config::Limits;
 use crate::metrics::{CoreMetrics, Metrics};
 
 pub use crate::engine::{
-    Done, Engine, Event, Message, Origin, Position, PublishReq, RelayError, Stored, Ticket,
+    ClientRef, Done, Engine, Event, Message, Origin, Position, PublishReq, RelayError, Stored,
+    Ticket,
 };
 pub use crate::message::{Body, Meta};
 pub use crate::rpc::Dialect;
@@ -40,8 +42,17 @@ use subs::{LocalSub, Removed, Subscriptions};
 /// Every call names the connection by [`ConnRef`]; a connection that is gone (or not in a
 /// state to take it) ignores the call.
 pub trait Recipients {
-    /// Queues a push of `body` for subscription `id`, in the shape of its `dialect`.
-    fn push(&mut self, conn: ConnRef, id: &SubId, dialect: Dialect, body: &Body, kind: PushKind);
+    /// Queues a push of `body` for subscription `id`, in the shape of its `dialect`, as
+    /// the JSON-RPC request `push_id` (the message's `notice::message_id`).
+    fn push(
+        &mut self,
+        conn: ConnRef,
+        id: &SubId,
+        dialect: Dialect,
+        body: &Body,
+        push_id: u64,
+        kind: PushKind,
+    );
     /// Resolves the connection's pending fetch answer `answer` with a topic's history after
     /// `after` (or the read's failure).
     fn fetched(
@@ -58,6 +69,26 @@ pub trait Recipients {
     fn webhook_answer(&mut self, conn: ConnRef, result: Result<(), RelayError>);
     /// Queues a WalletConnect 1.0 frame (sent as it is, as a text message).
     fn push_text(&mut self, conn: ConnRef, frame: &Bytes, kind: PushKind);
+    /// Remembers push `push_id` of the message `m` (of `topic`, on the subscription in
+    /// `slot`), just made to a client id's subscription, until the connection acknowledges
+    /// it; `watched`: keep the message for its `delivered` event (DECISIONS 13).
+    fn unacked(&mut self, _: ConnRef, _: Unacked<'_>) {}
+}
+
+/// A push to a client id's subscription, to remember until acknowledged
+/// ([`Recipients::unacked`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Unacked<'a> {
+    /// The push's JSON-RPC id.
+    pub push_id: u64,
+    /// The subscription's topic slot.
+    pub slot: u32,
+    /// The topic.
+    pub topic: &'a Arc<str>,
+    /// The message.
+    pub msg: &'a Message,
+    /// A watch may want its `delivered` event.
+    pub watched: bool,
 }
 
 /// How a push is queued.
@@ -143,9 +174,11 @@ pub struct Relay {
     fanout_budget: usize,
     retries: Vec<Retry>,
     /// Blocking subscribes waiting for their subscription to be in place.
-    blocking: Vec<clients::Blocking>,
+    blocking: Vec<blocking::Blocking>,
     limits: Limits,
     metrics: Arc<Metrics>,
+    /// Who is told about client ids' messages (their acknowledgements: `client_subs.rs`).
+    notify: Arc<dyn crate::notice::Notify>,
 }
 
 impl Relay {
@@ -157,6 +190,7 @@ impl Relay {
         limits: Limits,
         metrics: Arc<Metrics>,
     ) -> Relay {
+        let engine_notify = engine.notifier();
         Relay {
             me: me as u16,
             node,
@@ -176,6 +210,7 @@ impl Relay {
             blocking: Vec::new(),
             limits,
             metrics,
+            notify: engine_notify,
         }
     }
 
@@ -214,6 +249,19 @@ impl Relay {
     /// Adds a subscription of a local connection; its history follows as pushes, then the
     /// live messages. Returns the topic's slot.
     pub fn subscribe(&mut self, conn: ConnRef, topic: &str, id: SubId, dialect: Dialect) -> u32 {
+        self.add_sub(conn, topic, id, dialect, None)
+    }
+
+    /// A local connection's subscription, of `client` when it has one (see
+    /// [`Relay::subscribe_as`]).
+    fn add_sub(
+        &mut self,
+        conn: ConnRef,
+        topic: &str,
+        id: SubId,
+        dialect: Dialect,
+        client: Option<Arc<ClientRef>>,
+    ) -> u32 {
         let owner = self.origin_of(conn.uid);
         let entry = self.waiters.vacant_entry();
         let ticket = entry.key() as Ticket;
@@ -229,6 +277,7 @@ impl Relay {
             id,
             dialect,
             follow,
+            client: client.clone(),
         };
         let (slot, first) = self.subs.add(topic, sub);
         let name = self
@@ -241,15 +290,32 @@ impl Relay {
         if first {
             self.engine.watch(&name, &mut self.events);
         }
-        self.engine
-            .read(&name, Position::ZERO, ticket, &mut self.events);
+        match &client {
+            // After what the client was given (DECISIONS 13: each message once).
+            Some(c) => {
+                let ev = &mut self.events;
+                self.engine
+                    .read_for(&name, Position::ZERO, c, None, ticket, ev)
+            }
+            None => self
+                .engine
+                .read(&name, Position::ZERO, ticket, &mut self.events),
+        }
         self.m().subscriptions.inc();
         self.absorb();
         slot
     }
 
-    /// Removes a local connection's subscription on `slot`.
+    /// Removes a local connection's subscription on `slot` (its socket closed, or a
+    /// connection without a client id unsubscribed): a client id's subscription stays,
+    /// given everything up to where the socket's reached.
     pub fn unsubscribe(&mut self, slot: u32, conn: ConnRef) {
+        self.socket_gone(slot, conn, None);
+        self.remove_sub(slot, conn);
+    }
+
+    /// Removes the socket's subscription on `slot` from the table.
+    fn remove_sub(&mut self, slot: u32, conn: ConnRef) {
         match self.subs.remove(slot, conn) {
             Removed::NotFound => return,
             Removed::Kept => {}
@@ -303,6 +369,25 @@ impl Relay {
         ttl: u32,
         prompt: bool,
     ) -> Done<Result<(), RelayError>> {
+        self.publish_as(conn, answer, topic, message, meta, ttl, prompt, None)
+    }
+
+    /// [`Relay::publish`] by a connection of client id `publisher` (its watches hear of it).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a publish's fields, named at the caller"
+    )]
+    pub fn publish_as(
+        &mut self,
+        conn: ConnRef,
+        answer: u64,
+        topic: &str,
+        message: &str,
+        meta: Meta<'_>,
+        ttl: u32,
+        prompt: bool,
+        publisher: Option<Arc<ClientRef>>,
+    ) -> Done<Result<(), RelayError>> {
         self.m().published.inc();
         let (topic, hint) = match self.subs.name_and_slot(topic) {
             Some((name, slot)) => (name, Some(slot)),
@@ -322,6 +407,7 @@ impl Relay {
             prompt,
             origin: self.origin_of(conn.uid),
             hash: hash.filter(|_| verbatim),
+            publisher,
         };
         // The ticket is taken only for an answer that comes later: most publishes are
         // answered at once (their topic's home is this worker), and their event, if any,

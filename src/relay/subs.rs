@@ -82,6 +82,8 @@ pub struct LocalSub {
     pub dialect: crate::rpc::Dialect,
     /// Where it stands in the topic's feed.
     pub follow: Follow,
+    /// The client id it belongs to, on a connection that has one (DECISIONS 13).
+    pub client: Option<Arc<crate::engine::ClientRef>>,
 }
 
 impl Follower for LocalSub {
@@ -262,6 +264,7 @@ mod tests {
                 state: SubState::Active(Position::ZERO),
                 owner: Origin::NONE,
             },
+            client: None,
         }
     }
 

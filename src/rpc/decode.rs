@@ -27,8 +27,8 @@ pub fn decode<'a>(
     // `decode_fast`, written out: the element is built where the result lies (returned
     // through an `Option` first, its 232 bytes would be copied twice, the first copy a load
     // of stores still in flight).
-    if super::fast::is_ack(view) {
-        return Ok(Incoming::Single(Item::Ack));
+    if let Some(id) = super::fast::is_ack(view) {
+        return Ok(Incoming::Single(Item::Ack(Some(id))));
     }
     let mut e = Envelope::object();
     if super::fast::parse(view, &mut e) {
@@ -56,8 +56,8 @@ pub fn decode_general<'a>(
 /// `None` when it declines. What [`decode`] tries first, and what the differential tests
 /// hold against the general parser.
 pub fn decode_fast(buf: &[u8]) -> Option<Incoming<'_>> {
-    if super::fast::is_ack(buf) {
-        return Some(Incoming::Single(Item::Ack));
+    if let Some(id) = super::fast::is_ack(buf) {
+        return Some(Incoming::Single(Item::Ack(Some(id))));
     }
     let mut e = Envelope::object();
     if !super::fast::parse(buf, &mut e) {
@@ -198,7 +198,12 @@ fn classify_in_place<'a>(e: &mut Envelope<'a>, plain: Plain) -> Item<'a> {
     let method = match e.method.take() {
         // A response from the client (an acknowledgement) is consumed; an object that is
         // neither a request nor a response nor a v1 frame is an invalid request (§8).
-        None if e.response => return Item::Ack,
+        None if e.response => {
+            return Item::Ack(match id {
+                Some(Id::U64(n)) => Some(n),
+                _ => None,
+            })
+        }
         None => {
             return Item::Invalid(
                 id.unwrap_or(Id::Null),
@@ -291,7 +296,7 @@ mod tests {
     fn classifies_acks_and_invalid_requests() {
         assert!(matches!(
             one(r#"{"id":5,"jsonrpc":"2.0","result":true}"#),
-            Item::Ack
+            Item::Ack(Some(5))
         ));
         assert!(matches!(
             one(r#"{"id":5,"jsonrpc":"1.0","method":"waku_subscribe"}"#),
@@ -345,7 +350,7 @@ mod tests {
                 assert_eq!(v.len(), 3);
                 assert!(matches!(v[0], Item::Call(_)));
                 assert!(matches!(v[1], Item::Invalid(Id::Null, _)));
-                assert!(matches!(v[2], Item::Ack));
+                assert!(matches!(v[2], Item::Ack(None)));
             }
             Incoming::Single(_) => panic!("single"),
         }

@@ -148,8 +148,9 @@ pub enum Incoming<'a> {
 pub enum Item<'a> {
     /// A request: execute and answer (unless it is a notification, without `id`).
     Call(Call<'a>),
-    /// A response from the client (an acknowledgement of a push): consumed silently.
-    Ack,
+    /// A response from the client (an acknowledgement of a push): consumed; its id when it
+    /// is a non-negative integer (the push it acknowledges: DECISIONS 13, `delivered`).
+    Ack(Option<u64>),
     /// Not a valid request: answer with this error and id.
     Invalid(Id<'a>, RpcError),
     /// A WalletConnect 1.0 bridge frame.

@@ -134,7 +134,7 @@ mod tests {
         ));
         assert!(matches!(
             one(r#"{"jsonrpc":"2.0","topic":"t","type":"sub","payload":"","result":true}"#),
-            Item::Ack
+            Item::Ack(None)
         ));
     }
 

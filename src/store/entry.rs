@@ -7,7 +7,15 @@
 //! Forget         2 ns epoch:u64 seq:u64 topic:str16
 //! WebhookAdd     3 topic:str16 url:str16
 //! WebhookRemove  4 topic:str16 url:str16
+//! ClientSub      7 topic:str16 client:str16 project:str16 epoch:u64 seq:u64
+//!                  expires_unix_ms:u64 n:u8 received:u64*n
+//! ClientEnd      8 topic:str16 client:str16
 //! ```
+//! `ClientSub` (DECISIONS 13) is the whole state of a client id's subscription of a topic
+//! as of its last change (with a socket then, the expiry its mailbox would have had if the
+//! socket had closed at that moment); the later
+//! record of a pair supersedes the earlier. `ClientEnd` is its tombstone (an explicit
+//! unsubscribe).
 //! Integers are little-endian; `str16` is a u16 length then UTF-8 bytes, `bytes32` a u32
 //! length then bytes; `flags` bit 0 is `prompt`, other bits must be zero. `var` is an
 //! unsigned LEB128 varint (7 bits a byte, low first, shortest form only); `rest` is every
@@ -102,6 +110,30 @@ pub enum Entry<'a> {
         /// The webhook address.
         url: &'a str,
     },
+    /// A client id's subscription of a topic, as it stands (kind 7).
+    ClientSub {
+        /// The topic.
+        topic: &'a str,
+        /// The client id.
+        client: &'a str,
+        /// Its project id (`""`: none).
+        project: &'a str,
+        /// Everything up to this position was given to it: epoch...
+        epoch: u64,
+        /// ...and seq.
+        seq: u64,
+        /// When its mailbox expires, wall-clock ms.
+        expires_unix_ms: u64,
+        /// Receipts above the position, as little-endian u64s (at most 255).
+        received: &'a [u8],
+    },
+    /// A client id's subscription ended (a tombstone, kind 8).
+    ClientEnd {
+        /// The topic.
+        topic: &'a str,
+        /// The client id.
+        client: &'a str,
+    },
 }
 
 /// Why bytes are not an entry, or an entry cannot be encoded.
@@ -142,6 +174,8 @@ const WEBHOOK_ADD: u8 = 3;
 const WEBHOOK_REMOVE: u8 = 4;
 const MESSAGE_BODY: u8 = 5;
 const BODY: u8 = 6;
+const CLIENT_SUB: u8 = 7;
+const CLIENT_END: u8 = 8;
 
 /// How every `message::Body` starts: the topic's JSON string follows.
 const BODY_PREFIX: &[u8] = b"{\"topic\":\"";
@@ -231,7 +265,9 @@ impl<'a> Entry<'a> {
             | Entry::Body { topic, .. }
             | Entry::Forget { topic, .. }
             | Entry::WebhookAdd { topic, .. }
-            | Entry::WebhookRemove { topic, .. } => topic,
+            | Entry::WebhookRemove { topic, .. }
+            | Entry::ClientSub { topic, .. }
+            | Entry::ClientEnd { topic, .. } => topic,
         }
     }
 
@@ -257,6 +293,14 @@ impl<'a> Entry<'a> {
             Entry::WebhookAdd { topic, url } | Entry::WebhookRemove { topic, url } => {
                 1 + 2 + topic.len() + 2 + url.len()
             }
+            Entry::ClientSub {
+                topic,
+                client,
+                project,
+                received,
+                ..
+            } => 1 + 6 + topic.len() + client.len() + project.len() + 24 + 1 + received.len(),
+            Entry::ClientEnd { topic, client } => 1 + 4 + topic.len() + client.len(),
         }
     }
 
@@ -336,6 +380,34 @@ impl<'a> Entry<'a> {
                 put_str16(out, topic, "topic")?;
                 put_str16(out, url, "url")?;
             }
+            Entry::ClientSub {
+                topic,
+                client,
+                project,
+                epoch,
+                seq,
+                expires_unix_ms,
+                received,
+            } => {
+                out.push(CLIENT_SUB);
+                put_str16(out, topic, "topic")?;
+                put_str16(out, client, "client")?;
+                put_str16(out, project, "project")?;
+                for v in [epoch, seq, expires_unix_ms] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                let n = received.len() / 8;
+                if received.len() % 8 != 0 || n > 255 {
+                    return Err(EntryError::TooLong("received"));
+                }
+                out.push(n as u8);
+                out.extend_from_slice(received);
+            }
+            Entry::ClientEnd { topic, client } => {
+                out.push(CLIENT_END);
+                put_str16(out, topic, "topic")?;
+                put_str16(out, client, "client")?;
+            }
         }
         Ok(())
     }
@@ -399,6 +471,27 @@ impl<'a> Entry<'a> {
                 } else {
                     Entry::WebhookRemove { topic, url }
                 }
+            }
+            CLIENT_SUB => {
+                let topic = r.str16("topic")?;
+                let client = r.str16("client")?;
+                let project = r.str16("project")?;
+                let (epoch, seq, expires_unix_ms) = (r.u64()?, r.u64()?, r.u64()?);
+                let n = usize::from(r.u8()?);
+                Entry::ClientSub {
+                    topic,
+                    client,
+                    project,
+                    epoch,
+                    seq,
+                    expires_unix_ms,
+                    received: r.take(n * 8)?,
+                }
+            }
+            CLIENT_END => {
+                let topic = r.str16("topic")?;
+                let client = r.str16("client")?;
+                Entry::ClientEnd { topic, client }
             }
             k => return Err(EntryError::UnknownKind(k)),
         };

@@ -56,6 +56,28 @@ fn samples() -> Vec<Entry<'static>> {
             topic: "t",
             url: "https://example.com/hook",
         },
+        Entry::ClientSub {
+            topic: "7f3a",
+            client: "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK",
+            project: "p",
+            epoch: 1_764_000_000_000_000,
+            seq: 41,
+            expires_unix_ms: 1_800_000_000_000,
+            received: &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0],
+        },
+        Entry::ClientSub {
+            topic: "",
+            client: "",
+            project: "",
+            epoch: 0,
+            seq: 0,
+            expires_unix_ms: 0,
+            received: &[],
+        },
+        Entry::ClientEnd {
+            topic: "t",
+            client: "did:key:z6Mk",
+        },
     ]
 }
 

@@ -23,6 +23,7 @@ impl Worker {
 
     /// Removes the connections marked this round.
     pub(super) fn reap(&mut self) {
+        let (mut subscribed, mut closed, mut websockets) = (false, 0, 0);
         while let Some(key) = self.closing.pop() {
             let mut c = self.conns.remove(key);
             if let Some(tls) = c.tls.as_deref_mut() {
@@ -32,20 +33,31 @@ impl Worker {
             }
             self.limits.release(&mut c.limit);
             let me = ConnRef { key, uid: c.uid };
+            subscribed |= !c.subs.is_empty();
+            let mut acks = c.ws().and_then(|w| w.acks().map(std::mem::take));
             for s in &c.subs {
-                self.relay.unsubscribe(s.slot, me);
+                // A client id's subscription was given for sure what precedes its first
+                // push not acknowledged (`conn::acks`).
+                let unacked = acks.as_mut().and_then(|a| a.first_unacked(s.slot));
+                self.relay.closed(s.slot, me, unacked);
             }
             for t in c.v1_topics() {
                 self.relay.v1_unsubscribe(me, t);
             }
             // Dropping the socket closes its only descriptor (sockets are never duplicated),
             // which removes it from the epoll set: no `epoll_ctl(DEL)` per connection.
-            let m = &self.shared.metrics.cores[self.id];
-            m.connections_open.sub(1);
-            if c.was_ws() {
-                m.websockets_open.sub(1);
-            }
+            closed += 1;
+            websockets += u64::from(c.was_ws());
         }
+        if subscribed {
+            // A client id's `-1 socket` leaves now, not a round later, and before the
+            // connection counts as gone: a reconnect reaches the topic's home after it
+            // (DECISIONS 13), unless the home's queue is full.
+            self.engine_waiting |= self.relay.flush();
+        }
+        let m = &self.shared.metrics.cores[self.id];
+        m.connections_open.sub(closed);
+        m.websockets_open.sub(websockets);
     }
 
     /// Stops accepting and starts closing every connection.

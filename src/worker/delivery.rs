@@ -129,7 +129,15 @@ impl Conns<'_> {
 }
 
 impl Recipients for Conns<'_> {
-    fn push(&mut self, r: ConnRef, id: &SubId, dialect: Dialect, body: &Body, kind: PushKind) {
+    fn push(
+        &mut self,
+        r: ConnRef,
+        id: &SubId,
+        dialect: Dialect,
+        body: &Body,
+        push_id: u64,
+        kind: PushKind,
+    ) {
         let (fill, max_out) = (self.fill_mark, self.max_outbound);
         let Some(c) = conn::live(self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_))) else {
             return;
@@ -150,17 +158,26 @@ impl Recipients for Conns<'_> {
                     shared.get(&mut kit.deflater, a.window_bits()).cloned()
                 });
                 match z {
-                    Some(z) => {
-                        c.deliver_compressed(id, dialect, &z, true, fill, share_min, self.enc)
-                    }
-                    None => c.deliver(id, dialect, body, true, fill, share_min, self.enc),
+                    Some(z) => c.deliver_compressed(
+                        id, dialect, &z, push_id, true, fill, share_min, self.enc,
+                    ),
+                    None => c.deliver(id, dialect, body, push_id, true, fill, share_min, self.enc),
                 }
                 c.outbound_len() > max_out
             }
             // A replay is cached data: it waits by reference in the backlog and does not
             // count as falling behind.
             PushKind::Replay => {
-                c.deliver(id, dialect, body, false, fill, SHARE_THRESHOLD, self.enc);
+                c.deliver(
+                    id,
+                    dialect,
+                    body,
+                    push_id,
+                    false,
+                    fill,
+                    SHARE_THRESHOLD,
+                    self.enc,
+                );
                 false
             }
         };
@@ -168,6 +185,17 @@ impl Recipients for Conns<'_> {
         self.mark_dirty(r.key);
         if over {
             self.overflow.push(r.key);
+        }
+    }
+
+    fn unacked(&mut self, r: ConnRef, u: crate::relay::Unacked<'_>) {
+        if let Some(w) = self.live(r).and_then(|c| c.ws()) {
+            w.acks_mut().note(conn::acks::Pending {
+                id: u.push_id,
+                slot: u.slot,
+                pos: u.msg.pos,
+                watched: u.watched.then(|| (u.topic.clone(), u.msg.body.clone())),
+            });
         }
     }
 

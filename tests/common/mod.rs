@@ -53,6 +53,7 @@ pub mod push_server;
 pub mod raw_ws;
 pub mod redis;
 pub mod redis_topo;
+pub mod relay_auth;
 pub mod relay_id;
 pub mod rng;
 pub mod skip;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use slab::Slab;
 
 use super::cache::{Cache, Cached};
+use super::clients::TopicClients;
 use super::{new_epoch, History, Message, Origin, Position, PublishReq, Stored};
 use crate::config::Limits;
 use crate::engine::error::RelayError;
@@ -53,6 +54,8 @@ pub struct HomeTopic {
     v1_epoch: u64,
     /// WalletConnect 1.0: number of the last pending frame (the `seq` of its position).
     v1_seq: u64,
+    /// The client ids subscribed to the topic (DECISIONS 13), when it has any.
+    clients: Option<Box<TopicClients>>,
 }
 
 /// A webhook registration of a home topic.
@@ -91,6 +94,7 @@ impl HomeTopic {
             v1_pending: VecDeque::new(),
             v1_epoch: epoch,
             v1_seq: 0,
+            clients: None,
         }
     }
 
@@ -101,6 +105,7 @@ impl HomeTopic {
             && self.webhooks.is_empty()
             && self.v1_watchers.is_empty()
             && self.v1_pending.is_empty()
+            && self.clients.is_none()
     }
 
     /// The position of the last stored message.
@@ -137,6 +142,9 @@ pub struct HomeTopics {
     webhook_count: Arc<AtomicUsize>,
     /// Records of what was removed since the engine last took them (to release in the log).
     released: Vec<Loc>,
+    /// The client-id subscriptions' shared parts: mailbox ttl, the process's table, the
+    /// expiry queue, the notices (see `clients.rs`).
+    mail: clients::Mailboxes,
 }
 
 impl HomeTopics {
@@ -161,6 +169,7 @@ impl HomeTopics {
             metrics,
             webhook_count,
             released: Vec::new(),
+            mail: clients::Mailboxes::default(),
         }
     }
 
@@ -411,6 +420,7 @@ impl HomeTopics {
             self.evict(k, DropReason::Expired);
             n += 1;
         }
+        self.sweep_mailboxes(now);
         if n > 0 {
             self.m().cached_bytes.set(self.cache.bytes() as u64);
         }
@@ -541,6 +551,7 @@ impl HomeTopics {
 mod tests;
 
 mod by_name;
+pub mod clients;
 mod durable;
 mod filter;
 mod v1;

@@ -23,6 +23,7 @@ fn req(topic: &Arc<str>, body: &str) -> PublishReq {
         prompt: true,
         origin: Origin::NONE,
         hash: None,
+        publisher: None,
     }
 }
 

@@ -89,6 +89,13 @@ impl Journal {
 
     /// The start of a repair: the webhook registrations and removals the log lost.
     fn repair_records(&mut self, home: &mut HomeTopics) {
+        for (topic, sub) in home.client_records() {
+            if !sub.record.is_some_and(|r| self.log.holds(r)) {
+                if let Some(a) = self.client_sub(&topic, &sub) {
+                    home.set_client_record(&topic, &sub.client.id, a.loc);
+                }
+            }
+        }
         for (topic, url, record) in home.webhook_records() {
             if !record.is_some_and(|r| self.log.holds(r)) {
                 if let Some(a) = self.append(&Entry::WebhookAdd {
@@ -129,6 +136,12 @@ impl Journal {
                 home.set_webhook_record(&topic, &url, a.loc);
             }
         }
+        for (topic, sub) in home.client_records() {
+            if let Some(a) = self.client_sub(&topic, &sub) {
+                home.set_client_record(&topic, &sub.client.id, a.loc);
+            }
+        }
+        home.take_released(&mut earlier);
         self.log.flush()?;
         self.log.sync_now()?;
         self.log.discard_previous()?;
@@ -148,6 +161,13 @@ impl Journal {
     }
 
     fn copy_webhooks(&mut self, home: &mut HomeTopics, segments: &[SegmentId]) {
+        for (topic, sub) in home.client_records() {
+            if sub.record.is_some_and(|r| segments.contains(&r.segment)) {
+                if let Some(a) = self.client_sub(&topic, &sub) {
+                    home.set_client_record(&topic, &sub.client.id, a.loc);
+                }
+            }
+        }
         for (topic, url) in home.webhooks_in(segments) {
             if let Some(a) = self.append(&Entry::WebhookAdd {
                 topic: &topic,

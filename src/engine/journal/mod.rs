@@ -80,9 +80,21 @@ pub enum Cancels {
         /// Its position.
         pos: Position,
     },
+    /// A client id's subscription, ended (`ClientEnd`).
+    Client {
+        /// Its topic.
+        topic: Arc<str>,
+        /// The client id.
+        client: Arc<str>,
+    },
 }
 
 impl Cancels {
+    /// Whether this is the end of `client`'s subscription of `topic`.
+    fn is_client(&self, topic: &str, client: &str) -> bool {
+        matches!(self, Cancels::Client { topic: t, client: c } if &**t == topic && &**c == client)
+    }
+
     /// Whether this is the removal of webhook `url` of `topic`.
     fn is_webhook(&self, topic: &str, url: &str) -> bool {
         matches!(self, Cancels::Webhook { topic: t, url: u } if &**t == topic && &**u == url)
@@ -97,6 +109,7 @@ impl Cancels {
                 epoch: pos.epoch,
                 seq: pos.seq,
             },
+            Cancels::Client { topic, client } => Entry::ClientEnd { topic, client },
         }
     }
 }
@@ -323,6 +336,52 @@ impl Journal {
         self.append(&Entry::WebhookAdd { topic, url })
     }
 
+    /// Records a client id's subscription as it stands now (it supersedes its older record,
+    /// which the caller releases); a tombstone of the same pair is no longer needed.
+    pub fn client_sub(
+        &mut self,
+        topic: &str,
+        sub: &crate::engine::clients::ClientSub,
+    ) -> Option<crate::store::Appended> {
+        let client = &*sub.client.id;
+        self.unrecorded
+            .retain(|(what, _)| !what.is_client(topic, client));
+        let mut i = 0;
+        while i < self.tombstones.len() {
+            if self.tombstones[i].what.is_client(topic, client) {
+                let t = self.tombstones.swap_remove(i);
+                self.log.release(t.record);
+            } else {
+                i += 1;
+            }
+        }
+        let expires_unix_ms = sub.expires.saturating_add_signed(self.unix_offset);
+        let received: Vec<u8> = sub
+            .received
+            .iter()
+            .take(255)
+            .flat_map(|id| id.to_le_bytes())
+            .collect();
+        self.append(&Entry::ClientSub {
+            topic,
+            client,
+            project: &sub.client.project,
+            epoch: sub.delivered.epoch,
+            seq: sub.delivered.seq,
+            expires_unix_ms,
+            received: &received,
+        })
+    }
+
+    /// Records the end of a client id's subscription whose record is `record`.
+    pub fn client_gone(&mut self, topic: &Arc<str>, client: &Arc<str>, record: Loc) {
+        let what = Cancels::Client {
+            topic: topic.clone(),
+            client: client.clone(),
+        };
+        self.cancel(what, record);
+    }
+
     /// Records a webhook removal that cancels `record` (kept until that record is gone).
     pub fn webhook_remove(&mut self, topic: &Arc<str>, url: &Arc<str>, record: Loc) {
         let what = Cancels::Webhook {
@@ -478,6 +537,7 @@ impl Journal {
 
 mod compact;
 pub mod recover;
+mod recover_clients;
 
 #[cfg(test)]
 mod tests;

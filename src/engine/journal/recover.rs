@@ -55,6 +55,8 @@ struct Share {
     frames: Vec<Found>,
     /// Frames delivered (their `Forget` records): (topic, position, the Forget's record).
     forgotten: Vec<(Arc<str>, Position, Loc)>,
+    /// Client-id subscription changes, in log order.
+    clients: Vec<super::recover_clients::ClientFound>,
 }
 
 /// Everything read back, by the worker that is home of each topic now.
@@ -158,6 +160,11 @@ impl Recovered {
                 .push((Arc::from(topic), Position { epoch, seq }, loc)),
             // Read as the `Message` it stands for (`expanded` above).
             Entry::Body { .. } => {}
+            Entry::ClientSub { .. } | Entry::ClientEnd { .. } => {
+                share
+                    .clients
+                    .extend(super::recover_clients::found(&entry, loc));
+            }
         }
     }
 }
@@ -374,6 +381,10 @@ fn restore(
     }
     restore_frames(home, journal, share.frames, share.forgotten, keep);
     let webhooks = restore_webhooks(home, journal, share.webhooks, keep);
+    let clients = super::recover_clients::restore_clients(home, journal, share.clients, keep);
+    if clients > 0 {
+        log::info!("data directory: {clients} client subscriptions restored");
+    }
     (kept, webhooks)
 }
 

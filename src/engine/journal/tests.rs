@@ -74,6 +74,7 @@ impl Rig {
             prompt: false,
             origin: Origin::NONE,
             hash: None,
+            publisher: None,
         };
         let now = crate::clock::now_ms();
         let o = self.home.store(&req, body.len() as u64, now);

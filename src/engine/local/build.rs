@@ -108,6 +108,8 @@ fn engines(setup: &Setup, seeds: [u64; 4]) -> (Vec<LocalEngine>, WebhookPool) {
         metrics: setup.metrics.clone(),
         webhooks: webhooks.clone(),
         webhook_count: Arc::new(AtomicUsize::new(0)),
+        mailboxes: Arc::default(),
+        notify: setup.notify.clone(),
     };
     let engines = inboxes
         .into_iter()

@@ -30,6 +30,7 @@ use super::placement::Placement;
 
 mod answers;
 mod build;
+mod clients;
 mod msg;
 pub mod outbox;
 mod v1;
@@ -61,6 +62,10 @@ pub struct LocalShared {
     pub webhooks: WebhookPool,
     /// Webhook registrations of the whole process.
     pub webhook_count: Arc<AtomicUsize>,
+    /// The topics each client id keeps (`--max-mailbox-topics`).
+    pub mailboxes: Arc<crate::engine::clients::MailboxTable>,
+    /// Who is told about client ids' messages.
+    pub notify: Arc<dyn crate::notice::Notify>,
 }
 
 /// One worker's in-memory engine.
@@ -91,13 +96,18 @@ impl LocalEngine {
                  {presize} messages, not its budget's maximum; its tables grow past that"
             );
         }
-        let home = HomeTopics::new(
+        let mut home = HomeTopics::new(
             me,
             presize,
             budget,
             shared.limits.clone(),
             shared.metrics.clone(),
             shared.webhook_count.clone(),
+        );
+        home.set_mailboxes(
+            shared.limits.mailbox_ttl.saturating_mul(1000),
+            shared.mailboxes.clone(),
+            shared.notify.clone(),
         );
         LocalEngine {
             me: me as u16,
@@ -186,6 +196,7 @@ impl LocalEngine {
                 return (Err(RelayError::StorageUnavailable), None);
             }
         }
+        self.home.client_notices(o.slot, &req, pos);
         let msg = Message {
             pos,
             body: req.body,
@@ -240,6 +251,21 @@ impl LocalEngine {
             }
             HomeMsg::RemoveWebhook { topic, url } => self.unregister_here(&topic, &url),
             HomeMsg::Report(ev) => out.push(ev),
+            HomeMsg::Client { topic, client, op } => self.client_here(&topic, &client, op),
+            HomeMsg::ReadFor {
+                topic,
+                after,
+                client,
+                fetch,
+                reply,
+            } => {
+                let result = Ok(self.read_for_here(&topic, after, &client, fetch));
+                let ev = Event::History {
+                    ticket: reply.ticket,
+                    result,
+                };
+                self.report(reply.core, ev, out);
+            }
             HomeMsg::V1Publish(req) => self.v1_publish_here(req, out),
             HomeMsg::V1Take { topic, reply } => {
                 let frames = self.v1_take_here(&topic);
@@ -452,6 +478,32 @@ impl Engine for LocalEngine {
             j.tick();
             j.compact_step(&mut self.home);
         }
+    }
+
+    fn client(
+        &mut self,
+        topic: &Arc<str>,
+        client: &Arc<crate::engine::ClientRef>,
+        op: crate::engine::ClientOp,
+        _out: &mut Events,
+    ) -> Result<(), RelayError> {
+        self.client_op(topic, client, op)
+    }
+
+    fn read_for(
+        &mut self,
+        topic: &Arc<str>,
+        after: Position,
+        client: &Arc<crate::engine::ClientRef>,
+        fetch: Option<usize>,
+        ticket: Ticket,
+        out: &mut Events,
+    ) {
+        self.read_client(topic, after, client, fetch, ticket, out)
+    }
+
+    fn notifier(&self) -> Arc<dyn crate::notice::Notify> {
+        self.shared.notify.clone()
     }
 
     fn flush(&mut self, out: &mut Events) -> bool {

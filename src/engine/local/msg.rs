@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::{Event, Position, PublishReq, Ticket, V1Publish};
+use crate::engine::{ClientOp, ClientRef, Event, Position, PublishReq, Ticket, V1Publish};
 
 /// Where an answer goes: the asking worker and its ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,28 @@ pub enum HomeMsg {
         topic: Arc<str>,
         /// Read after this position.
         after: Position,
+        /// The reading worker.
+        reply: Reply,
+    },
+    /// To the home: a client id's subscription of the topic changed.
+    Client {
+        /// Topic.
+        topic: Arc<str>,
+        /// The client.
+        client: Arc<ClientRef>,
+        /// What happened.
+        op: ClientOp,
+    },
+    /// To the home: read the topic for a client id (see `Engine::read_for`).
+    ReadFor {
+        /// Topic.
+        topic: Arc<str>,
+        /// Read after this position (or after what the client was given).
+        after: Position,
+        /// The client.
+        client: Arc<ClientRef>,
+        /// A fetch of at most this many messages.
+        fetch: Option<usize>,
         /// The reading worker.
         reply: Reply,
     },

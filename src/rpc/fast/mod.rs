@@ -41,16 +41,18 @@ const MAX_DIGITS: usize = 19;
 /// too (an object with a `result` and no method); recognised here by two comparisons and a digit
 /// check, without the member-by-member scan and the model ([`parse`] takes any other
 /// acknowledgement). At saturation there is one per delivery.
-pub(super) fn is_ack(buf: &[u8]) -> bool {
-    let Some(id) = buf
+pub(super) fn is_ack(buf: &[u8]) -> Option<u64> {
+    let id = buf
         .strip_prefix(b"{\"id\":")
-        .and_then(|r| r.strip_suffix(b",\"jsonrpc\":\"2.0\",\"result\":true}"))
-    else {
-        return false;
-    };
-    (1..=MAX_DIGITS).contains(&id.len())
+        .and_then(|r| r.strip_suffix(b",\"jsonrpc\":\"2.0\",\"result\":true}"))?;
+    let ok = (1..=MAX_DIGITS).contains(&id.len())
         && id.iter().all(u8::is_ascii_digit)
-        && (id.len() == 1 || id.first() != Some(&b'0'))
+        && (id.len() == 1 || id.first() != Some(&b'0'));
+    // Any 19 digits fit a u64.
+    ok.then(|| {
+        id.iter()
+            .fold(0u64, |n, &d| n.wrapping_mul(10) + u64::from(d - b'0'))
+    })
 }
 
 /// The members of a request in the order JSON-RPC clients write them (the SDK's

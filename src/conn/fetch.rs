@@ -54,8 +54,20 @@ pub fn start<S>(
     answer: u64,
     ctx: &mut Ctx<'_>,
 ) {
-    let me = ctx.conn_ref(conn);
     let client = conn.ws().and_then(|w| w.client_ref().cloned());
+    start_for(conn, topics, answer, client, ctx);
+}
+
+/// [`start`] for the client id `client` when it is not the connection's own (`POST /rpc`:
+/// the request's token names it).
+pub fn start_for<S>(
+    conn: &mut Conn<S>,
+    topics: &[std::borrow::Cow<'_, str>],
+    answer: u64,
+    client: Option<Arc<crate::engine::clients::ClientRef>>,
+    ctx: &mut Ctx<'_>,
+) {
+    let me = ctx.conn_ref(conn);
     for topic in topics {
         let relay = &*ctx.relay;
         let subscribed = conn

@@ -188,9 +188,9 @@ fn execute<S>(
             publishes(&[done])
         }
         Op::Fetch { topics, .. } => {
-            // No socket cursor: the topic's stored messages not published from here.
-            // H4: the client id's mailbox instead.
-            super::fetch::start(conn, &topics, answer, ctx);
+            // No socket cursor: after what the client id was given (its mailbox).
+            let c = crate::engine::clients::ClientRef::new(&did, project);
+            super::fetch::start_for(conn, &topics, answer, Some(c), ctx);
             let gathered = outbound::Outcome::Fetch(Default::default());
             Ok(Outcome::Pending(topics.len() as u32, gathered))
         }

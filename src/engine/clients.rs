@@ -32,6 +32,16 @@ pub struct ClientRef {
     pub project: Arc<str>,
 }
 
+impl ClientRef {
+    /// A client id and the project it came with (`""` when none).
+    pub fn new(id: &str, project: Option<&str>) -> Arc<ClientRef> {
+        Arc::new(ClientRef {
+            id: Arc::from(id),
+            project: Arc::from(project.unwrap_or("")),
+        })
+    }
+}
+
 /// What happened to a client id's subscription of a topic (sent to the topic's home, in the
 /// same queue as the worker's `watch` and `read`, so their order holds).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -181,8 +181,5 @@ impl Relay {
 
 /// A client id named by its `did:key` (the project, when known, selects its push URL).
 fn client_ref(client: &str, project: Option<&str>) -> Arc<ClientRef> {
-    Arc::new(ClientRef {
-        id: Arc::from(client),
-        project: Arc::from(project.unwrap_or("")),
-    })
+    ClientRef::new(client, project)
 }

@@ -244,7 +244,7 @@ pub struct Limits {
     /// WebSocket messages one connection has handled in a turn before the others get
     /// theirs: a pipelining flood's 256 KiB read is hundreds of requests (each refused one
     /// still parsed and answered), which without it all ran before the next honest
-    /// connection's one publish (docs/RELIABILITY.md §5). As many as a `pairs --inflight
+    /// connection's one publish (docs/RELIABILITY-abuse.md). As many as a `pairs --inflight
     /// 32` publisher has in flight, so that a saturating benchmark's reads are not split.
     #[arg(skip = (32) as usize)]
     pub messages_per_turn: usize,

@@ -4,7 +4,7 @@
 //! Closing a refused connection at accept is not free: the kernel completes its TCP
 //! handshake, and the worker accepts it and closes it again, on the loop that serves
 //! everyone else (about half of a worker's time under a storm of 20,000 refused
-//! connections a second, docs/RELIABILITY.md §5). An address refused at accept
+//! connections a second, docs/RELIABILITY-abuse.md). An address refused at accept
 //! `--accept-block-after` times within one second is therefore blocked for `--accept-block-ms`
 //! (twice as long for each block that follows the last within its length, `limits::on_accept`):
 //! its packets to the listening socket (its SYNs) are dropped by a classic BPF filter on the

@@ -234,6 +234,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_data_directory_knows_these_files_as_its_own() {
+        // Otherwise every start warns about them and counts them as foreign files.
+        for name in [
+            FILE.to_string(),
+            format!("{FILE}.tmp"),
+            crate::identity::KEY_FILE.to_string(),
+            format!("{}.tmp", crate::identity::KEY_FILE),
+        ] {
+            assert!(crate::store::files::known_file(&name), "{name}");
+        }
+    }
+
+    #[test]
     fn saved_registrations_load_again_and_expired_ones_do_not() {
         let dir = std::env::temp_dir().join(format!("wr-watch-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -20,7 +20,13 @@ pub const PLACEMENT_FILE: &str = "placement";
 /// Names in the data directory that are ours but not segments: the lock and the placement
 /// seeds (with the temporary file of their atomic write).
 pub(crate) fn known_file(name: &str) -> bool {
-    matches!(name, "LOCK" | PLACEMENT_FILE | "placement.tmp")
+    matches!(
+        name,
+        "LOCK" | PLACEMENT_FILE | "placement.tmp"
+        // The relay's key (`identity::KEY_FILE`) and the watch registrations
+        // (`notify::store::FILE`), each with the temporary name it is written under.
+        | "relay-key.hex" | "relay-key.hex.tmp" | "watches.jsonl" | "watches.jsonl.tmp"
+    )
 }
 
 /// The file name of `owner`'s segment `id`: `<owner>-<16 hex digits>.log`.

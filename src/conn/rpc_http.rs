@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::outbound::{self, Part, Parts};
-use super::waku::{self, publish, publishes, rpc_error, write_outcome, Answer, Outcome};
+use super::waku::{self, publishes, rpc_error, write_outcome, Answer, Outcome};
 use super::{admit, Conn, Ctx, HttpWait, Phase};
 use crate::auth::{ClientKey, UpgradeAuth, Verdict};
 use crate::http::{self, response, response::Response};
@@ -134,6 +134,12 @@ fn execute<S>(
     admit::admit_http(conn, admit::cost_of(&req.op), ctx)?;
     let did = client.did();
     let plain = req.plain.0;
+    // The JWT's client id publishes (its publisher watches hear of it).
+    let by = crate::engine::clients::ClientRef::new(&did, project);
+    let publish = |conn: &Conn<S>, t: &str, m: &str, ttl, prompt, tag, a, ctx: &mut Ctx<'_>| {
+        let meta = waku::meta(tag, a, plain);
+        waku::publish_by(conn, t, m, ttl, prompt, meta, answer, Some(by.clone()), ctx)
+    };
     let sub = |ctx: &mut Ctx<'_>, topic: &str| {
         ctx.relay
             .client_subscribe(&did, project, topic)
@@ -182,9 +188,7 @@ fn execute<S>(
             attestation,
         } => {
             let a = attestation.as_deref();
-            let done = publish(
-                conn, &topic, &message, ttl, prompt, tag, a, plain, answer, ctx,
-            );
+            let done = publish(conn, &topic, &message, ttl, prompt, tag, a, ctx);
             publishes(&[done])
         }
         Op::Fetch { topics, .. } => {
@@ -208,7 +212,7 @@ fn execute<S>(
             sub(ctx, &pairing_topic)?;
             let (t, p) = (&*pairing_topic, &*proposal);
             let tag = waku::TAG_PROPOSE;
-            let done = publish(conn, t, p, ttl, true, tag, None, plain, answer, ctx);
+            let done = publish(conn, t, p, ttl, true, tag, None, ctx);
             publishes(&[done])
         }
         Op::ApproveSession {
@@ -221,20 +225,9 @@ fn execute<S>(
             sub(ctx, &session_topic)?;
             let (pt, st) = (&*pairing_topic, &*session_topic);
             let r = waku::TAG_PROPOSE_RESPONSE;
-            let first = publish(conn, pt, &response, ttl, false, r, None, plain, answer, ctx);
+            let first = publish(conn, pt, &response, ttl, false, r, None, ctx);
             let s = waku::TAG_SETTLE;
-            let second = publish(
-                conn,
-                st,
-                &settlement,
-                ttl,
-                false,
-                s,
-                None,
-                plain,
-                answer,
-                ctx,
-            );
+            let second = publish(conn, st, &settlement, ttl, false, s, None, ctx);
             publishes(&[first, second])
         }
     }

@@ -7,10 +7,12 @@
 //! Relay refusals ([`RelayError`]) become JSON-RPC errors here, at the edge.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use super::admit::{admit, cost_of};
 use super::outbound::{self, write_publish_answer, Part, Parts};
 use super::{Conn, ConnSub, Ctx, Phase};
+use crate::engine::ClientRef;
 use crate::limits;
 use crate::message::Meta;
 use crate::relay::{Done, RelayError, SubId};
@@ -289,17 +291,44 @@ pub(super) fn publish<S>(
     answer: u64,
     ctx: &mut Ctx<'_>,
 ) -> Done<Result<(), RelayError>> {
-    let meta = Meta {
-        published_at: crate::clock::coarse().1,
-        tag,
-        attestation,
-        plain,
-    };
-    let me = ctx.conn_ref(conn);
     let publisher = match &conn.phase {
         Phase::Ws(w) => w.client_ref().cloned(),
         _ => None,
     };
+    let meta = meta(tag, attestation, plain);
+    publish_by(
+        conn, topic, message, ttl, prompt, meta, answer, publisher, ctx,
+    )
+}
+
+/// The meta of a message published now.
+pub(super) fn meta(tag: u32, attestation: Option<&str>, plain: bool) -> Meta<'_> {
+    Meta {
+        published_at: crate::clock::coarse().1,
+        tag,
+        attestation,
+        plain,
+    }
+}
+
+/// A publish from this connection by client id `publisher` (its publisher watches hear of
+/// it): a socket's client id, or an HTTP request's JWT's.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a publish's fields, named at each caller"
+)]
+pub(super) fn publish_by<S>(
+    conn: &Conn<S>,
+    topic: &str,
+    message: &str,
+    ttl: u32,
+    prompt: bool,
+    meta: Meta<'_>,
+    answer: u64,
+    publisher: Option<Arc<ClientRef>>,
+    ctx: &mut Ctx<'_>,
+) -> Done<Result<(), RelayError>> {
+    let me = ctx.conn_ref(conn);
     ctx.relay
         .publish_as(me, answer, topic, message, meta, ttl, prompt, publisher)
 }

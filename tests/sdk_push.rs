@@ -120,8 +120,8 @@ fn relay_and_push(threads: &str) -> (PushServer, Server) {
     (push, server)
 }
 
-/// Waits for H1 (`--push-url`, `GET /public-key`, the signed push) and H4 (the wallet's
-/// subscription outlives its socket).
+/// `--push-url`, `GET /public-key`, the signed push; the wallet's subscription outlives its
+/// socket (its client id's).
 #[test]
 fn sdk_sleeping_wallet_is_pushed_the_raw_half_and_answers_when_woken() {
     let (push, server) = relay_and_push("2");
@@ -137,7 +137,7 @@ fn sdk_sleeping_wallet_is_pushed_the_raw_half_and_answers_when_woken() {
     );
 }
 
-/// Waits for H1 and H4, as above; the legacy half (`always_raw` false, the SDK's default).
+/// As above; the legacy half (`always_raw` false, the SDK's default).
 #[test]
 fn sdk_sleeping_wallet_is_pushed_the_legacy_half_and_answers_when_woken() {
     let (push, server) = relay_and_push("1");
@@ -171,14 +171,15 @@ fn run_reconnect(version: &str) {
     );
 }
 
-/// Passes today.
+/// 2.25.0 comes back with `irn_batchSubscribe` alone.
 #[test]
 fn sdk_2_25_0_wallet_gets_each_message_once_after_an_offline_period() {
     run_reconnect("2.25.0");
 }
 
-/// The session_request events pass today; the wire check (each message once: today the
-/// fetched messages are pushed again after `irn_batchSubscribe`) waits for H4.
+/// 2.17.1 comes back with `irn_batchFetchMessages` then `irn_batchSubscribe`: the wire
+/// check asserts each offline message reaches it once (a fetched message is not pushed
+/// again by the subscription that follows).
 #[test]
 fn sdk_2_17_1_wallet_gets_each_message_once_after_an_offline_period() {
     run_reconnect("2.17.1");

@@ -154,8 +154,9 @@ fn a_subscriber_connection_cut_by_redis_is_resubscribed_and_what_it_missed_is_re
         .query(&mut r.conn())
         .expect("CLIENT KILL");
     assert_eq!(
-        killed, 1,
-        "node 1's subscriber (node 2 subscribes to nothing)"
+        killed, 3,
+        "node 1's topic subscriber and each node's listener of watch changes (node 2 \
+         subscribes to no topic)"
     );
     // Stored before node 1 is subscribed again (it waits at least 50 ms before it
     // reconnects), and nothing follows them: only the read after its re-subscription

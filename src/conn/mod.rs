@@ -15,6 +15,7 @@
 
 pub mod acks;
 mod admit;
+pub mod answer;
 pub mod bridge;
 pub mod fetch;
 pub mod http;

@@ -8,6 +8,7 @@
 //! `changed` hook (the persister thread, `store.rs`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
@@ -112,6 +113,9 @@ impl Snapshot {
 /// The master table and its published snapshot.
 pub struct WatchHub {
     snap: ArcSwap<Snapshot>,
+    /// How many clients the published snapshot watches: a relay with none (most publishes
+    /// anywhere) answers [`WatchHub::watched`] with one relaxed load, not a snapshot's.
+    clients: AtomicUsize,
     master: Mutex<Master>,
     max_total: usize,
     changed: Changed,
@@ -142,6 +146,7 @@ impl WatchHub {
     pub fn new(max_total: usize, changed: Changed) -> WatchHub {
         WatchHub {
             snap: ArcSwap::from_pointee(Snapshot::default()),
+            clients: AtomicUsize::new(0),
             master: Mutex::new(Master::default()),
             max_total,
             changed,
@@ -155,6 +160,9 @@ impl WatchHub {
 
     /// Whether `client` has any registration (lock-free; the hot path's question).
     pub fn watched(&self, client: &str) -> bool {
+        if self.clients.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
         self.snap.load().by_client.contains_key(client)
     }
 
@@ -261,6 +269,7 @@ impl WatchHub {
         self.snap.store(Arc::new(Snapshot {
             by_client: m.by_client.clone(),
         }));
+        self.clients.store(m.by_client.len(), Ordering::Relaxed);
     }
 }
 

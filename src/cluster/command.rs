@@ -61,6 +61,24 @@ pub(crate) enum Command {
     /// The node's liveness refresh in one hash slot of a Redis Cluster, where it has v1
     /// subscribers (sent with the heartbeat; no answer).
     AliveIn(u16),
+    /// A client id's op on its subscription of `topic` (answered `ClientState` for a `Get`
+    /// with a ticket; else no answer).
+    Client {
+        worker: usize,
+        ticket: Option<u64>,
+        topic: Arc<str>,
+        client: Arc<str>,
+        project: Arc<str>,
+        op: super::clients::ClientCmd,
+    },
+    /// A client id's set of topics (`--max-mailbox-topics`; routed by the client id): a
+    /// refused `Add` is answered `MailboxFull`.
+    Mailbox {
+        worker: usize,
+        client: Arc<str>,
+        topic: Arc<str>,
+        op: super::clients::MailboxCmd,
+    },
 }
 
 impl Command {
@@ -74,6 +92,13 @@ impl Command {
             }
             Command::V1Publish { req, .. } => req.frame.len() + 3 * req.topic.len() + 192,
             Command::V1Sub { topic, .. } => 2 * topic.len() + 96,
+            Command::Client {
+                topic,
+                client,
+                project,
+                ..
+            } => 2 * topic.len() + client.len() + project.len() + 256,
+            Command::Mailbox { topic, client, .. } => topic.len() + client.len() + 96,
             Command::Alive | Command::Role | Command::AliveIn(_) => 64,
         }
     }

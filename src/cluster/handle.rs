@@ -142,6 +142,47 @@ impl ClusterHandle {
         )
     }
 
+    /// A client id's op on its subscription of `topic` (a `Get` with `ticket` is answered
+    /// `ClusterEvent::ClientState`).
+    pub fn client(
+        &self,
+        ticket: Option<u64>,
+        topic: &Arc<str>,
+        client: &Arc<str>,
+        project: &Arc<str>,
+        op: super::clients::ClientCmd,
+    ) -> Result<(), Unavailable> {
+        self.send(
+            topic,
+            command::Command::Client {
+                worker: self.worker,
+                ticket,
+                topic: Arc::clone(topic),
+                client: Arc::clone(client),
+                project: Arc::clone(project),
+                op,
+            },
+        )
+    }
+
+    /// A client id's set of topics, on the client id's own shard and slot.
+    pub fn mailbox(
+        &self,
+        client: &Arc<str>,
+        topic: &Arc<str>,
+        op: super::clients::MailboxCmd,
+    ) -> Result<(), Unavailable> {
+        self.send(
+            client,
+            command::Command::Mailbox {
+                worker: self.worker,
+                client: Arc::clone(client),
+                topic: Arc::clone(topic),
+                op,
+            },
+        )
+    }
+
     /// This worker wants the topic's live messages (`Live`), and a `Resync` whenever the
     /// node's subscription becomes live. Idempotent per worker and topic.
     pub fn watch(&self, ns: u8, topic: &Arc<str>) -> Result<(), Unavailable> {

@@ -143,6 +143,7 @@ pub(crate) fn spawn(
         alive_at: Instant::now(),
         v1_topics: HashMap::new(),
         v1_slots: HashMap::new(),
+        client_slots: HashMap::new(),
     };
     std::thread::Builder::new()
         .name(name)
@@ -168,6 +169,11 @@ struct Multi {
     /// v1 `pub` there reads only keys of its topic's slot (`v1::node_key_in`).
     v1_topics: HashMap<(usize, std::sync::Arc<str>), u16>,
     v1_slots: HashMap<u16, u32>,
+    /// Slots where sockets of this node follow topics for client ids (from the client ops
+    /// passing through: +1 a socket's subscription, -1 its close or unsubscribe): the
+    /// node's liveness key is kept there too (`clients.lua` counts a node's sockets only
+    /// while it is fresh).
+    client_slots: HashMap<u16, u64>,
 }
 
 impl Multi {
@@ -191,7 +197,12 @@ impl Multi {
             if self.alive_at.elapsed() >= self.ctx.cfg.heartbeat {
                 self.alive_at = Instant::now();
                 self.take(Command::Alive);
-                let slots: Vec<u16> = self.v1_slots.keys().copied().collect();
+                let mut slots: Vec<u16> = self.v1_slots.keys().copied().collect();
+                slots.extend(
+                    self.client_slots
+                        .keys()
+                        .filter(|s| !self.v1_slots.contains_key(s)),
+                );
                 for slot in slots {
                     self.take(Command::AliveIn(slot));
                 }
@@ -216,6 +227,9 @@ impl Multi {
         } = &cmd
         {
             self.v1_interest(*worker, topic, *count);
+        }
+        if let Command::Client { topic, op, .. } = &cmd {
+            self.client_interest(topic, op);
         }
         self.batch.push(Routed {
             cmd,
@@ -253,6 +267,35 @@ impl Multi {
                 ask: None,
                 hops: 0,
             });
+        }
+    }
+
+    /// Follows this node's sockets that follow topics for client ids, by slot; a slot that
+    /// gets its first has the node's liveness key set in it before the op.
+    fn client_interest(&mut self, topic: &std::sync::Arc<str>, op: &super::clients::ClientCmd) {
+        use super::clients::ClientCmd;
+        let slot = super::slots::topic_slot(topic.as_bytes());
+        match op {
+            ClientCmd::Sub => {
+                let n = self.client_slots.entry(slot).or_insert(0);
+                *n += 1;
+                if *n == 1 && !self.v1_slots.contains_key(&slot) {
+                    self.batch.push(Routed {
+                        cmd: Command::AliveIn(slot),
+                        ask: None,
+                        hops: 0,
+                    });
+                }
+            }
+            ClientCmd::Gone(..) | ClientCmd::Unsub(true) => {
+                if let Some(n) = self.client_slots.get_mut(&slot) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.client_slots.remove(&slot);
+                    }
+                }
+            }
+            _ => {}
         }
     }
 

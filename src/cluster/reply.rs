@@ -108,6 +108,28 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             let result = super::v1::decode_sub(v).map_err(|e| bad(ctx, e));
             (worker, ClusterEvent::V1Taken { ticket, result })
         }
+        Command::Client {
+            worker,
+            ticket: Some(ticket),
+            ..
+        } => {
+            let result = super::clients::decode_get(&v).map_err(|e| bad(ctx, e));
+            (worker, ClusterEvent::ClientState { ticket, result })
+        }
+        Command::Mailbox {
+            worker,
+            client,
+            topic,
+            op: super::clients::MailboxCmd::Add,
+        } => match super::clients::decode_mailbox(&v) {
+            Ok(false) => (worker, ClusterEvent::MailboxFull { topic, client }),
+            Ok(true) => return,
+            Err(e) => {
+                bad(ctx, e);
+                return;
+            }
+        },
+        Command::Client { .. } | Command::Mailbox { .. } => return,
         Command::WebhookRemove { .. }
         | Command::V1Sub { .. }
         | Command::Alive
@@ -121,6 +143,7 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             | ClusterEvent::WebhookAdded { result: Err(_), .. }
             | ClusterEvent::V1Published { result: Err(_), .. }
             | ClusterEvent::V1Taken { result: Err(_), .. }
+            | ClusterEvent::ClientState { result: Err(_), .. }
     ) {
         ctx.stats.unavailable.inc();
     }
@@ -189,6 +212,18 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
                 result: Err(Unavailable),
             },
         ),
+        Command::Client {
+            worker,
+            ticket: Some(ticket),
+            ..
+        } => (
+            worker,
+            ClusterEvent::ClientState {
+                ticket,
+                result: Err(Unavailable),
+            },
+        ),
+        Command::Client { .. } | Command::Mailbox { .. } => return,
         Command::WebhookRemove { .. }
         | Command::V1Sub { .. }
         | Command::Alive

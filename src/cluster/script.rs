@@ -11,7 +11,8 @@
 //! digest), `wr:w:T` webhook set (per topic name, both namespaces: a `POST /subscribe`
 //! registration has none), `wr:webhooks` the shard's registration counter, `wr:ring` the
 //! shard-list fingerprint; the WalletConnect 1.0 keys (`wr:1:v:T`, `wr:1:p:T`,
-//! `wr:node:<node>`) are described in `cluster::v1`.
+//! `wr:node:<node>`) are described in `cluster::v1`, the client ids' (`wr:c:T`, the meta's
+//! field `c`, `wr:mb:<client>`) in `cluster::clients`.
 //! Channel: `wr:{db}:{ns}:T` (pub/sub is not per database, so the database is in the name),
 //! the same string as the stream's key: the publish script names both with one argument,
 //! and each string handed to Redis's Lua costs a hash over all its bytes.
@@ -21,7 +22,7 @@ use redis::Value;
 
 pub use super::resp::Packer;
 use super::slots::{self, tag_parts};
-use super::types::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
+use super::types::{ClientSeen, History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
 use crate::arcbuf::ArcBuf;
 use crate::message::Body;
 
@@ -38,13 +39,31 @@ pub const WEBHOOK_REMOVE: &str = include_str!("scripts/webhook_remove.lua");
 pub const V1_PUB: &str = include_str!("scripts/v1_pub.lua");
 /// `v1_sub.lua`: a worker's v1 subscriber count, and the pending frames taken.
 pub const V1_SUB: &str = include_str!("scripts/v1_sub.lua");
+/// `clients.lua`: a client id's subscription of a topic (keys and arguments in
+/// `cluster::clients`).
+pub const CLIENTS: &str = include_str!("scripts/clients.lua");
+/// `mailbox.lua`: the topics a client id keeps, for the whole cluster.
+pub const MAILBOX: &str = include_str!("scripts/mailbox.lua");
 
 /// The scripts in load order; [`Shas`] holds their digests in the same order.
-pub const ALL: [&str; 6] = [PUBLISH, READ, WEBHOOK_ADD, WEBHOOK_REMOVE, V1_PUB, V1_SUB];
+pub const ALL: [&str; 8] = [
+    PUBLISH,
+    READ,
+    WEBHOOK_ADD,
+    WEBHOOK_REMOVE,
+    V1_PUB,
+    V1_SUB,
+    CLIENTS,
+    MAILBOX,
+];
 /// Index of `v1_pub.lua` in [`ALL`] and [`Shas`].
 pub const V1_PUB_IDX: usize = 4;
 /// Index of `v1_sub.lua` in [`ALL`] and [`Shas`].
 pub const V1_SUB_IDX: usize = 5;
+/// Index of `clients.lua` in [`ALL`] and [`Shas`].
+pub const CLIENTS_IDX: usize = 6;
+/// Index of `mailbox.lua` in [`ALL`] and [`Shas`].
+pub const MAILBOX_IDX: usize = 7;
 
 /// The key holding the shard-list fingerprint.
 pub const RING_KEY: &[u8] = b"wr:ring";
@@ -53,7 +72,7 @@ const WEBHOOK_COUNT_KEY: &[u8] = b"wr:webhooks";
 
 /// SHA1 digests of the loaded scripts (what `EVALSHA` names), as returned by `SCRIPT LOAD`.
 #[derive(Debug, Clone, Default)]
-pub struct Shas(pub [String; 6]);
+pub struct Shas(pub [String; 8]);
 
 /// How a shard names a topic's keys: its database (pub/sub is not per database, so channel
 /// names carry it) and whether the topic is a hash tag (`{T}`: a Redis Cluster shard, where
@@ -134,6 +153,17 @@ pub struct PublishArgs<'a> {
     pub origin: Origin,
     /// Whether webhooks are wanted.
     pub prompt: bool,
+    /// The publisher's client id (`b""`: none).
+    pub publisher: &'a [u8],
+}
+
+/// What the publish script needs to judge the client ids' sockets and mailboxes.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientArgs {
+    /// `--mailbox-ttl`, ms.
+    pub mailbox_ttl_ms: u64,
+    /// A node counts while its liveness key was refreshed within this, ms.
+    pub alive_ms: u64,
 }
 
 /// The dedup digest of a message: xxh3-128 of its bytes, 16 bytes big-endian (binary: a
@@ -149,21 +179,22 @@ pub fn digest(data: &[u8]) -> [u8; 16] {
 /// Packs one `EVALSHA publish` for a group of messages (one reply: a flat array, per
 /// message its epoch, seq and webhooks; see [`decode_publish_group`]). `cap` is the cache
 /// cap per topic, `db` the database number (in the stream's and channel's name). A message
-/// passes its webhook set's key only when it asks for its webhooks.
+/// passes its webhook set's key only when it asks for its webhooks; its clients hash always.
 pub fn pack_publish_group(
     buf: &mut Vec<u8>,
     shas: &Shas,
     cap: u64,
     keys: Keys,
     term: &[u8],
+    clients: ClientArgs,
     msgs: &[PublishArgs<'_>],
 ) {
     let nkeys = msgs
         .iter()
-        .map(|a| 2 + usize::from(a.prompt))
+        .map(|a| 3 + usize::from(a.prompt))
         .sum::<usize>();
     let mut pk = Packer::new(buf);
-    pk.cmd(3 + nkeys + 3 + 6 * msgs.len())
+    pk.cmd(3 + nkeys + 7 + 8 * msgs.len())
         .arg(b"EVALSHA")
         .arg(shas.0[0].as_bytes())
         .num(nkeys as u64);
@@ -171,19 +202,28 @@ pub fn pack_publish_group(
         let mut chan = [0u8; 32];
         let t = tag_parts(a.topic, keys.tagged);
         pk.arg_parts(&[&ns_prefix(a.ns), b"m:", t[0], t[1], t[2]])
-            .arg_parts(&[channel_head(&mut chan, keys.db, a.ns), t[0], t[1], t[2]]);
+            .arg_parts(&[channel_head(&mut chan, keys.db, a.ns), t[0], t[1], t[2]])
+            .arg_parts(&[super::clients::CLIENTS_PREFIX, t[0], t[1], t[2]]);
         if a.prompt {
             pk.arg_parts(&[b"wr:w:", t[0], t[1], t[2]]);
         }
     }
-    pk.num(cap).arg(term).arg(keys.publish_command());
+    pk.num(cap)
+        .arg(term)
+        .arg(keys.publish_command())
+        .num(clients.mailbox_ttl_ms.clamp(1, 1 << 40))
+        .arg(super::v1::NODE_PREFIX)
+        .num(super::v1::forget_ms())
+        .num(clients.alive_ms.min(super::v1::forget_ms()));
     for a in msgs {
         pk.arg(a.body.irn())
             .num(a.ttl_ms)
             .arg(&a.origin.to_bytes())
             .arg(if a.prompt { b"1" } else { b"0" })
             .arg(&digest(a.body.beta_bytes()))
-            .num(u64::from(a.body.beta_len()));
+            .num(u64::from(a.body.beta_len()))
+            .arg(a.publisher)
+            .arg(&super::v1::node_suffix(keys, a.topic));
     }
 }
 
@@ -287,7 +327,7 @@ fn text(v: Value) -> Option<String> {
 
 /// Decodes the publish script's reply for a group of `n` messages: a flat array, per
 /// message its epoch, its seq (negative: a duplicate of the message still cached at -seq),
-/// a count k and k webhook urls.
+/// a count k and k webhook urls, a count j and j client ids (id, project, has a socket).
 pub fn decode_publish_group(v: Value, n: usize) -> Result<Vec<PublishOutcome>, BadReply> {
     let Value::Array(items) = v else {
         return Err(BadReply("publish: not an array"));
@@ -315,11 +355,31 @@ pub fn decode_publish_group(v: Value, n: usize) -> Result<Vec<PublishOutcome>, B
             .map(|_| it.next().and_then(text))
             .collect::<Option<Vec<_>>>()
             .ok_or(BadReply("publish: webhook"))?;
+        let j = it
+            .next()
+            .as_ref()
+            .and_then(uint)
+            .and_then(|k| usize::try_from(k).ok())
+            .ok_or(BadReply("publish: client count"))?;
+        let clients = (0..j)
+            .map(|_| {
+                let id = it.next().and_then(text)?;
+                let project = it.next().and_then(text)?;
+                let socket = it.next().as_ref().and_then(int)? == 1;
+                Some(ClientSeen {
+                    id,
+                    project,
+                    socket,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or(BadReply("publish: client"))?;
         out.push(match seq {
             1.. => PublishOutcome::Stored {
                 epoch,
                 seq: seq.unsigned_abs(),
                 webhooks,
+                clients,
             },
             ..0 => PublishOutcome::Duplicate {
                 epoch,

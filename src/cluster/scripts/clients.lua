@@ -1,0 +1,131 @@
+-- clients: a client id's subscription of a topic (DECISIONS 13), kept under the topic's
+-- hash tag in the topic's clients hash, one field per client id:
+--   <client> -> "<expiry ms>|<delivered epoch>|<delivered seq>|<receipts id,id>|<node hex>=<sockets>,...|<project>"
+-- (expiry 0 while a socket follows the topic for it; the sockets per node count only while
+-- that node's liveness key was refreshed recently: a node gone has its counts dropped).
+-- KEYS: 1 the clients hash, 2 the topic's meta hash (its `e`/`s`: the last position; its
+--   field `c` tells the publish script the topic has client ids).
+-- ARGV: 1 op (sub: a socket's subscription, http: one without a socket, gone: a socket's
+--   close at ARGV[6]:ARGV[7], unsub, deliv: a fetch gave up to ARGV[6]:ARGV[7], recv: the
+--   receipts ARGV[8], get: the delivered position and receipts), 2 client, 3 project,
+--   4 this node (hex), 5 mailbox ttl ms, 6 epoch, 7 seq, 8 receipts "id,id", 9 node key
+--   prefix, 10 node key suffix ("" or ":{tag}"), 11 node key lifetime ms, 12 liveness ms,
+--   13 most receipts kept.
+-- Returns {} or, for get, {epoch, seq, receipt...} ({} when the client has no subscription).
+local H, M = KEYS[1], KEYS[2]
+local op, client, me = ARGV[1], ARGV[2], ARGV[4]
+local ttl, forget, alive = tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local states = {}
+local function live_node(node)
+  local st = states[node]
+  if st == nil then
+    local p = redis.call('PTTL', ARGV[9] .. node .. ARGV[10])
+    if p < 0 then st = 'gone' elseif p > forget - alive then st = 'alive' else st = 'dead' end
+    states[node] = st
+  end
+  return st
+end
+
+-- The sockets on live nodes, and the node list with this node's count moved by delta and
+-- the gone nodes left out.
+local function sockets(nodes, delta)
+  local total, keep, found = 0, {}, false
+  for node, n in string.gmatch(nodes, '(%x+)=(%d+)') do
+    n = tonumber(n)
+    local st
+    if node == me then
+      n, found, st = n + delta, true, 'alive'
+    else
+      st = live_node(node)
+    end
+    if n > 0 and st ~= 'gone' then keep[#keep + 1] = node .. '=' .. string.format('%d', n) end
+    if n > 0 and st == 'alive' then total = total + n end
+  end
+  if not found and delta > 0 then
+    keep[#keep + 1] = me .. '=' .. string.format('%d', delta)
+    total = total + delta
+  end
+  return total, table.concat(keep, ',')
+end
+
+local function later(e1, s1, e2, s2)
+  e1, e2 = tonumber(e1), tonumber(e2)
+  return e1 > e2 or (e1 == e2 and tonumber(s1) > tonumber(s2))
+end
+
+local c = nil
+local v = redis.call('HGET', H, client)
+if v then
+  local x, e, s, r, n, p = string.match(v, '^(%d+)|(%d+)|(%d+)|([%d,]*)|([%x=,]*)|(.*)$')
+  if x then c = {x = tonumber(x), e = e, s = s, r = r, n = n, p = p} end
+end
+local delta = 0
+if op == 'sub' then delta = 1 elseif op == 'gone' then delta = -1 end
+local total = 0
+if c then
+  total, c.n = sockets(c.n, delta)
+  if total - math.max(delta, 0) == 0 and c.x > 0 and c.x <= now then
+    -- Its mailbox expired (no socket since): as if it had none.
+    redis.call('HDEL', H, client)
+    if op == 'sub' then total = 1 end
+    c = nil
+  end
+end
+
+if op == 'unsub' then
+  redis.call('HDEL', H, client)
+  if redis.call('HLEN', H) == 0 then
+    redis.call('DEL', H)
+    redis.call('HDEL', M, 'c')
+  end
+  return {}
+end
+if op == 'get' then
+  if not c then return {} end
+  local out = {c.e, c.s}
+  for id in string.gmatch(c.r, '%d+') do out[#out + 1] = id end
+  return out
+end
+if not c then
+  if op ~= 'sub' and op ~= 'http' then return {} end
+  c = {x = 0, e = '0', s = '0', r = '', n = '', p = ARGV[3]}
+  if op == 'sub' then c.n = me .. '=1' ; total = 1 end
+  -- The publish script looks at the clients only when the meta says there are some (a
+  -- topic with no history yet gets the flag with its first message).
+  if redis.call('HEXISTS', M, 'e') == 1 then redis.call('HSET', M, 'c', '1') end
+end
+if op == 'gone' or op == 'deliv' then
+  -- Never past the topic's last position.
+  local m = redis.call('HMGET', M, 'e', 's')
+  local e, s = ARGV[6], ARGV[7]
+  if not m[1] then
+    e, s = '0', '0'
+  elseif later(e, s, m[1], m[2] or '0') then
+    e, s = m[1], m[2] or '0'
+  end
+  if later(e, s, c.e, c.s) then
+    c.e, c.s = e, s
+    local kept = {}
+    for id in string.gmatch(c.r, '%d+') do kept[#kept + 1] = id end
+    c.r = table.concat(kept, ',')
+  end
+elseif op == 'recv' then
+  local ids = {}
+  local seen = {}
+  for id in string.gmatch(c.r, '%d+') do ids[#ids + 1] = id ; seen[id] = true end
+  for id in string.gmatch(ARGV[8], '%d+') do
+    if not seen[id] then ids[#ids + 1] = id ; seen[id] = true end
+  end
+  local most = tonumber(ARGV[13])
+  while #ids > most do table.remove(ids, 1) end
+  c.r = table.concat(ids, ',')
+end
+if total > 0 then c.x = 0 elseif c.x == 0 or op == 'http' or op == 'gone' then c.x = now + ttl end
+redis.call('HSET', H, client, string.format('%d', c.x) .. '|' .. c.e .. '|' .. c.s .. '|' .. c.r .. '|' .. c.n .. '|' .. c.p)
+-- The hash lives a mailbox ttl after its last change or publish (a bounded sweep of what no
+-- publish or op comes back to).
+redis.call('PEXPIRE', H, ttl)
+return {}

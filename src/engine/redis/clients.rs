@@ -1,0 +1,351 @@
+//! Client-id subscriptions on the Redis engine (DECISIONS 13): the worker's side of
+//! `cluster::clients`. A client's subscribe, socket close, unsubscribe, fetch and receipts
+//! go to the topic's Redis slot in the same queue as the worker's reads of the topic (so
+//! their order holds); a read for a client first asks where the client stands, then reads
+//! after it; the publishing node sends the notices and pushes of each stored message
+//! (the publish script returns the topic's client ids), so each goes once in the cluster.
+//!
+//! Owns: the reads for clients in flight, the node's own count of each client's topics
+//! (`--max-mailbox-topics` answered at once for what this node made), the refusals Redis
+//! sent for the whole cluster. Must not touch connections: the relay gets [`Event`]s.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::RedisEngine;
+use crate::cluster::clients::{ClientCmd, MailboxCmd};
+use crate::cluster::{self, ClientSeen, ClientState};
+use crate::engine::clients::{ClientOp, ClientRef};
+use crate::engine::error::RelayError;
+use crate::engine::{Body, Event, Events, History, Position, Ticket};
+use crate::notice::{Notice, Notify, PushNotice, Status, Typ};
+
+/// How long a client id the cluster refused (`--max-mailbox-topics`) is refused at once
+/// by this worker for a topic it does not keep, ms.
+const FULL_HOLD_MS: u64 = 10_000;
+/// Most client ids remembered as refused (past it the oldest memory is cleared).
+const MAX_FULL: usize = 4096;
+
+/// What a publish needs for its notices once Redis stored it.
+#[derive(Debug)]
+pub(super) struct Publishing {
+    pub topic: Arc<str>,
+    pub body: Body,
+    pub ttl: u32,
+    pub prompt: bool,
+    pub publisher: Option<Arc<ClientRef>>,
+}
+
+/// A read for a client: asked where the client stands, then read.
+#[derive(Debug)]
+pub(super) struct ReadFor {
+    topic: Arc<str>,
+    after: Position,
+    client: Arc<ClientRef>,
+    fetch: Option<usize>,
+    /// Its receipts (left out of the answer) and whether it has a subscription.
+    state: Option<ClientState>,
+}
+
+/// The topics each client id keeps through this node, with when each mailbox would expire
+/// (`u64::MAX` while a socket of this node follows it): the node's own share of the
+/// cluster's count, answered at once. Shared by the node's workers.
+#[derive(Debug, Default)]
+pub struct NodeMailboxes {
+    table: Mutex<HashMap<Arc<str>, HashMap<Arc<str>, u64>, ahash::RandomState>>,
+}
+
+impl NodeMailboxes {
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<Arc<str>, HashMap<Arc<str>, u64>, ahash::RandomState>) -> R) -> R {
+        let mut g = match self.table.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        f(&mut g)
+    }
+
+    /// `client` subscribes to `topic` at `now` (`until`: its mailbox expiry bound):
+    /// `false` when it keeps `max` other unexpired topics through this node.
+    fn admit(&self, client: &Arc<str>, topic: &Arc<str>, max: usize, now: u64, until: u64) -> bool {
+        self.with(|t| {
+            let set = t.entry(client.clone()).or_default();
+            set.retain(|_, exp| *exp > now);
+            if !set.contains_key(topic) && set.len() >= max {
+                return false;
+            }
+            let e = set.entry(topic.clone()).or_insert(0);
+            *e = (*e).max(until);
+            true
+        })
+    }
+
+    fn set(&self, client: &str, topic: &str, until: Option<u64>) {
+        self.with(|t| {
+            let Some(set) = t.get_mut(client) else { return };
+            match until {
+                Some(u) => {
+                    if let Some(e) = set.get_mut(topic) {
+                        *e = u;
+                    }
+                }
+                None => {
+                    set.remove(topic);
+                }
+            }
+            if set.is_empty() {
+                t.remove(client);
+            }
+        });
+    }
+}
+
+impl RedisEngine {
+    /// See `Engine::client`.
+    pub(super) fn client_op(
+        &mut self,
+        topic: &Arc<str>,
+        client: &Arc<ClientRef>,
+        op: ClientOp,
+    ) -> Result<(), RelayError> {
+        let now = crate::clock::now_ms();
+        let ttl = self.mail.ttl_ms;
+        let (id, project) = (&client.id, &client.project);
+        let (cmd, mailbox) = match op {
+            ClientOp::Subscribe { socket } => {
+                let max = self.mail.max;
+                let until = if socket { u64::MAX } else { now + ttl };
+                let refused = self.full.get(id).is_some_and(|&t| t > now);
+                if refused || !self.mail.node.admit(id, topic, max, now, until) {
+                    return Err(RelayError::SubscriberLimitExceeded(max));
+                }
+                let cmd = if socket { ClientCmd::Sub } else { ClientCmd::Http };
+                (cmd, Some(MailboxCmd::Add))
+            }
+            ClientOp::SocketGone { at } => {
+                self.mail.node.set(id, topic, Some(now + ttl));
+                (ClientCmd::Gone(at.epoch, at.seq), Some(MailboxCmd::Touch))
+            }
+            ClientOp::Unsubscribe { socket } => {
+                self.mail.node.set(id, topic, None);
+                self.full.remove(id);
+                (ClientCmd::Unsub(socket), Some(MailboxCmd::Del))
+            }
+            ClientOp::Delivered { at } => (ClientCmd::Delivered(at.epoch, at.seq), None),
+            ClientOp::Receive { ids } => (ClientCmd::Receive(ids), None),
+        };
+        if self.handle.client(None, topic, id, project, cmd).is_err() {
+            self.handle.count_unavailable_answer(topic);
+            return Err(RelayError::StorageUnavailable);
+        }
+        if let Some(m) = mailbox {
+            // Refused (a full queue): the cluster's count misses it until the next op.
+            let _ = self.handle.mailbox(id, topic, m);
+        }
+        Ok(())
+    }
+
+    /// The cluster refused `client`'s subscription of `topic`: it is undone, and the
+    /// client's next subscriptions here are refused for a while.
+    pub(super) fn mailbox_full(&mut self, topic: Arc<str>, client: Arc<str>) {
+        log::debug!("client {client}: --max-mailbox-topics reached in the cluster ({topic})");
+        let project: Arc<str> = Arc::from("");
+        let _ = self
+            .handle
+            .client(None, &topic, &client, &project, ClientCmd::Unsub(false));
+        self.mail.node.set(&client, &topic, None);
+        if self.full.len() >= MAX_FULL {
+            self.full.clear();
+        }
+        self.full
+            .insert(client, crate::clock::now_ms() + FULL_HOLD_MS);
+    }
+
+    /// See `Engine::read_for`: where the client stands first.
+    pub(super) fn read_client(
+        &mut self,
+        topic: &Arc<str>,
+        after: Position,
+        client: &Arc<ClientRef>,
+        fetch: Option<usize>,
+        ticket: Ticket,
+        out: &mut Events,
+    ) {
+        let (id, project) = (&client.id, &client.project);
+        if self
+            .handle
+            .client(Some(ticket), topic, id, project, ClientCmd::Get)
+            .is_err()
+        {
+            self.handle.count_unavailable_answer(topic);
+            let result = Err(RelayError::StorageUnavailable);
+            return out.push(Event::History { ticket, result });
+        }
+        self.reads_for.insert(
+            ticket,
+            ReadFor {
+                topic: topic.clone(),
+                after,
+                client: client.clone(),
+                fetch,
+                state: None,
+            },
+        );
+    }
+
+    /// Where a client stands came: the read after it.
+    pub(super) fn on_client_state(
+        &mut self,
+        ticket: Ticket,
+        result: Result<Option<ClientState>, cluster::Unavailable>,
+        out: &mut Events,
+    ) {
+        let Some(mut rf) = self.reads_for.remove(&ticket) else {
+            return;
+        };
+        let state = match result {
+            Ok(s) => s,
+            Err(cluster::Unavailable) => {
+                let result = Err(RelayError::StorageUnavailable);
+                return out.push(Event::History { ticket, result });
+            }
+        };
+        let from = match &state {
+            Some(s) => rf.after.max(Position {
+                epoch: s.epoch,
+                seq: s.seq,
+            }),
+            None => rf.after,
+        };
+        let topic = rf.topic.clone();
+        rf.state = state;
+        if rf.fetch.is_some() || rf.state.as_ref().is_some_and(|s| !s.received.is_empty()) {
+            self.reads_for.insert(ticket, rf);
+        }
+        crate::engine::Engine::read(self, &topic, from, ticket, out);
+    }
+
+    /// A history read for a client is whole: its receipts left out; a fetch's messages
+    /// count as given to it.
+    pub(super) fn finish_for(&mut self, ticket: Ticket, h: &mut History) {
+        let Some(rf) = self.reads_for.remove(&ticket) else {
+            return;
+        };
+        if let Some(s) = &rf.state {
+            if !s.received.is_empty() {
+                h.messages
+                    .retain(|m| !s.received.contains(&m.body.message_id(m.pos.seq)));
+            }
+        }
+        let (Some(max), Some(_)) = (rf.fetch, &rf.state) else {
+            return;
+        };
+        h.messages.truncate(max);
+        let reached = h.messages.last().map_or(h.last, |m| m.pos);
+        let n = &self.mail.notify;
+        if n.watched(&rf.client.id) {
+            for m in &h.messages {
+                let (message, tag, attestation) = m.body.parts();
+                n.event(&Notice {
+                    client: &rf.client.id,
+                    typ: Typ::Subscriber,
+                    status: Status::Delivered,
+                    message_id: m.body.message_id(m.pos.seq),
+                    topic: &rf.topic,
+                    message,
+                    attestation,
+                    published_at: m.body.published_at(),
+                    tag,
+                    ttl: crate::engine::home::clients::NOTICE_TTL_S,
+                });
+            }
+        }
+        if reached > Position::ZERO {
+            let cmd = ClientCmd::Delivered(reached.epoch, reached.seq);
+            let (id, project) = (&rf.client.id, &rf.client.project);
+            let _ = self.handle.client(None, &rf.topic, id, project, cmd);
+        }
+    }
+
+    /// A read for a client failed.
+    pub(super) fn forget_for(&mut self, ticket: Ticket) {
+        self.reads_for.remove(&ticket);
+    }
+
+    /// A message `p` was stored at `pos`: `accepted` for the publisher's watches, and for
+    /// each other client id of the topic `accepted`, `queued` when no socket follows the
+    /// topic for it anywhere, and a push for a `prompt` message then.
+    pub(super) fn client_notices(&self, p: &Publishing, pos: Position, clients: &[ClientSeen]) {
+        let n: &dyn Notify = &*self.mail.notify;
+        let publisher = p.publisher.as_deref();
+        let pushes = p.prompt && clients.iter().any(|c| !c.socket) && n.pushes();
+        let wanted = pushes
+            || publisher.is_some_and(|c| n.watched(&c.id))
+            || clients.iter().any(|c| n.watched(&c.id));
+        if !wanted {
+            return;
+        }
+        let (message, tag, attestation) = p.body.parts();
+        let message_id = p.body.message_id(pos.seq);
+        let published_at = p.body.published_at();
+        let notice = |client: &str, typ: Typ, status: Status| {
+            n.event(&Notice {
+                client,
+                typ,
+                status,
+                message_id,
+                topic: &p.topic,
+                message,
+                attestation,
+                published_at,
+                tag,
+                ttl: p.ttl,
+            })
+        };
+        if let Some(c) = publisher {
+            if n.watched(&c.id) {
+                notice(&c.id, Typ::Publisher, Status::Accepted);
+            }
+        }
+        for c in clients {
+            if n.watched(&c.id) {
+                notice(&c.id, Typ::Subscriber, Status::Accepted);
+                if !c.socket {
+                    notice(&c.id, Typ::Subscriber, Status::Queued);
+                }
+            }
+            if pushes && !c.socket {
+                n.push(&PushNotice {
+                    client: &c.id,
+                    project: &c.project,
+                    topic: &p.topic,
+                    message,
+                    tag,
+                    ttl: p.ttl,
+                });
+            }
+        }
+    }
+}
+
+/// What a worker's Redis engine needs for client ids.
+pub(super) struct Mail {
+    /// `--mailbox-ttl`, ms.
+    pub ttl_ms: u64,
+    /// `--max-mailbox-topics`.
+    pub max: usize,
+    /// This node's count of each client's topics.
+    pub node: Arc<NodeMailboxes>,
+    /// Who is told about client ids' messages.
+    pub notify: Arc<dyn Notify>,
+}
+
+impl Default for Mail {
+    fn default() -> Self {
+        Mail {
+            ttl_ms: crate::engine::home::clients::DEFAULT_MAILBOX_TTL_S * 1000,
+            max: 1000,
+            node: Arc::default(),
+            notify: Arc::new(crate::notice::Silent),
+        }
+    }
+}

@@ -117,7 +117,7 @@ mod tests {
         let f = fingerprint(&l);
         assert_eq!(
             f,
-            "walletrelay-ring v4:localhost:7000/3,h2:6379/0,sentinel:m/0"
+            "walletrelay-ring v5:localhost:7000/3,h2:6379/0,sentinel:m/0"
         );
     }
 }

@@ -1,0 +1,223 @@
+//! Subscriptions that belong to the client id on Redis (DECISIONS 13), through real nodes on
+//! real `redis-server`s, on a standalone shard and on a 3+3 Redis Cluster: a client id
+//! subscribes on node A, its socket closes, a message is published on node B; the client
+//! comes back on B (fetch) or A (subscribe) and gets it exactly once; an explicit
+//! unsubscribe ends its subscription; `--max-mailbox-topics` counts its topics over the
+//! nodes. A watch registered on node A hears of a message published on node B exactly once
+//! (`accepted`, `queued`; the event JWT verifies against `GET /public-key`), and a `prompt`
+//! message is pushed once in the cluster to the client with no socket.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{nodes_args, publish_raw};
+use common::jwt::Signer;
+use common::push_server::PushServer;
+use common::redis_topo::{RedisKind, RedisSetup};
+use common::webhook::{Receiver, Reply};
+use common::ws::Ws;
+use common::{relay_id, topic, Server};
+use serde_json::{json, Value};
+
+/// A WebSocket to `s` as client `c` (project `p`).
+fn connect(c: &Signer, s: &Server) -> Ws {
+    let now = common::jwt::now_s();
+    let url = format!(
+        "ws://{}/?auth={}&projectId=p",
+        s.addr,
+        c.token(now, now + 3600)
+    );
+    Ws::handshake(common::tcp_to(s.addr), &url)
+}
+
+fn publish(ws: &mut Ws, topic: &str, message: &str) {
+    let r = ws.call(
+        "irn_publish",
+        json!({"topic": topic, "message": message, "ttl": 3600, "tag": 1100}),
+    );
+    assert_eq!(r["result"], true, "{r}");
+}
+
+/// The next push's message, acknowledged as the SDK does.
+fn next_message(ws: &mut Ws) -> String {
+    let m = ws.recv();
+    assert_eq!(m["method"], "irn_subscription", "not a push: {m}");
+    ws.send(&json!({"id": m["id"], "jsonrpc": "2.0", "result": true}));
+    m["params"]["data"]["message"].as_str().unwrap().to_string()
+}
+
+fn fetch(ws: &mut Ws, topic: &str) -> Vec<String> {
+    let r = ws.call("irn_fetchMessages", json!({ "topic": topic }));
+    r["result"]["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no messages: {r}"))
+        .iter()
+        .map(|m| m["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Closes `ws` and waits until `s` let its connection go.
+fn close(s: &Server, ws: Ws, open_after: f64) {
+    drop(ws);
+    let n = s.wait_metric("walletrelay_websockets_open", Duration::from_secs(10), |v| {
+        v <= open_after
+    });
+    assert!(n <= open_after, "the connection is still open ({n})");
+}
+
+fn nothing_more(ws: &mut Ws) {
+    if let Some(m) = ws.recv_within(500) {
+        panic!("unexpected: {m}");
+    }
+}
+
+/// The mailbox behaviours across two nodes of one cluster.
+fn across_nodes(setup: &RedisSetup) {
+    let args = setup.redis_args();
+    let n = nodes_args(2, &args, &["--max-mailbox-topics", "3"]);
+    let (a, b) = (&n[0], &n[1]);
+    let wallet = Signer::random();
+    let t = topic();
+    let mut dapp = b.ws();
+    let mut w = connect(&wallet, a);
+    w.call("irn_subscribe", json!({ "topic": t }));
+    publish(&mut dapp, &t, "m1");
+    assert_eq!(next_message(&mut w), "m1");
+    close(a, w, 0.0);
+    publish(&mut dapp, &t, "m2");
+    // Back on B: fetched once, not pushed again.
+    let mut w = connect(&wallet, b);
+    assert_eq!(fetch(&mut w, &t), ["m2"], "only what it missed");
+    assert_eq!(fetch(&mut w, &t), Vec::<String>::new(), "once");
+    w.call("irn_batchSubscribe", json!({ "topics": [t] }));
+    nothing_more(&mut w);
+    publish(&mut dapp, &t, "m3");
+    assert_eq!(next_message(&mut w), "m3");
+    close(b, w, 1.0);
+    // Away again; back on A by subscribing.
+    publish(&mut dapp, &t, "m4");
+    let mut w = connect(&wallet, a);
+    w.call("irn_subscribe", json!({ "topic": t }));
+    assert_eq!(next_message(&mut w), "m4");
+    nothing_more(&mut w);
+    // An explicit unsubscribe ends it: its next fetch reads the topic from its start.
+    let r = w.call("irn_unsubscribe", json!({ "topic": t }));
+    assert_eq!(r["result"], true, "{r}");
+    close(a, w, 0.0);
+    publish(&mut dapp, &t, "m5");
+    let mut w = connect(&wallet, b);
+    assert_eq!(fetch(&mut w, &t).first().map(String::as_str), Some("m1"));
+    // --max-mailbox-topics over the nodes: three topics on A, then B refuses more.
+    let mut on_a = connect(&wallet, a);
+    for _ in 0..3 {
+        let r = on_a.call("irn_subscribe", json!({ "topic": topic() }));
+        assert!(r["result"].is_string(), "{r}");
+    }
+    let refused = common::wait::poll(Duration::from_secs(10), || {
+        let r = w.call("irn_subscribe", json!({ "topic": topic() }));
+        (r["error"]["code"] == -32000).then_some(r)
+    });
+    assert!(refused.is_some(), "B never refused a fourth topic");
+}
+
+#[test]
+fn a_client_s_mailbox_works_across_nodes_on_a_standalone_shard() {
+    across_nodes(&RedisSetup::start(RedisKind::Standalone));
+}
+
+#[test]
+fn a_client_s_mailbox_works_across_nodes_on_a_redis_cluster() {
+    across_nodes(&RedisSetup::start(RedisKind::Cluster));
+}
+
+/// The events a receiver got for `client`, as (status, claims), checked against `key`.
+fn events(hooks: &Receiver, key: &str, within: Duration) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    while let Some(seen) = hooks.next(within) {
+        let body: Value = serde_json::from_slice(&seen.body).unwrap();
+        for jwt in body["eventAuth"].as_array().unwrap() {
+            let c = relay_id::verify_jwt(jwt.as_str().unwrap(), key)
+                .unwrap_or_else(|e| panic!("event JWT: {e}"));
+            let status = c["evt"]["status"].as_str().unwrap_or("").to_string();
+            out.push((status, c));
+        }
+    }
+    out
+}
+
+/// A watch on A, the message published on B: one `accepted` and one `queued`; a push once.
+fn watch_and_push(setup: &RedisSetup) {
+    let hooks = Receiver::start(|_| Reply::Status(204));
+    let push = PushServer::start();
+    let args = setup.redis_args();
+    let purl = push.url();
+    let n = nodes_args(2, &args, &["--push-url", &purl]);
+    let (a, b) = (&n[0], &n[1]);
+    let key = relay_id::public_key_hex(a);
+    assert_eq!(relay_id::public_key_hex(b), key, "one identity per cluster");
+    push.set_relay_public_key(&key);
+    let wallet = Signer::random();
+    push.register(&wallet.did(), "noop", "token", true);
+    let whu = hooks.url("/hook");
+    let t0 = common::watch::now();
+    let claims = json!({
+        "iss": wallet.did(), "aud": "https://relay.walletconnect.com",
+        "sub": "https://notify.example/", "iat": t0, "exp": t0 + 24 * 3600,
+        "act": "irn_watchRegister", "typ": "subscriber", "whu": whu,
+        "tag": [1100], "sts": ["accepted", "queued"],
+    });
+    let mut svc = a.ws();
+    let r = svc.call(
+        "irn_watchRegister",
+        json!({ "registerAuth": wallet.sign(&claims) }),
+    );
+    assert!(r["error"].is_null(), "{r}");
+    let t = topic();
+    let mut w = connect(&wallet, a);
+    w.call("irn_subscribe", json!({ "topic": t }));
+    close(a, w, 1.0);
+    let mut dapp = b.ws();
+    let r = dapp.call(
+        "irn_publish",
+        json!({"topic": t, "message": "hello", "ttl": 3600, "tag": 1100, "prompt": true}),
+    );
+    assert_eq!(r["result"], true, "{r}");
+    let got = push.wait_push(&wallet.did(), Duration::from_secs(10));
+    assert!(got.is_some(), "no push");
+    let evs = events(&hooks, &key, Duration::from_secs(3));
+    let count = |s: &str| evs.iter().filter(|(st, _)| st == s).count();
+    assert_eq!((count("accepted"), count("queued")), (1, 1), "{evs:?}");
+    let pushes: Vec<_> = push
+        .pushes()
+        .into_iter()
+        .filter(|p| wallet.did().ends_with(&p.client_id))
+        .collect();
+    assert_eq!(pushes.len(), 1, "one push in the cluster: {pushes:?}");
+    // With a socket subscribed (on either node): accepted only, no push.
+    let mut w = connect(&wallet, b);
+    w.call("irn_subscribe", json!({ "topic": t }));
+    assert_eq!(next_message(&mut w), "hello");
+    let r = publish_raw(&mut dapp, &t, "again", Some(true));
+    assert_eq!(r["result"], true, "{r}");
+    assert_eq!(next_message(&mut w), "again");
+    let evs = events(&hooks, &key, Duration::from_secs(3));
+    assert!(evs.iter().all(|(s, _)| s != "queued"), "{evs:?}");
+    assert_eq!(
+        push.pushes()
+            .iter()
+            .filter(|p| wallet.did().ends_with(&p.client_id))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_watch_and_a_push_across_nodes_on_a_standalone_shard() {
+    watch_and_push(&RedisSetup::start(RedisKind::Standalone));
+}
+
+#[test]
+fn a_watch_and_a_push_across_nodes_on_a_redis_cluster() {
+    watch_and_push(&RedisSetup::start(RedisKind::Cluster));
+}

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::cluster::{nodes_args, publish_raw};
 use common::jwt::Signer;
 use common::push_server::PushServer;
-use common::redis_topo::{RedisKind, RedisSetup};
+use common::redis_topo::{key_slot, RedisKind, RedisSetup, Topology};
 use common::webhook::{Receiver, Reply};
 use common::ws::Ws;
 use common::{relay_id, topic, Server};
@@ -66,6 +66,35 @@ fn close(s: &Server, ws: Ws, open_after: f64) {
     assert!(n <= open_after, "the connection is still open ({n})");
 }
 
+/// `client`'s record in `t`'s clients hash (`cluster::clients`), as Redis holds it.
+fn record(setup: &RedisSetup, t: &str, client: &str) -> Option<String> {
+    let (mut conn, key) = match &setup.shards[0] {
+        Topology::Standalone(r) => (r.conn(), format!("wr:c:{t}")),
+        Topology::Cluster(c) => (
+            c.conn(c.slot_owner(key_slot(t.as_bytes()))),
+            format!("wr:c:{{{t}}}"),
+        ),
+        _ => panic!("standalone and cluster only"),
+    };
+    redis::cmd("HGET").arg(key).arg(client).query(&mut conn).ok()?
+}
+
+/// Waits until a socket's close reached Redis (the node sends it there before the
+/// connection counts as closed, but another node may be faster): the client's mailbox
+/// runs, or `gone` (it has none).
+fn close_reached_redis(setup: &RedisSetup, t: &str, client: &str, gone: bool) {
+    let reached = common::wait::poll(Duration::from_secs(10), || {
+        let r = record(setup, t, client);
+        let ok = match (&r, gone) {
+            (None, true) => true,
+            (Some(v), false) => !v.starts_with("0|"),
+            _ => false,
+        };
+        ok.then_some(())
+    });
+    assert!(reached.is_some(), "{:?}", record(setup, t, client));
+}
+
 fn nothing_more(ws: &mut Ws) {
     if let Some(m) = ws.recv_within(500) {
         panic!("unexpected: {m}");
@@ -85,6 +114,8 @@ fn across_nodes(setup: &RedisSetup) {
     publish(&mut dapp, &t, "m1");
     assert_eq!(next_message(&mut w), "m1");
     close(a, w, 0.0);
+    let me = wallet.did();
+    close_reached_redis(setup, &t, &me, false);
     publish(&mut dapp, &t, "m2");
     // Back on B: fetched once, not pushed again.
     let mut w = connect(&wallet, b);
@@ -95,6 +126,7 @@ fn across_nodes(setup: &RedisSetup) {
     publish(&mut dapp, &t, "m3");
     assert_eq!(next_message(&mut w), "m3");
     close(b, w, 1.0);
+    close_reached_redis(setup, &t, &me, false);
     // Away again; back on A by subscribing.
     publish(&mut dapp, &t, "m4");
     let mut w = connect(&wallet, a);
@@ -105,6 +137,7 @@ fn across_nodes(setup: &RedisSetup) {
     let r = w.call("irn_unsubscribe", json!({ "topic": t }));
     assert_eq!(r["result"], true, "{r}");
     close(a, w, 0.0);
+    close_reached_redis(setup, &t, &me, true);
     publish(&mut dapp, &t, "m5");
     let mut w = connect(&wallet, b);
     assert_eq!(fetch(&mut w, &t).first().map(String::as_str), Some("m1"));
@@ -177,6 +210,7 @@ fn watch_and_push(setup: &RedisSetup) {
     let mut w = connect(&wallet, a);
     w.call("irn_subscribe", json!({ "topic": t }));
     close(a, w, 1.0);
+    close_reached_redis(setup, &t, &wallet.did(), false);
     let mut dapp = b.ws();
     let r = dapp.call(
         "irn_publish",

@@ -18,7 +18,6 @@ use redis::Value;
 
 use super::script::{BadReply, Keys, Packer};
 use super::slots::tag_parts;
-use super::types::ClientState;
 
 /// Prefix of a topic's clients hash.
 pub(crate) const CLIENTS_PREFIX: &[u8] = b"wr:c:";
@@ -26,6 +25,8 @@ pub(crate) const CLIENTS_PREFIX: &[u8] = b"wr:c:";
 const MAILBOX_PREFIX: &[u8] = b"wr:mb:";
 /// Most receipts kept per client and topic (as `engine::clients::MAX_RECEIPTS`).
 pub const MAX_RECEIPTS: u64 = 64;
+/// Most client ids one topic keeps (as `engine::clients::MAX_CLIENTS_PER_TOPIC`).
+pub const MAX_CLIENTS_PER_TOPIC: u64 = 1024;
 
 /// What a client op does to its subscription of a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +44,6 @@ pub enum ClientCmd {
     Delivered(u64, u64),
     /// It received these message ids.
     Receive(Vec<u64>),
-    /// Its delivered position and receipts (answered `ClientState`).
-    Get,
 }
 
 impl ClientCmd {
@@ -56,7 +55,6 @@ impl ClientCmd {
             ClientCmd::Unsub(_) => b"unsub",
             ClientCmd::Delivered(..) => b"deliv",
             ClientCmd::Receive(_) => b"recv",
-            ClientCmd::Get => b"get",
         }
     }
 }
@@ -109,7 +107,7 @@ pub fn pack_client(
     };
     let forget = super::v1::forget_ms();
     let mut pk = Packer::new(buf);
-    pk.cmd(18).arg(b"EVALSHA").arg(sha.as_bytes()).num(2);
+    pk.cmd(19).arg(b"EVALSHA").arg(sha.as_bytes()).num(2);
     pk.arg_parts(&[CLIENTS_PREFIX, t[0], t[1], t[2]])
         .arg_parts(&[b"wr:2:m:", t[0], t[1], t[2]]);
     pk.arg(op.name())
@@ -124,7 +122,8 @@ pub fn pack_client(
         .arg(&super::v1::node_suffix(lim.keys, topic))
         .num(forget)
         .num(lim.alive_ms.min(forget))
-        .num(MAX_RECEIPTS);
+        .num(MAX_RECEIPTS)
+        .num(MAX_CLIENTS_PER_TOPIC);
 }
 
 /// Packs `EVALSHA mailbox` for `op` of `client` on `topic`.
@@ -158,27 +157,6 @@ fn uint(v: &Value) -> Option<u64> {
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         _ => None,
     }
-}
-
-/// Decodes a `get`: `None` when the client has no subscription of the topic.
-pub fn decode_get(v: &Value) -> Result<Option<ClientState>, BadReply> {
-    let Value::Array(items) = v else {
-        return Err(BadReply("clients: not an array"));
-    };
-    if items.is_empty() {
-        return Ok(None);
-    }
-    let mut it = items.iter().map(uint);
-    let epoch = it.next().flatten().ok_or(BadReply("clients: epoch"))?;
-    let seq = it.next().flatten().ok_or(BadReply("clients: seq"))?;
-    let received = it
-        .collect::<Option<Vec<u64>>>()
-        .ok_or(BadReply("clients: receipt"))?;
-    Ok(Some(ClientState {
-        epoch,
-        seq,
-        received,
-    }))
 }
 
 /// Decodes a `mailbox` add: `false` when refused.
@@ -220,7 +198,7 @@ mod tests {
         let mut buf = Vec::new();
         pack_client(&mut buf, "sha", &lim, b"t", "did:key:z1", "p", &ClientCmd::Gone(3, 4));
         let s = strings(&buf);
-        assert_eq!(s.len(), 18);
+        assert_eq!(s.len(), 19);
         assert_eq!(s[3], b"wr:c:{t}");
         assert_eq!(s[4], b"wr:2:m:{t}");
         assert_eq!(s[5], b"gone");
@@ -236,16 +214,9 @@ mod tests {
     }
 
     #[test]
-    fn replies_decode() {
-        assert_eq!(decode_get(&Value::Array(vec![])).unwrap(), None);
-        let v = Value::Array(vec![
-            Value::BulkString(b"7".to_vec()),
-            Value::BulkString(b"9".to_vec()),
-            Value::BulkString(b"123".to_vec()),
-        ]);
-        let st = decode_get(&v).unwrap().unwrap();
-        assert_eq!((st.epoch, st.seq, st.received), (7, 9, vec![123]));
-        assert!(decode_get(&Value::Nil).is_err());
+    fn a_mailbox_reply_decodes() {
         assert!(decode_mailbox(&Value::Int(0)).is_ok_and(|ok| !ok));
+        assert!(decode_mailbox(&Value::Int(1)).is_ok_and(|ok| ok));
+        assert!(decode_mailbox(&Value::Nil).is_err());
     }
 }

@@ -33,6 +33,8 @@ pub(crate) enum Command {
         topic: Arc<str>,
         epoch: u64,
         after: u64,
+        /// A read for this client id (after what it was given).
+        client: Option<Arc<str>>,
     },
     /// Register a webhook.
     WebhookAdd {
@@ -61,11 +63,8 @@ pub(crate) enum Command {
     /// The node's liveness refresh in one hash slot of a Redis Cluster, where it has v1
     /// subscribers (sent with the heartbeat; no answer).
     AliveIn(u16),
-    /// A client id's op on its subscription of `topic` (answered `ClientState` for a `Get`
-    /// with a ticket; else no answer).
+    /// A client id's op on its subscription of `topic` (no answer).
     Client {
-        worker: usize,
-        ticket: Option<u64>,
         topic: Arc<str>,
         client: Arc<str>,
         project: Arc<str>,
@@ -86,7 +85,9 @@ impl Command {
     pub(super) fn size(&self) -> usize {
         match self {
             Command::Publish { req, .. } => req.body.len() + 2 * req.topic.len() + 128,
-            Command::Read { topic, .. } => topic.len() + 96,
+            Command::Read { topic, client, .. } => {
+                topic.len() + client.as_ref().map_or(0, |c| c.len() + topic.len()) + 96
+            }
             Command::WebhookAdd { topic, url, .. } | Command::WebhookRemove { topic, url } => {
                 topic.len() + url.len() + 96
             }

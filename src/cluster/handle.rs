@@ -83,6 +83,33 @@ impl ClusterHandle {
                 topic: Arc::clone(topic),
                 epoch,
                 after: after_seq,
+                client: None,
+            },
+        )
+    }
+
+
+    /// Reads the topic's unexpired messages after `(epoch, after_seq)` (from the start when
+    /// `epoch` is not the topic's current one, e.g. 0); the answer comes as `History`.
+    pub fn read_client(
+        &self,
+        ticket: u64,
+        ns: u8,
+        topic: &Arc<str>,
+        epoch: u64,
+        after_seq: u64,
+        client: &Arc<str>,
+    ) -> Result<(), Unavailable> {
+        self.send(
+            topic,
+            command::Command::Read {
+                worker: self.worker,
+                ticket,
+                ns,
+                topic: Arc::clone(topic),
+                epoch,
+                after: after_seq,
+                client: Some(Arc::clone(client)),
             },
         )
     }
@@ -142,11 +169,9 @@ impl ClusterHandle {
         )
     }
 
-    /// A client id's op on its subscription of `topic` (a `Get` with `ticket` is answered
-    /// `ClusterEvent::ClientState`).
+    /// A client id's op on its subscription of `topic` (no answer).
     pub fn client(
         &self,
-        ticket: Option<u64>,
         topic: &Arc<str>,
         client: &Arc<str>,
         project: &Arc<str>,
@@ -155,8 +180,6 @@ impl ClusterHandle {
         self.send(
             topic,
             command::Command::Client {
-                worker: self.worker,
-                ticket,
                 topic: Arc::clone(topic),
                 client: Arc::clone(client),
                 project: Arc::clone(project),

@@ -67,7 +67,7 @@ pub use ring::{fingerprint, shard_of};
 pub use setup::ConnectError;
 pub use shared::{shared_value, SharedLink, SharedSpec};
 pub use types::{
-    ClientSeen, ClientState, ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage,
+    ClientRead, ClientSeen, ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage,
     Origin, PublishOutcome, PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1,
     NS_V2,
 };

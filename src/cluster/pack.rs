@@ -116,6 +116,7 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
             topic,
             epoch,
             after,
+            client,
             ..
         } => script::pack_read(
             buf,
@@ -129,6 +130,7 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
                 max_bytes: cfg.read_max_bytes as u64,
                 max_count: cfg.read_max_count.max(1) as u64,
             },
+            client.as_deref(),
         ),
         Command::WebhookAdd { topic, url, .. } => {
             let per_counter = match keys.tagged {

@@ -87,8 +87,13 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
                 .and_then(|mut o| o.pop().ok_or(Unavailable));
             return published(ctx, c, result);
         }
-        Command::Read { worker, ticket, .. } => {
-            let result = script::decode_read(v).map_err(|e| bad(ctx, e));
+        Command::Read {
+            worker,
+            ticket,
+            client,
+            ..
+        } => {
+            let result = script::decode_read(v, client.is_some()).map_err(|e| bad(ctx, e));
             (worker, ClusterEvent::History { ticket, result })
         }
         Command::WebhookAdd { worker, ticket, .. } => {
@@ -107,14 +112,6 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
         } => {
             let result = super::v1::decode_sub(v).map_err(|e| bad(ctx, e));
             (worker, ClusterEvent::V1Taken { ticket, result })
-        }
-        Command::Client {
-            worker,
-            ticket: Some(ticket),
-            ..
-        } => {
-            let result = super::clients::decode_get(&v).map_err(|e| bad(ctx, e));
-            (worker, ClusterEvent::ClientState { ticket, result })
         }
         Command::Mailbox {
             worker,
@@ -143,7 +140,6 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             | ClusterEvent::WebhookAdded { result: Err(_), .. }
             | ClusterEvent::V1Published { result: Err(_), .. }
             | ClusterEvent::V1Taken { result: Err(_), .. }
-            | ClusterEvent::ClientState { result: Err(_), .. }
     ) {
         ctx.stats.unavailable.inc();
     }
@@ -208,17 +204,6 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
         } => (
             worker,
             ClusterEvent::V1Taken {
-                ticket,
-                result: Err(Unavailable),
-            },
-        ),
-        Command::Client {
-            worker,
-            ticket: Some(ticket),
-            ..
-        } => (
-            worker,
-            ClusterEvent::ClientState {
                 ticket,
                 result: Err(Unavailable),
             },

@@ -22,7 +22,7 @@ use redis::Value;
 
 pub use super::resp::Packer;
 use super::slots::{self, tag_parts};
-use super::types::{ClientSeen, History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
+use super::types::{ClientRead, ClientSeen, History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
 use crate::arcbuf::ArcBuf;
 use crate::message::Body;
 
@@ -249,18 +249,37 @@ pub struct ReadArgs {
     pub max_count: u64,
 }
 
-/// Packs `EVALSHA read`.
-pub fn pack_read(buf: &mut Vec<u8>, shas: &Shas, keys: Keys, ns: u8, topic: &[u8], r: ReadArgs) {
+/// Packs `EVALSHA read`; with `client`, a read for that client id (after what it was
+/// given; its receipts in the reply).
+pub fn pack_read(
+    buf: &mut Vec<u8>,
+    shas: &Shas,
+    keys: Keys,
+    ns: u8,
+    topic: &[u8],
+    r: ReadArgs,
+    client: Option<&str>,
+) {
     let mut chan = [0u8; 32];
     let t = tag_parts(topic, keys.tagged);
     let mut pk = Packer::new(buf);
-    pk.cmd(9).arg(b"EVALSHA").arg(shas.0[1].as_bytes()).num(2);
+    let n = 2 + usize::from(client.is_some());
+    pk.cmd(3 + n + 4 + usize::from(client.is_some()))
+        .arg(b"EVALSHA")
+        .arg(shas.0[1].as_bytes())
+        .num(n as u64);
     pk.arg_parts(&[&ns_prefix(ns), b"m:", t[0], t[1], t[2]])
         .arg_parts(&[channel_head(&mut chan, keys.db, ns), t[0], t[1], t[2]]);
+    if client.is_some() {
+        pk.arg_parts(&[super::clients::CLIENTS_PREFIX, t[0], t[1], t[2]]);
+    }
     pk.num(r.epoch)
         .num(r.after)
         .num(r.max_bytes)
         .num(r.max_count);
+    if let Some(c) = client {
+        pk.arg(c.as_bytes());
+    }
 }
 
 /// Packs `EVALSHA webhook_add`.
@@ -394,19 +413,43 @@ pub fn decode_publish_group(v: Value, n: usize) -> Result<Vec<PublishOutcome>, B
     Ok(out)
 }
 
-/// Decodes the read script's reply.
-pub fn decode_read(v: Value) -> Result<History, BadReply> {
+/// Decodes the read script's reply (`client`: a read for a client id, whose reply says
+/// whether it has a subscription and its receipts).
+pub fn decode_read(v: Value, client: bool) -> Result<History, BadReply> {
     let Value::Array(items) = v else {
         return Err(BadReply("read: not an array"));
     };
-    if items.len() < 3 || (items.len() - 3) % 4 != 0 {
+    let head = if client { 5 } else { 3 };
+    if items.len() < head || (items.len() - head) % 4 != 0 {
         return Err(BadReply("read: length"));
     }
     let epoch = uint(&items[0]).ok_or(BadReply("read: epoch"))?;
     let last_seq = uint(&items[1]).ok_or(BadReply("read: last"))?;
     let scanned_to = uint(&items[2]).ok_or(BadReply("read: scanned"))?;
-    let mut messages = Vec::with_capacity((items.len() - 3) / 4);
-    let mut it = items.into_iter().skip(3);
+    let client = match client {
+        false => None,
+        true => {
+            let sub = uint(&items[3]).ok_or(BadReply("read: client"))?;
+            let receipts = match &items[4] {
+                Value::BulkString(b) => std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|s| {
+                        s.split(',')
+                            .filter(|x| !x.is_empty())
+                            .map(|x| x.parse().ok())
+                            .collect::<Option<Vec<u64>>>()
+                    })
+                    .ok_or(BadReply("read: receipts"))?,
+                _ => return Err(BadReply("read: receipts")),
+            };
+            Some(ClientRead {
+                subscribed: sub == 1,
+                received: receipts,
+            })
+        }
+    };
+    let mut messages = Vec::with_capacity((items.len() - head) / 4);
+    let mut it = items.into_iter().skip(head);
     while let (Some(s), Some(d), Some(o), Some(x)) = (it.next(), it.next(), it.next(), it.next()) {
         let seq = uint(&s).ok_or(BadReply("read: seq"))?;
         let Value::BulkString(data) = d else {
@@ -430,6 +473,7 @@ pub fn decode_read(v: Value) -> Result<History, BadReply> {
         last_seq,
         scanned_to,
         messages,
+        client,
     })
 }
 

@@ -200,13 +200,26 @@ fn live_payload_round_trip_and_garbage() {
 fn replies_of_the_wrong_shape_are_errors() {
     assert!(decode_publish_group(Value::Nil, 1).is_err());
     assert!(decode_publish_group(Value::Array(vec![Value::Int(5)]), 1).is_err());
-    assert!(decode_read(Value::Array(vec![Value::Int(1)])).is_err());
+    assert!(decode_read(Value::Array(vec![Value::Int(1)]), false).is_err());
     assert!(decode_webhook_add(&Value::Int(9)).is_err());
-    let ok = decode_read(Value::Array(vec![
-        Value::BulkString(b"0".to_vec()),
-        Value::Int(0),
-        Value::Int(0),
-    ]))
+    let ok = decode_read(
+        Value::Array(vec![
+            Value::BulkString(b"0".to_vec()),
+            Value::Int(0),
+            Value::Int(0),
+        ]),
+        false,
+    )
     .unwrap();
     assert_eq!((ok.epoch, ok.last_seq, ok.messages.len()), (0, 0, 0));
+    // A read for a client id: whether it has a subscription, and its receipts.
+    let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    let head = vec![b("5"), Value::Int(0), Value::Int(0), b("1"), b("7,9")];
+    let ok = decode_read(Value::Array(head.clone()), true).unwrap();
+    let c = ok.client.unwrap();
+    assert!(c.subscribed);
+    assert_eq!(c.received, [7, 9]);
+    assert!(decode_read(Value::Array(head), false).is_err());
+    let bad = vec![b("5"), Value::Int(0), Value::Int(0), b("1"), b("x")];
+    assert!(decode_read(Value::Array(bad), true).is_err());
 }

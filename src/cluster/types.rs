@@ -214,6 +214,8 @@ pub struct History {
     /// Unexpired messages after the requested position (from the start when the requested
     /// epoch was not the topic's), oldest first.
     pub messages: Vec<HistoryMessage>,
+    /// For a read for a client id: what it says about the client.
+    pub client: Option<ClientRead>,
 }
 
 impl History {
@@ -299,15 +301,6 @@ pub enum ClusterEvent {
         /// The pending frames, oldest first (now removed); or unavailable.
         result: Result<Vec<Bytes>, Unavailable>,
     },
-    /// The answer to a client id's `get` (`ClusterHandle::client` with a ticket): what it
-    /// was given up to (epoch, seq) and its receipts above that, `None` when it has no
-    /// subscription of the topic.
-    ClientState {
-        /// The caller's ticket.
-        ticket: u64,
-        /// The state, or unavailable.
-        result: Result<Option<ClientState>, Unavailable>,
-    },
     /// A client id's subscription of `topic` was refused for the whole cluster
     /// (`--max-mailbox-topics`).
     MailboxFull {
@@ -318,14 +311,12 @@ pub enum ClusterEvent {
     },
 }
 
-/// A client id's subscription of a topic, as a read for it needs it.
+/// What a read for a client id says about the client (DECISIONS 13).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ClientState {
-    /// Epoch of what it was given everything up to.
-    pub epoch: u64,
-    /// Seq of that.
-    pub seq: u64,
-    /// Message ids it received above that.
+pub struct ClientRead {
+    /// It has a subscription of the topic (the read started after what it was given).
+    pub subscribed: bool,
+    /// Message ids it received above that (left out of what it is given).
     pub received: Vec<u64>,
 }
 

@@ -7,11 +7,13 @@
 --   field `c` tells the publish script the topic has client ids).
 -- ARGV: 1 op (sub: a socket's subscription, http: one without a socket, gone: a socket's
 --   close at ARGV[6]:ARGV[7], unsub, deliv: a fetch gave up to ARGV[6]:ARGV[7], recv: the
---   receipts ARGV[8], get: the delivered position and receipts), 2 client, 3 project,
---   4 this node (hex), 5 mailbox ttl ms, 6 epoch, 7 seq, 8 receipts "id,id", 9 node key
---   prefix, 10 node key suffix ("" or ":{tag}"), 11 node key lifetime ms, 12 liveness ms,
---   13 most receipts kept.
--- Returns {} or, for get, {epoch, seq, receipt...} ({} when the client has no subscription).
+--   receipts ARGV[8]), 2 client, 3 project, 4 this node (hex), 5 mailbox ttl ms, 6 epoch,
+--   7 seq, 8 receipts "id,id", 9 node key prefix, 10 node key suffix ("" or ":{tag}"),
+--   11 node key lifetime ms, 12 liveness ms, 13 most receipts kept, 14 most client ids per
+--   topic (a new one past it is not kept: its socket follows the topic as one without a
+--   client id would; the expired mailboxes are swept first).
+-- Reads for a client id are `read.lua`'s. Returns {} ({1} when a new client id found the
+-- topic full).
 local H, M = KEYS[1], KEYS[2]
 local op, client, me = ARGV[1], ARGV[2], ARGV[4]
 local ttl, forget, alive = tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[12])
@@ -83,14 +85,20 @@ if op == 'unsub' then
   end
   return {}
 end
-if op == 'get' then
-  if not c then return {} end
-  local out = {c.e, c.s}
-  for id in string.gmatch(c.r, '%d+') do out[#out + 1] = id end
-  return out
-end
 if not c then
   if op ~= 'sub' and op ~= 'http' then return {} end
+  if redis.call('HLEN', H) >= tonumber(ARGV[14]) then
+    -- A bounded sweep (at most the cap): the mailboxes past their expiry go.
+    local all = redis.call('HGETALL', H)
+    for i = 1, #all, 2 do
+      local x, nodes = string.match(all[i + 1], '^(%d+)|%d+|%d+|[%d,]*|([%x=,]*)|')
+      if x and tonumber(x) > 0 and tonumber(x) <= now then
+        local n = sockets(nodes, 0)
+        if n == 0 then redis.call('HDEL', H, all[i]) end
+      end
+    end
+    if redis.call('HLEN', H) >= tonumber(ARGV[14]) then return {1} end
+  end
   c = {x = 0, e = '0', s = '0', r = '', n = '', p = ARGV[3]}
   if op == 'sub' then c.n = me .. '=1' ; total = 1 end
   -- The publish script looks at the clients only when the meta says there are some (a

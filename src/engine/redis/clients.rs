@@ -1,8 +1,8 @@
 //! Client-id subscriptions on the Redis engine (DECISIONS 13): the worker's side of
 //! `cluster::clients`. A client's subscribe, socket close, unsubscribe, fetch and receipts
 //! go to the topic's Redis slot in the same queue as the worker's reads of the topic (so
-//! their order holds); a read for a client first asks where the client stands, then reads
-//! after it; the publishing node sends the notices and pushes of each stored message
+//! their order holds); a read for a client starts after what the client was given (the
+//! read script looks it up); the publishing node sends the notices and pushes of each stored message
 //! (the publish script returns the topic's client ids), so each goes once in the cluster.
 //!
 //! Owns: the reads for clients in flight, the node's own count of each client's topics
@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 
 use super::RedisEngine;
 use crate::cluster::clients::{ClientCmd, MailboxCmd};
-use crate::cluster::{self, ClientSeen, ClientState};
+use crate::cluster::{ClientRead, ClientSeen};
 use crate::engine::clients::{ClientOp, ClientRef};
 use crate::engine::error::RelayError;
-use crate::engine::{Body, Event, Events, History, Position, Ticket};
+use crate::engine::{Body, Events, History, Position, Ticket};
 use crate::notice::{Notice, Notify, PushNotice, Status, Typ};
 
 /// How long a client id the cluster refused (`--max-mailbox-topics`) is refused at once
@@ -36,15 +36,28 @@ pub(super) struct Publishing {
     pub publisher: Option<Arc<ClientRef>>,
 }
 
-/// A read for a client: asked where the client stands, then read.
+/// A read for a client id in flight.
 #[derive(Debug)]
 pub(super) struct ReadFor {
     topic: Arc<str>,
-    after: Position,
     client: Arc<ClientRef>,
     fetch: Option<usize>,
-    /// Its receipts (left out of the answer) and whether it has a subscription.
-    state: Option<ClientState>,
+    /// Its first page was sent (as a read for the client).
+    asked: bool,
+    /// What the first page said about the client.
+    read: Option<ClientRead>,
+}
+
+impl ReadFor {
+    /// The client id, the first time only (its first page reads for it; the next pages
+    /// follow on from where that one stopped).
+    pub(super) fn first_page(&mut self) -> Option<Arc<str>> {
+        if self.asked {
+            return None;
+        }
+        self.asked = true;
+        Some(self.client.id.clone())
+    }
 }
 
 /// The topics each client id keeps through this node, with when each mailbox would expire
@@ -133,7 +146,7 @@ impl RedisEngine {
             ClientOp::Delivered { at } => (ClientCmd::Delivered(at.epoch, at.seq), None),
             ClientOp::Receive { ids } => (ClientCmd::Receive(ids), None),
         };
-        if self.handle.client(None, topic, id, project, cmd).is_err() {
+        if self.handle.client(topic, id, project, cmd).is_err() {
             self.handle.count_unavailable_answer(topic);
             return Err(RelayError::StorageUnavailable);
         }
@@ -151,7 +164,7 @@ impl RedisEngine {
         let project: Arc<str> = Arc::from("");
         let _ = self
             .handle
-            .client(None, &topic, &client, &project, ClientCmd::Unsub(false));
+            .client(&topic, &client, &project, ClientCmd::Unsub(false));
         self.mail.node.set(&client, &topic, None);
         if self.full.len() >= MAX_FULL {
             self.full.clear();
@@ -160,7 +173,8 @@ impl RedisEngine {
             .insert(client, crate::clock::now_ms() + FULL_HOLD_MS);
     }
 
-    /// See `Engine::read_for`: where the client stands first.
+    /// See `Engine::read_for`: the read's first page starts after what the client was
+    /// given (`read.lua` looks it up: no extra round trip).
     pub(super) fn read_client(
         &mut self,
         topic: &Arc<str>,
@@ -170,58 +184,24 @@ impl RedisEngine {
         ticket: Ticket,
         out: &mut Events,
     ) {
-        let (id, project) = (&client.id, &client.project);
-        if self
-            .handle
-            .client(Some(ticket), topic, id, project, ClientCmd::Get)
-            .is_err()
-        {
-            self.handle.count_unavailable_answer(topic);
-            let result = Err(RelayError::StorageUnavailable);
-            return out.push(Event::History { ticket, result });
-        }
         self.reads_for.insert(
             ticket,
             ReadFor {
                 topic: topic.clone(),
-                after,
                 client: client.clone(),
                 fetch,
-                state: None,
+                asked: false,
+                read: None,
             },
         );
+        crate::engine::Engine::read(self, topic, after, ticket, out);
     }
 
-    /// Where a client stands came: the read after it.
-    pub(super) fn on_client_state(
-        &mut self,
-        ticket: Ticket,
-        result: Result<Option<ClientState>, cluster::Unavailable>,
-        out: &mut Events,
-    ) {
-        let Some(mut rf) = self.reads_for.remove(&ticket) else {
-            return;
-        };
-        let state = match result {
-            Ok(s) => s,
-            Err(cluster::Unavailable) => {
-                let result = Err(RelayError::StorageUnavailable);
-                return out.push(Event::History { ticket, result });
-            }
-        };
-        let from = match &state {
-            Some(s) => rf.after.max(Position {
-                epoch: s.epoch,
-                seq: s.seq,
-            }),
-            None => rf.after,
-        };
-        let topic = rf.topic.clone();
-        rf.state = state;
-        if rf.fetch.is_some() || rf.state.as_ref().is_some_and(|s| !s.received.is_empty()) {
-            self.reads_for.insert(ticket, rf);
+    /// What a read's first page said about its client.
+    pub(super) fn client_read(&mut self, ticket: Ticket, c: ClientRead) {
+        if let Some(rf) = self.reads_for.get_mut(&ticket) {
+            rf.read = Some(c);
         }
-        crate::engine::Engine::read(self, &topic, from, ticket, out);
     }
 
     /// A history read for a client is whole: its receipts left out; a fetch's messages
@@ -230,13 +210,12 @@ impl RedisEngine {
         let Some(rf) = self.reads_for.remove(&ticket) else {
             return;
         };
-        if let Some(s) = &rf.state {
-            if !s.received.is_empty() {
-                h.messages
-                    .retain(|m| !s.received.contains(&m.body.message_id(m.pos.seq)));
-            }
+        let Some(read) = &rf.read else { return };
+        if !read.received.is_empty() {
+            h.messages
+                .retain(|m| !read.received.contains(&m.body.message_id(m.pos.seq)));
         }
-        let (Some(max), Some(_)) = (rf.fetch, &rf.state) else {
+        let Some(max) = rf.fetch.filter(|_| read.subscribed) else {
             return;
         };
         h.messages.truncate(max);
@@ -262,7 +241,7 @@ impl RedisEngine {
         if reached > Position::ZERO {
             let cmd = ClientCmd::Delivered(reached.epoch, reached.seq);
             let (id, project) = (&rf.client.id, &rf.client.project);
-            let _ = self.handle.client(None, &rf.topic, id, project, cmd);
+            let _ = self.handle.client(&rf.topic, id, project, cmd);
         }
     }
 

@@ -124,11 +124,21 @@ impl RedisEngine {
             topic: topic.clone(),
             messages: Vec::new(),
         });
-        if self
-            .handle
-            .read(ticket, NS_V2, topic, after.epoch, after.seq)
-            .is_err()
-        {
+        // A read for a client id: its first page starts after what the client was given.
+        let client = self
+            .reads_for
+            .get_mut(&ticket)
+            .and_then(clients::ReadFor::first_page);
+        let sent = match client {
+            Some(c) => self
+                .handle
+                .read_client(ticket, NS_V2, topic, after.epoch, after.seq, &c),
+            None => self
+                .handle
+                .read(ticket, NS_V2, topic, after.epoch, after.seq),
+        };
+        if sent.is_err() {
+            self.forget_for(ticket);
             self.reading.remove(&ticket);
             out.push(Event::History {
                 ticket,
@@ -184,7 +194,7 @@ impl RedisEngine {
         let Some(mut reading) = self.reading.remove(&ticket) else {
             return;
         };
-        let h = match result {
+        let mut h = match result {
             Ok(h) => h,
             Err(cluster::Unavailable) => {
                 self.forget_for(ticket);
@@ -192,6 +202,9 @@ impl RedisEngine {
                 return out.push(Event::History { ticket, result });
             }
         };
+        if let Some(c) = h.client.take() {
+            self.client_read(ticket, c);
+        }
         reading.messages.extend(h.messages.iter().map(|m| Message {
             pos: Position {
                 epoch: h.epoch,
@@ -255,9 +268,6 @@ impl RedisEngine {
             ClusterEvent::Resync { .. } => {}
             ClusterEvent::V1Published { topic, result } => self.v1_published(topic, result),
             ClusterEvent::V1Taken { ticket, result } => self.v1_taken(ticket, result, out),
-            ClusterEvent::ClientState { ticket, result } => {
-                self.on_client_state(ticket, result, out)
-            }
             ClusterEvent::MailboxFull { topic, client } => self.mailbox_full(topic, client),
             ClusterEvent::WebhookAdded { ticket, result } => {
                 let topic = self.registering.remove(&ticket);

@@ -5,7 +5,8 @@
 //! unsubscribe ends its subscription; `--max-mailbox-topics` counts its topics over the
 //! nodes. A watch registered on node A hears of a message published on node B exactly once
 //! (`accepted`, `queued`; the event JWT verifies against `GET /public-key`), and a `prompt`
-//! message is pushed once in the cluster to the client with no socket.
+//! message is pushed once in the cluster to the client with no socket. Receipts
+//! (`irn_batchReceive`) and subscriptions over HTTP (`POST /rpc`, no socket) likewise.
 
 mod common;
 
@@ -60,9 +61,11 @@ fn fetch(ws: &mut Ws, topic: &str) -> Vec<String> {
 /// Closes `ws` and waits until `s` let its connection go.
 fn close(s: &Server, ws: Ws, open_after: f64) {
     drop(ws);
-    let n = s.wait_metric("walletrelay_websockets_open", Duration::from_secs(10), |v| {
-        v <= open_after
-    });
+    let n = s.wait_metric(
+        "walletrelay_websockets_open",
+        Duration::from_secs(10),
+        |v| v <= open_after,
+    );
     assert!(n <= open_after, "the connection is still open ({n})");
 }
 
@@ -76,7 +79,11 @@ fn record(setup: &RedisSetup, t: &str, client: &str) -> Option<String> {
         ),
         _ => panic!("standalone and cluster only"),
     };
-    redis::cmd("HGET").arg(key).arg(client).query(&mut conn).ok()?
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(client)
+        .query(&mut conn)
+        .ok()?
 }
 
 /// Waits until a socket's close reached Redis (the node sends it there before the
@@ -152,6 +159,82 @@ fn across_nodes(setup: &RedisSetup) {
         (r["error"]["code"] == -32000).then_some(r)
     });
     assert!(refused.is_some(), "B never refused a fourth topic");
+}
+
+/// `client`'s request `method(params)` over `POST /rpc` on `s`.
+fn http_call(s: &Server, client: &Signer, method: &str, params: Value) -> Value {
+    let token = client.token_for("http://relay", common::jwt::now_s(), None);
+    let body = common::raw_ws::rpc_request(1, method, params);
+    let req = format!(
+        "POST /rpc?projectId=p&auth={token} HTTP/1.1\r\nHost: x\r\nContent-Type: \
+         application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = s.request(&req);
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+fn messages(r: &Value) -> Vec<String> {
+    r["result"]["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no messages: {r}"))
+        .iter()
+        .map(|m| m["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A subscription over HTTP on A (no socket) keeps a mailbox, fetched once by the client
+/// on B (over a WebSocket: over HTTP a fetch reads the topic, `conn/fetch.rs`); a receipt
+/// sent on A
+/// keeps a message the socket never acknowledged from being fetched on B.
+fn receipts_and_http(setup: &RedisSetup) {
+    let args = setup.redis_args();
+    let n = nodes_args(2, &args, &[]);
+    let (a, b) = (&n[0], &n[1]);
+    let mut dapp = b.ws();
+    // Over HTTP: no socket, a mailbox from the start.
+    let svc = Signer::random();
+    let t = topic();
+    let r = http_call(a, &svc, "irn_subscribe", json!({ "topic": t }));
+    assert!(r["result"].is_string(), "{r}");
+    publish(&mut dapp, &t, "h1");
+    publish(&mut dapp, &t, "h2");
+    let mut on_b = connect(&svc, b);
+    assert_eq!(fetch(&mut on_b, &t), ["h1", "h2"]);
+    assert_eq!(fetch(&mut on_b, &t), Vec::<String>::new(), "once");
+    drop(on_b);
+    // Receipts: m2 pushed on A and not acknowledged, but received.
+    let wallet = Signer::random();
+    let t2 = topic();
+    let mut w = connect(&wallet, a);
+    w.call("irn_subscribe", json!({ "topic": t2 }));
+    publish(&mut dapp, &t2, "m1");
+    assert_eq!(next_message(&mut w), "m1");
+    publish(&mut dapp, &t2, "m2");
+    let m = w.recv();
+    assert_eq!(m["params"]["data"]["message"], "m2", "{m}");
+    let r = w.call(
+        "irn_batchReceive",
+        json!({"receipts": [{"topic": t2, "message_id": m["id"]}]}),
+    );
+    assert_eq!(r["result"], true, "{r}");
+    close(a, w, 0.0);
+    close_reached_redis(setup, &t2, &wallet.did(), false);
+    publish(&mut dapp, &t2, "m3");
+    let mut w = connect(&wallet, b);
+    let r = w.call("irn_fetchMessages", json!({ "topic": t2 }));
+    assert_eq!(messages(&r), ["m3"], "m2 was received");
+}
+
+#[test]
+fn receipts_and_http_subscriptions_across_nodes_on_a_standalone_shard() {
+    receipts_and_http(&RedisSetup::start(RedisKind::Standalone));
+}
+
+#[test]
+fn receipts_and_http_subscriptions_across_nodes_on_a_redis_cluster() {
+    receipts_and_http(&RedisSetup::start(RedisKind::Cluster));
 }
 
 #[test]

@@ -98,11 +98,7 @@ pub fn pack_client(
         _ => (0, 0),
     };
     let receipts = match op {
-        ClientCmd::Receive(ids) => ids
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
+        ClientCmd::Receive(ids) => ids.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
         _ => String::new(),
     };
     let forget = super::v1::forget_ms();
@@ -196,7 +192,15 @@ mod tests {
             },
         };
         let mut buf = Vec::new();
-        pack_client(&mut buf, "sha", &lim, b"t", "did:key:z1", "p", &ClientCmd::Gone(3, 4));
+        pack_client(
+            &mut buf,
+            "sha",
+            &lim,
+            b"t",
+            "did:key:z1",
+            "p",
+            &ClientCmd::Gone(3, 4),
+        );
         let s = strings(&buf);
         assert_eq!(s.len(), 19);
         assert_eq!(s[3], b"wr:c:{t}");

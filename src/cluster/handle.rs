@@ -88,7 +88,6 @@ impl ClusterHandle {
         )
     }
 
-
     /// Reads the topic's unexpired messages after `(epoch, after_seq)` (from the start when
     /// `epoch` is not the topic's current one, e.g. 0); the answer comes as `History`.
     pub fn read_client(

@@ -30,6 +30,7 @@
 //! only (never straight from the publish), so every node delivers in the store's order.
 
 pub mod addr;
+mod alive;
 pub mod clients;
 mod command;
 mod handle;
@@ -68,8 +69,7 @@ pub use setup::ConnectError;
 pub use shared::{shared_value, SharedLink, SharedSpec};
 pub use types::{
     ClientRead, ClientSeen, ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage,
-    Origin, PublishOutcome, PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1,
-    NS_V2,
+    Origin, PublishOutcome, PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,
 };
 pub use v1::V1PublishReq;
 

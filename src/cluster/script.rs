@@ -22,7 +22,9 @@ use redis::Value;
 
 pub use super::resp::Packer;
 use super::slots::{self, tag_parts};
-use super::types::{ClientRead, ClientSeen, History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
+use super::types::{
+    ClientRead, ClientSeen, History, HistoryMessage, Origin, PublishOutcome, WebhookAdd,
+};
 use crate::arcbuf::ArcBuf;
 use crate::message::Body;
 

@@ -32,7 +32,15 @@ fn on_a_cluster_every_key_of_a_topic_is_in_its_slot() {
         tagged: true,
     };
     let mut hook = Vec::new();
-    pack_publish_group(&mut buf, &shas, 10, keys, b"r", CLIENTS, &[args(b"t}x", &b1)]);
+    pack_publish_group(
+        &mut buf,
+        &shas,
+        10,
+        keys,
+        b"r",
+        CLIENTS,
+        &[args(b"t}x", &b1)],
+    );
     pack_webhook_add(&mut hook, &shas, keys, b"t}x", b"http://h", 16, 100);
     let mut names = Vec::new();
     for b in [&buf, &hook] {
@@ -48,7 +56,11 @@ fn on_a_cluster_every_key_of_a_topic_is_in_its_slot() {
             names.push(k.clone());
         }
     }
-    assert_eq!(names.len(), 6, "meta, stream, clients, hooks; hooks, counter");
+    assert_eq!(
+        names.len(),
+        6,
+        "meta, stream, clients, hooks; hooks, counter"
+    );
     assert_eq!(names[0], b"wr:2:m:{t}x}");
     assert_eq!(names[1], channel(keys, 2, b"t}x"));
     let want = slots::topic_slot(b"t}x");

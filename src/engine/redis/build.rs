@@ -65,13 +65,12 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
         .into_iter()
         .enumerate()
         .map(|(i, inbox)| {
-            let engine = RedisEngine::new(cluster.handle(i), webhooks.clone(), inbox)
-                .with_clients(
-                    limits.mailbox_ttl.saturating_mul(1000),
-                    limits.max_mailbox_topics,
-                    node_mailboxes.clone(),
-                    setup.notify.clone(),
-                );
+            let engine = RedisEngine::new(cluster.handle(i), webhooks.clone(), inbox).with_clients(
+                limits.mailbox_ttl.saturating_mul(1000),
+                limits.max_mailbox_topics,
+                node_mailboxes.clone(),
+                setup.notify.clone(),
+            );
             Box::new(engine) as Box<dyn Engine>
         })
         .collect();

@@ -65,11 +65,17 @@ impl ReadFor {
 /// cluster's count, answered at once. Shared by the node's workers.
 #[derive(Debug, Default)]
 pub struct NodeMailboxes {
-    table: Mutex<HashMap<Arc<str>, HashMap<Arc<str>, u64>, ahash::RandomState>>,
+    table: Mutex<Table>,
 }
 
+/// Per client id, per topic, when its mailbox would expire.
+type Table = HashMap<Arc<str>, HashMap<Arc<str>, u64>, ahash::RandomState>;
+
 impl NodeMailboxes {
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<Arc<str>, HashMap<Arc<str>, u64>, ahash::RandomState>) -> R) -> R {
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut HashMap<Arc<str>, HashMap<Arc<str>, u64>, ahash::RandomState>) -> R,
+    ) -> R {
         let mut g = match self.table.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -131,7 +137,11 @@ impl RedisEngine {
                 if refused || !self.mail.node.admit(id, topic, max, now, until) {
                     return Err(RelayError::SubscriberLimitExceeded(max));
                 }
-                let cmd = if socket { ClientCmd::Sub } else { ClientCmd::Http };
+                let cmd = if socket {
+                    ClientCmd::Sub
+                } else {
+                    ClientCmd::Http
+                };
                 (cmd, Some(MailboxCmd::Add))
             }
             ClientOp::SocketGone { at } => {

@@ -159,6 +159,21 @@ fn across_nodes(setup: &RedisSetup) {
         (r["error"]["code"] == -32000).then_some(r)
     });
     assert!(refused.is_some(), "B never refused a fourth topic");
+    // The cluster's count holds the three topics made on A, not the one B took back.
+    let key = match &setup.shards[0] {
+        Topology::Cluster(_) => format!("wr:mb:{{{me}}}"),
+        _ => format!("wr:mb:{me}"),
+    };
+    let kept: i64 = match &setup.shards[0] {
+        Topology::Standalone(r) => redis::cmd("ZCARD").arg(&key).query(&mut r.conn()),
+        Topology::Cluster(c) => {
+            let port = c.slot_owner(key_slot(me.as_bytes()));
+            redis::cmd("ZCARD").arg(&key).query(&mut c.conn(port))
+        }
+        _ => panic!("standalone and cluster only"),
+    }
+    .unwrap();
+    assert_eq!(kept, 3);
 }
 
 /// `client`'s request `method(params)` over `POST /rpc` on `s`.

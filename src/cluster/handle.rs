@@ -168,6 +168,11 @@ impl ClusterHandle {
         )
     }
 
+    /// The worker this handle is for.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
     /// A client id's op on its subscription of `topic` (no answer).
     pub fn client(
         &self,

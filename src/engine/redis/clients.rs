@@ -25,6 +25,8 @@ use crate::notice::{Notice, Notify, PushNotice, Status, Typ};
 const FULL_HOLD_MS: u64 = 10_000;
 /// Most client ids remembered as refused (past it the oldest memory is cleared).
 const MAX_FULL: usize = 4096;
+/// How often worker 0 sweeps the node's count of expired mailboxes, ms.
+const SWEEP_EVERY_MS: u64 = 60_000;
 
 /// What a publish needs for its notices once Redis stored it.
 #[derive(Debug)]
@@ -98,6 +100,17 @@ impl NodeMailboxes {
         })
     }
 
+    /// Forgets the mailboxes expired at `now` (a bounded table: clients that never come
+    /// back leave nothing behind).
+    pub(super) fn sweep(&self, now: u64) {
+        self.with(|t| {
+            t.retain(|_, set| {
+                set.retain(|_, exp| *exp > now);
+                !set.is_empty()
+            })
+        });
+    }
+
     fn set(&self, client: &str, topic: &str, until: Option<u64>) {
         self.with(|t| {
             let Some(set) = t.get_mut(client) else { return };
@@ -165,6 +178,20 @@ impl RedisEngine {
             let _ = self.handle.mailbox(id, topic, m);
         }
         Ok(())
+    }
+
+    /// Periodic work: the node's count swept (worker 0, every [`SWEEP_EVERY_MS`]), the
+    /// refusals past their time forgotten.
+    pub(super) fn clients_tick(&mut self, now: u64) {
+        if now < self.mail.swept_at + SWEEP_EVERY_MS {
+            return;
+        }
+        self.mail.swept_at = now;
+        if self.handle.worker() == 0 {
+            self.mail.node.sweep(crate::clock::now_ms());
+        }
+        let at = crate::clock::now_ms();
+        self.full.retain(|_, until| *until > at);
     }
 
     /// The cluster refused `client`'s subscription of `topic`: it is undone, and the
@@ -326,6 +353,8 @@ pub(super) struct Mail {
     pub node: Arc<NodeMailboxes>,
     /// Who is told about client ids' messages.
     pub notify: Arc<dyn Notify>,
+    /// When [`RedisEngine::clients_tick`] last swept (worker clock, ms).
+    pub swept_at: u64,
 }
 
 impl Default for Mail {
@@ -335,6 +364,7 @@ impl Default for Mail {
             max: 1000,
             node: Arc::default(),
             notify: Arc::new(crate::notice::Silent),
+            swept_at: 0,
         }
     }
 }

@@ -114,6 +114,7 @@ impl RedisEngine {
             max,
             node,
             notify,
+            swept_at: 0,
         };
         self
     }
@@ -396,6 +397,7 @@ impl Engine for RedisEngine {
 
     fn tick(&mut self, now: u64, out: &mut Events) {
         self.v1_tick(now, out);
+        self.clients_tick(now);
         for (ns, topic) in std::mem::take(&mut self.unasked) {
             let wanted = match ns {
                 NS_V2 => self.watched.contains_key(&topic),

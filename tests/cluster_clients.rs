@@ -1,5 +1,6 @@
 //! Subscriptions that belong to the client id on Redis (DECISIONS 13), through real nodes on
-//! real `redis-server`s, on a standalone shard and on a 3+3 Redis Cluster: a client id
+//! real `redis-server`s, on a standalone shard and on a 3+3 Redis Cluster (the mailbox on a
+//! Sentinel group too): a client id
 //! subscribes on node A, its socket closes, a message is published on node B; the client
 //! comes back on B (fetch) or A (subscribe) and gets it exactly once; an explicit
 //! unsubscribe ends its subscription; `--max-mailbox-topics` counts its topics over the
@@ -73,11 +74,15 @@ fn close(s: &Server, ws: Ws, open_after: f64) {
 fn record(setup: &RedisSetup, t: &str, client: &str) -> Option<String> {
     let (mut conn, key) = match &setup.shards[0] {
         Topology::Standalone(r) => (r.conn(), format!("wr:c:{t}")),
+        Topology::Sentinel(g) => (
+            common::redis_topo::conn(g.primary_port()),
+            format!("wr:c:{t}"),
+        ),
         Topology::Cluster(c) => (
             c.conn(c.slot_owner(key_slot(t.as_bytes()))),
             format!("wr:c:{{{t}}}"),
         ),
-        _ => panic!("standalone and cluster only"),
+        _ => panic!("standalone, sentinel and cluster only"),
     };
     redis::cmd("HGET")
         .arg(key)
@@ -166,11 +171,15 @@ fn across_nodes(setup: &RedisSetup) {
     };
     let kept: i64 = match &setup.shards[0] {
         Topology::Standalone(r) => redis::cmd("ZCARD").arg(&key).query(&mut r.conn()),
+        Topology::Sentinel(g) => {
+            let mut c = common::redis_topo::conn(g.primary_port());
+            redis::cmd("ZCARD").arg(&key).query(&mut c)
+        }
         Topology::Cluster(c) => {
             let port = c.slot_owner(key_slot(me.as_bytes()));
             redis::cmd("ZCARD").arg(&key).query(&mut c.conn(port))
         }
-        _ => panic!("standalone and cluster only"),
+        _ => panic!("standalone, sentinel and cluster only"),
     }
     .unwrap();
     assert_eq!(kept, 3);
@@ -260,6 +269,11 @@ fn a_client_s_mailbox_works_across_nodes_on_a_standalone_shard() {
 #[test]
 fn a_client_s_mailbox_works_across_nodes_on_a_redis_cluster() {
     across_nodes(&RedisSetup::start(RedisKind::Cluster));
+}
+
+#[test]
+fn a_client_s_mailbox_works_across_nodes_on_a_sentinel_group() {
+    across_nodes(&RedisSetup::start(RedisKind::Sentinel));
 }
 
 /// The events a receiver got for `client`, as (status, claims), checked against `key`.

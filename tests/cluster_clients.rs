@@ -367,3 +367,34 @@ fn a_watch_and_a_push_across_nodes_on_a_standalone_shard() {
 fn a_watch_and_a_push_across_nodes_on_a_redis_cluster() {
     watch_and_push(&RedisSetup::start(RedisKind::Cluster));
 }
+
+/// The SDK's own reconnect flows (`tests/e2e-sdk/push.mjs`: 2.17.1's `batchFetchMessages`
+/// then `batchSubscribe`, 2.25.0's `batchSubscribe`) against a node on Redis: each message
+/// once. Needs Node.js and npm (as `sdk_push.rs`).
+fn sdk_reconnect_on_redis(version: &str) {
+    common::node::ensure_node_modules("e2e-sdk", "sign-client-2.17.1");
+    let setup = RedisSetup::start(RedisKind::Standalone);
+    let n = nodes_args(1, &setup.redis_args(), &[]);
+    let relay = format!("ws://{}", n[0].addr);
+    let scenario = format!("reconnect-{version}");
+    common::node::run_script(
+        "e2e-sdk",
+        "push.mjs",
+        &[
+            ("SCENARIO", scenario.as_str()),
+            ("RELAY_URL", relay.as_str()),
+        ],
+        Duration::from_secs(180),
+        &format!("SCENARIO={scenario} on Redis, relay {relay}"),
+    );
+}
+
+#[test]
+fn sdk_2_25_0_wallet_gets_each_message_once_on_redis() {
+    sdk_reconnect_on_redis("2.25.0");
+}
+
+#[test]
+fn sdk_2_17_1_wallet_gets_each_message_once_on_redis() {
+    sdk_reconnect_on_redis("2.17.1");
+}

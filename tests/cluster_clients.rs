@@ -155,8 +155,9 @@ fn across_nodes(setup: &RedisSetup) {
     assert_eq!(fetch(&mut w, &t).first().map(String::as_str), Some("m1"));
     // --max-mailbox-topics over the nodes: three topics on A, then B refuses more.
     let mut on_a = connect(&wallet, a);
-    for _ in 0..3 {
-        let r = on_a.call("irn_subscribe", json!({ "topic": topic() }));
+    let kept: Vec<String> = (0..3).map(|_| topic()).collect();
+    for k in &kept {
+        let r = on_a.call("irn_subscribe", json!({ "topic": k }));
         assert!(r["result"].is_string(), "{r}");
     }
     let refused = common::wait::poll(Duration::from_secs(10), || {
@@ -164,6 +165,11 @@ fn across_nodes(setup: &RedisSetup) {
         (r["error"]["code"] == -32000).then_some(r)
     });
     assert!(refused.is_some(), "B never refused a fourth topic");
+    let r = w.call("irn_subscribe", json!({ "topic": kept[0] }));
+    assert!(
+        r["result"].is_string(),
+        "a topic it keeps is not one more: {r}"
+    );
     // The cluster's count holds the three topics made on A, not the one B took back.
     let key = match &setup.shards[0] {
         Topology::Cluster(_) => format!("wr:mb:{{{me}}}"),

@@ -155,11 +155,19 @@ fn uint(v: &Value) -> Option<u64> {
     }
 }
 
-/// Decodes a `mailbox` add: `false` when refused.
-pub fn decode_mailbox(v: &Value) -> Result<bool, BadReply> {
-    match uint(v) {
-        Some(1) => Ok(true),
-        Some(0) => Ok(false),
+/// Decodes a `mailbox` reply: `None` when admitted, else the topics the client keeps.
+pub fn decode_mailbox(v: &Value) -> Result<Option<Vec<String>>, BadReply> {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .map(|t| match t {
+                Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                _ => None,
+            })
+            .collect::<Option<Vec<String>>>()
+            .map(Some)
+            .ok_or(BadReply("mailbox: topic")),
+        _ if uint(v) == Some(1) => Ok(None),
         _ => Err(BadReply("mailbox")),
     }
 }
@@ -219,8 +227,10 @@ mod tests {
 
     #[test]
     fn a_mailbox_reply_decodes() {
-        assert!(decode_mailbox(&Value::Int(0)).is_ok_and(|ok| !ok));
-        assert!(decode_mailbox(&Value::Int(1)).is_ok_and(|ok| ok));
+        assert_eq!(decode_mailbox(&Value::Int(1)), Ok(None));
+        let kept = Value::Array(vec![Value::BulkString(b"t1".to_vec())]);
+        assert_eq!(decode_mailbox(&kept), Ok(Some(vec!["t1".to_string()])));
+        assert!(decode_mailbox(&Value::Int(0)).is_err());
         assert!(decode_mailbox(&Value::Nil).is_err());
     }
 }

@@ -119,8 +119,15 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             topic,
             op: super::clients::MailboxCmd::Add,
         } => match super::clients::decode_mailbox(&v) {
-            Ok(false) => (worker, ClusterEvent::MailboxFull { topic, client }),
-            Ok(true) => return,
+            Ok(Some(kept)) => (
+                worker,
+                ClusterEvent::MailboxFull {
+                    topic,
+                    client,
+                    kept,
+                },
+            ),
+            Ok(None) => return,
             Err(e) => {
                 bad(ctx, e);
                 return;

@@ -308,6 +308,8 @@ pub enum ClusterEvent {
         topic: Arc<str>,
         /// The client id.
         client: Arc<str>,
+        /// The topics it keeps in the cluster.
+        kept: Vec<String>,
     },
 }
 

@@ -23,6 +23,14 @@ use crate::notice::{Notice, Notify, PushNotice, Status, Typ};
 /// How long a client id the cluster refused (`--max-mailbox-topics`) is refused at once
 /// by this worker for a topic it does not keep, ms.
 const FULL_HOLD_MS: u64 = 10_000;
+
+/// A client id the cluster refused: until when its new topics are refused here, and the
+/// topics it keeps (subscribed again, they are admitted).
+#[derive(Debug)]
+pub(super) struct Full {
+    until: u64,
+    kept: std::collections::HashSet<Arc<str>>,
+}
 /// Most client ids remembered as refused (past it the oldest memory is cleared).
 const MAX_FULL: usize = 4096;
 /// How often worker 0 sweeps the node's count of expired mailboxes, ms.
@@ -146,7 +154,10 @@ impl RedisEngine {
             ClientOp::Subscribe { socket } => {
                 let max = self.mail.max;
                 let until = if socket { u64::MAX } else { now + ttl };
-                let refused = self.full.get(id).is_some_and(|&t| t > now);
+                let refused = self
+                    .full
+                    .get(id)
+                    .is_some_and(|f| f.until > now && !f.kept.contains(topic));
                 if refused || !self.mail.node.admit(id, topic, max, now, until) {
                     return Err(RelayError::SubscriberLimitExceeded(max));
                 }
@@ -171,6 +182,9 @@ impl RedisEngine {
         };
         if self.handle.client(topic, id, project, cmd).is_err() {
             self.handle.count_unavailable_answer(topic);
+            if mailbox == Some(MailboxCmd::Add) {
+                self.mail.node.set(id, topic, None);
+            }
             return Err(RelayError::StorageUnavailable);
         }
         if let Some(m) = mailbox {
@@ -191,12 +205,12 @@ impl RedisEngine {
             self.mail.node.sweep(crate::clock::now_ms());
         }
         let at = crate::clock::now_ms();
-        self.full.retain(|_, until| *until > at);
+        self.full.retain(|_, f| f.until > at);
     }
 
     /// The cluster refused `client`'s subscription of `topic`: it is undone, and the
     /// client's next subscriptions here are refused for a while.
-    pub(super) fn mailbox_full(&mut self, topic: Arc<str>, client: Arc<str>) {
+    pub(super) fn mailbox_full(&mut self, topic: Arc<str>, client: Arc<str>, kept: Vec<String>) {
         log::debug!("client {client}: --max-mailbox-topics reached in the cluster ({topic})");
         let project: Arc<str> = Arc::from("");
         let _ = self
@@ -206,8 +220,11 @@ impl RedisEngine {
         if self.full.len() >= MAX_FULL {
             self.full.clear();
         }
-        self.full
-            .insert(client, crate::clock::now_ms() + FULL_HOLD_MS);
+        let full = Full {
+            until: crate::clock::now_ms() + FULL_HOLD_MS,
+            kept: kept.into_iter().map(Arc::from).collect(),
+        };
+        self.full.insert(client, full);
     }
 
     /// See `Engine::read_for`: the read's first page starts after what the client was

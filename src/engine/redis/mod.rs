@@ -72,8 +72,9 @@ pub struct RedisEngine {
     mail: clients::Mail,
     /// Reads for client ids in flight.
     reads_for: HashMap<Ticket, clients::ReadFor, ahash::RandomState>,
-    /// Client ids the cluster refused a subscription (`--max-mailbox-topics`): until when.
-    full: HashMap<Arc<str>, u64, ahash::RandomState>,
+    /// Client ids the cluster refused a subscription (`--max-mailbox-topics`): until when,
+    /// and the topics they keep.
+    full: HashMap<Arc<str>, clients::Full, ahash::RandomState>,
 }
 
 impl RedisEngine {
@@ -269,7 +270,11 @@ impl RedisEngine {
             ClusterEvent::Resync { .. } => {}
             ClusterEvent::V1Published { topic, result } => self.v1_published(topic, result),
             ClusterEvent::V1Taken { ticket, result } => self.v1_taken(ticket, result, out),
-            ClusterEvent::MailboxFull { topic, client } => self.mailbox_full(topic, client),
+            ClusterEvent::MailboxFull {
+                topic,
+                client,
+                kept,
+            } => self.mailbox_full(topic, client, kept),
             ClusterEvent::WebhookAdded { ticket, result } => {
                 let topic = self.registering.remove(&ticket);
                 if let (Some(topic), Err(_)) = (&topic, &result) {

@@ -2,8 +2,8 @@
 //! `cluster::clients`. A client's subscribe, socket close, unsubscribe, fetch and receipts
 //! go to the topic's Redis slot in the same queue as the worker's reads of the topic (so
 //! their order holds); a read for a client starts after what the client was given (the
-//! read script looks it up); the publishing node sends the notices and pushes of each stored message
-//! (the publish script returns the topic's client ids), so each goes once in the cluster.
+//! read script looks it up); the publishing node sends the notices and pushes of each
+//! stored message (the publish script returns the topic's client ids): once in the cluster.
 //!
 //! Owns: the reads for clients in flight, the node's own count of each client's topics
 //! (`--max-mailbox-topics` answered at once for what this node made), the refusals Redis
@@ -24,6 +24,11 @@ use crate::notice::{Notice, Notify, PushNotice, Status, Typ};
 /// by this worker for a topic it does not keep, ms.
 const FULL_HOLD_MS: u64 = 10_000;
 
+/// Most client ids remembered as refused (past it the memory is cleared).
+const MAX_FULL: usize = 4096;
+/// How often worker 0 sweeps the node's count of expired mailboxes, ms.
+const SWEEP_EVERY_MS: u64 = 60_000;
+
 /// A client id the cluster refused: until when its new topics are refused here, and the
 /// topics it keeps (subscribed again, they are admitted).
 #[derive(Debug)]
@@ -31,10 +36,6 @@ pub(super) struct Full {
     until: u64,
     kept: std::collections::HashSet<Arc<str>>,
 }
-/// Most client ids remembered as refused (past it the oldest memory is cleared).
-const MAX_FULL: usize = 4096;
-/// How often worker 0 sweeps the node's count of expired mailboxes, ms.
-const SWEEP_EVERY_MS: u64 = 60_000;
 
 /// What a publish needs for its notices once Redis stored it.
 #[derive(Debug)]
@@ -82,10 +83,7 @@ pub struct NodeMailboxes {
 type Table = HashMap<Arc<str>, HashMap<Arc<str>, u64>, ahash::RandomState>;
 
 impl NodeMailboxes {
-    fn with<R>(
-        &self,
-        f: impl FnOnce(&mut HashMap<Arc<str>, HashMap<Arc<str>, u64>, ahash::RandomState>) -> R,
-    ) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
         let mut g = match self.table.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),

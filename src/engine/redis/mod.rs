@@ -14,7 +14,9 @@
 //!   only, which calls them: one POST per stored publish in the whole cluster;
 //! - a later `Resync` (a reconnect, an outage over) is passed on: subscriptions read again
 //!   after their positions;
-//! - **WalletConnect 1.0 frames** across the nodes: [`v1`].
+//! - **WalletConnect 1.0 frames** across the nodes: [`v1`];
+//! - **subscriptions that belong to the client id** (DECISIONS 13), kept in Redis, their
+//!   notices and pushes sent by the publishing node: `clients`.
 
 mod build;
 mod clients;
@@ -343,7 +345,11 @@ impl Engine for RedisEngine {
     }
 
     fn unwatch(&mut self, topic: &Arc<str>, _out: &mut Events) {
-        self.watched.remove(topic);
+        if let Some(w) = self.watched.remove(topic) {
+            for (ticket, _) in w.held {
+                self.forget_for(ticket);
+            }
+        }
         // A refused unwatch leaves the node subscribed: its live messages are dropped here.
         let _ = self.handle.unwatch(NS_V2, topic);
     }

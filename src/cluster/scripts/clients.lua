@@ -114,12 +114,8 @@ if op == 'gone' or op == 'deliv' then
   elseif later(e, s, m[1], m[2] or '0') then
     e, s = m[1], m[2] or '0'
   end
-  if later(e, s, c.e, c.s) then
-    c.e, c.s = e, s
-    local kept = {}
-    for id in string.gmatch(c.r, '%d+') do kept[#kept + 1] = id end
-    c.r = table.concat(kept, ',')
-  end
+  -- (Receipts stay: their positions are not known here; at most ARGV[13] of them.)
+  if later(e, s, c.e, c.s) then c.e, c.s = e, s end
 elseif op == 'recv' then
   local ids = {}
   local seen = {}

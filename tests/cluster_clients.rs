@@ -1,13 +1,14 @@
 //! Subscriptions that belong to the client id on Redis (DECISIONS 13), through real nodes on
 //! real `redis-server`s, on a standalone shard and on a 3+3 Redis Cluster (the mailbox on a
-//! Sentinel group too): a client id
-//! subscribes on node A, its socket closes, a message is published on node B; the client
-//! comes back on B (fetch) or A (subscribe) and gets it exactly once; an explicit
-//! unsubscribe ends its subscription; `--max-mailbox-topics` counts its topics over the
-//! nodes. A watch registered on node A hears of a message published on node B exactly once
-//! (`accepted`, `queued`; the event JWT verifies against `GET /public-key`), and a `prompt`
-//! message is pushed once in the cluster to the client with no socket. Receipts
-//! (`irn_batchReceive`) and subscriptions over HTTP (`POST /rpc`, no socket) likewise.
+//! Sentinel group too): a client id subscribes on node A, its socket closes, a message is
+//! published on node B; the client comes back on B (fetch) or A (subscribe) and gets it
+//! exactly once; an explicit unsubscribe ends its subscription; `--max-mailbox-topics`
+//! counts its topics over the nodes. A watch registered on node A hears of a message
+//! published on node B exactly once (`accepted`, `queued`; the event JWT verifies against
+//! `GET /public-key`), and a `prompt` message is pushed once in the cluster to the client
+//! with no socket. Receipts (`irn_batchReceive`) and subscriptions over HTTP (`POST /rpc`,
+//! no socket) likewise; a node killed with its socket open stops counting once its
+//! liveness key is stale; the SDK's reconnect flows on Redis.
 
 mod common;
 
@@ -372,6 +373,102 @@ fn a_watch_and_a_push_across_nodes_on_a_standalone_shard() {
 #[test]
 fn a_watch_and_a_push_across_nodes_on_a_redis_cluster() {
     watch_and_push(&RedisSetup::start(RedisKind::Cluster));
+}
+
+/// A connection to the Redis server holding `t`'s keys, and how its keys name `t`.
+fn topic_conn(setup: &RedisSetup, t: &str) -> (redis::Connection, String) {
+    match &setup.shards[0] {
+        Topology::Standalone(r) => (r.conn(), t.to_string()),
+        Topology::Cluster(c) => (
+            c.conn(c.slot_owner(key_slot(t.as_bytes()))),
+            format!("{{{t}}}"),
+        ),
+        _ => panic!("standalone and cluster only"),
+    }
+}
+
+/// A node killed with its socket open (no close sent): once its liveness key is stale, a
+/// message published on another node is `queued` for the client and pushed, once.
+fn crashed_node(setup: &RedisSetup) {
+    let hooks = Receiver::start(|_| Reply::Status(204));
+    let push = PushServer::start();
+    let purl = push.url();
+    let mut n = nodes_args(2, &setup.redis_args(), &["--push-url", &purl]);
+    let key = relay_id::public_key_hex(&n[1]);
+    push.set_relay_public_key(&key);
+    let wallet = Signer::random();
+    push.register(&wallet.did(), "noop", "token", true);
+    let t0 = common::watch::now();
+    let claims = json!({
+        "iss": wallet.did(), "aud": "https://relay.walletconnect.com",
+        "sub": "https://notify.example/", "iat": t0, "exp": t0 + 24 * 3600,
+        "act": "irn_watchRegister", "typ": "subscriber", "whu": hooks.url("/hook"),
+        "tag": [1100], "sts": ["accepted", "queued"],
+    });
+    let r = n[1].ws().call(
+        "irn_watchRegister",
+        json!({ "registerAuth": wallet.sign(&claims) }),
+    );
+    assert!(r["error"].is_null(), "{r}");
+    let t = topic();
+    let mut w = connect(&wallet, &n[0]);
+    w.call("irn_subscribe", json!({ "topic": t }));
+    // The record names node A's sockets: `...|<node hex>=1|p`.
+    let rec = common::wait::poll(Duration::from_secs(10), || {
+        record(setup, &t, &wallet.did()).filter(|r| r.contains("=1|"))
+    })
+    .expect("no record of the socket");
+    let node = rec
+        .rsplit('|')
+        .nth(1)
+        .unwrap()
+        .split('=')
+        .next()
+        .unwrap()
+        .to_string();
+    drop(n.remove(0)); // SIGKILL: its socket never closes properly
+                       // Wait until A's liveness key in the topic's slot was not refreshed for 4 s.
+    let (mut conn, tag) = topic_conn(setup, &t);
+    let alive_key = match tag.starts_with('{') {
+        false => format!("wr:node:{node}"),
+        true => {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("wr:node:{node}:*"))
+                .query(&mut conn)
+                .unwrap();
+            keys.into_iter()
+                .find(|k| key_slot(k.as_bytes()) == key_slot(t.as_bytes()))
+                .expect("no liveness key in the topic's slot")
+        }
+    };
+    let stale = common::wait::poll(Duration::from_secs(20), || {
+        let ms: i64 = redis::cmd("PTTL").arg(&alive_key).query(&mut conn).unwrap();
+        (ms < 56_000).then_some(())
+    });
+    assert!(stale.is_some(), "node A's key is still refreshed");
+    let mut dapp = n[0].ws();
+    let r = dapp.call(
+        "irn_publish",
+        json!({"topic": t, "message": "wake", "ttl": 3600, "tag": 1100, "prompt": true}),
+    );
+    assert_eq!(r["result"], true, "{r}");
+    assert!(push
+        .wait_push(&wallet.did(), Duration::from_secs(10))
+        .is_some());
+    let evs = events(&hooks, &key, Duration::from_secs(3));
+    let count = |s: &str| evs.iter().filter(|(st, _)| st == s).count();
+    assert_eq!((count("accepted"), count("queued")), (1, 1), "{evs:?}");
+    assert_eq!(push.pushes().len(), 1);
+}
+
+#[test]
+fn a_crashed_node_s_sockets_stop_counting_on_a_standalone_shard() {
+    crashed_node(&RedisSetup::start(RedisKind::Standalone));
+}
+
+#[test]
+fn a_crashed_node_s_sockets_stop_counting_on_a_redis_cluster() {
+    crashed_node(&RedisSetup::start(RedisKind::Cluster));
 }
 
 /// The SDK's own reconnect flows (`tests/e2e-sdk/push.mjs`: 2.17.1's `batchFetchMessages`

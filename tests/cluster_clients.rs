@@ -413,7 +413,7 @@ fn crashed_node(setup: &RedisSetup) {
     let t = topic();
     let mut w = connect(&wallet, &n[0]);
     w.call("irn_subscribe", json!({ "topic": t }));
-    // The record names node A's sockets: `...|<node hex>=1|p`.
+    // The record names node A's sockets: `...|<node hex>:<worker>=1|p`.
     let rec = common::wait::poll(Duration::from_secs(10), || {
         record(setup, &t, &wallet.did()).filter(|r| r.contains("=1|"))
     })
@@ -422,7 +422,7 @@ fn crashed_node(setup: &RedisSetup) {
         .rsplit('|')
         .nth(1)
         .unwrap()
-        .split('=')
+        .split([':', '='])
         .next()
         .unwrap()
         .to_string();
@@ -469,6 +469,44 @@ fn a_crashed_node_s_sockets_stop_counting_on_a_standalone_shard() {
 #[test]
 fn a_crashed_node_s_sockets_stop_counting_on_a_redis_cluster() {
     crashed_node(&RedisSetup::start(RedisKind::Cluster));
+}
+
+/// A socket closed while Redis is away: the close does not reach Redis then, and the
+/// node sends its count again once Redis is back (no socket left behind for good).
+#[test]
+fn a_close_while_redis_is_away_is_made_good_when_it_is_back() {
+    let mut r = common::redis::RedisServer::start_persistent();
+    let n = nodes_args(1, &["--redis".to_string(), r.url()], &[]);
+    let wallet = Signer::random();
+    let t = topic();
+    let hget = |r: &common::redis::RedisServer| -> Option<String> {
+        redis::cmd("HGET")
+            .arg(format!("wr:c:{t}"))
+            .arg(wallet.did())
+            .query(&mut r.conn())
+            .ok()?
+    };
+    let mut w = connect(&wallet, &n[0]);
+    w.call("irn_subscribe", json!({ "topic": t }));
+    let held = common::wait::poll(Duration::from_secs(10), || {
+        hget(&r).filter(|v| v.contains("=1|"))
+    });
+    assert!(held.is_some(), "no socket counted");
+    r.kill();
+    let down = common::wait::poll(Duration::from_secs(20), || {
+        (common::cluster::health(&n[0]) == 503).then_some(())
+    });
+    assert!(down.is_some(), "the node never saw Redis go");
+    close(&n[0], w, 0.0);
+    r.restart();
+    let made_good = common::wait::poll(Duration::from_secs(20), || {
+        hget(&r).filter(|v| !v.starts_with("0|") && !v.contains("=1|"))
+    });
+    assert!(
+        made_good.is_some(),
+        "the socket is still counted: {:?}",
+        hget(&r)
+    );
 }
 
 /// The SDK's own reconnect flows (`tests/e2e-sdk/push.mjs`: 2.17.1's `batchFetchMessages`

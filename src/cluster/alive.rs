@@ -2,7 +2,8 @@
 //! `node_key_in`): a script there reads only keys of its topic's slot, so the node keeps one
 //! key alive in each slot where it has WalletConnect 1.0 subscribers (a v1 `pub` counts
 //! their subscriptions only while it is fresh) or sockets following topics for client ids
-//! (`clients.lua` and the publish script count those sockets likewise).
+//! (`clients.lua` and the publish script count those sockets likewise; from the absolute
+//! counts the client ops carry).
 //!
 //! Owns: the slots, from the commands passing through the Redis Cluster command thread
 //! (`multi`). Pure: no I/O; the thread sends the `AliveIn` refreshes this says.
@@ -21,9 +22,10 @@ pub(crate) struct AliveSlots {
     v1_topics: HashMap<(usize, Arc<str>), u16>,
     /// Per slot, how many of those.
     v1_slots: HashMap<u16, u32>,
-    /// Per slot, this node's sockets following topics for client ids (+1 a socket's
-    /// subscription, -1 its close or unsubscribe).
-    client_slots: HashMap<u16, u64>,
+    /// Per worker, topic and client id whose sockets follow the topic here, its slot.
+    client_topics: HashMap<(usize, Arc<str>, Arc<str>), u16>,
+    /// Per slot, how many of those.
+    client_slots: HashMap<u16, u32>,
 }
 
 impl AliveSlots {
@@ -37,7 +39,13 @@ impl AliveSlots {
                 count,
                 ..
             } => self.v1(*worker, topic, *count),
-            Command::Client { topic, op, .. } => self.client(topic, op),
+            Command::Client {
+                worker,
+                topic,
+                client,
+                op,
+                ..
+            } => self.client(*worker, topic, client, op),
             _ => None,
         }
     }
@@ -80,26 +88,38 @@ impl AliveSlots {
         first.then_some(slot)
     }
 
-    /// A client op: a socket's subscription counts, its close or unsubscribe uncounts.
-    fn client(&mut self, topic: &Arc<str>, op: &ClientCmd) -> Option<u16> {
-        let slot = topic_slot(topic.as_bytes());
-        match op {
-            ClientCmd::Sub => {
-                let first = !self.wanted(slot);
-                *self.client_slots.entry(slot).or_insert(0) += 1;
-                first.then_some(slot)
-            }
-            ClientCmd::Gone(..) | ClientCmd::Unsub(true) => {
-                if let Some(n) = self.client_slots.get_mut(&slot) {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        self.client_slots.remove(&slot);
-                    }
+    /// A client op: a worker's sockets following a topic for a client id (absolute), or
+    /// the end of the client's subscription.
+    fn client(
+        &mut self,
+        worker: usize,
+        topic: &Arc<str>,
+        client: &Arc<str>,
+        op: &ClientCmd,
+    ) -> Option<u16> {
+        let key = (worker, Arc::clone(topic), Arc::clone(client));
+        let n = match op {
+            ClientCmd::Unsub => 0,
+            other => other.sockets()?,
+        };
+        if n == 0 {
+            let slot = self.client_topics.remove(&key)?;
+            if let Some(c) = self.client_slots.get_mut(&slot) {
+                *c -= 1;
+                if *c == 0 {
+                    self.client_slots.remove(&slot);
                 }
-                None
             }
-            _ => None,
+            return None;
         }
+        if self.client_topics.contains_key(&key) {
+            return None;
+        }
+        let slot = topic_slot(topic.as_bytes());
+        let first = !self.wanted(slot);
+        self.client_topics.insert(key, slot);
+        *self.client_slots.entry(slot).or_insert(0) += 1;
+        first.then_some(slot)
     }
 }
 
@@ -113,13 +133,14 @@ mod tests {
         let t: Arc<str> = Arc::from("t");
         let slot = topic_slot(b"t");
         let client = |op| Command::Client {
+            worker: 0,
             topic: t.clone(),
             client: Arc::from("c"),
             project: Arc::from("p"),
             op,
         };
-        assert_eq!(a.follow(&client(ClientCmd::Sub)), Some(slot));
-        assert_eq!(a.follow(&client(ClientCmd::Sub)), None);
+        assert_eq!(a.follow(&client(ClientCmd::Sub(1))), Some(slot));
+        assert_eq!(a.follow(&client(ClientCmd::Sub(2))), None);
         let v1 = |count| Command::V1Sub {
             worker: 0,
             ticket: None,
@@ -127,10 +148,13 @@ mod tests {
             count,
         };
         assert_eq!(a.follow(&v1(1)), None, "already kept");
-        assert_eq!(a.follow(&client(ClientCmd::Gone(1, 1))), None);
-        assert_eq!(a.follow(&client(ClientCmd::Unsub(true))), None);
+        assert_eq!(a.follow(&client(ClientCmd::Gone(1, 1, 1))), None);
+        assert_eq!(a.follow(&client(ClientCmd::Gone(1, 1, 0))), None);
         assert_eq!(a.slots(), [slot], "the v1 subscriber keeps it");
         a.follow(&v1(0));
+        assert!(a.slots().is_empty());
+        assert_eq!(a.follow(&client(ClientCmd::Sockets(1))), Some(slot));
+        a.follow(&client(ClientCmd::Unsub));
         assert!(a.slots().is_empty());
     }
 }

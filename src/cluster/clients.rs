@@ -7,12 +7,13 @@
 //!
 //! Key layout (T = topic, C = client id, as hash tags on a Redis Cluster): `wr:c:T` the
 //! topic's client ids, one field per client id: `<expiry ms>|<delivered epoch>|<delivered
-//! seq>|<receipts>|<node hex>=<sockets>,...|<project>` (expiry 0 while a socket follows the
-//! topic for it; a node's sockets count while its liveness key, `cluster::v1`, is fresh, and
-//! are dropped once it is gone); the meta hash `wr:2:m:T` has the field `c` while the topic
-//! has client ids (the publish script reads the clients hash only then); `wr:mb:C` the
-//! client's topics for `--max-mailbox-topics`, a sorted set scored by when each mailbox
-//! would expire without a socket.
+//! seq>|<receipts>|<node hex>:<worker>=<sockets>,...|<project>` (expiry 0 while a socket
+//! follows the topic for it; each worker's count is absolute, so a close Redis missed is
+//! made good by sending it again; a node's sockets count while its liveness key,
+//! `cluster::v1`, is fresh, and are dropped once it is gone); the meta hash `wr:2:m:T` has
+//! the field `c` while the topic has client ids (the publish script reads the clients hash
+//! only then); `wr:mb:C` the client's topics for `--max-mailbox-topics`, a sorted set
+//! scored by when each mailbox would expire without a socket.
 
 use redis::Value;
 
@@ -28,18 +29,23 @@ pub const MAX_RECEIPTS: u64 = 64;
 /// Most client ids one topic keeps (as `engine::clients::MAX_CLIENTS_PER_TOPIC`).
 pub const MAX_CLIENTS_PER_TOPIC: u64 = 1024;
 
-/// What a client op does to its subscription of a topic.
+/// What a client op does to its subscription of a topic. The socket counts are this
+/// worker's, absolute (sent again after an outage: a close Redis missed leaves nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientCmd {
-    /// A socket of this node follows the topic for it (one more).
-    Sub,
+    /// A socket of this worker subscribed: this worker's sockets following the topic for
+    /// the client now.
+    Sub(u32),
+    /// This worker's sockets again (after Redis may have missed an op), if the client has
+    /// a subscription.
+    Sockets(u32),
     /// A subscription without a socket (HTTP).
     Http,
-    /// A socket of this node closed, having been given everything up to (epoch, seq).
-    Gone(u64, u64),
-    /// The client's subscription ends (`true`: a socket of this node followed the topic
-    /// for it).
-    Unsub(bool),
+    /// A socket of this worker closed, having been given everything up to (epoch, seq);
+    /// this worker's sockets now.
+    Gone(u64, u64, u32),
+    /// The client's subscription ends.
+    Unsub,
     /// A fetch gave it everything up to (epoch, seq).
     Delivered(u64, u64),
     /// It received these message ids.
@@ -49,12 +55,21 @@ pub enum ClientCmd {
 impl ClientCmd {
     fn name(&self) -> &'static [u8] {
         match self {
-            ClientCmd::Sub => b"sub",
+            ClientCmd::Sub(_) => b"sub",
+            ClientCmd::Sockets(_) => b"sock",
             ClientCmd::Http => b"http",
             ClientCmd::Gone(..) => b"gone",
-            ClientCmd::Unsub(_) => b"unsub",
+            ClientCmd::Unsub => b"unsub",
             ClientCmd::Delivered(..) => b"deliv",
             ClientCmd::Receive(_) => b"recv",
+        }
+    }
+
+    /// This worker's socket count the op carries.
+    pub fn sockets(&self) -> Option<u32> {
+        match self {
+            ClientCmd::Sub(n) | ClientCmd::Sockets(n) | ClientCmd::Gone(_, _, n) => Some(*n),
+            _ => None,
         }
     }
 }
@@ -82,11 +97,13 @@ pub struct ClientLimits {
     pub keys: Keys,
 }
 
-/// Packs `EVALSHA clients` for `op` of `client` (of `project`) on `topic`.
+/// Packs `EVALSHA clients` for `op` of `client` (of `project`) on `topic`, by `worker`.
+#[allow(clippy::too_many_arguments)]
 pub fn pack_client(
     buf: &mut Vec<u8>,
     sha: &str,
     lim: &ClientLimits,
+    worker: usize,
     topic: &[u8],
     client: &str,
     project: &str,
@@ -94,7 +111,7 @@ pub fn pack_client(
 ) {
     let t = tag_parts(topic, lim.keys.tagged);
     let (e, s) = match op {
-        ClientCmd::Gone(e, s) | ClientCmd::Delivered(e, s) => (*e, *s),
+        ClientCmd::Gone(e, s, _) | ClientCmd::Delivered(e, s) => (*e, *s),
         _ => (0, 0),
     };
     let receipts = match op {
@@ -103,13 +120,13 @@ pub fn pack_client(
     };
     let forget = super::v1::forget_ms();
     let mut pk = Packer::new(buf);
-    pk.cmd(19).arg(b"EVALSHA").arg(sha.as_bytes()).num(2);
+    pk.cmd(20).arg(b"EVALSHA").arg(sha.as_bytes()).num(2);
     pk.arg_parts(&[CLIENTS_PREFIX, t[0], t[1], t[2]])
         .arg_parts(&[b"wr:2:m:", t[0], t[1], t[2]]);
     pk.arg(op.name())
         .arg(client.as_bytes())
         .arg(project.as_bytes())
-        .arg(format!("{:016x}", lim.node).as_bytes())
+        .arg(super::v1::field(lim.node, worker).as_bytes())
         .num(lim.mailbox_ttl_ms.clamp(1, 1 << 40))
         .num(e)
         .num(s)
@@ -119,7 +136,8 @@ pub fn pack_client(
         .num(forget)
         .num(lim.alive_ms.min(forget))
         .num(MAX_RECEIPTS)
-        .num(MAX_CLIENTS_PER_TOPIC);
+        .num(MAX_CLIENTS_PER_TOPIC)
+        .num(u64::from(op.sockets().unwrap_or(0)));
 }
 
 /// Packs `EVALSHA mailbox` for `op` of `client` on `topic`.
@@ -200,17 +218,12 @@ mod tests {
             },
         };
         let mut buf = Vec::new();
-        pack_client(
-            &mut buf,
-            "sha",
-            &lim,
-            b"t",
-            "did:key:z1",
-            "p",
-            &ClientCmd::Gone(3, 4),
-        );
+        let gone = ClientCmd::Gone(3, 4, 2);
+        pack_client(&mut buf, "sha", &lim, 1, b"t", "did:key:z1", "p", &gone);
         let s = strings(&buf);
-        assert_eq!(s.len(), 19);
+        assert_eq!(s.len(), 20);
+        assert_eq!(s[8], b"00000000000000ab:1");
+        assert_eq!(s[19], b"2");
         assert_eq!(s[3], b"wr:c:{t}");
         assert_eq!(s[4], b"wr:2:m:{t}");
         assert_eq!(s[5], b"gone");

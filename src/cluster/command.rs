@@ -63,8 +63,10 @@ pub(crate) enum Command {
     /// The node's liveness refresh in one hash slot of a Redis Cluster, where it has v1
     /// subscribers (sent with the heartbeat; no answer).
     AliveIn(u16),
-    /// A client id's op on its subscription of `topic` (no answer).
+    /// A client id's op on its subscription of `topic` (no answer; one that carries a
+    /// socket count and could not be sent is answered `ClientUnsent`).
     Client {
+        worker: usize,
         topic: Arc<str>,
         client: Arc<str>,
         project: Arc<str>,

@@ -184,6 +184,7 @@ impl ClusterHandle {
         self.send(
             topic,
             command::Command::Client {
+                worker: self.worker,
                 topic: Arc::clone(topic),
                 client: Arc::clone(client),
                 project: Arc::clone(project),

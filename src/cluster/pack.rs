@@ -174,15 +174,16 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
             ticket.is_some(),
         ),
         Command::Client {
+            worker,
             topic,
             client,
             project,
             op,
-            ..
         } => clients::pack_client(
             buf,
             &shas.0[script::CLIENTS_IDX],
             &client_limits(ctx, keys),
+            *worker,
             topic.as_bytes(),
             client,
             project,

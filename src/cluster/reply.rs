@@ -215,6 +215,13 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
                 result: Err(Unavailable),
             },
         ),
+        Command::Client {
+            worker,
+            topic,
+            client,
+            op,
+            ..
+        } if op.sockets().is_some() => (worker, ClusterEvent::ClientUnsent { topic, client }),
         Command::Client { .. } | Command::Mailbox { .. } => return,
         Command::WebhookRemove { .. }
         | Command::V1Sub { .. }

@@ -301,6 +301,14 @@ pub enum ClusterEvent {
         /// The pending frames, oldest first (now removed); or unavailable.
         result: Result<Vec<Bytes>, Unavailable>,
     },
+    /// An op carrying this worker's socket count of `client` on `topic` did not reach
+    /// Redis: the count is to be sent again.
+    ClientUnsent {
+        /// The topic.
+        topic: Arc<str>,
+        /// The client id.
+        client: Arc<str>,
+    },
     /// A client id's subscription of `topic` was refused for the whole cluster
     /// (`--max-mailbox-topics`).
     MailboxFull {

@@ -70,10 +70,10 @@ local function clients_of(meta, ckey, publisher, suffix)
   local res, states = {}, {}
   for i = 1, #all, 2 do
     local id, v = all[i], all[i + 1]
-    local x, nodes, p = string.match(v, '^(%d+)|%d+|%d+|[%d,]*|([%x=,]*)|(.*)$')
+    local x, nodes, p = string.match(v, '^(%d+)|%d+|%d+|[%d,]*|([%x:=,]*)|(.*)$')
     if x and id ~= publisher then
       local total = 0
-      for node, k in string.gmatch(nodes, '(%x+)=(%d+)') do
+      for node, k in string.gmatch(nodes, '(%x+):?%d*=(%d+)') do
         local st = states[node]
         if st == nil then
           local pt = redis.call('PTTL', node_prefix .. node .. suffix)

@@ -37,6 +37,74 @@ pub(super) struct Full {
     kept: std::collections::HashSet<Arc<str>>,
 }
 
+/// How often counts Redis may have missed are sent again, ms.
+const RESEND_EVERY_MS: u64 = 1000;
+
+/// This worker's sockets following a topic for a client id, as sent to Redis.
+#[derive(Debug)]
+struct Sock {
+    client: Arc<ClientRef>,
+    count: u32,
+    /// Redis may have missed it: sent again at the next tick.
+    dirty: bool,
+}
+
+/// This worker's socket counts per topic and client id (absolute counts are what
+/// `clients.lua` keeps per worker: a close Redis missed is made good by sending the count
+/// again, after a resync of the topic or when the op came back unsent).
+#[derive(Debug, Default)]
+pub(super) struct Socks {
+    by_topic: HashMap<Arc<str>, Vec<Sock>, ahash::RandomState>,
+    dirty: usize,
+    resend_at: u64,
+}
+
+impl Socks {
+    fn count(&self, topic: &str, client: &str) -> u32 {
+        self.by_topic
+            .get(topic)
+            .and_then(|v| v.iter().find(|s| *s.client.id == *client))
+            .map_or(0, |s| s.count)
+    }
+
+    /// Sets the count (an entry at 0 stays while it is to be sent again).
+    fn set(&mut self, topic: &Arc<str>, client: &Arc<ClientRef>, count: u32) {
+        let v = self.by_topic.entry(topic.clone()).or_default();
+        match v.iter().position(|s| s.client.id == client.id) {
+            Some(i) => {
+                v[i].count = count;
+                if count == 0 && !v[i].dirty {
+                    v.swap_remove(i);
+                }
+            }
+            None if count > 0 => v.push(Sock {
+                client: client.clone(),
+                count,
+                dirty: false,
+            }),
+            None => {}
+        }
+        if v.is_empty() {
+            self.by_topic.remove(topic);
+        }
+    }
+
+    /// Redis may have missed the count of `client` on `topic`.
+    fn mark(&mut self, topic: &Arc<str>, client: &Arc<ClientRef>) {
+        let v = self.by_topic.entry(topic.clone()).or_default();
+        match v.iter_mut().find(|s| s.client.id == client.id) {
+            Some(s) if s.dirty => return,
+            Some(s) => s.dirty = true,
+            None => v.push(Sock {
+                client: client.clone(),
+                count: 0,
+                dirty: true,
+            }),
+        }
+        self.dirty += 1;
+    }
+}
+
 /// What a publish needs for its notices once Redis stored it.
 #[derive(Debug)]
 pub(super) struct Publishing {
@@ -148,6 +216,7 @@ impl RedisEngine {
         let now = crate::clock::now_ms();
         let ttl = self.mail.ttl_ms;
         let (id, project) = (&client.id, &client.project);
+        let mut count = None;
         let (cmd, mailbox) = match op {
             ClientOp::Subscribe { socket } => {
                 let max = self.mail.max;
@@ -159,31 +228,50 @@ impl RedisEngine {
                 if refused || !self.mail.node.admit(id, topic, max, now, until) {
                     return Err(RelayError::SubscriberLimitExceeded(max));
                 }
-                let cmd = if socket {
-                    ClientCmd::Sub
-                } else {
-                    ClientCmd::Http
+                let cmd = match socket {
+                    true => {
+                        let n = self.socks.count(topic, id) + 1;
+                        count = Some(n);
+                        ClientCmd::Sub(n)
+                    }
+                    false => ClientCmd::Http,
                 };
                 (cmd, Some(MailboxCmd::Add))
             }
             ClientOp::SocketGone { at } => {
                 self.mail.node.set(id, topic, Some(now + ttl));
-                (ClientCmd::Gone(at.epoch, at.seq), Some(MailboxCmd::Touch))
+                let n = self.socks.count(topic, id).saturating_sub(1);
+                count = Some(n);
+                let cmd = ClientCmd::Gone(at.epoch, at.seq, n);
+                (cmd, Some(MailboxCmd::Touch))
             }
             ClientOp::Unsubscribe { socket } => {
                 self.mail.node.set(id, topic, None);
                 self.full.remove(id);
-                (ClientCmd::Unsub(socket), Some(MailboxCmd::Del))
+                if socket {
+                    count = Some(self.socks.count(topic, id).saturating_sub(1));
+                }
+                (ClientCmd::Unsub, Some(MailboxCmd::Del))
             }
             ClientOp::Delivered { at } => (ClientCmd::Delivered(at.epoch, at.seq), None),
             ClientOp::Receive { ids } => (ClientCmd::Receive(ids), None),
         };
+        let subscribing = mailbox == Some(MailboxCmd::Add);
         if self.handle.client(topic, id, project, cmd).is_err() {
             self.handle.count_unavailable_answer(topic);
-            if mailbox == Some(MailboxCmd::Add) {
+            if subscribing {
                 self.mail.node.set(id, topic, None);
+                return Err(RelayError::StorageUnavailable);
+            }
+            if let Some(n) = count {
+                // A close or unsubscribe Redis did not get: its count goes again.
+                self.socks.set(topic, client, n);
+                self.socks.mark(topic, client);
             }
             return Err(RelayError::StorageUnavailable);
+        }
+        if let Some(n) = count {
+            self.socks.set(topic, client, n);
         }
         if let Some(m) = mailbox {
             // Refused (a full queue): the cluster's count misses it until the next op.
@@ -195,6 +283,7 @@ impl RedisEngine {
     /// Periodic work: the node's count swept (worker 0, every [`SWEEP_EVERY_MS`]), the
     /// refusals past their time forgotten.
     pub(super) fn clients_tick(&mut self, now: u64) {
+        self.resend_dirty(now);
         if now < self.mail.swept_at + SWEEP_EVERY_MS {
             return;
         }
@@ -206,6 +295,56 @@ impl RedisEngine {
         self.full.retain(|_, f| f.until > at);
     }
 
+    /// The topic's subscription on this node is live again after Redis was away: this
+    /// worker's socket counts of its client ids go again (a close it missed is made good).
+    pub(super) fn resend_sockets(&mut self, topic: &Arc<str>) {
+        let Some(v) = self.socks.by_topic.get(topic) else {
+            return;
+        };
+        let all: Vec<(Arc<ClientRef>, u32)> =
+            v.iter().map(|s| (s.client.clone(), s.count)).collect();
+        for (c, n) in all {
+            let cmd = ClientCmd::Sockets(n);
+            if self.handle.client(topic, &c.id, &c.project, cmd).is_err() {
+                self.socks.mark(topic, &c);
+            }
+        }
+    }
+
+    /// An op carrying a socket count did not reach Redis.
+    pub(super) fn client_unsent(&mut self, topic: Arc<str>, client: Arc<str>) {
+        let c = Arc::new(ClientRef {
+            id: client,
+            project: Arc::from(""),
+        });
+        self.socks.mark(&topic, &c);
+    }
+
+    /// Sends again the counts Redis may have missed (at most every [`RESEND_EVERY_MS`]).
+    fn resend_dirty(&mut self, now: u64) {
+        if self.socks.dirty == 0 || now < self.socks.resend_at {
+            return;
+        }
+        self.socks.resend_at = now + RESEND_EVERY_MS;
+        self.socks.dirty = 0;
+        let mut again = Vec::new();
+        for (topic, v) in self.socks.by_topic.iter_mut() {
+            for s in v.iter_mut().filter(|s| s.dirty) {
+                s.dirty = false;
+                again.push((topic.clone(), s.client.clone(), s.count));
+            }
+            v.retain(|s| s.count > 0);
+        }
+        self.socks.by_topic.retain(|_, v| !v.is_empty());
+        for (topic, c, n) in again {
+            let cmd = ClientCmd::Sockets(n);
+            if self.handle.client(&topic, &c.id, &c.project, cmd).is_err() {
+                self.socks.set(&topic, &c, n);
+                self.socks.mark(&topic, &c);
+            }
+        }
+    }
+
     /// The cluster refused `client`'s subscription of `topic`: it is undone, and the
     /// client's next subscriptions here are refused for a while.
     pub(super) fn mailbox_full(&mut self, topic: Arc<str>, client: Arc<str>, kept: Vec<String>) {
@@ -213,7 +352,7 @@ impl RedisEngine {
         let project: Arc<str> = Arc::from("");
         let _ = self
             .handle
-            .client(&topic, &client, &project, ClientCmd::Unsub(false));
+            .client(&topic, &client, &project, ClientCmd::Unsub);
         self.mail.node.set(&client, &topic, None);
         if self.full.len() >= MAX_FULL {
             self.full.clear();

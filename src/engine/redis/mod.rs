@@ -77,6 +77,8 @@ pub struct RedisEngine {
     /// Client ids the cluster refused a subscription (`--max-mailbox-topics`): until when,
     /// and the topics they keep.
     full: HashMap<Arc<str>, clients::Full, ahash::RandomState>,
+    /// This worker's socket counts of client ids, per topic.
+    socks: clients::Socks,
 }
 
 impl RedisEngine {
@@ -100,6 +102,7 @@ impl RedisEngine {
             mail: clients::Mail::default(),
             reads_for: HashMap::default(),
             full: HashMap::default(),
+            socks: clients::Socks::default(),
         }
     }
 
@@ -248,7 +251,9 @@ impl RedisEngine {
             return;
         };
         if w.live {
-            // A reconnect or an outage over: live messages may have been missed.
+            // A reconnect or an outage over: live messages may have been missed, and Redis
+            // may have missed a close.
+            self.resend_sockets(&topic);
             return out.push(Event::Resync { topic });
         }
         w.live = true;
@@ -272,6 +277,7 @@ impl RedisEngine {
             ClusterEvent::Resync { .. } => {}
             ClusterEvent::V1Published { topic, result } => self.v1_published(topic, result),
             ClusterEvent::V1Taken { ticket, result } => self.v1_taken(ticket, result, out),
+            ClusterEvent::ClientUnsent { topic, client } => self.client_unsent(topic, client),
             ClusterEvent::MailboxFull {
                 topic,
                 client,

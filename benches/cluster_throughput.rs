@@ -88,6 +88,7 @@ fn main() {
             ttl: Duration::from_secs(300),
             origin: Origin { node: 1, conn: i },
             prompt: false,
+            publisher: None,
         };
         // Like workers at a steady rate: at most WINDOW unanswered, then wait for room.
         while i - (stored.load(Ordering::Relaxed) + failed.load(Ordering::Relaxed)) >= WINDOW {

@@ -24,6 +24,7 @@ fn req(topic: &str, msg: &str) -> PublishReq {
         ttl: MIN,
         origin: Origin { node: 1, conn: 1 },
         prompt: false,
+        publisher: None,
     }
 }
 

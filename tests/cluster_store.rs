@@ -20,6 +20,7 @@ fn stored(r: Result<PublishOutcome, walletrelay::cluster::Unavailable>) -> (u64,
             epoch,
             seq,
             webhooks,
+            ..
         }) => (epoch, seq, webhooks),
         other => panic!("expected stored, got {other:?}"),
     }
@@ -268,6 +269,7 @@ fn webhooks_register_once_are_capped_and_come_back_once_per_stored_publish() {
         ttl: MIN,
         origin: Origin::default(),
         prompt: true,
+        publisher: None,
     };
     a.h(0).publish(t, req).unwrap();
     let out = a.wait("v1 publish", |_, e| match e {
@@ -343,6 +345,7 @@ fn big_messages_travel_whole_in_bounded_rounds() {
             ttl: MIN,
             origin: Origin::default(),
             prompt: false,
+            publisher: None,
         };
         n.h(0).publish(i as u64 + 100, req).unwrap();
     }

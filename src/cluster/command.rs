@@ -33,6 +33,8 @@ pub(crate) enum Command {
         topic: Arc<str>,
         epoch: u64,
         after: u64,
+        /// A read for this client id (after what it was given).
+        client: Option<Arc<str>>,
     },
     /// Register a webhook.
     WebhookAdd {
@@ -61,6 +63,23 @@ pub(crate) enum Command {
     /// The node's liveness refresh in one hash slot of a Redis Cluster, where it has v1
     /// subscribers (sent with the heartbeat; no answer).
     AliveIn(u16),
+    /// A client id's op on its subscription of `topic` (no answer; one that carries a
+    /// socket count and could not be sent is answered `ClientUnsent`).
+    Client {
+        worker: usize,
+        topic: Arc<str>,
+        client: Arc<str>,
+        project: Arc<str>,
+        op: super::clients::ClientCmd,
+    },
+    /// A client id's set of topics (`--max-mailbox-topics`; routed by the client id): a
+    /// refused `Add` is answered `MailboxFull`.
+    Mailbox {
+        worker: usize,
+        client: Arc<str>,
+        topic: Arc<str>,
+        op: super::clients::MailboxCmd,
+    },
 }
 
 impl Command {
@@ -68,12 +87,21 @@ impl Command {
     pub(super) fn size(&self) -> usize {
         match self {
             Command::Publish { req, .. } => req.body.len() + 2 * req.topic.len() + 128,
-            Command::Read { topic, .. } => topic.len() + 96,
+            Command::Read { topic, client, .. } => {
+                topic.len() + client.as_ref().map_or(0, |c| c.len() + topic.len()) + 96
+            }
             Command::WebhookAdd { topic, url, .. } | Command::WebhookRemove { topic, url } => {
                 topic.len() + url.len() + 96
             }
             Command::V1Publish { req, .. } => req.frame.len() + 3 * req.topic.len() + 192,
             Command::V1Sub { topic, .. } => 2 * topic.len() + 96,
+            Command::Client {
+                topic,
+                client,
+                project,
+                ..
+            } => 2 * topic.len() + client.len() + project.len() + 256,
+            Command::Mailbox { topic, client, .. } => topic.len() + client.len() + 96,
             Command::Alive | Command::Role | Command::AliveIn(_) => 64,
         }
     }

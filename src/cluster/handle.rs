@@ -83,6 +83,32 @@ impl ClusterHandle {
                 topic: Arc::clone(topic),
                 epoch,
                 after: after_seq,
+                client: None,
+            },
+        )
+    }
+
+    /// Reads the topic's unexpired messages after `(epoch, after_seq)` (from the start when
+    /// `epoch` is not the topic's current one, e.g. 0); the answer comes as `History`.
+    pub fn read_client(
+        &self,
+        ticket: u64,
+        ns: u8,
+        topic: &Arc<str>,
+        epoch: u64,
+        after_seq: u64,
+        client: &Arc<str>,
+    ) -> Result<(), Unavailable> {
+        self.send(
+            topic,
+            command::Command::Read {
+                worker: self.worker,
+                ticket,
+                ns,
+                topic: Arc::clone(topic),
+                epoch,
+                after: after_seq,
+                client: Some(Arc::clone(client)),
             },
         )
     }
@@ -138,6 +164,49 @@ impl ClusterHandle {
                 ticket,
                 topic: Arc::clone(topic),
                 count,
+            },
+        )
+    }
+
+    /// The worker this handle is for.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    /// A client id's op on its subscription of `topic` (no answer).
+    pub fn client(
+        &self,
+        topic: &Arc<str>,
+        client: &Arc<str>,
+        project: &Arc<str>,
+        op: super::clients::ClientCmd,
+    ) -> Result<(), Unavailable> {
+        self.send(
+            topic,
+            command::Command::Client {
+                worker: self.worker,
+                topic: Arc::clone(topic),
+                client: Arc::clone(client),
+                project: Arc::clone(project),
+                op,
+            },
+        )
+    }
+
+    /// A client id's set of topics, on the client id's own shard and slot.
+    pub fn mailbox(
+        &self,
+        client: &Arc<str>,
+        topic: &Arc<str>,
+        op: super::clients::MailboxCmd,
+    ) -> Result<(), Unavailable> {
+        self.send(
+            client,
+            command::Command::Mailbox {
+                worker: self.worker,
+                client: Arc::clone(client),
+                topic: Arc::clone(topic),
+                op,
             },
         )
     }

@@ -30,6 +30,8 @@
 //! only (never straight from the publish), so every node delivers in the store's order.
 
 pub mod addr;
+mod alive;
+pub mod clients;
 mod command;
 mod handle;
 mod link;
@@ -66,8 +68,8 @@ pub use ring::{fingerprint, shard_of};
 pub use setup::ConnectError;
 pub use shared::{shared_value, SharedLink, SharedSpec};
 pub use types::{
-    ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage, Origin, PublishOutcome,
-    PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,
+    ClientRead, ClientSeen, ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage,
+    Origin, PublishOutcome, PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,
 };
 pub use v1::V1PublishReq;
 

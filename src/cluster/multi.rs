@@ -24,6 +24,7 @@ use crossbeam_channel::{select, Receiver};
 use redis::Value;
 
 use super::addr::Endpoint;
+use super::alive::AliveSlots;
 use super::command::{set_health, Command, ShardCtx};
 use super::link::{Link, LinkError};
 use super::pack::{command_slot, pack_batch};
@@ -141,8 +142,7 @@ pub(crate) fn spawn(
         batch: Vec::new(),
         buf: Vec::new(),
         alive_at: Instant::now(),
-        v1_topics: HashMap::new(),
-        v1_slots: HashMap::new(),
+        alive: AliveSlots::default(),
     };
     std::thread::Builder::new()
         .name(name)
@@ -163,11 +163,8 @@ struct Multi {
     batch: Vec<Routed>,
     buf: Vec<u8>,
     alive_at: Instant,
-    /// Slots where this node has WalletConnect 1.0 subscribers (by worker and topic, from
-    /// the `V1Sub` counts passing through): its liveness key is kept in each of them, as a
-    /// v1 `pub` there reads only keys of its topic's slot (`v1::node_key_in`).
-    v1_topics: HashMap<(usize, std::sync::Arc<str>), u16>,
-    v1_slots: HashMap<u16, u32>,
+    /// Slots where the node keeps its liveness key (`alive`).
+    alive: AliveSlots,
 }
 
 impl Multi {
@@ -191,8 +188,7 @@ impl Multi {
             if self.alive_at.elapsed() >= self.ctx.cfg.heartbeat {
                 self.alive_at = Instant::now();
                 self.take(Command::Alive);
-                let slots: Vec<u16> = self.v1_slots.keys().copied().collect();
-                for slot in slots {
+                for slot in self.alive.slots() {
                     self.take(Command::AliveIn(slot));
                 }
             }
@@ -208,52 +204,18 @@ impl Multi {
     }
 
     fn take(&mut self, cmd: Command) {
-        if let Command::V1Sub {
-            worker,
-            topic,
-            count,
-            ..
-        } = &cmd
-        {
-            self.v1_interest(*worker, topic, *count);
-        }
-        self.batch.push(Routed {
-            cmd,
-            ask: None,
-            hops: 0,
-        });
-    }
-
-    /// Follows a worker's v1 subscriber count of a topic; a slot that gets its first
-    /// subscriber has the node's liveness key set in it before the count is registered
-    /// (a `pub` that found counts without a live key would drop them).
-    fn v1_interest(&mut self, worker: usize, topic: &std::sync::Arc<str>, count: u32) {
-        let key = (worker, std::sync::Arc::clone(topic));
-        if count == 0 {
-            if let Some(slot) = self.v1_topics.remove(&key) {
-                if let Some(n) = self.v1_slots.get_mut(&slot) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.v1_slots.remove(&slot);
-                    }
-                }
-            }
-            return;
-        }
-        if self.v1_topics.contains_key(&key) {
-            return;
-        }
-        let slot = super::slots::topic_slot(topic.as_bytes());
-        self.v1_topics.insert(key, slot);
-        let n = self.v1_slots.entry(slot).or_insert(0);
-        *n += 1;
-        if *n == 1 {
+        if let Some(slot) = self.alive.follow(&cmd) {
             self.batch.push(Routed {
                 cmd: Command::AliveIn(slot),
                 ask: None,
                 hops: 0,
             });
         }
+        self.batch.push(Routed {
+            cmd,
+            ask: None,
+            hops: 0,
+        });
     }
 
     /// Reads the map again when it is stale (at most every [`STALE_REFRESH`]) or old.

@@ -11,7 +11,17 @@ use super::command::{Command, ShardCtx};
 use super::reply::Slot;
 use super::script::{self, Keys, PublishArgs, Shas};
 use super::slots::topic_slot;
-use super::v1;
+use super::{clients, v1};
+
+/// What the client scripts need from the shard's settings.
+fn client_limits(ctx: &ShardCtx, keys: Keys) -> clients::ClientLimits {
+    clients::ClientLimits {
+        node: ctx.node,
+        mailbox_ttl_ms: u64::try_from(ctx.cfg.mailbox_ttl.as_millis()).unwrap_or(u64::MAX),
+        alive_ms: u64::try_from(ctx.cfg.node_alive.as_millis()).unwrap_or(u64::MAX),
+        keys,
+    }
+}
 
 /// A command's hash slot on a Redis Cluster shard (`None`: it has no topic; the liveness
 /// refresh goes to whichever node serves its key, `ROLE` to none).
@@ -23,6 +33,8 @@ pub(crate) fn command_slot(c: &Command, node: u64) -> Option<u16> {
         | Command::WebhookRemove { topic, .. }
         | Command::V1Sub { topic, .. } => topic,
         Command::V1Publish { req, .. } => &req.topic,
+        Command::Client { topic, .. } => topic,
+        Command::Mailbox { client, .. } => client,
         Command::Alive => return Some(super::slots::key_slot(&v1::node_key(node))),
         Command::AliveIn(slot) => return Some(*slot),
         Command::Role => return None,
@@ -44,11 +56,15 @@ pub(crate) fn pack_batch<'c>(
     let keys = ctx.keys();
     let group_max = cfg.publish_group.max(1);
     let cap = cfg.max_cached_per_topic.max(1) as u64;
+    let client_args = script::ClientArgs {
+        mailbox_ttl_ms: u64::try_from(cfg.mailbox_ttl.as_millis()).unwrap_or(u64::MAX),
+        alive_ms: u64::try_from(cfg.node_alive.as_millis()).unwrap_or(u64::MAX),
+    };
     let mut group: Vec<PublishArgs<'c>> = Vec::with_capacity(group_max);
     let mut group_slot = None;
     let flush = |group: &mut Vec<PublishArgs<'_>>, buf: &mut Vec<u8>, slots: &mut Vec<Slot>| {
         if !group.is_empty() {
-            script::pack_publish_group(buf, shas, cap, keys, replid, group);
+            script::pack_publish_group(buf, shas, cap, keys, replid, client_args, group);
             slots.push(Slot {
                 n: group.len(),
                 group: true,
@@ -75,6 +91,7 @@ pub(crate) fn pack_batch<'c>(
                     .clamp(1, 1 << 40),
                 origin: req.origin,
                 prompt: req.prompt,
+                publisher: req.publisher.as_deref().map_or(&b""[..], str::as_bytes),
             });
             if group.len() >= group_max {
                 flush(&mut group, buf, slots);
@@ -99,6 +116,7 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
             topic,
             epoch,
             after,
+            client,
             ..
         } => script::pack_read(
             buf,
@@ -112,6 +130,7 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
                 max_bytes: cfg.read_max_bytes as u64,
                 max_count: cfg.read_max_count.max(1) as u64,
             },
+            client.as_deref(),
         ),
         Command::WebhookAdd { topic, url, .. } => {
             let per_counter = match keys.tagged {
@@ -153,6 +172,33 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
             &v1::field(ctx.node, *worker),
             *count,
             ticket.is_some(),
+        ),
+        Command::Client {
+            worker,
+            topic,
+            client,
+            project,
+            op,
+        } => clients::pack_client(
+            buf,
+            &shas.0[script::CLIENTS_IDX],
+            &client_limits(ctx, keys),
+            *worker,
+            topic.as_bytes(),
+            client,
+            project,
+            op,
+        ),
+        Command::Mailbox {
+            client, topic, op, ..
+        } => clients::pack_mailbox(
+            buf,
+            &shas.0[script::MAILBOX_IDX],
+            &client_limits(ctx, keys),
+            client,
+            topic,
+            *op,
+            cfg.max_mailbox_topics,
         ),
         Command::Alive => v1::pack_alive(buf, ctx.node),
         Command::AliveIn(slot) => v1::pack_alive_in(buf, ctx.node, *slot),

@@ -87,8 +87,13 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
                 .and_then(|mut o| o.pop().ok_or(Unavailable));
             return published(ctx, c, result);
         }
-        Command::Read { worker, ticket, .. } => {
-            let result = script::decode_read(v).map_err(|e| bad(ctx, e));
+        Command::Read {
+            worker,
+            ticket,
+            client,
+            ..
+        } => {
+            let result = script::decode_read(v, client.is_some()).map_err(|e| bad(ctx, e));
             (worker, ClusterEvent::History { ticket, result })
         }
         Command::WebhookAdd { worker, ticket, .. } => {
@@ -108,6 +113,27 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             let result = super::v1::decode_sub(v).map_err(|e| bad(ctx, e));
             (worker, ClusterEvent::V1Taken { ticket, result })
         }
+        Command::Mailbox {
+            worker,
+            client,
+            topic,
+            op: super::clients::MailboxCmd::Add,
+        } => match super::clients::decode_mailbox(&v) {
+            Ok(Some(kept)) => (
+                worker,
+                ClusterEvent::MailboxFull {
+                    topic,
+                    client,
+                    kept,
+                },
+            ),
+            Ok(None) => return,
+            Err(e) => {
+                bad(ctx, e);
+                return;
+            }
+        },
+        Command::Client { .. } | Command::Mailbox { .. } => return,
         Command::WebhookRemove { .. }
         | Command::V1Sub { .. }
         | Command::Alive
@@ -189,6 +215,14 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
                 result: Err(Unavailable),
             },
         ),
+        Command::Client {
+            worker,
+            topic,
+            client,
+            op,
+            ..
+        } if op.sockets().is_some() => (worker, ClusterEvent::ClientUnsent { topic, client }),
+        Command::Client { .. } | Command::Mailbox { .. } => return,
         Command::WebhookRemove { .. }
         | Command::V1Sub { .. }
         | Command::Alive

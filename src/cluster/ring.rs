@@ -17,8 +17,9 @@ use super::addr::ShardAddr;
 /// dedup digest binary (`cluster::script`). 3: a stored message is a `message::Body` (the
 /// `irn` object with `publishedAt`, `tag`, `attestation`), deduplicated on its beta part
 /// (docs/SCALING.md, "Upgrading across a layout"). 4: the publish script takes the primary's
-/// replication id and a topic's seq may jump after a failover (DECISIONS §12).
-pub const RING_VERSION: u32 = 4;
+/// replication id and a topic's seq may jump after a failover (DECISIONS §12). 5: client ids
+/// (`cluster::clients`): the publish script takes the clients hash and returns client ids.
+pub const RING_VERSION: u32 = 5;
 
 /// FNV-1a over the bytes, finished with the splitmix64 mixer: a fixed function (same on
 /// every node, build and run; never the process-random `std` hasher).
@@ -116,7 +117,7 @@ mod tests {
         let f = fingerprint(&l);
         assert_eq!(
             f,
-            "walletrelay-ring v4:localhost:7000/3,h2:6379/0,sentinel:m/0"
+            "walletrelay-ring v5:localhost:7000/3,h2:6379/0,sentinel:m/0"
         );
     }
 }

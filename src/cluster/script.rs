@@ -11,7 +11,8 @@
 //! digest), `wr:w:T` webhook set (per topic name, both namespaces: a `POST /subscribe`
 //! registration has none), `wr:webhooks` the shard's registration counter, `wr:ring` the
 //! shard-list fingerprint; the WalletConnect 1.0 keys (`wr:1:v:T`, `wr:1:p:T`,
-//! `wr:node:<node>`) are described in `cluster::v1`.
+//! `wr:node:<node>`) are described in `cluster::v1`, the client ids' (`wr:c:T`, the meta's
+//! field `c`, `wr:mb:<client>`) in `cluster::clients`.
 //! Channel: `wr:{db}:{ns}:T` (pub/sub is not per database, so the database is in the name),
 //! the same string as the stream's key: the publish script names both with one argument,
 //! and each string handed to Redis's Lua costs a hash over all its bytes.
@@ -21,7 +22,9 @@ use redis::Value;
 
 pub use super::resp::Packer;
 use super::slots::{self, tag_parts};
-use super::types::{History, HistoryMessage, Origin, PublishOutcome, WebhookAdd};
+use super::types::{
+    ClientRead, ClientSeen, History, HistoryMessage, Origin, PublishOutcome, WebhookAdd,
+};
 use crate::arcbuf::ArcBuf;
 use crate::message::Body;
 
@@ -38,13 +41,31 @@ pub const WEBHOOK_REMOVE: &str = include_str!("scripts/webhook_remove.lua");
 pub const V1_PUB: &str = include_str!("scripts/v1_pub.lua");
 /// `v1_sub.lua`: a worker's v1 subscriber count, and the pending frames taken.
 pub const V1_SUB: &str = include_str!("scripts/v1_sub.lua");
+/// `clients.lua`: a client id's subscription of a topic (keys and arguments in
+/// `cluster::clients`).
+pub const CLIENTS: &str = include_str!("scripts/clients.lua");
+/// `mailbox.lua`: the topics a client id keeps, for the whole cluster.
+pub const MAILBOX: &str = include_str!("scripts/mailbox.lua");
 
 /// The scripts in load order; [`Shas`] holds their digests in the same order.
-pub const ALL: [&str; 6] = [PUBLISH, READ, WEBHOOK_ADD, WEBHOOK_REMOVE, V1_PUB, V1_SUB];
+pub const ALL: [&str; 8] = [
+    PUBLISH,
+    READ,
+    WEBHOOK_ADD,
+    WEBHOOK_REMOVE,
+    V1_PUB,
+    V1_SUB,
+    CLIENTS,
+    MAILBOX,
+];
 /// Index of `v1_pub.lua` in [`ALL`] and [`Shas`].
 pub const V1_PUB_IDX: usize = 4;
 /// Index of `v1_sub.lua` in [`ALL`] and [`Shas`].
 pub const V1_SUB_IDX: usize = 5;
+/// Index of `clients.lua` in [`ALL`] and [`Shas`].
+pub const CLIENTS_IDX: usize = 6;
+/// Index of `mailbox.lua` in [`ALL`] and [`Shas`].
+pub const MAILBOX_IDX: usize = 7;
 
 /// The key holding the shard-list fingerprint.
 pub const RING_KEY: &[u8] = b"wr:ring";
@@ -53,7 +74,7 @@ const WEBHOOK_COUNT_KEY: &[u8] = b"wr:webhooks";
 
 /// SHA1 digests of the loaded scripts (what `EVALSHA` names), as returned by `SCRIPT LOAD`.
 #[derive(Debug, Clone, Default)]
-pub struct Shas(pub [String; 6]);
+pub struct Shas(pub [String; 8]);
 
 /// How a shard names a topic's keys: its database (pub/sub is not per database, so channel
 /// names carry it) and whether the topic is a hash tag (`{T}`: a Redis Cluster shard, where
@@ -134,6 +155,17 @@ pub struct PublishArgs<'a> {
     pub origin: Origin,
     /// Whether webhooks are wanted.
     pub prompt: bool,
+    /// The publisher's client id (`b""`: none).
+    pub publisher: &'a [u8],
+}
+
+/// What the publish script needs to judge the client ids' sockets and mailboxes.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientArgs {
+    /// `--mailbox-ttl`, ms.
+    pub mailbox_ttl_ms: u64,
+    /// A node counts while its liveness key was refreshed within this, ms.
+    pub alive_ms: u64,
 }
 
 /// The dedup digest of a message: xxh3-128 of its bytes, 16 bytes big-endian (binary: a
@@ -149,21 +181,22 @@ pub fn digest(data: &[u8]) -> [u8; 16] {
 /// Packs one `EVALSHA publish` for a group of messages (one reply: a flat array, per
 /// message its epoch, seq and webhooks; see [`decode_publish_group`]). `cap` is the cache
 /// cap per topic, `db` the database number (in the stream's and channel's name). A message
-/// passes its webhook set's key only when it asks for its webhooks.
+/// passes its webhook set's key only when it asks for its webhooks; its clients hash always.
 pub fn pack_publish_group(
     buf: &mut Vec<u8>,
     shas: &Shas,
     cap: u64,
     keys: Keys,
     term: &[u8],
+    clients: ClientArgs,
     msgs: &[PublishArgs<'_>],
 ) {
     let nkeys = msgs
         .iter()
-        .map(|a| 2 + usize::from(a.prompt))
+        .map(|a| 3 + usize::from(a.prompt))
         .sum::<usize>();
     let mut pk = Packer::new(buf);
-    pk.cmd(3 + nkeys + 3 + 6 * msgs.len())
+    pk.cmd(3 + nkeys + 7 + 8 * msgs.len())
         .arg(b"EVALSHA")
         .arg(shas.0[0].as_bytes())
         .num(nkeys as u64);
@@ -171,19 +204,28 @@ pub fn pack_publish_group(
         let mut chan = [0u8; 32];
         let t = tag_parts(a.topic, keys.tagged);
         pk.arg_parts(&[&ns_prefix(a.ns), b"m:", t[0], t[1], t[2]])
-            .arg_parts(&[channel_head(&mut chan, keys.db, a.ns), t[0], t[1], t[2]]);
+            .arg_parts(&[channel_head(&mut chan, keys.db, a.ns), t[0], t[1], t[2]])
+            .arg_parts(&[super::clients::CLIENTS_PREFIX, t[0], t[1], t[2]]);
         if a.prompt {
             pk.arg_parts(&[b"wr:w:", t[0], t[1], t[2]]);
         }
     }
-    pk.num(cap).arg(term).arg(keys.publish_command());
+    pk.num(cap)
+        .arg(term)
+        .arg(keys.publish_command())
+        .num(clients.mailbox_ttl_ms.clamp(1, 1 << 40))
+        .arg(super::v1::NODE_PREFIX)
+        .num(super::v1::forget_ms())
+        .num(clients.alive_ms.min(super::v1::forget_ms()));
     for a in msgs {
         pk.arg(a.body.irn())
             .num(a.ttl_ms)
             .arg(&a.origin.to_bytes())
             .arg(if a.prompt { b"1" } else { b"0" })
             .arg(&digest(a.body.beta_bytes()))
-            .num(u64::from(a.body.beta_len()));
+            .num(u64::from(a.body.beta_len()))
+            .arg(a.publisher)
+            .arg(&super::v1::node_suffix(keys, a.topic));
     }
 }
 
@@ -209,18 +251,37 @@ pub struct ReadArgs {
     pub max_count: u64,
 }
 
-/// Packs `EVALSHA read`.
-pub fn pack_read(buf: &mut Vec<u8>, shas: &Shas, keys: Keys, ns: u8, topic: &[u8], r: ReadArgs) {
+/// Packs `EVALSHA read`; with `client`, a read for that client id (after what it was
+/// given; its receipts in the reply).
+pub fn pack_read(
+    buf: &mut Vec<u8>,
+    shas: &Shas,
+    keys: Keys,
+    ns: u8,
+    topic: &[u8],
+    r: ReadArgs,
+    client: Option<&str>,
+) {
     let mut chan = [0u8; 32];
     let t = tag_parts(topic, keys.tagged);
     let mut pk = Packer::new(buf);
-    pk.cmd(9).arg(b"EVALSHA").arg(shas.0[1].as_bytes()).num(2);
+    let n = 2 + usize::from(client.is_some());
+    pk.cmd(3 + n + 4 + usize::from(client.is_some()))
+        .arg(b"EVALSHA")
+        .arg(shas.0[1].as_bytes())
+        .num(n as u64);
     pk.arg_parts(&[&ns_prefix(ns), b"m:", t[0], t[1], t[2]])
         .arg_parts(&[channel_head(&mut chan, keys.db, ns), t[0], t[1], t[2]]);
+    if client.is_some() {
+        pk.arg_parts(&[super::clients::CLIENTS_PREFIX, t[0], t[1], t[2]]);
+    }
     pk.num(r.epoch)
         .num(r.after)
         .num(r.max_bytes)
         .num(r.max_count);
+    if let Some(c) = client {
+        pk.arg(c.as_bytes());
+    }
 }
 
 /// Packs `EVALSHA webhook_add`.
@@ -287,7 +348,7 @@ fn text(v: Value) -> Option<String> {
 
 /// Decodes the publish script's reply for a group of `n` messages: a flat array, per
 /// message its epoch, its seq (negative: a duplicate of the message still cached at -seq),
-/// a count k and k webhook urls.
+/// a count k and k webhook urls, a count j and j client ids (id, project, has a socket).
 pub fn decode_publish_group(v: Value, n: usize) -> Result<Vec<PublishOutcome>, BadReply> {
     let Value::Array(items) = v else {
         return Err(BadReply("publish: not an array"));
@@ -315,11 +376,31 @@ pub fn decode_publish_group(v: Value, n: usize) -> Result<Vec<PublishOutcome>, B
             .map(|_| it.next().and_then(text))
             .collect::<Option<Vec<_>>>()
             .ok_or(BadReply("publish: webhook"))?;
+        let j = it
+            .next()
+            .as_ref()
+            .and_then(uint)
+            .and_then(|k| usize::try_from(k).ok())
+            .ok_or(BadReply("publish: client count"))?;
+        let clients = (0..j)
+            .map(|_| {
+                let id = it.next().and_then(text)?;
+                let project = it.next().and_then(text)?;
+                let socket = it.next().as_ref().and_then(int)? == 1;
+                Some(ClientSeen {
+                    id,
+                    project,
+                    socket,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or(BadReply("publish: client"))?;
         out.push(match seq {
             1.. => PublishOutcome::Stored {
                 epoch,
                 seq: seq.unsigned_abs(),
                 webhooks,
+                clients,
             },
             ..0 => PublishOutcome::Duplicate {
                 epoch,
@@ -334,19 +415,43 @@ pub fn decode_publish_group(v: Value, n: usize) -> Result<Vec<PublishOutcome>, B
     Ok(out)
 }
 
-/// Decodes the read script's reply.
-pub fn decode_read(v: Value) -> Result<History, BadReply> {
+/// Decodes the read script's reply (`client`: a read for a client id, whose reply says
+/// whether it has a subscription and its receipts).
+pub fn decode_read(v: Value, client: bool) -> Result<History, BadReply> {
     let Value::Array(items) = v else {
         return Err(BadReply("read: not an array"));
     };
-    if items.len() < 3 || (items.len() - 3) % 4 != 0 {
+    let head = if client { 5 } else { 3 };
+    if items.len() < head || (items.len() - head) % 4 != 0 {
         return Err(BadReply("read: length"));
     }
     let epoch = uint(&items[0]).ok_or(BadReply("read: epoch"))?;
     let last_seq = uint(&items[1]).ok_or(BadReply("read: last"))?;
     let scanned_to = uint(&items[2]).ok_or(BadReply("read: scanned"))?;
-    let mut messages = Vec::with_capacity((items.len() - 3) / 4);
-    let mut it = items.into_iter().skip(3);
+    let client = match client {
+        false => None,
+        true => {
+            let sub = uint(&items[3]).ok_or(BadReply("read: client"))?;
+            let receipts = match &items[4] {
+                Value::BulkString(b) => std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|s| {
+                        s.split(',')
+                            .filter(|x| !x.is_empty())
+                            .map(|x| x.parse().ok())
+                            .collect::<Option<Vec<u64>>>()
+                    })
+                    .ok_or(BadReply("read: receipts"))?,
+                _ => return Err(BadReply("read: receipts")),
+            };
+            Some(ClientRead {
+                subscribed: sub == 1,
+                received: receipts,
+            })
+        }
+    };
+    let mut messages = Vec::with_capacity((items.len() - head) / 4);
+    let mut it = items.into_iter().skip(head);
     while let (Some(s), Some(d), Some(o), Some(x)) = (it.next(), it.next(), it.next(), it.next()) {
         let seq = uint(&s).ok_or(BadReply("read: seq"))?;
         let Value::BulkString(data) = d else {
@@ -370,6 +475,7 @@ pub fn decode_read(v: Value) -> Result<History, BadReply> {
         last_seq,
         scanned_to,
         messages,
+        client,
     })
 }
 

@@ -13,20 +13,34 @@ fn args<'a>(topic: &'a [u8], body: &'a Body) -> PublishArgs<'a> {
         ttl_ms: 5000,
         origin: Origin { node: 1, conn: 2 },
         prompt: true,
+        publisher: b"",
     }
 }
+
+const CLIENTS: ClientArgs = ClientArgs {
+    mailbox_ttl_ms: 60_000,
+    alive_ms: 3000,
+};
 
 #[test]
 fn on_a_cluster_every_key_of_a_topic_is_in_its_slot() {
     let mut buf = Vec::new();
-    let shas = Shas(["a", "b", "c", "d", "e", "f"].map(String::from));
+    let shas = Shas(["a", "b", "c", "d", "e", "f", "g", "h"].map(String::from));
     let b1 = body("{}");
     let keys = Keys {
         db: 0,
         tagged: true,
     };
     let mut hook = Vec::new();
-    pack_publish_group(&mut buf, &shas, 10, keys, b"r", &[args(b"t}x", &b1)]);
+    pack_publish_group(
+        &mut buf,
+        &shas,
+        10,
+        keys,
+        b"r",
+        CLIENTS,
+        &[args(b"t}x", &b1)],
+    );
     pack_webhook_add(&mut hook, &shas, keys, b"t}x", b"http://h", 16, 100);
     let mut names = Vec::new();
     for b in [&buf, &hook] {
@@ -42,7 +56,11 @@ fn on_a_cluster_every_key_of_a_topic_is_in_its_slot() {
             names.push(k.clone());
         }
     }
-    assert_eq!(names.len(), 5, "meta, stream, hooks; hooks, counter");
+    assert_eq!(
+        names.len(),
+        6,
+        "meta, stream, clients, hooks; hooks, counter"
+    );
     assert_eq!(names[0], b"wr:2:m:{t}x}");
     assert_eq!(names[1], channel(keys, 2, b"t}x"));
     let want = slots::topic_slot(b"t}x");
@@ -55,7 +73,7 @@ fn on_a_cluster_every_key_of_a_topic_is_in_its_slot() {
 #[test]
 fn a_publish_group_packs_as_resp_and_parses_back() {
     let mut buf = Vec::new();
-    let shas = Shas(["a", "b", "c", "d", "e", "f"].map(String::from));
+    let shas = Shas(["a", "b", "c", "d", "e", "f", "g", "h"].map(String::from));
     let (b1, b2) = (body("{}"), body("x"));
     let quiet = PublishArgs {
         prompt: false,
@@ -71,6 +89,7 @@ fn a_publish_group_packs_as_resp_and_parses_back() {
         1000,
         keys,
         b"rid",
+        CLIENTS,
         &[args(b"t\r\n", &b1), quiet],
     );
     let v = redis::parse_redis_value(&buf).unwrap();
@@ -82,10 +101,10 @@ fn a_publish_group_packs_as_resp_and_parses_back() {
             _ => panic!(),
         })
         .collect();
-    // 3 keys for the prompt message, 2 for the quiet one; 6 arguments each.
-    assert_eq!(s.len(), 3 + 5 + 3 + 12);
+    // 4 keys for the prompt message, 3 for the quiet one; 7 global arguments, 8 each.
+    assert_eq!(s.len(), 3 + 7 + 7 + 16);
     assert_eq!(s[0], b"EVALSHA");
-    assert_eq!(s[2], b"5");
+    assert_eq!(s[2], b"7");
     assert_eq!(s[3], b"wr:2:m:t\r\n");
     assert_eq!(s[4], b"wr:3:2:t\r\n");
     assert_eq!(
@@ -93,20 +112,25 @@ fn a_publish_group_packs_as_resp_and_parses_back() {
         s[4],
         "the stream is the channel"
     );
-    assert_eq!(s[5], b"wr:w:t\r\n");
-    assert_eq!(s[6], b"wr:2:m:u");
-    assert_eq!(s[7], b"wr:3:2:u");
-    assert_eq!(s[8], b"1000");
-    assert_eq!(s[9], b"rid");
-    assert_eq!(s[10], b"PUBLISH");
-    assert_eq!(s[11], &b1.irn()[..]);
-    assert_eq!(s[12], b"5000");
-    assert_eq!(s[13], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
-    assert_eq!(s[14], b"1");
-    assert_eq!(s[15], digest(br#"{"topic":"t","message":"{}""#));
-    assert_eq!(s[16], b1.beta_len().to_string().as_bytes());
-    assert_eq!(s[17], &b2.irn()[..]);
-    assert_eq!(s[20], b"0");
+    assert_eq!(s[5], b"wr:c:t\r\n");
+    assert_eq!(s[6], b"wr:w:t\r\n");
+    assert_eq!(s[7], b"wr:2:m:u");
+    assert_eq!(s[8], b"wr:3:2:u");
+    assert_eq!(s[9], b"wr:c:u");
+    assert_eq!(s[10], b"1000");
+    assert_eq!(s[11], b"rid");
+    assert_eq!(s[12], b"PUBLISH");
+    assert_eq!(s[13], b"60000");
+    assert_eq!(s[14], b"wr:node:");
+    assert_eq!(s[17], &b1.irn()[..]);
+    assert_eq!(s[18], b"5000");
+    assert_eq!(s[19], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
+    assert_eq!(s[20], b"1");
+    assert_eq!(s[21], digest(br#"{"topic":"t","message":"{}""#));
+    assert_eq!(s[22], b1.beta_len().to_string().as_bytes());
+    assert_eq!((&s[23][..], &s[24][..]), (&b""[..], &b""[..]));
+    assert_eq!(s[25], &b2.irn()[..]);
+    assert_eq!(s[28], b"0");
 }
 
 #[test]
@@ -126,8 +150,13 @@ fn a_group_reply_decodes_per_message() {
         Value::Int(2),
         b("http://a/"),
         b("http://b/"),
+        Value::Int(1),
+        b("did:key:z1"),
+        b("p"),
+        b("0"),
         b("17"),
         Value::Int(-2),
+        Value::Int(0),
         Value::Int(0),
     ]);
     let got = decode_publish_group(v, 2).unwrap();
@@ -138,19 +167,24 @@ fn a_group_reply_decodes_per_message() {
                 epoch: 17,
                 seq: 3,
                 webhooks: vec!["http://a/".into(), "http://b/".into()],
+                clients: vec![ClientSeen {
+                    id: "did:key:z1".into(),
+                    project: "p".into(),
+                    socket: false,
+                }],
             },
             PublishOutcome::Duplicate { epoch: 17, seq: 2 },
         ]
     );
     // Short, long, a zero seq, a missing url: errors, never a guess.
-    let one = || vec![b("1"), Value::Int(1), Value::Int(0)];
+    let one = || vec![b("1"), Value::Int(1), Value::Int(0), Value::Int(0)];
     assert!(decode_publish_group(Value::Array(one()), 2).is_err());
     let mut long = one();
     long.push(Value::Int(0));
     assert!(decode_publish_group(Value::Array(long), 1).is_err());
-    let zero = vec![b("1"), Value::Int(0), Value::Int(0)];
+    let zero = vec![b("1"), Value::Int(0), Value::Int(0), Value::Int(0)];
     assert!(decode_publish_group(Value::Array(zero), 1).is_err());
-    let url = vec![b("1"), Value::Int(1), Value::Int(1)];
+    let url = vec![b("1"), Value::Int(1), Value::Int(1), Value::Int(0)];
     assert!(decode_publish_group(Value::Array(url), 1).is_err());
 }
 
@@ -178,13 +212,26 @@ fn live_payload_round_trip_and_garbage() {
 fn replies_of_the_wrong_shape_are_errors() {
     assert!(decode_publish_group(Value::Nil, 1).is_err());
     assert!(decode_publish_group(Value::Array(vec![Value::Int(5)]), 1).is_err());
-    assert!(decode_read(Value::Array(vec![Value::Int(1)])).is_err());
+    assert!(decode_read(Value::Array(vec![Value::Int(1)]), false).is_err());
     assert!(decode_webhook_add(&Value::Int(9)).is_err());
-    let ok = decode_read(Value::Array(vec![
-        Value::BulkString(b"0".to_vec()),
-        Value::Int(0),
-        Value::Int(0),
-    ]))
+    let ok = decode_read(
+        Value::Array(vec![
+            Value::BulkString(b"0".to_vec()),
+            Value::Int(0),
+            Value::Int(0),
+        ]),
+        false,
+    )
     .unwrap();
     assert_eq!((ok.epoch, ok.last_seq, ok.messages.len()), (0, 0, 0));
+    // A read for a client id: whether it has a subscription, and its receipts.
+    let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    let head = vec![b("5"), Value::Int(0), Value::Int(0), b("1"), b("7,9")];
+    let ok = decode_read(Value::Array(head.clone()), true).unwrap();
+    let c = ok.client.unwrap();
+    assert!(c.subscribed);
+    assert_eq!(c.received, [7, 9]);
+    assert!(decode_read(Value::Array(head), false).is_err());
+    let bad = vec![b("5"), Value::Int(0), Value::Int(0), b("1"), b("x")];
+    assert!(decode_read(Value::Array(bad), true).is_err());
 }

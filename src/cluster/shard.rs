@@ -40,6 +40,7 @@ pub(crate) fn spawn(
 ) -> std::io::Result<JoinHandle<()>> {
     ctx.stats.command_up.set(1);
     let name = format!("redis-cmd-{}", ctx.idx);
+    let ctx_heartbeat = ctx.cfg.heartbeat;
     let mut runner = Runner {
         ctx,
         conn: None,
@@ -56,7 +57,11 @@ pub(crate) fn spawn(
         inflight: VecDeque::new(),
         retry: Vec::new(),
         replies: Vec::new(),
-        alive_at: Instant::now(),
+        // The first round refreshes the node's liveness key: a client id's socket counted
+        // by this node's first ops counts on the other nodes at once (`clients.lua`).
+        alive_at: Instant::now()
+            .checked_sub(ctx_heartbeat)
+            .unwrap_or_else(Instant::now),
     };
     runner.install(conn);
     std::thread::Builder::new()

@@ -78,6 +78,10 @@ pub struct ClusterConfig {
     /// How long a `WAIT` may take (`--redis-wait-timeout-ms`); short of it the round's writes
     /// are answered storage unavailable.
     pub wait_timeout: Duration,
+    /// `--mailbox-ttl`: how long a client id's subscription stays without a socket.
+    pub mailbox_ttl: Duration,
+    /// `--max-mailbox-topics`: the topics one client id keeps, in the whole cluster.
+    pub max_mailbox_topics: usize,
 }
 
 /// A password: shown as `***` by `Debug`.
@@ -115,6 +119,8 @@ impl Default for ClusterConfig {
             password: None,
             wait_replicas: None,
             wait_timeout: Duration::from_millis(1000),
+            mailbox_ttl: Duration::from_secs(7 * 24 * 3600),
+            max_mailbox_topics: 1000,
         }
     }
 }
@@ -138,6 +144,19 @@ pub struct PublishReq {
     pub origin: Origin,
     /// Whether the topic's webhooks should be returned (when stored).
     pub prompt: bool,
+    /// The publisher's client id, if any (left out of the topic's client ids returned).
+    pub publisher: Option<Arc<str>>,
+}
+
+/// One of a topic's client ids as a publish found it (DECISIONS 13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSeen {
+    /// `did:key:z...`.
+    pub id: String,
+    /// The project it subscribed under.
+    pub project: String,
+    /// A socket on a live node follows the topic for it.
+    pub socket: bool,
 }
 
 /// The store could not be reached, did not answer in time, or refused (a full queue, Redis
@@ -158,6 +177,8 @@ pub enum PublishOutcome {
         seq: u64,
         /// Webhook URLs to call.
         webhooks: Vec<String>,
+        /// The topic's client ids other than the publisher's (DECISIONS 13).
+        clients: Vec<ClientSeen>,
     },
     /// Identical to a message still cached (at `seq`): neither stored nor published.
     Duplicate {
@@ -193,6 +214,8 @@ pub struct History {
     /// Unexpired messages after the requested position (from the start when the requested
     /// epoch was not the topic's), oldest first.
     pub messages: Vec<HistoryMessage>,
+    /// For a read for a client id: what it says about the client.
+    pub client: Option<ClientRead>,
 }
 
 impl History {
@@ -278,6 +301,33 @@ pub enum ClusterEvent {
         /// The pending frames, oldest first (now removed); or unavailable.
         result: Result<Vec<Bytes>, Unavailable>,
     },
+    /// An op carrying this worker's socket count of `client` on `topic` did not reach
+    /// Redis: the count is to be sent again.
+    ClientUnsent {
+        /// The topic.
+        topic: Arc<str>,
+        /// The client id.
+        client: Arc<str>,
+    },
+    /// A client id's subscription of `topic` was refused for the whole cluster
+    /// (`--max-mailbox-topics`).
+    MailboxFull {
+        /// The topic.
+        topic: Arc<str>,
+        /// The client id.
+        client: Arc<str>,
+        /// The topics it keeps in the cluster.
+        kept: Vec<String>,
+    },
+}
+
+/// What a read for a client id says about the client (DECISIONS 13).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClientRead {
+    /// It has a subscription of the topic (the read started after what it was given).
+    pub subscribed: bool,
+    /// Message ids it received above that (left out of what it is given).
+    pub received: Vec<u64>,
 }
 
 /// What became of a v1 `pub`.

@@ -23,7 +23,7 @@ use super::slots::tag_parts;
 use super::types::{Origin, V1Published};
 
 /// Prefix of a node's liveness key.
-const NODE_PREFIX: &[u8] = b"wr:node:";
+pub(crate) const NODE_PREFIX: &[u8] = b"wr:node:";
 
 /// How long a node's liveness key lives after its last refresh: a node silent that long
 /// (crashed, or cut off from the shard) has its subscriber counts removed by the next
@@ -64,6 +64,20 @@ pub fn node_key_in(node: u64, slot: u16) -> Vec<u8> {
     let mut k = node_key(node);
     k.extend_from_slice(&slot_suffix(slot));
     k
+}
+
+/// [`NODE_FORGET`] in ms.
+pub(crate) fn forget_ms() -> u64 {
+    ms(NODE_FORGET)
+}
+
+/// What a node's liveness key adds to [`node_key`] where a script on `topic` reads it:
+/// nothing, or on a Redis Cluster `:{tag}` of the topic's slot.
+pub(crate) fn node_suffix(keys: super::script::Keys, topic: &[u8]) -> Vec<u8> {
+    match keys.tagged {
+        true => slot_suffix(super::slots::topic_slot(topic)),
+        false => Vec::new(),
+    }
 }
 
 /// `:{tag}`: what a node's liveness key in `slot` adds to [`node_key`].

@@ -322,6 +322,7 @@ impl Node {
             ttl,
             origin,
             prompt,
+            publisher: None,
         };
         self.h(0).publish(t, req)?;
         self.wait("publish outcome", |_, e| match e {

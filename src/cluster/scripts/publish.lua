@@ -4,7 +4,8 @@
 --   and per cached message one field digest(data) -> seq (the dedup state); 2 the stream,
 --   whose name is also the topic's pub/sub channel (id <seq>-0; fields d data, x expiry ms,
 --   o origin, h digest); 3 the topic's webhook set, passed only when the message asks for
---   its webhooks (prompt).
+--   its webhooks (prompt); 4 the topic's clients hash (`clients.lua`), passed always and
+--   read only when the meta's field `c` says the topic has client ids (DECISIONS 13).
 -- ARGV[1] max cached per topic; ARGV[2] the replication id of the primary the node is
 --   talking to (`INFO replication`; "" when unknown): a topic last written under another id
 --   was written on a primary that has since been replaced by a replica, which may lack the
@@ -12,13 +13,19 @@
 --   acknowledged: `WAIT` had not confirmed them). Their seqs must not be reused for other
 --   messages, so the topic's seq jumps by 2^20 once under the new id; the meta field `r`
 --   holds the id. ARGV[3] the command that sends live messages: PUBLISH, or SPUBLISH on a
---   Redis Cluster (sharded pub/sub: the message crosses only its slot's nodes). Per
---   message 6: data (a message::Body), ttl ms, origin (16
+--   Redis Cluster (sharded pub/sub: the message crosses only its slot's nodes). ARGV[4]
+--   the mailbox ttl ms, 5 the node liveness key prefix, 6 its lifetime ms, 7 how recent a
+--   refresh keeps a node alive, ms (the client ids' sockets count on live nodes only). Per
+--   message 8: data (a message::Body), ttl ms, origin (16
 --   bytes), prompt ("1"/"0"), digest of the body's beta part (xxh3-128, 16 bytes; a hint
 --   only: a hit is confirmed by comparing the first n bytes of both), n (the beta part's
---   length, decimal).
+--   length, decimal), the publisher's client id ("" when none), the node key suffix ("",
+--   or ":{tag}" of the topic's slot on a Redis Cluster).
 -- Returns one flat array, per message: epoch, seq (negative: a duplicate of the message
---   still cached at -seq, nothing stored), n, then n webhook urls (n is 0 unless prompt).
+--   still cached at -seq, nothing stored), n, then n webhook urls (n is 0 unless prompt),
+--   k, then k client ids other than the publisher's as (client, project, "1" when a socket
+--   on a live node follows the topic for it, else "0") (k is 0 unless the topic has client
+--   ids; the publishing node sends their notices and pushes).
 -- Cost matters (Redis's one thread runs this for every publish of the cluster): the steady
 -- state per message is HMGET, XADD, HSET, PUBLISH; every string made here is hashed byte by
 -- byte by this Lua, so the script makes one big string per message (the live payload);
@@ -27,6 +34,8 @@
 local cap = tonumber(ARGV[1])
 local term = ARGV[2]
 local publish_cmd = ARGV[3]
+local mttl, node_prefix = tonumber(ARGV[4]), ARGV[5]
+local forget, alive = tonumber(ARGV[6]), tonumber(ARGV[7])
 local JUMP = 1048576
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -51,8 +60,49 @@ local function trim(meta, stream, over)
   return f
 end
 
-local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
-  local m = redis.call('HMGET', meta, 'e', 's', 'f', 'x', digest, 'r')
+-- The topic's client ids but the publisher (expired mailboxes removed on the way).
+local function clients_of(meta, ckey, publisher, suffix)
+  local all = redis.call('HGETALL', ckey)
+  if #all == 0 then
+    redis.call('HDEL', meta, 'c')
+    return {}
+  end
+  local res, states = {}, {}
+  for i = 1, #all, 2 do
+    local id, v = all[i], all[i + 1]
+    local x, nodes, p = string.match(v, '^(%d+)|%d+|%d+|[%d,]*|([%x:=,]*)|(.*)$')
+    if x and id ~= publisher then
+      local total = 0
+      for node, k in string.gmatch(nodes, '(%x+):?%d*=(%d+)') do
+        local st = states[node]
+        if st == nil then
+          local pt = redis.call('PTTL', node_prefix .. node .. suffix)
+          st = pt > forget - alive
+          states[node] = st
+        end
+        if st then total = total + tonumber(k) end
+      end
+      x = tonumber(x)
+      if total == 0 and x > 0 and x <= now then
+        redis.call('HDEL', ckey, id)
+      else
+        if total == 0 and x == 0 then
+          -- Its sockets' nodes are gone: its mailbox runs from now.
+          redis.call('HSET', ckey, id, string.format('%d', now + mttl) .. string.sub(v, 2))
+        end
+        res[#res + 1] = id
+        res[#res + 1] = p
+        res[#res + 1] = total > 0 and '1' or '0'
+      end
+    end
+  end
+  redis.call('PEXPIRE', ckey, mttl)
+  return res
+end
+
+local function publish(meta, stream, hooks, ckey, data, ttl, origin, digest, beta, publisher,
+    suffix)
+  local m = redis.call('HMGET', meta, 'e', 's', 'f', 'x', digest, 'r', 'c')
   local epoch, seq, hit = m[1], tonumber(m[2]), m[5]
   local extra = nil -- meta fields other than s and the digest, rarely written
   if epoch then
@@ -61,8 +111,8 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
       local f = e[1] and e[1][2]
       local b = tonumber(beta)
       if f and string.sub(f[2], 1, b) == string.sub(data, 1, b) and tonumber(f[4]) > now then
-        out[n + 1], out[n + 2], out[n + 3] = epoch, -tonumber(hit), 0
-        n = n + 3
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = epoch, -tonumber(hit), 0, 0
+        n = n + 4
         return
       end
     end
@@ -72,6 +122,11 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
     m[3], m[4] = '1', nil
     redis.call('DEL', stream, meta)
     extra = {'e', epoch, 'f', '1', 'r', term}
+    if redis.call('EXISTS', ckey) == 1 then
+      m[7] = '1'
+      extra[#extra + 1] = 'c'
+      extra[#extra + 1] = '1'
+    end
   end
   if m[6] ~= term and not extra then
     seq = seq + JUMP
@@ -124,14 +179,23 @@ local function publish(meta, stream, hooks, data, ttl, origin, digest, beta)
     out[n + 3] = 0
     n = n + 3
   end
+  if m[7] then
+    local cs = clients_of(meta, ckey, publisher, suffix)
+    out[n + 1] = #cs / 3
+    for i = 1, #cs do out[n + 1 + i] = cs[i] end
+    n = n + 1 + #cs
+  else
+    out[n + 1] = 0
+    n = n + 1
+  end
 end
 
-local k, a = 1, 4
+local k, a = 1, 8
 while a <= #ARGV do
-  local hooks, nk = nil, 2
-  if ARGV[a + 3] == '1' then hooks, nk = KEYS[k + 2], 3 end
-  publish(KEYS[k], KEYS[k + 1], hooks, ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 4],
-    ARGV[a + 5])
-  k, a = k + nk, a + 6
+  local hooks, nk = nil, 3
+  if ARGV[a + 3] == '1' then hooks, nk = KEYS[k + 3], 4 end
+  publish(KEYS[k], KEYS[k + 1], hooks, KEYS[k + 2], ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2],
+    ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
+  k, a = k + nk, a + 8
 end
 return out

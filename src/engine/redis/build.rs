@@ -34,6 +34,8 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
         max_webhooks_per_topic: limits.max_webhooks_per_topic,
         max_webhooks: limits.max_webhooks,
         v1_pending_ttl: std::time::Duration::from_secs(u64::from(limits.v1_pending_ttl)),
+        mailbox_ttl: std::time::Duration::from_secs(limits.mailbox_ttl),
+        max_mailbox_topics: limits.max_mailbox_topics,
         ..ClusterConfig::default()
     };
     // Each event is one message (a batch of one) in its worker's engine mailbox.
@@ -58,11 +60,17 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
         })
     };
     let webhooks = setup.webhook_pool(on_gone);
+    let node_mailboxes = Arc::new(super::NodeMailboxes::default());
     let engines = inboxes
         .into_iter()
         .enumerate()
         .map(|(i, inbox)| {
-            let engine = RedisEngine::new(cluster.handle(i), webhooks.clone(), inbox);
+            let engine = RedisEngine::new(cluster.handle(i), webhooks.clone(), inbox).with_clients(
+                limits.mailbox_ttl.saturating_mul(1000),
+                limits.max_mailbox_topics,
+                node_mailboxes.clone(),
+                setup.notify.clone(),
+            );
             Box::new(engine) as Box<dyn Engine>
         })
         .collect();

@@ -14,9 +14,12 @@
 //!   only, which calls them: one POST per stored publish in the whole cluster;
 //! - a later `Resync` (a reconnect, an outage over) is passed on: subscriptions read again
 //!   after their positions;
-//! - **WalletConnect 1.0 frames** across the nodes: [`v1`].
+//! - **WalletConnect 1.0 frames** across the nodes: [`v1`];
+//! - **subscriptions that belong to the client id** (DECISIONS 13), kept in Redis, their
+//!   notices and pushes sent by the publishing node: `clients`.
 
 mod build;
+mod clients;
 mod v1;
 
 use std::collections::HashMap;
@@ -31,6 +34,7 @@ use crate::engine::error::RelayError;
 use crate::mailbox::Receiver;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
 pub use build::build;
+pub use clients::NodeMailboxes;
 
 /// A topic this worker watches.
 #[derive(Debug, Default)]
@@ -53,8 +57,9 @@ pub struct RedisEngine {
     handle: ClusterHandle,
     webhooks: WebhookPool,
     watched: HashMap<Arc<str>, Watch, ahash::RandomState>,
-    /// Publishes waiting for their answer: the topic (for the webhook calls).
-    publishing: HashMap<Ticket, Arc<str>, ahash::RandomState>,
+    /// Publishes waiting for their answer: the topic (for the webhook calls) and what their
+    /// notices need.
+    publishing: HashMap<Ticket, clients::Publishing, ahash::RandomState>,
     /// Webhook registrations waiting for their answer: the topic (for the metrics).
     registering: HashMap<Ticket, Arc<str>, ahash::RandomState>,
     reading: HashMap<Ticket, Reading, ahash::RandomState>,
@@ -65,6 +70,15 @@ pub struct RedisEngine {
     v1: v1::V1State,
     /// What the node's cluster threads send this worker.
     inbox: Receiver<ClusterEvent>,
+    /// Client ids (DECISIONS 13): settings, the node's count, who is told.
+    mail: clients::Mail,
+    /// Reads for client ids in flight.
+    reads_for: HashMap<Ticket, clients::ReadFor, ahash::RandomState>,
+    /// Client ids the cluster refused a subscription (`--max-mailbox-topics`): until when,
+    /// and the topics they keep.
+    full: HashMap<Arc<str>, clients::Full, ahash::RandomState>,
+    /// This worker's socket counts of client ids, per topic.
+    socks: clients::Socks,
 }
 
 impl RedisEngine {
@@ -85,7 +99,30 @@ impl RedisEngine {
             unasked: Vec::new(),
             v1: v1::V1State::default(),
             inbox,
+            mail: clients::Mail::default(),
+            reads_for: HashMap::default(),
+            full: HashMap::default(),
+            socks: clients::Socks::default(),
         }
+    }
+
+    /// Sets what client ids need: `--mailbox-ttl` (ms), `--max-mailbox-topics`, the node's
+    /// count of each client's topics and who is told about their messages.
+    pub fn with_clients(
+        mut self,
+        ttl_ms: u64,
+        max: usize,
+        node: Arc<NodeMailboxes>,
+        notify: Arc<dyn crate::notice::Notify>,
+    ) -> RedisEngine {
+        self.mail = clients::Mail {
+            ttl_ms: ttl_ms.max(1),
+            max,
+            node,
+            notify,
+            swept_at: 0,
+        };
+        self
     }
 
     /// Sends a read, or answers it `StorageUnavailable` when the shard refuses it.
@@ -94,11 +131,21 @@ impl RedisEngine {
             topic: topic.clone(),
             messages: Vec::new(),
         });
-        if self
-            .handle
-            .read(ticket, NS_V2, topic, after.epoch, after.seq)
-            .is_err()
-        {
+        // A read for a client id: its first page starts after what the client was given.
+        let client = self
+            .reads_for
+            .get_mut(&ticket)
+            .and_then(clients::ReadFor::first_page);
+        let sent = match client {
+            Some(c) => self
+                .handle
+                .read_client(ticket, NS_V2, topic, after.epoch, after.seq, &c),
+            None => self
+                .handle
+                .read(ticket, NS_V2, topic, after.epoch, after.seq),
+        };
+        if sent.is_err() {
+            self.forget_for(ticket);
             self.reading.remove(&ticket);
             out.push(Event::History {
                 ticket,
@@ -113,22 +160,26 @@ impl RedisEngine {
         result: Result<PublishOutcome, cluster::Unavailable>,
         out: &mut Events,
     ) {
-        let topic = self.publishing.remove(&ticket);
+        let publishing = self.publishing.remove(&ticket);
+        let topic = publishing.as_ref().map(|p| p.topic.clone());
         let result = match result {
             Ok(PublishOutcome::Stored {
                 epoch,
                 seq,
                 webhooks,
+                clients,
             }) => {
-                if let Some(topic) = topic {
+                let pos = Position { epoch, seq };
+                if let Some(p) = publishing {
                     for url in webhooks {
                         self.webhooks.submit(WebhookCall {
-                            topic: topic.clone(),
+                            topic: p.topic.clone(),
                             url: Arc::from(url),
                         });
                     }
+                    self.client_notices(&p, pos, &clients);
                 }
-                Ok(Stored::New(Position { epoch, seq }))
+                Ok(Stored::New(pos))
             }
             Ok(PublishOutcome::Duplicate { .. }) => Ok(Stored::Duplicate),
             Err(cluster::Unavailable) => {
@@ -150,13 +201,17 @@ impl RedisEngine {
         let Some(mut reading) = self.reading.remove(&ticket) else {
             return;
         };
-        let h = match result {
+        let mut h = match result {
             Ok(h) => h,
             Err(cluster::Unavailable) => {
+                self.forget_for(ticket);
                 let result = Err(RelayError::StorageUnavailable);
                 return out.push(Event::History { ticket, result });
             }
         };
+        if let Some(c) = h.client.take() {
+            self.client_read(ticket, c);
+        }
         reading.messages.extend(h.messages.iter().map(|m| Message {
             pos: Position {
                 epoch: h.epoch,
@@ -177,13 +232,14 @@ impl RedisEngine {
             self.reading.insert(ticket, reading);
             return self.send_read(&topic, after, ticket, out);
         }
-        let history = History {
+        let mut history = History {
             last: Position {
                 epoch: h.epoch,
                 seq: h.last_seq,
             },
             messages: reading.messages,
         };
+        self.finish_for(ticket, &mut history);
         out.push(Event::History {
             ticket,
             result: Ok(history),
@@ -195,7 +251,9 @@ impl RedisEngine {
             return;
         };
         if w.live {
-            // A reconnect or an outage over: live messages may have been missed.
+            // A reconnect or an outage over: live messages may have been missed, and Redis
+            // may have missed a close.
+            self.resend_sockets(&topic);
             return out.push(Event::Resync { topic });
         }
         w.live = true;
@@ -219,6 +277,12 @@ impl RedisEngine {
             ClusterEvent::Resync { .. } => {}
             ClusterEvent::V1Published { topic, result } => self.v1_published(topic, result),
             ClusterEvent::V1Taken { ticket, result } => self.v1_taken(ticket, result, out),
+            ClusterEvent::ClientUnsent { topic, client } => self.client_unsent(topic, client),
+            ClusterEvent::MailboxFull {
+                topic,
+                client,
+                kept,
+            } => self.mailbox_full(topic, client, kept),
             ClusterEvent::WebhookAdded { ticket, result } => {
                 let topic = self.registering.remove(&ticket);
                 if let (Some(topic), Err(_)) = (&topic, &result) {
@@ -244,6 +308,13 @@ impl Engine for RedisEngine {
         _out: &mut Events,
     ) -> Done<Result<Stored, RelayError>> {
         let topic = req.topic.clone();
+        let publishing = clients::Publishing {
+            topic: req.topic.clone(),
+            body: req.body.clone(),
+            ttl: req.ttl,
+            prompt: req.prompt,
+            publisher: req.publisher.clone(),
+        };
         let req = cluster::PublishReq {
             ns: NS_V2,
             topic: req.topic,
@@ -251,10 +322,11 @@ impl Engine for RedisEngine {
             ttl: Duration::from_secs(u64::from(req.ttl)),
             origin: req.origin,
             prompt: req.prompt,
+            publisher: req.publisher.map(|c| c.id.clone()),
         };
         match self.handle.publish(ticket, req) {
             Ok(()) => {
-                self.publishing.insert(ticket, topic);
+                self.publishing.insert(ticket, publishing);
                 Done::Later
             }
             Err(cluster::Unavailable) => {
@@ -279,7 +351,11 @@ impl Engine for RedisEngine {
     }
 
     fn unwatch(&mut self, topic: &Arc<str>, _out: &mut Events) {
-        self.watched.remove(topic);
+        if let Some(w) = self.watched.remove(topic) {
+            for (ticket, _) in w.held {
+                self.forget_for(ticket);
+            }
+        }
         // A refused unwatch leaves the node subscribed: its live messages are dropped here.
         let _ = self.handle.unwatch(NS_V2, topic);
     }
@@ -338,6 +414,7 @@ impl Engine for RedisEngine {
 
     fn tick(&mut self, now: u64, out: &mut Events) {
         self.v1_tick(now, out);
+        self.clients_tick(now);
         for (ns, topic) in std::mem::take(&mut self.unasked) {
             let wanted = match ns {
                 NS_V2 => self.watched.contains_key(&topic),
@@ -351,5 +428,31 @@ impl Engine for RedisEngine {
 
     fn flush(&mut self, _out: &mut Events) -> bool {
         false
+    }
+
+    fn client(
+        &mut self,
+        topic: &Arc<str>,
+        client: &Arc<super::ClientRef>,
+        op: super::ClientOp,
+        _out: &mut Events,
+    ) -> Result<(), RelayError> {
+        self.client_op(topic, client, op)
+    }
+
+    fn read_for(
+        &mut self,
+        topic: &Arc<str>,
+        after: Position,
+        client: &Arc<super::ClientRef>,
+        fetch: Option<usize>,
+        ticket: Ticket,
+        out: &mut Events,
+    ) {
+        self.read_client(topic, after, client, fetch, ticket, out)
+    }
+
+    fn notifier(&self) -> Arc<dyn crate::notice::Notify> {
+        self.mail.notify.clone()
     }
 }

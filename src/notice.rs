@@ -100,6 +100,11 @@ pub struct PushNotice<'a> {
 
 /// The services around the relay, as the engines and the relay see them.
 pub trait Notify: Send + Sync {
+    /// Whether any client is watched at all (one load: asked before anything of a
+    /// message's clients is looked at).
+    fn watching(&self) -> bool {
+        true
+    }
     /// Whether any watch may want events of `client` (cheap; asked before building a notice).
     fn watched(&self, client: &str) -> bool;
     /// Reports a message's status for a watched client; the matching registrations are sent
@@ -116,6 +121,9 @@ pub trait Notify: Send + Sync {
 pub struct Silent;
 
 impl Notify for Silent {
+    fn watching(&self) -> bool {
+        false
+    }
     fn watched(&self, _client: &str) -> bool {
         false
     }

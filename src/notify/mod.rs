@@ -328,6 +328,10 @@ impl Notifier {
 }
 
 impl Notify for Notifier {
+    fn watching(&self) -> bool {
+        self.hub.watching()
+    }
+
     fn watched(&self, client: &str) -> bool {
         self.hub.watched(client)
     }

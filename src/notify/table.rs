@@ -158,9 +158,14 @@ impl WatchHub {
         self.snap.load_full()
     }
 
+    /// Whether any client has a registration (one relaxed load).
+    pub fn watching(&self) -> bool {
+        self.clients.load(Ordering::Relaxed) > 0
+    }
+
     /// Whether `client` has any registration (lock-free; the hot path's question).
     pub fn watched(&self, client: &str) -> bool {
-        if self.clients.load(Ordering::Relaxed) == 0 {
+        if !self.watching() {
             return false;
         }
         self.snap.load().by_client.contains_key(client)

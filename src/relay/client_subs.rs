@@ -31,7 +31,7 @@ impl Relay {
         };
         let op = ClientOp::Subscribe { socket: true };
         self.engine.client(&name, client, op, &mut self.events)?;
-        Ok(self.add_sub(conn, topic, id, dialect, Some(client.clone())))
+        Ok(self.add_sub(conn, topic, Some(&name), id, dialect, Some(client.clone())))
     }
 
     /// [`Relay::fetch`] for a connection of `client`: after what the client was given, and

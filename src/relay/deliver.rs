@@ -172,7 +172,7 @@ impl Relay {
             .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
                 to.push(s.conn, &s.id, s.dialect, &m.body, push_id, kind);
                 if let Some(c) = &s.client {
-                    let watched = notify.watched(&c.id);
+                    let watched = notify.watching() && notify.watched(&c.id);
                     let u = Unacked {
                         push_id,
                         slot,
@@ -220,7 +220,7 @@ impl Relay {
                 let push_id = m.body.message_id(m.pos.seq);
                 to.push(s.conn, &s.id, s.dialect, &m.body, push_id, PushKind::Replay);
                 if let Some(c) = &s.client {
-                    let watched = notify.watched(&c.id);
+                    let watched = notify.watching() && notify.watched(&c.id);
                     let u = Unacked {
                         push_id,
                         slot,

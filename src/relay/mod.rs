@@ -249,7 +249,7 @@ impl Relay {
     /// Adds a subscription of a local connection; its history follows as pushes, then the
     /// live messages. Returns the topic's slot.
     pub fn subscribe(&mut self, conn: ConnRef, topic: &str, id: SubId, dialect: Dialect) -> u32 {
-        self.add_sub(conn, topic, id, dialect, None)
+        self.add_sub(conn, topic, None, id, dialect, None)
     }
 
     /// A local connection's subscription, of `client` when it has one (see
@@ -258,6 +258,7 @@ impl Relay {
         &mut self,
         conn: ConnRef,
         topic: &str,
+        name: Option<&Arc<str>>,
         id: SubId,
         dialect: Dialect,
         client: Option<Arc<ClientRef>>,
@@ -279,7 +280,7 @@ impl Relay {
             follow,
             client: client.clone(),
         };
-        let (slot, first) = self.subs.add(topic, sub);
+        let (slot, first) = self.subs.add(topic, name, sub);
         let name = self
             .subs
             .get(slot)

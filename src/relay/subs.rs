@@ -199,12 +199,16 @@ impl Subscriptions {
     }
 
     /// Adds a subscription; returns the topic's slot and whether it is the topic's first
-    /// on this worker.
-    pub fn add(&mut self, topic: &str, sub: LocalSub) -> (u32, bool) {
+    /// on this worker. A new topic takes `name` as its name when given (the allocation the
+    /// engine was already handed: its home then finds the topic by that very `Arc`).
+    pub fn add(&mut self, topic: &str, name: Option<&Arc<str>>, sub: LocalSub) -> (u32, bool) {
         let slot = match self.index.get(topic) {
             Some(&s) => s,
             None => {
-                let name: Arc<str> = Arc::from(topic);
+                let name: Arc<str> = match name {
+                    Some(n) if **n == *topic => n.clone(),
+                    _ => Arc::from(topic),
+                };
                 let slot = self.topics.insert(LocalTopic {
                     name: name.clone(),
                     // Most topics have one subscriber here: room for exactly one (a
@@ -295,9 +299,9 @@ mod tests {
     #[test]
     fn a_topic_leaves_with_its_last_subscription() {
         let mut t = Subscriptions::default();
-        let (slot, first) = t.add("a", sub(1));
+        let (slot, first) = t.add("a", None, sub(1));
         assert!(first);
-        let (again, first) = t.add("a", sub(2));
+        let (again, first) = t.add("a", None, sub(2));
         assert_eq!((again, first), (slot, false));
         assert_eq!(
             t.remove(slot, ConnRef { key: 9, uid: 1 }),
@@ -311,11 +315,22 @@ mod tests {
     }
 
     #[test]
+    fn a_new_topic_takes_the_name_it_is_given() {
+        let mut t = Subscriptions::default();
+        let name: Arc<str> = Arc::from("n");
+        let (slot, _) = t.add("n", Some(&name), sub(1));
+        assert!(Arc::ptr_eq(&t.get(slot).unwrap().name, &name));
+        let other: Arc<str> = Arc::from("x");
+        let (slot, _) = t.add("m", Some(&other), sub(2));
+        assert_eq!(&*t.get(slot).unwrap().name, "m");
+    }
+
+    #[test]
     fn a_topic_is_found_by_name_whatever_was_found_before() {
         let mut t = Subscriptions::default();
         assert_eq!(t.name_and_slot("a"), None);
-        let (a, _) = t.add("a", sub(1));
-        let (b, _) = t.add("b", sub(2));
+        let (a, _) = t.add("a", None, sub(1));
+        let (b, _) = t.add("b", None, sub(2));
         for (topic, slot) in [("a", a), ("a", a), ("b", b), ("a", a), ("b", b), ("b", b)] {
             let (name, found) = t.name_and_slot(topic).unwrap();
             assert_eq!((&*name, found), (topic, slot));
@@ -327,7 +342,7 @@ mod tests {
             Removed::Last(_)
         ));
         assert_eq!(t.name_and_slot("b"), None);
-        let (c, _) = t.add("c", sub(3));
+        let (c, _) = t.add("c", None, sub(3));
         assert_eq!(c, b);
         assert_eq!(t.name_and_slot("b"), None);
         assert_eq!(

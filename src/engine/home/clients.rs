@@ -318,15 +318,18 @@ impl HomeTopics {
     /// publisher's watches, and for each other client id subscribed `accepted`, `queued`
     /// when it has no socket, and a push for a `prompt` message when it has no socket.
     pub fn client_notices(&self, slot: Option<u32>, req: &PublishReq, pos: Position) {
+        let n = &*self.mail.notify;
+        let may_push = req.prompt && n.pushes();
+        if !may_push && !n.watching() {
+            // Nobody to tell (the common case): the topic's clients are not looked at.
+            return;
+        }
         let clients = slot
             .and_then(|s| self.topics.get(s as usize))
             .and_then(|t| t.clients.as_deref());
         let publisher = req.publisher.as_deref();
-        let n = &*self.mail.notify;
-        // The common case (every client with a socket, nobody watching) decides here, by
-        // a question per client, before the body is looked at.
         let is_publisher = |id: &str| publisher.is_some_and(|p| *p.id == *id);
-        let pushes = req.prompt && clients.is_some_and(|c| c.idle > 0) && n.pushes();
+        let pushes = may_push && clients.is_some_and(|c| c.idle > 0);
         let wanted = pushes
             || publisher.is_some_and(|p| n.watched(&p.id))
             || clients.is_some_and(|c| {

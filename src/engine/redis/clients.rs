@@ -447,7 +447,10 @@ impl RedisEngine {
     pub(super) fn client_notices(&self, p: &Publishing, pos: Position, clients: &[ClientSeen]) {
         let n: &dyn Notify = &*self.mail.notify;
         let publisher = p.publisher.as_deref();
-        let pushes = p.prompt && clients.iter().any(|c| !c.socket) && n.pushes();
+        let pushes = p.prompt && n.pushes() && clients.iter().any(|c| !c.socket);
+        if !pushes && !n.watching() {
+            return;
+        }
         let wanted = pushes
             || publisher.is_some_and(|c| n.watched(&c.id))
             || clients.iter().any(|c| n.watched(&c.id));

@@ -21,7 +21,7 @@ use super::script::{BadReply, Keys, Packer};
 use super::slots::tag_parts;
 
 /// Prefix of a topic's clients hash.
-pub(crate) const CLIENTS_PREFIX: &[u8] = b"wr:c:";
+pub(crate) use super::keys::CLIENTS_PREFIX;
 /// Prefix of a client's set of topics.
 const MAILBOX_PREFIX: &[u8] = b"wr:mb:";
 /// Most receipts kept per client and topic (as `engine::clients::MAX_RECEIPTS`).
@@ -118,7 +118,7 @@ pub fn pack_client(
         ClientCmd::Receive(ids) => ids.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
         _ => String::new(),
     };
-    let forget = super::v1::forget_ms();
+    let forget = super::keys::forget_ms();
     let mut pk = Packer::new(buf);
     pk.cmd(20).arg(b"EVALSHA").arg(sha.as_bytes()).num(2);
     pk.arg_parts(&[CLIENTS_PREFIX, t[0], t[1], t[2]])
@@ -131,8 +131,8 @@ pub fn pack_client(
         .num(e)
         .num(s)
         .arg(receipts.as_bytes())
-        .arg(super::v1::NODE_PREFIX)
-        .arg(&super::v1::node_suffix(lim.keys, topic))
+        .arg(super::keys::NODE_PREFIX)
+        .arg(&super::keys::node_suffix(lim.keys.tagged, topic))
         .num(forget)
         .num(lim.alive_ms.min(forget))
         .num(MAX_RECEIPTS)

@@ -34,6 +34,7 @@ mod alive;
 pub mod clients;
 mod command;
 mod handle;
+mod keys;
 mod link;
 mod multi;
 mod pack;

@@ -109,35 +109,13 @@ pub fn channel(keys: Keys, ns: u8, topic: &[u8]) -> Vec<u8> {
     [channel_head(&mut head, keys.db, ns), t[0], t[1], t[2]].concat()
 }
 
-/// A short hash tag per slot (the first decimal number whose CRC16 lands there), so a
-/// per-slot key can sit in the slot of any topic (the webhook counter on a cluster).
-pub(crate) fn slot_tag(slot: u16) -> &'static str {
-    static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let tags = TAGS.get_or_init(|| {
-        let mut tags = vec![String::new(); slots::SLOTS];
-        let mut left = slots::SLOTS;
-        let mut n: u64 = 0;
-        while left > 0 {
-            let s = n.to_string();
-            let t = &mut tags[usize::from(slots::crc16(s.as_bytes()) % slots::SLOTS as u16)];
-            if t.is_empty() {
-                *t = s;
-                left -= 1;
-            }
-            n += 1;
-        }
-        tags
-    });
-    tags.get(usize::from(slot)).map_or("", String::as_str)
-}
-
 /// The webhook registration counter a topic's registrations count in: the shard's one key,
 /// or on a cluster the counter of the topic's slot (`wr:webhooks:{tag}`).
 fn webhook_counter(keys: Keys, topic: &[u8]) -> Vec<u8> {
     if !keys.tagged {
         return WEBHOOK_COUNT_KEY.to_vec();
     }
-    let tag = slot_tag(slots::topic_slot(topic));
+    let tag = slots::slot_tag(slots::topic_slot(topic));
     [WEBHOOK_COUNT_KEY, b":{", tag.as_bytes(), b"}"].concat()
 }
 
@@ -205,7 +183,7 @@ pub fn pack_publish_group(
         let t = tag_parts(a.topic, keys.tagged);
         pk.arg_parts(&[&ns_prefix(a.ns), b"m:", t[0], t[1], t[2]])
             .arg_parts(&[channel_head(&mut chan, keys.db, a.ns), t[0], t[1], t[2]])
-            .arg_parts(&[super::clients::CLIENTS_PREFIX, t[0], t[1], t[2]]);
+            .arg_parts(&[super::keys::CLIENTS_PREFIX, t[0], t[1], t[2]]);
         if a.prompt {
             pk.arg_parts(&[b"wr:w:", t[0], t[1], t[2]]);
         }
@@ -214,9 +192,9 @@ pub fn pack_publish_group(
         .arg(term)
         .arg(keys.publish_command())
         .num(clients.mailbox_ttl_ms.clamp(1, 1 << 40))
-        .arg(super::v1::NODE_PREFIX)
-        .num(super::v1::forget_ms())
-        .num(clients.alive_ms.min(super::v1::forget_ms()));
+        .arg(super::keys::NODE_PREFIX)
+        .num(super::keys::forget_ms())
+        .num(clients.alive_ms.min(super::keys::forget_ms()));
     for a in msgs {
         pk.arg(a.body.irn())
             .num(a.ttl_ms)
@@ -225,7 +203,7 @@ pub fn pack_publish_group(
             .arg(&digest(a.body.beta_bytes()))
             .num(u64::from(a.body.beta_len()))
             .arg(a.publisher)
-            .arg(&super::v1::node_suffix(keys, a.topic));
+            .arg(&super::keys::node_suffix(keys.tagged, a.topic));
     }
 }
 
@@ -273,7 +251,7 @@ pub fn pack_read(
     pk.arg_parts(&[&ns_prefix(ns), b"m:", t[0], t[1], t[2]])
         .arg_parts(&[channel_head(&mut chan, keys.db, ns), t[0], t[1], t[2]]);
     if client.is_some() {
-        pk.arg_parts(&[super::clients::CLIENTS_PREFIX, t[0], t[1], t[2]]);
+        pk.arg_parts(&[super::keys::CLIENTS_PREFIX, t[0], t[1], t[2]]);
     }
     pk.num(r.epoch)
         .num(r.after)

@@ -200,6 +200,28 @@ pub fn redirect(details: &str) -> Option<(u16, Endpoint)> {
     ))
 }
 
+/// A short hash tag per slot (the first decimal number whose CRC16 lands there), so a
+/// per-slot key can sit in the slot of any topic (the webhook counter on a cluster).
+pub(crate) fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags = vec![String::new(); SLOTS];
+        let mut left = SLOTS;
+        let mut n: u64 = 0;
+        while left > 0 {
+            let s = n.to_string();
+            let t = &mut tags[usize::from(crc16(s.as_bytes()) % SLOTS as u16)];
+            if t.is_empty() {
+                *t = s;
+                left -= 1;
+            }
+            n += 1;
+        }
+        tags
+    });
+    tags.get(usize::from(slot)).map_or("", String::as_str)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

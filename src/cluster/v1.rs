@@ -22,13 +22,8 @@ use super::script::{channel, BadReply, Packer};
 use super::slots::tag_parts;
 use super::types::{Origin, V1Published};
 
-/// Prefix of a node's liveness key.
-pub(crate) const NODE_PREFIX: &[u8] = b"wr:node:";
-
-/// How long a node's liveness key lives after its last refresh: a node silent that long
-/// (crashed, or cut off from the shard) has its subscriber counts removed by the next
-/// `pub` of their topics (a node cut off re-sends them when it reconnects).
-pub const NODE_FORGET: Duration = Duration::from_secs(60);
+pub use super::keys::NODE_FORGET;
+use super::keys::{ms, slot_suffix, NODE_PREFIX};
 
 /// A v1 `pub` for the shard.
 #[derive(Debug, Clone)]
@@ -66,25 +61,6 @@ pub fn node_key_in(node: u64, slot: u16) -> Vec<u8> {
     k
 }
 
-/// [`NODE_FORGET`] in ms.
-pub(crate) fn forget_ms() -> u64 {
-    ms(NODE_FORGET)
-}
-
-/// What a node's liveness key adds to [`node_key`] where a script on `topic` reads it:
-/// nothing, or on a Redis Cluster `:{tag}` of the topic's slot.
-pub(crate) fn node_suffix(keys: super::script::Keys, topic: &[u8]) -> Vec<u8> {
-    match keys.tagged {
-        true => slot_suffix(super::slots::topic_slot(topic)),
-        false => Vec::new(),
-    }
-}
-
-/// `:{tag}`: what a node's liveness key in `slot` adds to [`node_key`].
-fn slot_suffix(slot: u16) -> Vec<u8> {
-    [b":{", super::script::slot_tag(slot).as_bytes(), b"}"].concat()
-}
-
 /// Packs the liveness refresh of node `node` in `slot` (a Redis Cluster shard).
 pub fn pack_alive_in(buf: &mut Vec<u8>, node: u64, slot: u16) {
     Packer::new(buf)
@@ -105,10 +81,6 @@ pub fn pack_alive(buf: &mut Vec<u8>, node: u64) {
         .arg(b"1")
         .arg(b"PX")
         .num(ms(NODE_FORGET));
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What the pub script needs besides the request.

@@ -142,36 +142,8 @@ pub(super) fn verify_full(
     now_unix_s: u64,
     cfg: &AuthConfig,
 ) -> Result<Verified, AuthError> {
-    if token.len() > MAX_TOKEN_LEN {
-        return Err(AuthError::TooLong);
-    }
-    let mut parts = token.split('.');
-    let (Some(h64), Some(p64), Some(s64), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(AuthError::Malformed);
-    };
-    if h64.is_empty() || p64.is_empty() || s64.is_empty() {
-        return Err(AuthError::Malformed);
-    }
-
-    let header = b64(h64)?;
-    let header: Header<'_> = serde_json::from_slice(&header).map_err(|_| AuthError::Header)?;
-    if header.alg != "EdDSA" || header.typ.as_deref().is_some_and(|t| t != "JWT") {
-        return Err(AuthError::Algorithm);
-    }
-
-    let payload = b64(p64)?;
+    let (payload, key) = verify_signature(token)?;
     let payload: Payload<'_> = serde_json::from_slice(&payload).map_err(|_| AuthError::Claims)?;
-    let key = issuer_key(&payload.iss)?;
-
-    let sig = b64(s64)?;
-    // The signed bytes are the token's own first two parts, as sent.
-    let signed = &token.as_bytes()[..h64.len() + 1 + p64.len()];
-    UnparsedPublicKey::new(&ED25519, &key)
-        .verify(signed, &sig)
-        .map_err(|_| AuthError::Signature)?;
-
     let exp = match payload.exp {
         Some(exp) => exp,
         None if cfg.allow_no_exp => u64::MAX,

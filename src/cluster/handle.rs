@@ -74,22 +74,11 @@ impl ClusterHandle {
         epoch: u64,
         after_seq: u64,
     ) -> Result<(), Unavailable> {
-        self.send(
-            topic,
-            command::Command::Read {
-                worker: self.worker,
-                ticket,
-                ns,
-                topic: Arc::clone(topic),
-                epoch,
-                after: after_seq,
-                client: None,
-            },
-        )
+        self.read_client(ticket, ns, topic, epoch, after_seq, None)
     }
 
-    /// Reads the topic's unexpired messages after `(epoch, after_seq)` (from the start when
-    /// `epoch` is not the topic's current one, e.g. 0); the answer comes as `History`.
+    /// [`ClusterHandle::read`], for `client` when given: the read starts after what the
+    /// client was given, if that is later (DECISIONS 13).
     pub fn read_client(
         &self,
         ticket: u64,
@@ -97,7 +86,7 @@ impl ClusterHandle {
         topic: &Arc<str>,
         epoch: u64,
         after_seq: u64,
-        client: &Arc<str>,
+        client: Option<&Arc<str>>,
     ) -> Result<(), Unavailable> {
         self.send(
             topic,
@@ -108,7 +97,7 @@ impl ClusterHandle {
                 topic: Arc::clone(topic),
                 epoch,
                 after: after_seq,
-                client: Some(Arc::clone(client)),
+                client: client.cloned(),
             },
         )
     }

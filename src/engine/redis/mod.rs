@@ -136,14 +136,10 @@ impl RedisEngine {
             .reads_for
             .get_mut(&ticket)
             .and_then(clients::ReadFor::first_page);
-        let sent = match client {
-            Some(c) => self
-                .handle
-                .read_client(ticket, NS_V2, topic, after.epoch, after.seq, &c),
-            None => self
-                .handle
-                .read(ticket, NS_V2, topic, after.epoch, after.seq),
-        };
+        let (epoch, seq) = (after.epoch, after.seq);
+        let sent = self
+            .handle
+            .read_client(ticket, NS_V2, topic, epoch, seq, client.as_ref());
         if sent.is_err() {
             self.forget_for(ticket);
             self.reading.remove(&ticket);

@@ -6,40 +6,17 @@
 //
 //   SCENARIO=session RELAY_URL=ws://127.0.0.1:PORT node sdk.mjs
 //
-// Scenarios (SCENARIO, default "session"):
-//   session  connect/pair/approve; personal_sign request + respond; emit (session_event);
-//            update (session_update); extend (session_extend); ping; wallet disconnect
-//            (session_delete). Every step's payloads are checked.
-//   offline  session; the wallet goes offline (relayer.transportClose()); the dApp sends a
-//            request (its publish is acknowledged by the relay); the wallet comes back
-//            (transportOpen()), gets session_request from the relay's store and answers.
-//   restart  like offline, but once the dApp's request publish was acknowledged the script prints
-//            a line READY_FOR_RESTART and waits for a line RESTARTED on stdin (the Rust test
-//            SIGKILLs the relay and restarts it on the same port and --data-dir meanwhile).
-//   cluster  RELAY_URL=URL1,URL2 (two nodes of one cluster): dApp on URL1, wallet on URL2;
-//            session and one request/response.
-//   idle     session, then IDLE_SECONDS (default 70) without app traffic, counting transport
-//            disconnects/reconnects of both clients (must be none: the relay's pings must keep
-//            the SDK's 35 s stall timer from firing), then one request/response.
-//   unsubscribe  session, one request, wallet disconnect; both clients then irn_unsubscribe the
-//            session topic with the id the SDK computes itself (sha256_hex(topic + clientId));
-//            a third connection publishes on that topic and neither client may get it.
-//
-// In every scenario globalThis.fetch is replaced by a recorder that throws, and the script fails
-// if anything outside loopback was fetched; IS_VITEST=true is set before the SDK is imported;
-// unhandled rejections are logged (and counted in the summary).
-//
-// Env: RELAY_URL (required; comma-separated: dApp URL, wallet URL; one URL serves both),
-// PROJECT_ID (default "walletrelay-test"), E2E_TIMEOUT_MS (overall timeout, default 120000 plus
-// IDLE_SECONDS for idle), WC_LOG_LEVEL (SDK logger: silent|error|warn|info|debug|trace; default
-// "error"), WIRE_LOG=1 (print every WebSocket frame both clients send and receive, and the
-// upgrade URLs), IDLE_SECONDS.
+// Scenarios (SCENARIO, default "session": session, offline, restart, cluster, idle,
+// unsubscribe), the environment (RELAY_URL, PROJECT_ID, E2E_TIMEOUT_MS, WC_LOG_LEVEL,
+// WIRE_LOG, IDLE_SECONDS) and what every scenario checks besides (nothing fetched outside
+// loopback, unhandled rejections counted): README.md.
 //
 // Exit status 0 on success; 1 with "FAIL: <reason>" on stderr otherwise, also on the timeout.
 
 import { createRequire } from "node:module";
 import readline from "node:readline";
 import { offline, within } from "../e2e-common/offline.mjs";
+import { watchWire } from "./wire.mjs";
 
 const SCENARIO = process.env.SCENARIO || "session";
 const RELAY_URLS = (process.env.RELAY_URL || "")
@@ -124,73 +101,10 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const { fetched, unhandled } = offline(log);
 
-// Node 20 has no global WebSocket, so @walletconnect/jsonrpc-ws-connection uses the `ws` package.
-// Its frames are watched (always): requests sent, error answers and closes are kept for the
-// failure message; with WIRE_LOG=1 every frame is printed (tagged with the connection's number).
+// The SDK's frames on the wire (wire.mjs): error answers and closes kept for the failure
+// message, publishes and pushes by tag; with WIRE_LOG=1 every frame is printed.
 const require = createRequire(import.meta.url);
-const wireTrouble = []; // error answers and closes, for the failure message
-const tagged = []; // {conn, tag, kind: "sent" | "answered" | "pushed", at}: publishes and pushes by tag
-{
-  if (typeof globalThis.WebSocket !== "undefined") {
-    log("wire", "note: this Node has a global WebSocket; the SDK uses it and the frame watch sees nothing");
-  }
-  const WS = require("ws");
-  let conns = 0;
-  const sent = new Map(); // request id -> method
-  const sentTag = new Map(); // irn_publish id -> tag
-  const origSend = WS.prototype.send;
-  WS.prototype.send = function (data, ...rest) {
-    if (WIRE_LOG) log("wire", `#${this.__n} >> ${data}`);
-    try {
-      const m = JSON.parse(String(data));
-      if (m.method) sent.set(String(m.id), m.method);
-      if (m.method === "irn_publish" && m.params?.tag !== undefined) {
-        sentTag.set(String(m.id), m.params.tag);
-        tagged.push({ conn: this.__n, tag: m.params.tag, kind: "sent", at: Date.now() });
-      }
-    } catch {}
-    return origSend.call(this, data, ...rest);
-  };
-  const origEmit = WS.prototype.emit;
-  WS.prototype.emit = function (ev, ...args) {
-    if (ev === "open") {
-      this.__n = ++conns;
-      if (WIRE_LOG) log("wire", `#${this.__n} open ${this.url}`);
-    } else if (ev === "message") {
-      if (WIRE_LOG) log("wire", `#${this.__n} << ${args[0]}`);
-      try {
-        const m = JSON.parse(String(args[0]));
-        if (m.result !== undefined && sentTag.has(String(m.id))) {
-          tagged.push({ conn: this.__n, tag: sentTag.get(String(m.id)), kind: "answered", at: Date.now() });
-        }
-        if (m.method === "irn_subscription" && m.params?.data?.tag !== undefined) {
-          tagged.push({ conn: this.__n, tag: m.params.data.tag, kind: "pushed", at: Date.now() });
-        }
-        if (m.error) {
-          const what = `#${this.__n} ${sent.get(String(m.id)) ?? "?"} (id ${m.id}) answered with error ${JSON.stringify(m.error)}`;
-          wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
-          log("wire", what);
-        }
-      } catch {}
-    } else if (ev === "close") {
-      const what = `#${this.__n} closed: code ${args[0]} ${args[1] ?? ""}`;
-      wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
-      if (WIRE_LOG) log("wire", what);
-    } else if (ev === "unexpected-response") {
-      const res = args[1];
-      const what = `upgrade of ${this.url} refused: HTTP ${res?.statusCode}`;
-      wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
-      log("wire", what);
-    } else if (ev === "error") {
-      const what = `#${this.__n ?? "-"} socket error: ${args[0]?.message ?? args[0]}`;
-      wireTrouble.push(`[${((Date.now() - T0) / 1000).toFixed(3)}s] ${what}`);
-      if (WIRE_LOG) log("wire", what);
-    } else if (ev === "ping" && WIRE_LOG) {
-      log("wire", `#${this.__n} << ping`);
-    }
-    return origEmit.call(this, ev, ...args);
-  };
-}
+const { wireTrouble, tagged } = watchWire({ log, wireLog: WIRE_LOG, t0: T0 });
 
 // stdin, for SCENARIO=restart: lines are kept from the start so that none is missed.
 const stdinLines = [];

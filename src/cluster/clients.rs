@@ -194,17 +194,7 @@ pub fn decode_mailbox(v: &Value) -> Result<Option<Vec<String>>, BadReply> {
 mod tests {
     use super::*;
 
-    fn strings(buf: &[u8]) -> Vec<Vec<u8>> {
-        let Value::Array(a) = redis::parse_redis_value(buf).unwrap() else {
-            panic!("not an array")
-        };
-        a.into_iter()
-            .map(|x| match x {
-                Value::BulkString(b) => b,
-                other => panic!("{other:?}"),
-            })
-            .collect()
-    }
+    use crate::cluster::resp::tests::strings;
 
     #[test]
     fn on_a_cluster_a_client_op_stays_in_its_topic_slot_and_the_set_in_the_clients() {

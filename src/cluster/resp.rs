@@ -68,3 +68,23 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
         v => text(v).and_then(|s| s.parse().ok()),
     }
 }
+
+/// Test helpers of the modules that pack commands.
+#[cfg(test)]
+#[allow(clippy::panic, clippy::unwrap_used)]
+pub(crate) mod tests {
+    use redis::Value;
+
+    /// The bulk strings of one packed command, as Redis reads them.
+    pub(crate) fn strings(buf: &[u8]) -> Vec<Vec<u8>> {
+        let Value::Array(a) = redis::parse_redis_value(buf).unwrap() else {
+            panic!("not an array")
+        };
+        a.into_iter()
+            .map(|x| match x {
+                Value::BulkString(b) => b,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+}

@@ -183,17 +183,7 @@ pub fn decode_sub(v: Value) -> Result<Vec<Bytes>, BadReply> {
 mod tests {
     use super::*;
 
-    fn strings(buf: &[u8]) -> Vec<Vec<u8>> {
-        let Value::Array(a) = redis::parse_redis_value(buf).unwrap() else {
-            panic!("not an array")
-        };
-        a.into_iter()
-            .map(|x| match x {
-                Value::BulkString(b) => b,
-                other => panic!("{other:?}"),
-            })
-            .collect()
-    }
+    use crate::cluster::resp::tests::strings;
 
     #[test]
     fn a_pub_packs_its_keys_frame_and_channel() {

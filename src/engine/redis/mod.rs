@@ -30,7 +30,7 @@ use super::{
     Done, Engine, Event, Events, History, Message, Position, PublishReq, Stored, Ticket, V1Publish,
 };
 use crate::cluster::{self, ClusterEvent, ClusterHandle, PublishOutcome, WebhookAdd, NS_V1, NS_V2};
-use crate::engine::error::RelayError;
+use crate::engine::RelayError;
 use crate::mailbox::Receiver;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
 pub use build::build;

@@ -11,9 +11,10 @@
 //! that cannot be answered at once returns [`Done::Later`]; its answer is an [`Event`]
 //! carrying the caller's [`Ticket`], exactly once. What an engine reports is what the worker
 //! delivers: between the in-memory engines of two workers an [`Event`] crosses under that
-//! one name (`local::HomeMsg::Report`); a helper thread sends its own type
-//! (`cluster::ClusterEvent` from the Redis threads, `store::sync::SyncEvent` from a
-//! journal's sync thread), which the engine turns into [`Event`]s as it reads its mailbox.
+//! one name (`local::HomeMsg::Report`), and the Redis threads send it too (what the engine
+//! must finish itself as [`Event::Engine`]); a journal's sync thread reports record
+//! positions (`store::SyncEvent`), from which the home releases its waiting answers.
+//! [`Event`] and what it carries live in the leaf `crate::event`, re-exported here.
 //!
 //! Each engine builds itself ([`Setup`] in, [`Built`] out: its mailboxes, helper threads,
 //! recovery); `server/engines.rs` only picks one. Adding an engine is a folder here and one

@@ -18,17 +18,17 @@
 //! 2. on [`Followup::Subscribed`] (the node's subscription is live, first time or after a
 //!    reconnect; also when the shard's command connection is back after an outage):
 //!    [`ClusterHandle::read`] after the last position delivered;
-//! 3. on each `Page` (`more()`: read on after it), then: deliver its messages, then the buffered and later `Live` ones with
-//!    greater seq, skipping seqs already delivered; a `Live` whose seq leaves a gap means a
-//!    message went missing: read again;
+//! 3. on a `Page` (`more()`: read on after it): deliver its messages, then the buffered and
+//!    later `Live` ones with greater seq, skipping seqs already delivered; a `Live` whose seq
+//!    leaves a gap means a message went missing: read again;
 //! 4. last local subscriber gone: [`ClusterHandle::unwatch`].
 //!
-//! Publishing: [`ClusterHandle::publish`] answers `Followup::Published` once Redis has stored it (or
+//! Publishing: [`ClusterHandle::publish`] answers `Published` once Redis has stored it (or
 //! found it a duplicate); a stored message also arrives as `Live` on every node watching the
 //! topic, the publisher's node included (skip the publishing connection by `origin`). The
 //! webhook URLs come back to the publishing node only, so each stored publish makes exactly
 //! one set of POSTs in the cluster. `Published` and the node's own `Live` copy come from
-//! different threads, in no set order. Deliver to local subscribers from `Live`/`History`
+//! different threads, in no set order. Deliver to local subscribers from `Live`/`Page`
 //! only (never straight from the publish), so every node delivers in the store's order.
 
 pub mod addr;

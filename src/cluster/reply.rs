@@ -1,7 +1,8 @@
 //! Turning Redis replies into the events a worker gets, one per command.
 //!
 //! Owns: the mapping from a command and its reply (or its failure) to an [`Event`] (the
-//! relay's own, or a [`Followup`] for the engine) and the unavailable counters. Must not touch connections: the shard thread reads, this answers.
+//! relay's own, or a [`Followup`] for the engine) and the unavailable counters. Must not
+//! touch connections: the shard thread reads, this answers.
 
 use redis::Value;
 
@@ -104,6 +105,7 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
                 Ok(WebhookAdd::GlobalFull) => Err(RelayError::TooManyWebhooks),
                 Err(e) => {
                     bad(ctx, e);
+                    ctx.stats.unavailable.inc();
                     return webhook_unavailable(ctx, worker, ticket);
                 }
             };
@@ -178,9 +180,8 @@ fn published(ctx: &ShardCtx, c: Command, result: Result<PublishOutcome, Unavaila
 }
 
 /// Answers a webhook registration `StorageUnavailable`, counted as the worker's answer too
-/// (the engine only passes `WebhookAdded` on).
+/// (the engine passes `WebhookAdded` on as it is).
 fn webhook_unavailable(ctx: &ShardCtx, worker: usize, ticket: u64) {
-    ctx.stats.unavailable.inc();
     ctx.stats.unavailable_answers.inc();
     let result = Err(RelayError::StorageUnavailable);
     (ctx.events)(worker, Event::WebhookAdded { ticket, result });
@@ -213,9 +214,7 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
             },
         ),
         Command::WebhookAdd { worker, ticket, .. } => {
-            ctx.stats.unavailable_answers.inc();
-            let result = Err(RelayError::StorageUnavailable);
-            return (ctx.events)(worker, Event::WebhookAdded { ticket, result });
+            return webhook_unavailable(ctx, worker, ticket)
         }
         Command::V1Publish { worker, req } => (
             worker,

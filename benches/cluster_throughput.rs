@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use common::redis::{test_config, RedisServer};
 use walletrelay::cluster::{
-    Cluster, ClusterEvent, EventSink, Origin, PublishOutcome, PublishReq, NS_V2,
+    Cluster, EventSink, Followup, Origin, PublishOutcome, PublishReq, NS_V2,
 };
+use walletrelay::event::Event;
 
 /// Most publishes sent and not yet answered.
 const WINDOW: u64 = 8192;
@@ -54,7 +55,7 @@ fn main() {
     let failed = Arc::new(AtomicU64::new(0));
     let (s2, f2) = (Arc::clone(&stored), Arc::clone(&failed));
     let sink: EventSink = Arc::new(move |_, e| {
-        if let ClusterEvent::Published { result, .. } = e {
+        if let Event::Engine(Followup::Published { result, .. }) = e {
             match result {
                 Ok(PublishOutcome::Stored { .. }) => s2.fetch_add(1, Ordering::Relaxed),
                 _ => f2.fetch_add(1, Ordering::Relaxed),

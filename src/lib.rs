@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod engine;
+pub mod event;
 pub mod health;
 pub mod http;
 pub mod identity;

@@ -11,8 +11,9 @@ use std::time::Duration;
 use common::redis::{data, test_config, Node, RedisServer, WAIT};
 use common::wait::wait_until;
 use walletrelay::cluster::{
-    ClusterError, ClusterEvent, ConnectError, Origin, PublishOutcome, PublishReq, NS_V2,
+    ClusterError, ConnectError, Followup, Origin, PublishOutcome, PublishReq, NS_V2,
 };
+use walletrelay::event::Event;
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -65,7 +66,7 @@ fn redis_killed_under_load_loses_no_acknowledged_publish_and_resyncs_after_resta
     let topic: Arc<str> = "busy".into();
     follower_node.h(0).watch(NS_V2, &topic).unwrap();
     follower_node.wait("the first resync", |_, e| {
-        matches!(e, ClusterEvent::Resync { .. }).then_some(())
+        matches!(e, Event::Engine(Followup::Subscribed { .. })).then_some(())
     });
 
     // Publish without waiting; once some are answered, kill Redis with many in flight and
@@ -74,7 +75,9 @@ fn redis_killed_under_load_loses_no_acknowledged_publish_and_resyncs_after_resta
     let mut answers: BTreeMap<u64, Result<PublishOutcome, _>> = BTreeMap::new();
     let take_answer = |answers: &mut BTreeMap<u64, _>, sent: &HashMap<u64, String>| {
         let (t, res) = publisher.wait("publish outcome", |_, e| match e {
-            ClusterEvent::Published { ticket, result } => Some((*ticket, result.clone())),
+            Event::Engine(Followup::Published { ticket, result }) => {
+                Some((*ticket, result.clone()))
+            }
             _ => None,
         });
         assert!(sent.contains_key(&t), "answer for an unknown ticket {t}");
@@ -147,7 +150,7 @@ fn redis_killed_under_load_loses_no_acknowledged_publish_and_resyncs_after_resta
     // positions (how a worker merges that with live messages is `relay::feed`, exercised
     // with real nodes in `cluster_outage.rs`).
     follower_node.wait("a resync after the restart", |_, e| {
-        matches!(e, ClusterEvent::Resync { .. }).then_some(())
+        matches!(e, Event::Engine(Followup::Subscribed { .. })).then_some(())
     });
     let mut m = String::new();
     follower_node.cluster.render_metrics(&mut m);
@@ -165,7 +168,7 @@ fn a_slow_redis_never_blocks_the_caller_and_times_out_to_unavailable() {
     let topic: Arc<str> = "slow".into();
     n.h(0).watch(NS_V2, &topic).unwrap();
     n.wait("first resync", |_, e| {
-        matches!(e, ClusterEvent::Resync { .. }).then_some(())
+        matches!(e, Event::Engine(Followup::Subscribed { .. })).then_some(())
     });
     let sleeper = r.debug_sleep(3);
     // Redis is asleep: every call returns at once, before any answer exists.
@@ -176,7 +179,7 @@ fn a_slow_redis_never_blocks_the_caller_and_times_out_to_unavailable() {
     assert!(
         n.drain().iter().all(|(_, e)| !matches!(
             e,
-            ClusterEvent::Published { .. } | ClusterEvent::History { .. }
+            Event::Engine(Followup::Published { .. }) | Event::Engine(Followup::Page { .. })
         )),
         "an answer came before Redis woke up: a call waited for Redis"
     );
@@ -184,8 +187,10 @@ fn a_slow_redis_never_blocks_the_caller_and_times_out_to_unavailable() {
     let mut answered = std::collections::HashSet::new();
     while answered.len() < 201 {
         let (t, ok) = n.wait("answer", |_, e| match e {
-            ClusterEvent::Published { ticket, result } => Some((*ticket, result.is_ok())),
-            ClusterEvent::History { ticket, result } => Some((*ticket, result.is_ok())),
+            Event::Engine(Followup::Published { ticket, result }) => {
+                Some((*ticket, result.is_ok()))
+            }
+            Event::Engine(Followup::Page { ticket, result }) => Some((*ticket, result.is_ok())),
             _ => None,
         });
         assert!(!ok, "ticket {t} answered ok after the read timeout");
@@ -199,7 +204,7 @@ fn a_slow_redis_never_blocks_the_caller_and_times_out_to_unavailable() {
     ));
     // The subscriber timed out too, reconnected and resynced the watched topic.
     n.wait("resync after the stall", |_, e| {
-        matches!(e, ClusterEvent::Resync { .. }).then_some(())
+        matches!(e, Event::Engine(Followup::Subscribed { .. })).then_some(())
     });
 }
 

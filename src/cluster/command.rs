@@ -143,7 +143,7 @@ pub(crate) struct ShardCtx {
     /// Where answers go.
     pub events: EventSink,
     /// Rung (`try_send`) when the command connection is back after an outage: the
-    /// subscriber then sends `Resync` for every live topic, so reads that failed meanwhile
+    /// subscriber then sends `Subscribed` for every live topic, so reads that failed meanwhile
     /// are made again. Capacity 1; the subscriber's writer holds the receiver.
     pub commands_back: (crossbeam_channel::Sender<()>, Receiver<()>),
     /// TLS settings when the shard is `rediss`.

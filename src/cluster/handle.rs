@@ -65,7 +65,7 @@ impl ClusterHandle {
     }
 
     /// Reads the topic's unexpired messages after `(epoch, after_seq)` (from the start when
-    /// `epoch` is not the topic's current one, e.g. 0); the answer comes as `History`.
+    /// `epoch` is not the topic's current one, e.g. 0); the answer comes as `Page`.
     pub fn read(
         &self,
         ticket: u64,
@@ -138,7 +138,7 @@ impl ClusterHandle {
     /// Sets this worker's count of v1 subscribers of `topic` (0 removes it; idempotent),
     /// and with a `ticket` also takes the topic's pending frames in the same script (the
     /// answer comes as `V1Taken`). Watch the topic's [`NS_V1`] channel and wait for its
-    /// first `Resync` before the first call, so a `pub` that sees the count reaches this
+    /// first `Subscribed` before the first call, so a `pub` that sees the count reaches this
     /// node. `Err`: refused at once, no event follows.
     pub fn v1_sub(
         &self,
@@ -200,7 +200,7 @@ impl ClusterHandle {
         )
     }
 
-    /// This worker wants the topic's live messages (`Live`), and a `Resync` whenever the
+    /// This worker wants the topic's live messages (`Live`), and a `Subscribed` whenever the
     /// node's subscription becomes live. Idempotent per worker and topic.
     pub fn watch(&self, ns: u8, topic: &Arc<str>) -> Result<(), Unavailable> {
         self.ctl(topic, |worker, topic| pubsub::Ctl::Watch {

@@ -6,19 +6,21 @@
 //! connection, shared by all workers of the node), the scripts, placement ([`ring`]). Must not
 //! touch worker, connection or relay state: every call from a worker is a `try_send` into a
 //! bounded queue, and every answer comes back through the [`EventSink`] the node passes to
-//! [`Cluster::start`] (typically: push into the worker's channel and wake its `mio::Waker`).
+//! [`Cluster::start`] (typically: push into the worker's channel and wake its `mio::Waker`)
+//! as the relay's own `crate::event::Event` (`Live`, `V1Live`, `WebhookAdded`), or, where the
+//! worker's engine has to finish it, as `Event::Engine` with a [`Followup`].
 //!
 //! Positions: every stored message of a topic has `(epoch, seq)`; `seq` starts at 1 and grows
 //! by one per stored message; `epoch` changes when the topic's history was lost (its keys
 //! expired, Redis lost them), so positions of another epoch mean nothing. How a worker uses
 //! this (the relay's `relay::feed` does it for every subscription of a topic):
 //! 1. first local subscriber of a topic: [`ClusterHandle::watch`]; buffer `Live` messages;
-//! 2. on [`ClusterEvent::Resync`] (the node's subscription is live, first time or after a
+//! 2. on [`Followup::Subscribed`] (the node's subscription is live, first time or after a
 //!    reconnect; also when the shard's command connection is back after an outage):
 //!    [`ClusterHandle::read`] after the last position delivered;
-//! 3. on `History`: deliver its messages, then the buffered and later `Live` ones with
-//!    greater seq, skipping seqs already delivered; a `Live` whose seq leaves a gap means a
-//!    message went missing: read again;
+//! 3. on a `Page` (`more()`: read on after it): deliver its messages, then the buffered and
+//!    later `Live` ones with greater seq, skipping seqs already delivered; a `Live` whose seq
+//!    leaves a gap means a message went missing: read again;
 //! 4. last local subscriber gone: [`ClusterHandle::unwatch`].
 //!
 //! Publishing: [`ClusterHandle::publish`] answers `Published` once Redis has stored it (or
@@ -26,7 +28,7 @@
 //! topic, the publisher's node included (skip the publishing connection by `origin`). The
 //! webhook URLs come back to the publishing node only, so each stored publish makes exactly
 //! one set of POSTs in the cluster. `Published` and the node's own `Live` copy come from
-//! different threads, in no set order. Deliver to local subscribers from `Live`/`History`
+//! different threads, in no set order. Deliver to local subscribers from `Live`/`Page`
 //! only (never straight from the publish), so every node delivers in the store's order.
 
 pub mod addr;
@@ -69,8 +71,8 @@ pub use ring::{fingerprint, shard_of};
 pub use setup::ConnectError;
 pub use shared::{shared_value, SharedLink, SharedSpec};
 pub use types::{
-    ClientRead, ClientSeen, ClusterConfig, ClusterEvent, EventSink, History, HistoryMessage,
-    Origin, PublishOutcome, PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,
+    ClientRead, ClientSeen, ClusterConfig, EventSink, Followup, History, HistoryMessage, Origin,
+    PublishOutcome, PublishReq, Secret, Unavailable, V1Published, WebhookAdd, NS_V1, NS_V2,
 };
 pub use v1::V1PublishReq;
 

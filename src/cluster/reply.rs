@@ -1,13 +1,15 @@
 //! Turning Redis replies into the events a worker gets, one per command.
 //!
-//! Owns: the mapping from a command and its reply (or its failure) to a [`ClusterEvent`] and
-//! the unavailable counter. Must not touch connections: the shard thread reads, this answers.
+//! Owns: the mapping from a command and its reply (or its failure) to an [`Event`] (the
+//! relay's own, or a [`Followup`] for the engine) and the unavailable counters. Must not
+//! touch connections: the shard thread reads, this answers.
 
 use redis::Value;
 
 use super::command::{Command, ShardCtx};
 use super::script;
-use super::types::{ClusterEvent, PublishOutcome, Unavailable};
+use super::types::{Followup, PublishOutcome, Unavailable, WebhookAdd};
+use crate::event::{Event, RelayError};
 
 /// One script call of a round: how many commands it answers, and whether it is a publish
 /// group (its reply then holds one reply per message).
@@ -94,16 +96,28 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             ..
         } => {
             let result = script::decode_read(v, client.is_some()).map_err(|e| bad(ctx, e));
-            (worker, ClusterEvent::History { ticket, result })
+            (worker, Event::Engine(Followup::Page { ticket, result }))
         }
         Command::WebhookAdd { worker, ticket, .. } => {
-            let result = script::decode_webhook_add(&v).map_err(|e| bad(ctx, e));
-            (worker, ClusterEvent::WebhookAdded { ticket, result })
+            let result = match script::decode_webhook_add(&v) {
+                Ok(WebhookAdd::Added | WebhookAdd::Exists) => Ok(()),
+                Ok(WebhookAdd::TopicFull) => Err(RelayError::TooManyWebhooksForTopic),
+                Ok(WebhookAdd::GlobalFull) => Err(RelayError::TooManyWebhooks),
+                Err(e) => {
+                    bad(ctx, e);
+                    ctx.stats.unavailable.inc();
+                    return webhook_unavailable(ctx, worker, ticket);
+                }
+            };
+            (worker, Event::WebhookAdded { ticket, result })
         }
         Command::V1Publish { worker, req } => {
             let result = super::v1::decode_pub(v).map_err(|e| bad(ctx, e));
             let topic = req.topic;
-            (worker, ClusterEvent::V1Published { topic, result })
+            (
+                worker,
+                Event::Engine(Followup::V1Published { topic, result }),
+            )
         }
         Command::V1Sub {
             worker,
@@ -111,7 +125,7 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             ..
         } => {
             let result = super::v1::decode_sub(v).map_err(|e| bad(ctx, e));
-            (worker, ClusterEvent::V1Taken { ticket, result })
+            (worker, Event::Engine(Followup::V1Taken { ticket, result }))
         }
         Command::Mailbox {
             worker,
@@ -121,11 +135,11 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
         } => match super::clients::decode_mailbox(&v) {
             Ok(Some(kept)) => (
                 worker,
-                ClusterEvent::MailboxFull {
+                Event::Engine(Followup::MailboxFull {
                     topic,
                     client,
                     kept,
-                },
+                }),
             ),
             Ok(None) => return,
             Err(e) => {
@@ -140,14 +154,12 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
         | Command::Role
         | Command::AliveIn(_) => return,
     };
-    if matches!(
-        ev.1,
-        ClusterEvent::Published { result: Err(_), .. }
-            | ClusterEvent::History { result: Err(_), .. }
-            | ClusterEvent::WebhookAdded { result: Err(_), .. }
-            | ClusterEvent::V1Published { result: Err(_), .. }
-            | ClusterEvent::V1Taken { result: Err(_), .. }
-    ) {
+    if let Event::Engine(
+        Followup::Page { result: Err(_), .. }
+        | Followup::V1Published { result: Err(_), .. }
+        | Followup::V1Taken { result: Err(_), .. },
+    ) = ev.1
+    {
         ctx.stats.unavailable.inc();
     }
     (ctx.events)(ev.0, ev.1);
@@ -161,7 +173,18 @@ fn published(ctx: &ShardCtx, c: Command, result: Result<PublishOutcome, Unavaila
     if result.is_err() {
         ctx.stats.unavailable.inc();
     }
-    (ctx.events)(worker, ClusterEvent::Published { ticket, result });
+    (ctx.events)(
+        worker,
+        Event::Engine(Followup::Published { ticket, result }),
+    );
+}
+
+/// Answers a webhook registration `StorageUnavailable`, counted as the worker's answer too
+/// (the engine passes `WebhookAdded` on as it is).
+fn webhook_unavailable(ctx: &ShardCtx, worker: usize, ticket: u64) {
+    ctx.stats.unavailable_answers.inc();
+    let result = Err(RelayError::StorageUnavailable);
+    (ctx.events)(worker, Event::WebhookAdded { ticket, result });
 }
 
 fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {
@@ -178,28 +201,24 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
     let (worker, ev) = match c {
         Command::Publish { worker, ticket, .. } => (
             worker,
-            ClusterEvent::Published {
+            Followup::Published {
                 ticket,
                 result: Err(Unavailable),
             },
         ),
         Command::Read { worker, ticket, .. } => (
             worker,
-            ClusterEvent::History {
+            Followup::Page {
                 ticket,
                 result: Err(Unavailable),
             },
         ),
-        Command::WebhookAdd { worker, ticket, .. } => (
-            worker,
-            ClusterEvent::WebhookAdded {
-                ticket,
-                result: Err(Unavailable),
-            },
-        ),
+        Command::WebhookAdd { worker, ticket, .. } => {
+            return webhook_unavailable(ctx, worker, ticket)
+        }
         Command::V1Publish { worker, req } => (
             worker,
-            ClusterEvent::V1Published {
+            Followup::V1Published {
                 topic: req.topic,
                 result: Err(Unavailable),
             },
@@ -210,7 +229,7 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
             ..
         } => (
             worker,
-            ClusterEvent::V1Taken {
+            Followup::V1Taken {
                 ticket,
                 result: Err(Unavailable),
             },
@@ -221,7 +240,7 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
             client,
             op,
             ..
-        } if op.sockets().is_some() => (worker, ClusterEvent::ClientUnsent { topic, client }),
+        } if op.sockets().is_some() => (worker, Followup::ClientUnsent { topic, client }),
         Command::Client { .. } | Command::Mailbox { .. } => return,
         Command::WebhookRemove { .. }
         | Command::V1Sub { .. }
@@ -229,5 +248,5 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
         | Command::Role
         | Command::AliveIn(_) => return,
     };
-    (ctx.events)(worker, ev);
+    (ctx.events)(worker, Event::Engine(ev));
 }

@@ -7,7 +7,7 @@
 //! where, and moving a topic when its slot moves: on a new slot map from the command thread
 //! (`MapCell`), or when a node drops a channel (its `sunsubscribe` push), the topic is
 //! unwatched on the old node and watched on the new one, whose confirmation sends the
-//! workers `Resync` (they read from their last position: no gap). Must not touch the
+//! workers `Subscribed` (they read from their last position: no gap). Must not touch the
 //! command connections or worker state.
 //!
 //! One thread: it takes the workers' `watch`/`unwatch` (the same [`Ctl`] queue as a

@@ -1,7 +1,8 @@
 //! The words of the cluster's interface: what a worker asks ([`PublishReq`], and the
-//! settings, [`ClusterConfig`]), what comes back through the [`EventSink`] ([`ClusterEvent`]
-//! with its [`History`], [`PublishOutcome`], [`WebhookAdd`], [`V1Published`] or
-//! [`Unavailable`]), and the topic namespaces.
+//! settings, [`ClusterConfig`]), what comes back through the [`EventSink`] (the relay's
+//! own `crate::event::Event`, or as its `Engine` payload a [`Followup`] with its
+//! [`History`] page, [`PublishOutcome`], [`V1Published`] or [`Unavailable`]), and the topic
+//! namespaces.
 //!
 //! Owns these types only; a leaf under every other file of `cluster`, which re-exports them.
 
@@ -10,11 +11,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::message::{Body, Message};
+use crate::event::Event;
+use crate::message::Body;
 
 /// Where a cluster answer or a live message goes: `(worker index, event)`. Called on the
 /// cluster's own threads; it must not block (a `try_send` + wake).
-pub type EventSink = Arc<dyn Fn(usize, ClusterEvent) + Send + Sync>;
+pub type EventSink = Arc<dyn Fn(usize, Event<Followup>) + Send + Sync>;
 
 /// Namespace of WalletConnect v2 (waku) topics.
 pub const NS_V2: u8 = 2;
@@ -238,54 +240,34 @@ pub enum WebhookAdd {
     GlobalFull,
 }
 
-/// An answer or a message for one worker.
+/// What the cluster's threads leave for the worker's Redis engine to finish, sent as
+/// [`Event::Engine`]: answers that need the engine's own state (the publish's waiting
+/// notices, a paged read, held reads and v1 frames, this worker's socket counts). Live
+/// messages and answers the engine would only pass on are sent as the relay's own
+/// [`Event`]s.
 #[derive(Debug, Clone)]
-pub enum ClusterEvent {
-    /// A publish's outcome.
+pub enum Followup {
+    /// A publish's outcome (the engine calls its webhooks and sends its notices).
     Published {
         /// The caller's ticket.
         ticket: u64,
         /// Stored, duplicate, or unavailable.
         result: Result<PublishOutcome, Unavailable>,
     },
-    /// A history read's answer.
-    History {
+    /// One page of a history read (the engine reads the next one, or answers).
+    Page {
         /// The caller's ticket.
         ticket: u64,
         /// The messages, or unavailable.
         result: Result<History, Unavailable>,
     },
-    /// A message stored on a watched v2 topic (on any node, this one included), in
-    /// position order per topic.
-    Live {
-        /// Topic.
-        topic: Arc<str>,
-        /// The message.
-        msg: Message,
-    },
-    /// A v1 frame published on a watched v1 topic.
-    V1Live {
-        /// Topic.
-        topic: Arc<str>,
-        /// The frame.
-        frame: Bytes,
-        /// Who published it.
-        origin: Origin,
-    },
     /// The node's subscription to a watched topic is live (first time, or again after a
-    /// reconnect): read the history after the last position delivered.
-    Resync {
+    /// reconnect): the engine sends its held reads, or says `Resync`.
+    Subscribed {
         /// Namespace.
         ns: u8,
         /// Topic.
         topic: Arc<str>,
-    },
-    /// A webhook registration's outcome.
-    WebhookAdded {
-        /// The caller's ticket.
-        ticket: u64,
-        /// Added, exists, refused by a cap, or unavailable.
-        result: Result<WebhookAdd, Unavailable>,
     },
     /// A v1 `pub`'s outcome (to the publishing worker only).
     V1Published {

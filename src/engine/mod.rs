@@ -11,9 +11,10 @@
 //! that cannot be answered at once returns [`Done::Later`]; its answer is an [`Event`]
 //! carrying the caller's [`Ticket`], exactly once. What an engine reports is what the worker
 //! delivers: between the in-memory engines of two workers an [`Event`] crosses under that
-//! one name (`local::HomeMsg::Report`); a helper thread sends its own type
-//! (`cluster::ClusterEvent` from the Redis threads, `store::sync::SyncEvent` from a
-//! journal's sync thread), which the engine turns into [`Event`]s as it reads its mailbox.
+//! one name (`local::HomeMsg::Report`), and the Redis threads send it too (what the engine
+//! must finish itself as [`Event::Engine`]); a journal's sync thread reports record
+//! positions (`store::SyncEvent`), from which the home releases its waiting answers.
+//! [`Event`] and what it carries live in the leaf `crate::event`, re-exported here.
 //!
 //! Each engine builds itself ([`Setup`] in, [`Built`] out: its mailboxes, helper threads,
 //! recovery); `server/engines.rs` only picks one. Adding an engine is a folder here and one
@@ -33,7 +34,6 @@
 
 pub mod cache;
 pub mod clients;
-pub mod error;
 pub mod home;
 pub mod journal;
 pub mod local;
@@ -46,12 +46,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::config::Config;
+pub use crate::event::{Event, Events, History, RelayError, Stored, Ticket};
 use crate::health::Health;
 use crate::mailbox::Doorbell;
 use crate::metrics::Metrics;
 use crate::webhook::WebhookPool;
 pub use clients::{ClientOp, ClientRef};
-pub use error::RelayError;
 
 pub use crate::message::{new_epoch, Body, Message, Origin, Position};
 
@@ -92,28 +92,6 @@ pub struct V1Publish {
     pub self_subscribed: bool,
 }
 
-/// The outcome of a publish that was accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stored {
-    /// Stored at this position (and sent to every watching worker).
-    New(Position),
-    /// Identical to a message still cached on the topic: neither stored nor delivered.
-    Duplicate,
-}
-
-/// What [`Engine::read`] returns.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct History {
-    /// The position of the topic's last stored message when the read was served (cached or
-    /// not any more), [`Position::ZERO`] if it has none; its epoch is the topic's current one.
-    pub last: Position,
-    /// Cached, unexpired messages after the asked position, oldest first.
-    pub messages: Vec<Message>,
-}
-
-/// The answer to a request that returned [`Done::Later`]: the caller's own number for it.
-pub type Ticket = u64;
-
 /// A request's answer: now, or later as an [`Event`] with the request's [`Ticket`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Done<T> {
@@ -122,65 +100,6 @@ pub enum Done<T> {
     /// An event with the ticket follows, exactly once.
     Later,
 }
-
-/// What an engine tells its worker's relay.
-#[derive(Debug)]
-pub enum Event {
-    /// The answer to a publish.
-    Published {
-        /// The request's ticket.
-        ticket: Ticket,
-        /// Its outcome.
-        result: Result<Stored, RelayError>,
-    },
-    /// The answer to a read.
-    History {
-        /// The request's ticket.
-        ticket: Ticket,
-        /// The history after the asked position.
-        result: Result<History, RelayError>,
-    },
-    /// The answer to a webhook registration.
-    WebhookAdded {
-        /// The request's ticket.
-        ticket: Ticket,
-        /// Its outcome.
-        result: Result<(), RelayError>,
-    },
-    /// A message stored on a topic this worker watches.
-    Live {
-        /// The topic.
-        topic: Arc<str>,
-        /// The message.
-        msg: Message,
-    },
-    /// Live messages of the topic may have been lost on their way here: whoever follows it
-    /// must read again after its position.
-    Resync {
-        /// The topic.
-        topic: Arc<str>,
-    },
-    /// A v1 `pub` for this worker's v1 subscribers of the topic.
-    V1Live {
-        /// The topic.
-        topic: Arc<str>,
-        /// The frame to send.
-        frame: Bytes,
-        /// Its publisher (not sent back to it).
-        origin: Origin,
-    },
-    /// The answer to [`Engine::v1_take`]: the topic's pending frames, oldest first (now
-    /// removed).
-    V1Pending {
-        /// The request's ticket.
-        ticket: Ticket,
-        /// The frames.
-        frames: Vec<Bytes>,
-    },
-}
-
-/// Where the events of engine calls go: the relay drains it after each call.
-pub type Events = Vec<Event>;
 
 /// A topic-store engine, one instance per worker (see the module documentation).
 pub trait Engine: Send {

@@ -553,6 +553,7 @@ impl Relay {
             },
             Event::Resync { .. } => {}
             Event::V1Live { topic, .. } => self.pending_pushes += self.v1.of(topic).len(),
+            Event::Engine(never) => match *never {},
         }
         self.queue.push(Queued { event, slot });
     }

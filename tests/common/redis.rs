@@ -187,17 +187,25 @@ impl Drop for RedisServer {
 pub struct Node {
     /// The cluster side under test.
     pub cluster: walletrelay::cluster::Cluster,
-    rx: crossbeam_channel::Receiver<(usize, walletrelay::cluster::ClusterEvent)>,
+    rx: crossbeam_channel::Receiver<(
+        usize,
+        walletrelay::event::Event<walletrelay::cluster::Followup>,
+    )>,
     /// Events received but not yet taken by a `wait`.
-    backlog:
-        std::cell::RefCell<std::collections::VecDeque<(usize, walletrelay::cluster::ClusterEvent)>>,
+    backlog: std::cell::RefCell<
+        std::collections::VecDeque<(
+            usize,
+            walletrelay::event::Event<walletrelay::cluster::Followup>,
+        )>,
+    >,
     ticket: std::cell::Cell<u64>,
 }
 
 use walletrelay::cluster::{
-    Cluster, ClusterConfig, ClusterError, ClusterEvent, ClusterHandle, History, Origin,
-    PublishOutcome, PublishReq, Unavailable,
+    Cluster, ClusterConfig, ClusterError, ClusterHandle, Followup, History, Origin, PublishOutcome,
+    PublishReq, Unavailable,
 };
+use walletrelay::event::Event;
 
 /// Short timeouts so failure tests finish quickly.
 pub fn test_config(urls: &[String]) -> ClusterConfig {
@@ -260,7 +268,11 @@ impl Node {
 
     /// Waits for the first event (backlog first) for which `f` returns `Some`; other events
     /// stay in the backlog. Panics after [`WAIT`].
-    pub fn wait<T>(&self, what: &str, mut f: impl FnMut(usize, &ClusterEvent) -> Option<T>) -> T {
+    pub fn wait<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut(usize, &Event<Followup>) -> Option<T>,
+    ) -> T {
         {
             let mut b = self.backlog.borrow_mut();
             if let Some(i) = b.iter().position(|(w, e)| f(*w, e).is_some()) {
@@ -283,7 +295,7 @@ impl Node {
     }
 
     /// Everything received so far (backlog and channel), emptied.
-    pub fn drain(&self) -> Vec<(usize, ClusterEvent)> {
+    pub fn drain(&self) -> Vec<(usize, Event<Followup>)> {
         let mut v: Vec<_> = self.backlog.borrow_mut().drain(..).collect();
         v.extend(self.rx.try_iter());
         v
@@ -326,7 +338,9 @@ impl Node {
         };
         self.h(0).publish(t, req)?;
         self.wait("publish outcome", |_, e| match e {
-            ClusterEvent::Published { ticket, result } if *ticket == t => Some(result.clone()),
+            Event::Engine(Followup::Published { ticket, result }) if *ticket == t => {
+                Some(result.clone())
+            }
             _ => None,
         })
     }
@@ -337,7 +351,9 @@ impl Node {
         self.h(0)
             .read(t, walletrelay::cluster::NS_V2, &topic.into(), epoch, after)?;
         self.wait("history", |_, e| match e {
-            ClusterEvent::History { ticket, result } if *ticket == t => Some(result.clone()),
+            Event::Engine(Followup::Page { ticket, result }) if *ticket == t => {
+                Some(result.clone())
+            }
             _ => None,
         })
     }

@@ -13,11 +13,11 @@
 //! the other, so a slow Redis never stalls a worker and a burst of subscriptions never waits
 //! on replies.
 //!
-//! When Redis confirms a subscription, each watching worker gets `Resync`: read the history
+//! When Redis confirms a subscription, each watching worker gets `Subscribed`: read the history
 //! after your last position (the subscription is live, so nothing published from now on can
 //! be missed, and the read covers what came before). A worker that watches a topic already
-//! live gets `Resync` at once. After a reconnect every watched topic is subscribed again and
-//! its watchers get `Resync` again.
+//! live gets `Subscribed` at once. After a reconnect every watched topic is subscribed again and
+//! its watchers get `Subscribed` again.
 //!
 //! The reader forwards by its own table of watchers (`routes`), which the writer keeps up to
 //! date: no lock is taken on the way of a message.
@@ -40,8 +40,9 @@ use super::link::{ReadHalf, Split};
 use super::routes::{self, Route, RouteSender, Routes};
 use super::script;
 use super::subconn::{connect, Sock};
-use super::types::{ClusterEvent, NS_V1};
+use super::types::{Followup, NS_V1};
 use crate::arcbuf::ArcBuf;
+use crate::event::Event;
 use crate::message::{Body, Message, Position};
 
 /// A worker starts or stops watching a topic.
@@ -374,11 +375,11 @@ fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
     for &w in watchers {
         let topic = Arc::clone(topic);
         let ev = match &msg {
-            Some(msg) => ClusterEvent::Live {
+            Some(msg) => Event::Live {
                 topic,
                 msg: msg.clone(),
             },
-            None => ClusterEvent::V1Live {
+            None => Event::V1Live {
                 topic,
                 frame: m.data.clone(),
                 origin: m.origin,
@@ -434,10 +435,10 @@ fn confirm(sh: &Shared, chan: &[u8], targets: &mut Vec<usize>) {
     for &w in targets.iter() {
         (sh.ctx.events)(
             w,
-            ClusterEvent::Resync {
+            Event::Engine(Followup::Subscribed {
                 ns,
                 topic: Arc::clone(&topic),
-            },
+            }),
         );
     }
 }

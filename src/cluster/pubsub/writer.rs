@@ -13,8 +13,9 @@ use crossbeam_channel::{select, Receiver};
 
 use super::super::script::{self, Packer};
 use super::super::subconn::Sock;
-use super::super::types::ClusterEvent;
+use super::super::types::Followup;
 use super::{route_of, Ctl, Shared, State, TopicSub};
+use crate::event::Event;
 
 /// Most channels in one SUBSCRIBE / UNSUBSCRIBE command (one in sharded mode: an
 /// SSUBSCRIBE names channels of one slot only).
@@ -42,7 +43,7 @@ pub(super) struct Writer {
     /// The connection written to and its generation.
     sock: Option<(u64, Arc<Sock>)>,
     out: Out,
-    /// `Resync` events to emit after the lock is released.
+    /// `Subscribed` events to emit after the lock is released.
     now_live: Vec<(usize, u8, Arc<str>)>,
     last_ping: Instant,
     buf: Vec<u8>,
@@ -95,7 +96,7 @@ impl Writer {
             }
             self.flush();
             for (w, ns, topic) in self.now_live.drain(..) {
-                (self.sh.ctx.events)(w, ClusterEvent::Resync { ns, topic });
+                (self.sh.ctx.events)(w, Event::Engine(Followup::Subscribed { ns, topic }));
             }
         }
     }

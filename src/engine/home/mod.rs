@@ -16,7 +16,7 @@ use super::cache::{Cache, Cached};
 use super::clients::TopicClients;
 use super::{new_epoch, History, Message, Origin, Position, PublishReq, Stored};
 use crate::config::Limits;
-use crate::engine::error::RelayError;
+use crate::engine::RelayError;
 use crate::metrics::{CoreMetrics, DropReason, Metrics};
 use crate::store::Loc;
 use by_name::ByName;

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::LocalEngine;
-use crate::engine::error::RelayError;
 use crate::engine::journal::{Held, Journal};
+use crate::engine::RelayError;
 use crate::engine::{Event, Events, Stored, Ticket};
 
 impl LocalEngine {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::{HomeMsg, LocalEngine, Reply};
 use crate::engine::clients::{ClientOp, ClientRef};
-use crate::engine::error::RelayError;
 use crate::engine::home::clients::ClientChange;
+use crate::engine::RelayError;
 use crate::engine::{Event, Events, Position, Ticket};
 
 impl LocalEngine {

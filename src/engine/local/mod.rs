@@ -39,7 +39,7 @@ use super::{
     Done, Engine, Event, Events, Message, Position, PublishReq, Stored, Ticket, V1Publish,
 };
 use crate::config::Limits;
-use crate::engine::error::RelayError;
+use crate::engine::RelayError;
 use crate::mailbox::Receiver;
 use crate::metrics::Metrics;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};

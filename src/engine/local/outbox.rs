@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::msg::HomeMsg;
-use crate::engine::error::RelayError;
+use crate::engine::RelayError;
 use crate::engine::{Event, Events};
 use crate::mailbox::Mailbox;
 use crate::metrics::{CoreMetrics, DropReason};

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::RedisEngine;
-use crate::cluster::{Cluster, ClusterConfig, ClusterEvent, EventSink};
-use crate::engine::{BuildError, Built, Engine, Exporter, Setup};
+use crate::cluster::{Cluster, ClusterConfig, EventSink, Followup};
+use crate::engine::{BuildError, Built, Engine, Event, Exporter, Setup};
 use crate::health::Health;
 use crate::mailbox::{self, Mailbox};
 use crate::webhook::OnGone;
@@ -40,7 +40,7 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
     };
     // Each event is one message (a batch of one) in its worker's engine mailbox.
     let cap = limits.mailbox_batches;
-    let (boxes, inboxes): (Vec<Mailbox<ClusterEvent>>, Vec<_>) = setup
+    let (boxes, inboxes): (Vec<Mailbox<Event<Followup>>>, Vec<_>) = setup
         .bells
         .iter()
         .map(|bell| mailbox::bounded(bell.clone(), cap))

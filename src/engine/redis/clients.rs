@@ -16,7 +16,7 @@ use super::RedisEngine;
 use crate::cluster::clients::{ClientCmd, MailboxCmd};
 use crate::cluster::{ClientRead, ClientSeen};
 use crate::engine::clients::{ClientOp, ClientRef};
-use crate::engine::error::RelayError;
+use crate::engine::RelayError;
 use crate::engine::{Body, Events, History, Position, Ticket};
 use crate::notice::{Notice, Notify, PushNotice, Status, Typ};
 

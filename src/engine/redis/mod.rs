@@ -2,18 +2,20 @@
 //! hash picks (`cluster::ring`), shared by every node of the cluster. Each worker runs one
 //! [`RedisEngine`] over a [`ClusterHandle`]: every request is a `try_send` to the node's
 //! per-shard command thread (`cluster::shard`), every answer and live message comes back as
-//! a [`ClusterEvent`] through the engine's own mailbox ([`build`] makes them).
+//! an [`Event`] through the engine's own mailbox ([`build`] makes them): the relay's own
+//! (`Live`, `WebhookAdded`) passed on as it is, or `Event::Engine` with a
+//! [`Followup`], which this engine finishes with its own state (below).
 //!
 //! What this engine adds to the cluster side:
 //! - **reads wait for the subscription**: a worker's first read of a topic is held until
-//!   Redis confirmed the node's channel subscription (the cluster's first `Resync` of the
+//!   Redis confirmed the node's channel subscription (the cluster's first `Subscribed` of the
 //!   topic), so every message is in the history read, on the channel, or both;
 //! - **paged reads are joined**: a history of more than one page is read page after page and
 //!   answered once whole;
 //! - **webhooks**: the publish script returns the topic's webhooks to the publishing node
 //!   only, which calls them: one POST per stored publish in the whole cluster;
-//! - a later `Resync` (a reconnect, an outage over) is passed on: subscriptions read again
-//!   after their positions;
+//! - a later `Subscribed` (a reconnect, an outage over) is said as `Event::Resync`:
+//!   subscriptions read again after their positions;
 //! - **WalletConnect 1.0 frames** across the nodes: [`v1`];
 //! - **subscriptions that belong to the client id** (DECISIONS 13), kept in Redis, their
 //!   notices and pushes sent by the publishing node: `clients`.
@@ -29,8 +31,8 @@ use std::time::Duration;
 use super::{
     Done, Engine, Event, Events, History, Message, Position, PublishReq, Stored, Ticket, V1Publish,
 };
-use crate::cluster::{self, ClusterEvent, ClusterHandle, PublishOutcome, WebhookAdd, NS_V1, NS_V2};
-use crate::engine::error::RelayError;
+use crate::cluster::{self, ClusterHandle, Followup, PublishOutcome, NS_V1, NS_V2};
+use crate::engine::RelayError;
 use crate::mailbox::Receiver;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
 pub use build::build;
@@ -60,8 +62,6 @@ pub struct RedisEngine {
     /// Publishes waiting for their answer: the topic (for the webhook calls) and what their
     /// notices need.
     publishing: HashMap<Ticket, clients::Publishing, ahash::RandomState>,
-    /// Webhook registrations waiting for their answer: the topic (for the metrics).
-    registering: HashMap<Ticket, Arc<str>, ahash::RandomState>,
     reading: HashMap<Ticket, Reading, ahash::RandomState>,
     /// Watch requests refused (a full queue): namespace and topic, asked again at the next
     /// tick.
@@ -69,7 +69,7 @@ pub struct RedisEngine {
     /// WalletConnect 1.0 frames.
     v1: v1::V1State,
     /// What the node's cluster threads send this worker.
-    inbox: Receiver<ClusterEvent>,
+    inbox: Receiver<Event<Followup>>,
     /// Client ids (DECISIONS 13): settings, the node's count, who is told.
     mail: clients::Mail,
     /// Reads for client ids in flight.
@@ -87,14 +87,13 @@ impl RedisEngine {
     pub fn new(
         handle: ClusterHandle,
         webhooks: WebhookPool,
-        inbox: Receiver<ClusterEvent>,
+        inbox: Receiver<Event<Followup>>,
     ) -> RedisEngine {
         RedisEngine {
             handle,
             webhooks,
             watched: HashMap::default(),
             publishing: HashMap::default(),
-            registering: HashMap::default(),
             reading: HashMap::default(),
             unasked: Vec::new(),
             v1: v1::V1State::default(),
@@ -242,7 +241,7 @@ impl RedisEngine {
         });
     }
 
-    fn on_resync(&mut self, topic: Arc<str>, out: &mut Events) {
+    fn on_subscribed(&mut self, topic: Arc<str>, out: &mut Events) {
         let Some(w) = self.watched.get_mut(&topic) else {
             return;
         };
@@ -258,40 +257,32 @@ impl RedisEngine {
         }
     }
 
-    fn on_cluster(&mut self, ev: ClusterEvent, out: &mut Events) {
-        match ev {
-            ClusterEvent::Published { ticket, result } => self.on_published(ticket, result, out),
-            ClusterEvent::History { ticket, result } => self.on_history(ticket, result, out),
-            ClusterEvent::Live { topic, msg } => out.push(Event::Live { topic, msg }),
-            ClusterEvent::Resync { ns: NS_V2, topic } => self.on_resync(topic, out),
-            ClusterEvent::V1Live {
+    /// One event from the cluster's threads: the relay's own are passed on (but v1 frames
+    /// held while a take is out), the engine's own work finished here.
+    fn on_cluster(&mut self, ev: Event<Followup>, out: &mut Events) {
+        let f = match ev.for_relay() {
+            Ok(Event::V1Live {
                 topic,
                 frame,
                 origin,
-            } => self.v1_live(topic, frame, origin, out),
-            ClusterEvent::Resync { ns: NS_V1, topic } => self.v1_resync(topic, out),
-            ClusterEvent::Resync { .. } => {}
-            ClusterEvent::V1Published { topic, result } => self.v1_published(topic, result),
-            ClusterEvent::V1Taken { ticket, result } => self.v1_taken(ticket, result, out),
-            ClusterEvent::ClientUnsent { topic, client } => self.client_unsent(topic, client),
-            ClusterEvent::MailboxFull {
+            }) => return self.v1_live(topic, frame, origin, out),
+            Ok(ev) => return out.push(ev),
+            Err(f) => f,
+        };
+        match f {
+            Followup::Published { ticket, result } => self.on_published(ticket, result, out),
+            Followup::Page { ticket, result } => self.on_history(ticket, result, out),
+            Followup::Subscribed { ns: NS_V2, topic } => self.on_subscribed(topic, out),
+            Followup::Subscribed { ns: NS_V1, topic } => self.v1_subscribed(topic, out),
+            Followup::Subscribed { .. } => {}
+            Followup::V1Published { topic, result } => self.v1_published(topic, result),
+            Followup::V1Taken { ticket, result } => self.v1_taken(ticket, result, out),
+            Followup::ClientUnsent { topic, client } => self.client_unsent(topic, client),
+            Followup::MailboxFull {
                 topic,
                 client,
                 kept,
             } => self.mailbox_full(topic, client, kept),
-            ClusterEvent::WebhookAdded { ticket, result } => {
-                let topic = self.registering.remove(&ticket);
-                if let (Some(topic), Err(_)) = (&topic, &result) {
-                    self.handle.count_unavailable_answer(topic);
-                }
-                let result = match result {
-                    Ok(WebhookAdd::Added | WebhookAdd::Exists) => Ok(()),
-                    Ok(WebhookAdd::TopicFull) => Err(RelayError::TooManyWebhooksForTopic),
-                    Ok(WebhookAdd::GlobalFull) => Err(RelayError::TooManyWebhooks),
-                    Err(cluster::Unavailable) => Err(RelayError::StorageUnavailable),
-                };
-                out.push(Event::WebhookAdded { ticket, result });
-            }
         }
     }
 }
@@ -364,10 +355,7 @@ impl Engine for RedisEngine {
         _out: &mut Events,
     ) -> Done<Result<(), RelayError>> {
         match self.handle.add_webhook(ticket, topic, &url) {
-            Ok(()) => {
-                self.registering.insert(ticket, topic.clone());
-                Done::Later
-            }
+            Ok(()) => Done::Later,
             Err(cluster::Unavailable) => {
                 self.handle.count_unavailable_answer(topic);
                 Done::Now(Err(RelayError::StorageUnavailable))

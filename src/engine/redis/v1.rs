@@ -7,14 +7,14 @@
 //!
 //! The order that loses no frame between a `sub` on one node and a `pub` on another:
 //! 1. the worker's first v1 subscriber of a topic: watch the topic's [`NS_V1`] channel and
-//!    hold the `sub`'s take until the cluster's first `Resync` (Redis confirmed the node's
+//!    hold the `sub`'s take until the cluster's first `Subscribed` (Redis confirmed the node's
 //!    SUBSCRIBE);
 //! 2. then one script sets this worker's count and takes the pending frames, atomically:
 //!    a `pub` that ran before left its frame pending (taken here), one that runs after sees
 //!    the count and publishes on the channel, which this node now receives;
 //! 3. later `sub`s send the count again with their take (idempotent);
 //! 4. the last subscriber gone: the count goes (HDEL) first, then the unwatch;
-//! 5. a later `Resync` (reconnect, Redis restarted) sends the count again.
+//! 5. a later `Subscribed` (reconnect, Redis restarted) sends the count again.
 //!
 //! Frames arriving live while a take is in flight are held until its answer (bounded by
 //! [`HELD_LIVE`]), so a subscriber gets the older pending frames first.
@@ -162,7 +162,7 @@ impl RedisEngine {
     }
 
     /// The node's subscription of the topic's channel is live (first time or again).
-    pub(super) fn v1_resync(&mut self, topic: Arc<str>, out: &mut Events) {
+    pub(super) fn v1_subscribed(&mut self, topic: Arc<str>, out: &mut Events) {
         let Some(t) = self.v1.topics.get_mut(&topic) else {
             return;
         };

@@ -1,6 +1,7 @@
-//! The engines' refusals, one typed enum for every engine and every caller (`relay` re-exports
-//! it). Nothing here knows about wire formats: the edges map a [`RelayError`] to what their
-//! protocol says (`conn::waku` to a JSON-RPC error, `conn::http` to an HTTP status and body).
+//! The engines' refusals, one typed enum for every engine and every caller (`engine` and
+//! `relay` re-export it). Nothing here knows about wire formats: the edges map a
+//! [`RelayError`] to what their protocol says (`conn::waku` to a JSON-RPC error, `conn::http`
+//! to an HTTP status and body).
 
 use thiserror::Error;
 

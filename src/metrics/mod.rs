@@ -168,6 +168,9 @@ pub struct CoreMetrics {
     /// written between two connections' events (past `FLUSH_WITHIN_ROUND_BYTES` of pushes:
     /// a saturated core).
     pub round_flushes: Cell,
+    /// Ends of a round brought forward because its output had waited `worker::HOLD_BOUND`
+    /// (200 µs): a long round does not hold a delivery for milliseconds.
+    pub round_flushes_held: Cell,
     /// TLS handshakes completed (full or resumed).
     pub tls_handshakes: Cell,
     /// TLS connections closed for a TLS error (a bad or failed handshake, plaintext on the
@@ -223,7 +226,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, Kind, &str, Get); 30] = [
+        let per_core: [(&str, Kind, &str, Get); 31] = [
             ("connections_open", Kind::Gauge, "Open connections", |c| {
                 &c.connections_open
             }),
@@ -356,6 +359,12 @@ impl Metrics {
                 Kind::Counter,
                 "Sockets written between two connections' events of a loop iteration, its pushes past FLUSH_WITHIN_ROUND_BYTES (a saturated core)",
                 |c| &c.round_flushes,
+            ),
+            (
+                "round_flushes_held_total",
+                Kind::Counter,
+                "Sockets written between two connections' events of a loop iteration, its output held past HOLD_BOUND (200 µs)",
+                |c| &c.round_flushes_held,
             ),
             (
                 "tls_handshakes_total",

@@ -9,15 +9,12 @@ use mio::event::Event;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 
+use super::round::ACCEPT_BUDGET;
 use super::Worker;
-use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase};
+use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase, Step};
 use crate::outbuf::Flush;
 use crate::relay::ConnRef;
 use crate::ws::close;
-
-/// Most connections accepted from one listener in one loop round (more wait in the backlog
-/// for the next round, which then polls without sleeping).
-const ACCEPT_BUDGET: usize = 16;
 
 impl Worker {
     /// Accepts until the listener (the TLS one when `tls`) has no more waiting connections,
@@ -25,7 +22,7 @@ impl Worker {
     /// connection storm (refused at accept or not) cannot hold the loop away from the
     /// connections it serves for a whole backlog's worth of accepts.
     pub(super) fn accept(&mut self, tls: bool) {
-        self.accept_more[usize::from(tls)] = false;
+        self.round.accept_more[usize::from(tls)] = false;
         for _ in 0..ACCEPT_BUDGET {
             let listener = if tls {
                 self.tls_listener.as_ref()
@@ -49,16 +46,16 @@ impl Worker {
                 }
             }
         }
-        self.accept_more[usize::from(tls)] = true;
+        self.round.accept_more[usize::from(tls)] = true;
     }
 
     /// Puts the limiter's blocked addresses on the listeners when they changed (a storm
     /// began or a block ended): a classic BPF filter that drops their packets, or none.
     pub(super) fn apply_blocks(&mut self) {
-        let Some(program) = self.limits.take_block_change() else {
+        let Some(program) = self.tools.limits.take_block_change() else {
             return;
         };
-        let (total, now) = self.limits.blocks();
+        let (total, now) = self.tools.limits.blocks();
         let m = self.m();
         m.accept_blocks.set(total);
         m.blocked_addresses.set(now as u64);
@@ -89,7 +86,7 @@ impl Worker {
             return;
         }
         // DECISIONS §11: too many open or new connections from the address.
-        let mut limit = match self.limits.on_accept(peer, self.now) {
+        let mut limit = match self.tools.limits.on_accept(peer, self.now) {
             Ok(l) => l,
             Err(kind) => {
                 self.m().limited[kind as usize].inc();
@@ -105,7 +102,7 @@ impl Worker {
             false => None,
             true => match self.new_session() {
                 Some(s) => Some(s),
-                None => return self.limits.release(&mut limit),
+                None => return self.tools.limits.release(&mut limit),
             },
         };
         // TCP_NODELAY, SO_SNDBUF, TCP_NOTSENT_LOWAT and SO_BUSY_POLL come from the listener
@@ -118,7 +115,7 @@ impl Worker {
             Interest::READABLE | Interest::WRITABLE,
         ) {
             log::warn!("worker {}: register failed: {e}", self.id);
-            return self.limits.release(&mut limit);
+            return self.tools.limits.release(&mut limit);
         }
         let uid = self.next_uid;
         self.next_uid += 1;
@@ -156,8 +153,8 @@ impl Worker {
 
     /// Drives the connections whose input was left for later (budget, backpressure).
     pub(super) fn resume_ready(&mut self) {
-        for _ in 0..self.ready.len() {
-            let Some(r) = self.ready.pop_front() else {
+        for _ in 0..self.round.ready.len() {
+            let Some(r) = self.round.ready.pop_front() else {
                 break;
             };
             if let Some(c) = conn::live(&mut self.conns, r) {
@@ -180,8 +177,7 @@ impl Worker {
         if !c.rbuf.is_empty() {
             self.process_buffered(key);
         }
-        let max_pending = self.shared.config.limits.max_pending_answers;
-        let budget = self.shared.config.limits.read_budget;
+        let max_pending = self.out.max_pending;
         let mut total = 0usize;
         loop {
             let c = &mut self.conns[key];
@@ -189,7 +185,7 @@ impl Worker {
             if c.marks.closed || c.marks.ready || c.input_blocked(max_pending) {
                 return;
             }
-            if self.relay.over_fanout_budget() {
+            if self.round.fanout_full(&self.relay) {
                 // Deliver and flush what is queued first; this connection resumes after.
                 self.resume_later(key);
                 return;
@@ -214,7 +210,7 @@ impl Worker {
                     } else {
                         self.process_buffered(key);
                     }
-                    if total >= budget {
+                    if !self.round.read_more(total) {
                         self.resume_later(key);
                         return;
                     }
@@ -257,12 +253,7 @@ impl Worker {
     /// Puts a connection on the ready list (once): its input is driven again after this
     /// round's deliveries, without waiting for an event.
     pub(super) fn resume_later(&mut self, key: usize) {
-        if let Some(c) = self.conns.get_mut(key) {
-            if !c.marks.ready && !c.marks.closed {
-                c.marks.ready = true;
-                self.ready.push_back(c.at(key));
-            }
-        }
+        self.round.resume_later(&mut self.conns, key);
     }
 
     pub(super) fn rbuf_cap(&self, key: usize) -> usize {
@@ -279,8 +270,8 @@ impl Worker {
         let c = &mut self.conns[key];
         c.rbuf = Vec::new();
         match c.phase {
-            Phase::Ws(_) => c.ws_close(close::TOO_BIG, "message too big", now, self.close_ms),
-            _ => c.begin_close(now, self.close_ms),
+            Phase::Ws(_) => c.ws_close(close::TOO_BIG, "message too big", now, self.out.close_ms),
+            _ => c.begin_close(now, self.out.close_ms),
         }
         self.mark_dirty(key);
     }
@@ -294,20 +285,20 @@ impl Worker {
     /// Processes input read into a worker buffer (the connection holds none); what it
     /// does not consume is kept in the connection's buffer.
     pub(super) fn process_front(&mut self, key: usize, input: &mut [u8]) {
-        let (used, turn_over) = self.process(key, input);
+        let (used, step) = self.process(key, input);
         if used < input.len() {
             let c = &mut self.conns[key];
             if !matches!(c.phase, Phase::Closing { .. }) {
                 c.rbuf.extend_from_slice(&input[used..]);
             }
         }
-        self.after_input(key, turn_over);
+        self.after_input(key, step);
         self.deliver_early();
     }
 
     pub(super) fn process_buffered(&mut self, key: usize) {
         let mut buf = std::mem::take(&mut self.conns[key].rbuf);
-        let (used, turn_over) = self.process(key, &mut buf);
+        let (used, step) = self.process(key, &mut buf);
         let c = &mut self.conns[key];
         if used >= buf.len() || matches!(c.phase, Phase::Closing { .. }) {
             buf = Vec::new();
@@ -315,13 +306,13 @@ impl Worker {
             buf.drain(..used);
         }
         c.rbuf = buf;
-        self.after_input(key, turn_over);
+        self.after_input(key, step);
         self.deliver_early();
     }
 
-    /// Runs `conn::process` on connection `key` with this worker's context; returns the
-    /// bytes consumed and whether the connection's turn ended (`messages_per_turn`).
-    fn process(&mut self, key: usize, input: &mut [u8]) -> (usize, bool) {
+    /// Runs `conn::process` on connection `key` with this worker's context, in a fresh turn
+    /// of the round; returns the bytes consumed and why it stopped.
+    fn process(&mut self, key: usize, input: &mut [u8]) -> (usize, Step) {
         let c = &mut self.conns[key];
         let mut ctx = Ctx {
             me: self.id,
@@ -331,26 +322,20 @@ impl Worker {
             shared: &self.shared,
             registry: &self.registry,
             relay: &mut self.relay,
-            ids: &mut self.ids,
-            scratch: &mut self.enc,
-            json: &mut self.json,
-            answers: &mut self.answers,
-            deflate: &mut self.deflate,
-            gate: &mut self.gate,
-            limits: &mut self.limits,
-            turn_left: self.shared.config.limits.messages_per_turn,
+            tools: &mut self.tools,
+            turn: self.round.turn(),
         };
-        let used = conn::process(c, input, &mut ctx);
-        (used, ctx.turn_left == 0)
+        conn::process(c, input, &mut ctx)
     }
 
     /// Bookkeeping after a connection consumed input: re-arm its timer (a partial HTTP
-    /// head shortens the deadline), schedule its output; `turn_over`: its turn ended.
-    fn after_input(&mut self, key: usize, turn_over: bool) {
+    /// head shortens the deadline), schedule its output, and resume it later if it
+    /// yielded with input left.
+    fn after_input(&mut self, key: usize, step: Step) {
         let now = self.now;
         let head_ms = self.shared.config.limits.head_timeout().as_millis() as u64;
         let c = &mut self.conns[key];
-        if !c.rbuf.is_empty() && !c.marks.closed && (turn_over || self.relay.over_fanout_budget()) {
+        if !c.rbuf.is_empty() && !c.marks.closed && step.yields() {
             // Input left unprocessed for the fan-out budget or at the end of the
             // connection's turn: no event will come for it, so resume it once the other
             // connections had their turn and the queued pushes are delivered.
@@ -388,7 +373,7 @@ impl Worker {
             _ if !owed => self.close_now(key),
             _ => {
                 // Half-closed by the peer: deliver the answers it is owed, then close.
-                c.finish(now, self.close_ms);
+                c.finish(now, self.out.close_ms);
                 self.mark_dirty(key);
                 self.arm(key);
             }
@@ -396,16 +381,11 @@ impl Worker {
     }
 
     pub(super) fn mark_dirty(&mut self, key: usize) {
-        if let Some(c) = self.conns.get_mut(key) {
-            if !c.marks.dirty {
-                c.marks.dirty = true;
-                self.dirty.push(key);
-            }
-        }
+        self.round.mark_dirty(&mut self.conns, key);
     }
 
     pub(super) fn flush_dirty(&mut self) {
-        while let Some(key) = self.dirty.pop() {
+        while let Some(key) = self.round.dirty.pop() {
             if let Some(c) = self.conns.get_mut(key) {
                 c.marks.dirty = false;
             }
@@ -416,7 +396,7 @@ impl Worker {
     /// Writes what the connection has queued, refilling from its backlog; then moves its
     /// phase on if it waited for its output (half-close, pipelining backpressure).
     fn flush(&mut self, key: usize) {
-        let fill = self.fill_mark;
+        let fill = self.out.fill_mark;
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
@@ -428,7 +408,7 @@ impl Worker {
                 None => c.out.write_to(&mut c.sock),
                 Some(tls) => super::tls::write(&mut c.out, tls, &mut c.sock, &mut self.tls_bufs),
             };
-            let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.enc);
+            let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.tools.scratch);
             match res {
                 Ok(Flush::Done) if refilled => continue,
                 Ok(Flush::Blocked) => return,

@@ -26,10 +26,10 @@ impl Worker {
             self.on_timer(key, uid, tick);
         }
         self.relay.tick(self.now);
-        self.limits.tick(self.now);
+        self.tools.limits.tick(self.now);
         self.m()
             .limit_split_accepts
-            .set(self.limits.split_accepts());
+            .set(self.tools.limits.split_accepts());
         self.apply_blocks();
         if self.accept_retry && !due.is_empty() {
             self.accept_retry = false;
@@ -95,7 +95,7 @@ impl Worker {
                     response::write(&mut c.out, &resp, self.date.as_bytes(), false, true);
                 }
                 // Idle with a response still on its way out: finish it, then close.
-                c.begin_close(now, self.close_ms);
+                c.begin_close(now, self.out.close_ms);
                 self.mark_dirty(key);
             }
             Action::Ping => {
@@ -122,7 +122,12 @@ impl Worker {
             return;
         }
         self.shared.metrics.cores[self.id].drop(DropReason::SlowConsumer, 1);
-        c.ws_close(close::POLICY, "outbound buffer full", now, self.close_ms);
+        c.ws_close(
+            close::POLICY,
+            "outbound buffer full",
+            now,
+            self.out.close_ms,
+        );
         self.mark_dirty(key);
         self.arm(key);
     }

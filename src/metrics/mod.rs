@@ -165,11 +165,11 @@ pub struct CoreMetrics {
     /// round past `relay::EARLY_DELIVERY_BYTES`: the core is saturated).
     pub early_deliveries: Cell,
     /// Ends of a round brought forward: the engine handed its work on and the sockets were
-    /// written between two connections' events (past `FLUSH_WITHIN_ROUND_BYTES` of pushes:
-    /// a saturated core).
+    /// written between two connections' events (past 384 KiB of pushes copied: a saturated
+    /// core; `worker::Round::write_early`).
     pub round_flushes: Cell,
-    /// Ends of a round brought forward because its output had waited `worker::HOLD_BOUND`
-    /// (200 µs): a long round does not hold a delivery for milliseconds.
+    /// Ends of a round brought forward because its output had waited the round's hold
+    /// bound (200 µs): a long round does not hold a delivery for milliseconds.
     pub round_flushes_held: Cell,
     /// TLS handshakes completed (full or resumed).
     pub tls_handshakes: Cell,
@@ -357,13 +357,13 @@ impl Metrics {
             (
                 "round_flushes_total",
                 Kind::Counter,
-                "Sockets written between two connections' events of a loop iteration, its pushes past FLUSH_WITHIN_ROUND_BYTES (a saturated core)",
+                "Sockets written between two connections' events of a loop iteration, its pushes past 384 KiB (a saturated core)",
                 |c| &c.round_flushes,
             ),
             (
                 "round_flushes_held_total",
                 Kind::Counter,
-                "Sockets written between two connections' events of a loop iteration, its output held past HOLD_BOUND (200 µs)",
+                "Sockets written between two connections' events of a loop iteration, its output held 200 µs or more",
                 |c| &c.round_flushes_held,
             ),
             (

@@ -60,13 +60,13 @@ impl Worker {
         if self.stop_at.is_some() {
             return;
         }
-        for mut l in [self.listener.take(), self.tls_listener.take()]
+        for mut l in [self.listeners.plain.take(), self.listeners.tls.take()]
             .into_iter()
             .flatten()
         {
             let _ = self.poll.registry().deregister(&mut l);
         }
-        let now = self.now;
+        let now = self.clock.now;
         self.stop_at = Some(now + self.shared.config.limits.shutdown_grace().as_millis() as u64);
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {

@@ -4,17 +4,53 @@
 
 use std::io::{self, Read};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use mio::event::Event;
-use mio::net::TcpStream;
+use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
+use rustls::ServerConfig;
 
 use super::round::ACCEPT_BUDGET;
 use super::Worker;
 use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase, Step};
 use crate::outbuf::Flush;
 use crate::relay::ConnRef;
+use crate::tls::TlsScratch;
 use crate::ws::close;
+
+/// A worker's listeners, and what accepting from them needs.
+pub(super) struct Listeners {
+    /// Its socket of the plain group (`--listen`).
+    pub plain: Option<TcpListener>,
+    /// Its socket of the TLS group (`--tls-listen`).
+    pub tls: Option<TcpListener>,
+    /// The configuration new TLS connections start from (replaced on SIGHUP).
+    pub tls_config: Option<Arc<ServerConfig>>,
+    /// Retry `accept` at the next tick (after running out of file descriptors).
+    pub retry: bool,
+}
+
+impl Listeners {
+    /// The TLS listener when `tls`, else the plain one.
+    fn get(&self, tls: bool) -> Option<&TcpListener> {
+        match tls {
+            true => self.tls.as_ref(),
+            false => self.plain.as_ref(),
+        }
+    }
+}
+
+/// A worker's buffers for its sockets, shared by all its connections.
+pub(super) struct Buffers {
+    /// Where a read lands: a connection keeps its own buffer only while it holds a partial
+    /// head or frame.
+    pub scratch: Vec<u8>,
+    /// Plaintext decrypted from one TLS read, processed like a plain connection's scratch.
+    pub plain: Vec<u8>,
+    /// The TLS write path's buffers (allocated on first use).
+    pub tls: TlsScratch,
+}
 
 impl Worker {
     /// Accepts until the listener (the TLS one when `tls`) has no more waiting connections,
@@ -24,12 +60,7 @@ impl Worker {
     pub(super) fn accept(&mut self, tls: bool) {
         self.round.accept_more[usize::from(tls)] = false;
         for _ in 0..ACCEPT_BUDGET {
-            let listener = if tls {
-                self.tls_listener.as_ref()
-            } else {
-                self.listener.as_ref()
-            };
-            let Some(listener) = listener else {
+            let Some(listener) = self.listeners.get(tls) else {
                 return;
             };
             match listener.accept() {
@@ -38,10 +69,10 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // EMFILE/ENFILE and the like: the connection waits in the backlog.
-                    if !self.accept_retry {
+                    if !self.listeners.retry {
                         log::warn!("worker {}: accept failed: {e}", self.id);
                     }
-                    self.accept_retry = true;
+                    self.listeners.retry = true;
                     return;
                 }
             }
@@ -59,7 +90,7 @@ impl Worker {
         let m = self.m();
         m.accept_blocks.set(total);
         m.blocked_addresses.set(now as u64);
-        for l in [self.listener.as_ref(), self.tls_listener.as_ref()]
+        for l in [self.listeners.plain.as_ref(), self.listeners.tls.as_ref()]
             .into_iter()
             .flatten()
         {
@@ -86,7 +117,7 @@ impl Worker {
             return;
         }
         // DECISIONS §11: too many open or new connections from the address.
-        let mut limit = match self.tools.limits.on_accept(peer, self.now) {
+        let mut limit = match self.tools.limits.on_accept(peer, self.clock.now) {
             Ok(l) => l,
             Err(kind) => {
                 self.m().limited[kind as usize].inc();
@@ -119,7 +150,7 @@ impl Worker {
         }
         let uid = self.next_uid;
         self.next_uid += 1;
-        let deadline = self.now + limits.head_timeout().as_millis() as u64;
+        let deadline = self.clock.now + limits.head_timeout().as_millis() as u64;
         // A TLS connection keeps this deadline until its handshake is done and a request
         // comes: a stalled handshake is closed like a stalled head.
         let mut conn = Conn::new(sock, uid, deadline);
@@ -231,7 +262,7 @@ impl Worker {
         let cap = self.rbuf_cap(key);
         let c = &mut self.conns[key];
         if c.rbuf.is_empty() {
-            return (c.sock.read(&mut self.scratch), self.scratch.len());
+            return (c.sock.read(&mut self.bufs.scratch), self.bufs.scratch.len());
         }
         let len = c.rbuf.len();
         if len >= cap {
@@ -242,7 +273,7 @@ impl Worker {
         }
         // Grow by doubling from what is held: a connection stuck on a partial head keeps a
         // few KiB, not a whole scratch buffer.
-        let want = (cap - len).min(self.scratch.len()).min(len.max(2048));
+        let want = (cap - len).min(self.bufs.scratch.len()).min(len.max(2048));
         c.rbuf.resize(len + want, 0);
         let r = c.sock.read(&mut c.rbuf[len..]);
         let got = *r.as_ref().unwrap_or(&0);
@@ -266,7 +297,7 @@ impl Worker {
     }
 
     pub(super) fn fail_oversize(&mut self, key: usize) {
-        let now = self.now;
+        let now = self.clock.now;
         let c = &mut self.conns[key];
         c.rbuf = Vec::new();
         match c.phase {
@@ -277,9 +308,9 @@ impl Worker {
     }
 
     fn process_scratch(&mut self, key: usize, n: usize) {
-        let mut buf = std::mem::take(&mut self.scratch);
+        let mut buf = std::mem::take(&mut self.bufs.scratch);
         self.process_front(key, &mut buf[..n]);
-        self.scratch = buf;
+        self.bufs.scratch = buf;
     }
 
     /// Processes input read into a worker buffer (the connection holds none); what it
@@ -317,8 +348,8 @@ impl Worker {
         let mut ctx = Ctx {
             me: self.id,
             key,
-            now: self.now,
-            date: self.date.as_bytes(),
+            now: self.clock.now,
+            date: self.clock.date.as_bytes(),
             shared: &self.shared,
             registry: &self.registry,
             relay: &mut self.relay,
@@ -332,7 +363,7 @@ impl Worker {
     /// head shortens the deadline), schedule its output, and resume it later if it
     /// yielded with input left.
     fn after_input(&mut self, key: usize, step: Step) {
-        let now = self.now;
+        let now = self.clock.now;
         let head_ms = self.shared.config.limits.head_timeout().as_millis() as u64;
         let c = &mut self.conns[key];
         if !c.rbuf.is_empty() && !c.marks.closed && step.yields() {
@@ -353,7 +384,7 @@ impl Worker {
     }
 
     pub(super) fn on_eof(&mut self, key: usize) {
-        let now = self.now;
+        let now = self.clock.now;
         let c = &mut self.conns[key];
         let owed = !c.out.is_empty() || !c.backlog.is_empty();
         match c.phase {
@@ -406,7 +437,7 @@ impl Worker {
         loop {
             let res = match c.tls.as_deref_mut() {
                 None => c.out.write_to(&mut c.sock),
-                Some(tls) => super::tls::write(&mut c.out, tls, &mut c.sock, &mut self.tls_bufs),
+                Some(tls) => super::tls::write(&mut c.out, tls, &mut c.sock, &mut self.bufs.tls),
             };
             let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.tools.scratch);
             match res {
@@ -432,7 +463,7 @@ impl Worker {
                 }
                 *stage = CloseStage::Lingering;
                 let _ = c.sock.shutdown(std::net::Shutdown::Write);
-                c.deadline = self.now + self.shared.config.limits.linger_ms;
+                c.deadline = self.clock.now + self.shared.config.limits.linger_ms;
                 self.arm(key);
             }
             Phase::Http(w @ HttpWait::Output) => {

@@ -18,6 +18,8 @@
 //! let the relay's engine hand its work on (`Relay::flush`: records to the kernel, batches
 //! to other workers) *before* any socket is written; flush every connection with output
 //! (one `writev` each); then remove closed connections, all in one place ([`close`]).
+//! The round's lists and budgets, and the decisions of when a connection yields and when the
+//! round's output is written early, are its [`round`]'s.
 
 mod close;
 mod delivery;
@@ -100,14 +102,10 @@ const SCRATCH: usize = 64 << 10;
 pub struct Worker {
     id: usize,
     poll: Poll,
-    listener: Option<TcpListener>,
-    tls_listener: Option<TcpListener>,
-    /// The configuration new TLS connections start from (replaced on SIGHUP).
-    tls_config: Option<Arc<ServerConfig>>,
-    /// The TLS write path's buffers, shared by all connections (allocated on first use).
-    tls_bufs: TlsScratch,
-    /// Plaintext decrypted from one read, processed like a plain connection's scratch.
-    plain: Vec<u8>,
+    /// Its listeners (none once shutdown began).
+    listeners: io::Listeners,
+    /// Its buffers for reading and writing sockets, shared by all connections.
+    bufs: io::Buffers,
     /// The registry answered from (replaced on SIGHUP, between two requests).
     registry: Arc<Registry>,
     conns: Slab<Conn>,
@@ -119,19 +117,13 @@ pub struct Worker {
     bell: Arc<Doorbell>,
     shared: Arc<Shared>,
     wheel: Wheel,
-    /// Read buffer shared by all connections: a connection keeps its own buffer only while
-    /// it holds a partial head or frame.
-    scratch: Vec<u8>,
     /// What it lends the connection it processes (encoding scratch, JSON buffers, the
     /// answer cache, deflate, the auth gate, the limits per address and client).
     tools: Tools,
     /// The round in progress: its lists and budgets.
     round: Round,
-    date: String,
-    date_sec: u64,
-    now: u64,
-    /// Retry `accept` at the next tick (after running out of file descriptors).
-    accept_retry: bool,
+    /// The time as this round read it.
+    clock: Clock,
     /// Set once shutdown began: the time by which to exit.
     stop_at: Option<u64>,
     /// The limits on a connection's output, read once from the configuration.
@@ -177,11 +169,17 @@ impl Worker {
         Ok(Worker {
             id,
             poll,
-            listener,
-            tls_listener,
-            tls_config,
-            tls_bufs: TlsScratch::default(),
-            plain: Vec::new(),
+            listeners: io::Listeners {
+                plain: listener,
+                tls: tls_listener,
+                tls_config,
+                retry: false,
+            },
+            bufs: io::Buffers {
+                scratch: vec![0u8; SCRATCH],
+                plain: Vec::new(),
+                tls: TlsScratch::default(),
+            },
             registry,
             conns: Slab::with_capacity(1024),
             next_uid: 1,
@@ -190,7 +188,6 @@ impl Worker {
             bell,
             shared,
             wheel: Wheel::new(now),
-            scratch: vec![0u8; SCRATCH],
             tools: Tools {
                 ids: IdSource::default(),
                 scratch: Vec::with_capacity(4096),
@@ -201,10 +198,11 @@ impl Worker {
                 limits: crate::limits::Limiter::new(policy),
             },
             round,
-            date: String::new(),
-            date_sec: u64::MAX,
-            now,
-            accept_retry: false,
+            clock: Clock {
+                now,
+                date: String::new(),
+                date_sec: u64::MAX,
+            },
             stop_at: None,
             out,
             iteration: stall::Iterations::new(Instant::now()),
@@ -251,7 +249,7 @@ impl Worker {
             self.reap();
             self.end_iteration();
             if let Some(stop) = self.stop_at {
-                if self.conns.is_empty() || self.now >= stop {
+                if self.conns.is_empty() || self.clock.now >= stop {
                     break;
                 }
             }
@@ -266,7 +264,7 @@ impl Worker {
         } else if self.round.handoff == Handoff::Waiting {
             Duration::from_millis(1)
         } else {
-            Duration::from_millis(self.wheel.until_next_tick(self.now))
+            Duration::from_millis(self.wheel.until_next_tick(self.clock.now))
         };
         // Tell senders to wake us, then look once more so no message slips in between.
         self.bell.set_sleeping(true);
@@ -281,7 +279,7 @@ impl Worker {
         }
         self.bell.set_sleeping(false);
         let began = Instant::now();
-        self.tick_clock(began);
+        self.clock.tick(began);
         let m = &self.shared.metrics.cores[self.id];
         self.iteration.begin(began, m);
         self.round.begin(began, self.conns.len());
@@ -313,8 +311,8 @@ impl Worker {
     fn apply(&mut self, r: Reload) {
         match r {
             Reload::Tls(config) => {
-                if self.tls_config.is_some() {
-                    self.tls_config = Some(config);
+                if self.listeners.tls_config.is_some() {
+                    self.listeners.tls_config = Some(config);
                 }
             }
             Reload::Registry(registry) => {
@@ -329,7 +327,7 @@ impl Worker {
     /// counted, and described in the log at most every `stall::LOG_EVERY_MS`.
     fn end_iteration(&mut self) {
         let m = &self.shared.metrics.cores[self.id];
-        if let Some(line) = self.iteration.end(Instant::now(), self.now, m) {
+        if let Some(line) = self.iteration.end(Instant::now(), self.clock.now, m) {
             match self.iteration.run_delay_since_last() {
                 Some(ns) => log::warn!(
                     "worker {}: {line}; {} µs waiting for the CPU since the last such line",
@@ -340,8 +338,21 @@ impl Worker {
             }
         }
     }
+}
 
-    fn tick_clock(&mut self, at: Instant) {
+/// The time as a worker's round read it: once per round, when it wakes.
+struct Clock {
+    /// Now (ms, `clock::now_ms`).
+    now: u64,
+    /// This second's HTTP date.
+    date: String,
+    /// The second `date` is of.
+    date_sec: u64,
+}
+
+impl Clock {
+    /// Read at `at`.
+    fn tick(&mut self, at: Instant) {
         let (now, unix) = crate::clock::refresh_at(at);
         self.now = now;
         let sec = unix / 1000;

@@ -267,15 +267,24 @@ mod tests {
         r
     }
 
+    /// `write_early` with the clock at `at`: its answer, and whether it read the clock.
+    fn early(r: &mut Round, queued: bool, at: Instant) -> (Option<Early>, bool) {
+        let read = std::cell::Cell::new(false);
+        let answer = r.write_early(queued, || {
+            read.set(true);
+            at
+        });
+        (answer, read.get())
+    }
+
     /// Calls `write_early` until the clock is read (at `at`), returning its answer.
     fn at_clock(r: &mut Round, queued: bool, at: Instant) -> Option<Early> {
         for _ in 1..CLOCK_EVERY {
-            assert_eq!(
-                r.write_early(queued, || unreachable!("clock read early")),
-                None
-            );
+            assert_eq!(early(r, queued, at), (None, false));
         }
-        r.write_early(queued, || at)
+        let (answer, read) = early(r, queued, at);
+        assert!(read);
+        answer
     }
 
     #[test]
@@ -312,9 +321,9 @@ mod tests {
         let mut r = round(t0);
         r.dirty.extend([1, 2]);
         r.copied(FLUSH_WITHIN_ROUND_BYTES - 1);
-        assert_eq!(r.write_early(false, || unreachable!()), None);
+        assert_eq!(early(&mut r, false, t0), (None, false));
         r.copied(1);
-        assert_eq!(r.write_early(false, || unreachable!()), Some(Early::Bytes));
+        assert_eq!(early(&mut r, false, t0), (Some(Early::Bytes), false));
         r.written();
         // Since when output is held is unknown after that write: the next read starts it.
         assert_eq!(at_clock(&mut r, false, t0 + HOLD_BOUND * 10), None);
@@ -330,9 +339,9 @@ mod tests {
         let mut r = round(t0);
         r.dirty.extend(0..100);
         r.copied(FLUSH_WITHIN_ROUND_BYTES);
-        assert_eq!(r.write_early(false, || unreachable!()), None);
+        assert_eq!(early(&mut r, false, t0), (None, false));
         r.copied(FLUSH_PER_CONN_BYTES * 100);
-        assert_eq!(r.write_early(false, || unreachable!()), Some(Early::Bytes));
+        assert_eq!(early(&mut r, false, t0), (Some(Early::Bytes), false));
     }
 
     #[test]

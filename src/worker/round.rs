@@ -20,7 +20,7 @@ use crate::relay::{ConnRef, Relay};
 pub const ACCEPT_BUDGET: usize = 16;
 
 /// Bodies copied into connections' buffers within a round past which its output is written
-/// early (see [`Round::write_early`]).
+/// early (see [`Round::write_early`]; figures: docs/perf-log/2026-11-27-round-written-in-cache.md).
 const FLUSH_WITHIN_ROUND_BYTES: usize = 384 << 10;
 
 /// ... and the average per connection waiting to be written: a fan-out's rounds keep several
@@ -28,13 +28,14 @@ const FLUSH_WITHIN_ROUND_BYTES: usize = 384 << 10;
 const FLUSH_PER_CONN_BYTES: usize = 8 << 10;
 
 /// Longest a round holds output (answers, pushes) before it is written early: a saturated
-/// round batches for throughput, but no single round holds a delivery for milliseconds
-/// (issue 48).
+/// round batches for throughput, but no single round holds a delivery for milliseconds.
 pub const HOLD_BOUND: Duration = Duration::from_micros(200);
 
 /// The clock is read for [`HOLD_BOUND`] once every this many connection events of a round,
-/// not once per message.
-const CLOCK_EVERY: u32 = 8;
+/// not once per message (a read is a vDSO call, some 20 ns; an event is a `read` syscall and
+/// up to `messages_per_turn` messages). A round may so pass the bound by up to this many
+/// events' work.
+const CLOCK_EVERY: u32 = 4;
 
 /// Why a round's output is written before its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

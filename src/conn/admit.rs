@@ -77,8 +77,8 @@ pub(super) fn admit_http<S>(
     if cost.publishes == 0 && cost.subscribes == 0 {
         return Ok(());
     }
-    let mut own = ctx.limits.conn_buckets(ctx.now);
-    match ctx.limits.admit(&conn.limit, &mut own, cost, ctx.now) {
+    let mut own = ctx.tools.limits.conn_buckets(ctx.now);
+    match ctx.tools.limits.admit(&conn.limit, &mut own, cost, ctx.now) {
         Ok(()) => Ok(()),
         Err(l) => {
             ctx.metrics().limited[l.kind as usize].inc();
@@ -96,7 +96,11 @@ pub(super) fn admit<S>(conn: &mut Conn<S>, cost: Cost, ctx: &mut Ctx<'_>) -> Res
     let Phase::Ws(w) = &mut conn.phase else {
         return Ok(());
     };
-    match ctx.limits.admit(&conn.limit, &mut w.limits, cost, ctx.now) {
+    match ctx
+        .tools
+        .limits
+        .admit(&conn.limit, &mut w.limits, cost, ctx.now)
+    {
         Ok(()) => Ok(()),
         Err(l) => {
             ctx.metrics().limited[l.kind as usize].inc();

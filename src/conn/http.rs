@@ -27,6 +27,7 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
     // Behind a trusted proxy each request says whose it is (DECISIONS §11).
     if conn.limit.proxied() {
         if let Err(kind) = ctx
+            .tools
             .limits
             .forwarded(&mut conn.limit, req.forwarded_for, ctx.now)
         {
@@ -49,7 +50,7 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
     );
     let resp = match route {
         _ if req.upgrade_websocket && !ws_path => Response::json_error(404, "not found"),
-        Route::Registry => ctx.answers.respond(ctx.registry, &req),
+        Route::Registry => ctx.tools.answers.respond(ctx.registry, &req),
         Route::Subscribe => match register_webhook(conn, req.body, ctx) {
             Some(resp) => resp,
             None => {

@@ -27,6 +27,7 @@ pub mod websocket;
 
 #[cfg(test)]
 mod tests;
+mod turn;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ use crate::tls::TlsSession;
 use crate::webhook::WebhookPool;
 
 pub use outbound::Backlog;
+pub use turn::{Step, Turn};
 pub use websocket::{DeflateKit, WsState};
 
 /// Everything workers share, read-only.
@@ -301,24 +303,31 @@ pub struct Ctx<'a> {
     pub registry: &'a Registry,
     /// The worker's relay share.
     pub relay: &'a mut Relay,
+    /// The worker's tools, lent to one connection at a time.
+    pub tools: &'a mut Tools,
+    /// The connection's turn of the worker's round: at its end, or once the round's
+    /// fan-out budget is reached, the rest of its input waits in its buffer and the worker
+    /// gives the other connections their turn first ([`Turn::stop`]).
+    pub turn: Turn,
+}
+
+/// What a worker owns once and lends to the connection it is processing: buffers reused
+/// for every message, caches, and the per-worker tables of auth and limits.
+pub struct Tools {
     /// The worker's CSPRNG buffer.
-    pub ids: &'a mut IdSource,
+    pub ids: IdSource,
     /// Scratch space for encoding.
-    pub scratch: &'a mut Vec<u8>,
+    pub scratch: Vec<u8>,
     /// The JSON parser's reusable buffers.
-    pub json: &'a mut simd_json::Buffers,
+    pub json: simd_json::Buffers,
     /// The worker's cache of assembled registry answers.
-    pub answers: &'a mut crate::registry::answers::AnswerCache,
+    pub answers: crate::registry::answers::AnswerCache,
     /// The worker's permessage-deflate tools.
-    pub deflate: &'a mut websocket::DeflateKit,
+    pub deflate: websocket::DeflateKit,
     /// The worker's relay-auth door.
-    pub gate: &'a mut crate::auth::Gate,
+    pub gate: crate::auth::Gate,
     /// The worker's limits per address and client (DECISIONS §11).
-    pub limits: &'a mut crate::limits::Limiter,
-    /// WebSocket messages the connection may still handle in this turn
-    /// (`Limits::messages_per_turn`); at 0 the rest of its input waits in its buffer and
-    /// the worker gives the other connections their turn first.
-    pub turn_left: usize,
+    pub limits: crate::limits::Limiter,
 }
 
 impl Ctx<'_> {
@@ -388,22 +397,28 @@ impl IdSource {
 }
 
 /// Consumes as much of `input` as forms complete requests or messages; returns the number
-/// of bytes consumed. `input` may be modified in place (unmasking, JSON parsing).
-pub fn process<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize {
+/// of bytes consumed and why it stopped. `input` may be modified in place (unmasking, JSON
+/// parsing).
+pub fn process<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> (usize, Step) {
     let max_pending = ctx.shared.config.limits.max_pending_answers;
     let mut pos = 0;
     loop {
         let before = pos;
         if conn.input_blocked(max_pending) {
-            return pos;
+            break;
         }
         match conn.phase {
             Phase::Http(_) => pos += http::step(conn, &mut input[pos..], ctx),
             Phase::Ws(_) => pos += websocket::step(conn, &mut input[pos..], ctx),
-            Phase::Closing { .. } => return input.len(),
+            Phase::Closing { .. } => return (input.len(), Step::Closed),
         }
-        if pos == before || pos >= input.len() || ctx.turn_left == 0 {
-            return pos;
+        if pos == before || pos >= input.len() || ctx.turn.over() {
+            break;
         }
     }
+    let step = match conn.phase {
+        Phase::Closing { .. } => Some(Step::Closed),
+        _ => ctx.turn.stop(conn, ctx.relay, max_pending),
+    };
+    (pos, step.unwrap_or(Step::Drained))
 }

@@ -31,7 +31,11 @@ pub fn request<S>(
     ctx: &mut Ctx<'_>,
 ) -> Option<Response> {
     let up = UpgradeAuth::from_request(req.query, req.authorization);
-    let client = match ctx.gate.check_http(&up, crate::clock::unix_ms() / 1000) {
+    let client = match ctx
+        .tools
+        .gate
+        .check_http(&up, crate::clock::unix_ms() / 1000)
+    {
         Verdict::Open(Some(c)) => c,
         Verdict::Open(None) => return Some(Response::json_error(401, "missing auth token")),
         Verdict::Refused(status, reason) => {
@@ -41,7 +45,7 @@ pub fn request<S>(
     };
     let project = up.project_id.as_deref().map(str::to_owned);
     let mut body = req.body.to_vec();
-    let mut call = match rpc::decode(&mut body, ctx.json) {
+    let mut call = match rpc::decode(&mut body, &mut ctx.tools.json) {
         Err(_) => return Some(refusal(&Id::Null, rpc::code::PARSE_ERROR, "Parse error")),
         Ok(Incoming::Single(Item::Call(call))) => call,
         Ok(Incoming::Single(Item::Invalid(id, e))) => {
@@ -56,7 +60,9 @@ pub fn request<S>(
             return Some(refusal(&Id::Null, rpc::code::INVALID_REQUEST, m));
         }
     };
-    ctx.limits.bind_client(&mut conn.limit, &client, ctx.now);
+    ctx.tools
+        .limits
+        .bind_client(&mut conn.limit, &client, ctx.now);
     let id = call.id.take();
     let answer = if id.is_some() { HTTP_ANSWER } else { 0 };
     let result = call

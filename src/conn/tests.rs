@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use clap::Parser;
 
-use super::{process, Conn, Ctx, HttpWait, IdSource, Phase, Shared, WsState};
+use super::{process, Conn, Ctx, HttpWait, IdSource, Phase, Shared, Tools, Turn, WsState};
 use crate::config::Config;
 use crate::engine::{Events, History};
 use crate::http::response::{Response, TEXT};
@@ -82,15 +82,9 @@ struct Bench {
     reads: Arc<std::sync::Mutex<Vec<Ticket>>>,
     /// The engine's mailbox, sending half.
     mail: crossbeam_channel::Sender<Event>,
-    ids: IdSource,
-    scratch: Vec<u8>,
-    json: simd_json::Buffers,
-    answers: AnswerCache,
-    deflate: super::DeflateKit,
-    gate: crate::auth::Gate,
-    limits: crate::limits::Limiter,
+    tools: Tools,
     registry: Registry,
-    /// Messages each `feed` may handle (`Ctx::turn_left`).
+    /// Messages each `feed` may handle (`Ctx::turn`).
     turn: usize,
 }
 
@@ -159,16 +153,18 @@ impl Bench {
             publishes,
             reads,
             mail,
-            ids: IdSource::default(),
-            scratch: Vec::new(),
-            json: simd_json::Buffers::new(1024),
-            answers: AnswerCache::new(0),
-            deflate: super::DeflateKit::default(),
-            gate: crate::auth::Gate::new(Vec::new(), false, None),
-            limits: crate::limits::Limiter::new(crate::limits::Policy::new(
-                &crate::config::Limits::default(),
-                1,
-            )),
+            tools: Tools {
+                ids: IdSource::default(),
+                scratch: Vec::new(),
+                json: simd_json::Buffers::new(1024),
+                answers: AnswerCache::new(0),
+                deflate: super::DeflateKit::default(),
+                gate: crate::auth::Gate::new(Vec::new(), false, None),
+                limits: crate::limits::Limiter::new(crate::limits::Policy::new(
+                    &crate::config::Limits::default(),
+                    1,
+                )),
+            },
             registry,
             turn: usize::MAX,
         }
@@ -185,16 +181,10 @@ impl Bench {
             shared: &self.shared,
             registry: &self.registry,
             relay: &mut self.relay,
-            ids: &mut self.ids,
-            scratch: &mut self.scratch,
-            json: &mut self.json,
-            answers: &mut self.answers,
-            deflate: &mut self.deflate,
-            gate: &mut self.gate,
-            limits: &mut self.limits,
-            turn_left: self.turn,
+            tools: &mut self.tools,
+            turn: Turn::new(self.turn, usize::MAX),
         };
-        process(&mut self.conn, &mut input, &mut ctx)
+        process(&mut self.conn, &mut input, &mut ctx).0
     }
 
     /// Everything the connection would write now.
@@ -202,7 +192,7 @@ impl Bench {
         let mut out = Vec::new();
         loop {
             let _ = self.conn.out.write_to(&mut out);
-            if !self.conn.refill(1 << 16, &mut self.scratch) {
+            if !self.conn.refill(1 << 16, &mut self.tools.scratch) {
                 return out;
             }
         }

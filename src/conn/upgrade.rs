@@ -58,7 +58,7 @@ pub fn upgrade<S>(
     let (client, refused) = if echo {
         (None, None)
     } else {
-        match ctx.gate.check(&up, crate::clock::unix_ms() / 1000) {
+        match ctx.tools.gate.check(&up, crate::clock::unix_ms() / 1000) {
             Verdict::Open(client) => (client, None),
             Verdict::Refused(status, reason) => (None, Some((status, reason))),
         }
@@ -94,12 +94,12 @@ pub fn upgrade<S>(
     // in one loop iteration every interval (docs/PERFORMANCE.md, "Heartbeats no longer come
     // in one burst").
     let interval = ctx.shared.config.limits.ping_interval().as_millis() as u64;
-    let first_ping = ctx.now + interval - ctx.ids.next_u64() % (interval / 2 + 1);
+    let first_ping = ctx.now + interval - ctx.tools.ids.next_u64() % (interval / 2 + 1);
     let max = ctx.shared.config.limits.max_message;
     let mut ws = WsState::new(echo, max, deflate, ctx.now, first_ping);
-    ws.limits = ctx.limits.conn_buckets(ctx.now);
+    ws.limits = ctx.tools.limits.conn_buckets(ctx.now);
     if let Some(c) = &client {
-        ctx.limits.bind_client(&mut conn.limit, c, ctx.now);
+        ctx.tools.limits.bind_client(&mut conn.limit, c, ctx.now);
     }
     if let Some(c) = &client {
         // Named once per connection: its subscriptions and publishes share it.

@@ -63,13 +63,13 @@ fn owned(id: &Id<'_>) -> Id<'static> {
 
 /// Executes a JSON-RPC message and queues its answer (if any).
 pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
-    let mut buf = std::mem::take(ctx.scratch);
+    let mut buf = std::mem::take(&mut ctx.tools.scratch);
     buf.clear();
     let mut a = Answer {
         parts: Parts::Zero,
         cur: &mut buf,
     };
-    match rpc::decode(payload, ctx.json) {
+    match rpc::decode(payload, &mut ctx.tools.json) {
         Err(_) => {
             let e = RpcError {
                 code: rpc::code::PARSE_ERROR,
@@ -129,7 +129,7 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     if buf.capacity() > 64 << 10 {
         buf = Vec::with_capacity(4096);
     }
-    *ctx.scratch = buf;
+    ctx.tools.scratch = buf;
 }
 
 /// Runs one element; appends its answer and returns whether it has one. The element is
@@ -585,7 +585,7 @@ fn subscribe_at<S>(
             (slot.map_err(|e| rpc_error(&e))?, id)
         }
         None => {
-            let id = ctx.ids.next_id();
+            let id = ctx.tools.ids.next_id();
             (ctx.relay.subscribe(me, topic, id, dialect), id)
         }
     };

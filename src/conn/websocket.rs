@@ -168,8 +168,8 @@ fn decode<S>(conn: &mut Conn<S>, dec: &mut Decoder, input: &mut [u8], ctx: &mut 
     let mut pos = 0;
     // Past the fan-out budget, with too many answers pending, or at the end of its turn, the
     // rest waits in the connection's buffer: the worker delivers and flushes first (and
-    // serves the other connections), then resumes it.
-    while ctx.turn_left > 0 && !ctx.relay.over_fanout_budget() && !conn.input_blocked(max_pending) {
+    // serves the other connections), then resumes it (`Turn::stop`).
+    while ctx.turn.stop(conn, ctx.relay, max_pending).is_none() {
         let Some(w) = conn.ws() else { break };
         w.last_rx = ctx.now;
         let (n, ev) = match dec.decode(&mut input[pos..]) {
@@ -183,11 +183,11 @@ fn decode<S>(conn: &mut Conn<S>, dec: &mut Decoder, input: &mut [u8], ctx: &mut 
         pos += n;
         match ev {
             Event::Message { binary, payload } => {
-                ctx.turn_left -= 1;
+                ctx.turn.took_one();
                 on_message(conn, binary, payload, ctx);
             }
             Event::Compressed { binary, payload } => {
-                ctx.turn_left -= 1;
+                ctx.turn.took_one();
                 if let Err(e) = on_compressed(conn, binary, payload, ctx) {
                     fail(conn, &e, ctx);
                     return input.len();
@@ -227,8 +227,8 @@ fn on_compressed<S>(
     ctx: &mut Ctx<'_>,
 ) -> Result<(), WsError> {
     let max = ctx.shared.config.limits.max_message;
-    let mut msg = std::mem::take(&mut ctx.deflate.inflated);
-    let res = ctx.deflate.inflater.inflate(payload, max, &mut msg);
+    let mut msg = std::mem::take(&mut ctx.tools.deflate.inflated);
+    let res = ctx.tools.deflate.inflater.inflate(payload, max, &mut msg);
     let res = match res {
         Err(deflate::DeflateError::TooBig) => Err(WsError::TooBig),
         Err(deflate::DeflateError::Invalid) => Err(WsError::BadCompression),
@@ -238,8 +238,8 @@ fn on_compressed<S>(
             Ok(())
         }
     };
-    ctx.deflate.inflated = msg;
-    ctx.deflate.trim();
+    ctx.tools.deflate.inflated = msg;
+    ctx.tools.deflate.trim();
     res
 }
 
@@ -263,7 +263,7 @@ fn echo<S>(
     ctx: &mut Ctx<'_>,
 ) {
     let mut h = [0u8; 10];
-    let kit = &mut *ctx.deflate;
+    let kit = &mut ctx.tools.deflate;
     if let Some(a) = deflate {
         if kit.deflater.compress(payload, a.window_bits(), &mut kit.z) {
             let n = deflate::write_head(&mut h, op, kit.z.len());

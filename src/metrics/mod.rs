@@ -165,9 +165,12 @@ pub struct CoreMetrics {
     /// round past `relay::EARLY_DELIVERY_BYTES`: the core is saturated).
     pub early_deliveries: Cell,
     /// Ends of a round brought forward: the engine handed its work on and the sockets were
-    /// written between two connections' events (past `FLUSH_WITHIN_ROUND_BYTES` of pushes:
-    /// a saturated core).
+    /// written between two connections' events (past 384 KiB of pushes copied: a saturated
+    /// core; `worker::Round::write_early`).
     pub round_flushes: Cell,
+    /// Ends of a round brought forward because its output had waited the round's hold
+    /// bound (200 µs): a long round does not hold a delivery for milliseconds.
+    pub round_flushes_held: Cell,
     /// TLS handshakes completed (full or resumed).
     pub tls_handshakes: Cell,
     /// TLS connections closed for a TLS error (a bad or failed handshake, plaintext on the
@@ -223,7 +226,7 @@ impl Metrics {
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
         type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, Kind, &str, Get); 30] = [
+        let per_core: [(&str, Kind, &str, Get); 31] = [
             ("connections_open", Kind::Gauge, "Open connections", |c| {
                 &c.connections_open
             }),
@@ -354,8 +357,14 @@ impl Metrics {
             (
                 "round_flushes_total",
                 Kind::Counter,
-                "Sockets written between two connections' events of a loop iteration, its pushes past FLUSH_WITHIN_ROUND_BYTES (a saturated core)",
+                "Sockets written between two connections' events of a loop iteration, its pushes past 384 KiB (a saturated core)",
                 |c| &c.round_flushes,
+            ),
+            (
+                "round_flushes_held_total",
+                Kind::Counter,
+                "Sockets written between two connections' events of a loop iteration, its output held 200 µs or more",
+                |c| &c.round_flushes_held,
             ),
             (
                 "tls_handshakes_total",

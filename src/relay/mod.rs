@@ -166,12 +166,11 @@ pub struct Relay {
     /// (see `absorb`).
     live_hint: Option<u32>,
     /// Pushes the queued deliveries will make: input processing pauses once this reaches
-    /// the round's budget (`Limits::fanout_min`).
+    /// the round's fan-out budget (`conn::Turn`, set by the worker's round).
     pending_pushes: usize,
     /// Bytes of message bodies the queued live deliveries will copy (each body once per
     /// subscriber): see [`Relay::early_delivery_due`].
     queued_bytes: usize,
-    fanout_budget: usize,
     retries: Vec<Retry>,
     /// Blocking subscribes waiting for their subscription to be in place.
     blocking: Vec<blocking::Blocking>,
@@ -205,7 +204,6 @@ impl Relay {
             live_hint: None,
             pending_pushes: 0,
             queued_bytes: 0,
-            fanout_budget: limits.fanout_min,
             retries: Vec::new(),
             blocking: Vec::new(),
             limits,
@@ -233,17 +231,10 @@ impl Relay {
         self.subs.get(slot).map(|t| &t.name)
     }
 
-    /// The queued deliveries have reached this round's budget: deliver and flush before
-    /// processing more input.
-    pub fn over_fanout_budget(&self) -> bool {
-        self.pending_pushes >= self.fanout_budget
-    }
-
-    /// Sets the round's fan-out budget for a worker holding `connections`.
-    pub fn set_fanout_budget(&mut self, connections: usize) {
-        self.fanout_budget = connections
-            .saturating_mul(self.limits.fanout_per_conn)
-            .max(self.limits.fanout_min);
+    /// Pushes the queued deliveries will make (weighed against the round's fan-out budget:
+    /// `conn::Turn`).
+    pub fn pending_pushes(&self) -> usize {
+        self.pending_pushes
     }
 
     /// Adds a subscription of a local connection; its history follows as pushes, then the

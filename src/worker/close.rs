@@ -3,6 +3,7 @@
 //! receives a stale event. Also the worker's shutdown: stop accepting, close every
 //! connection (WebSocket close 1001), exit when they are gone or the grace period ends.
 
+use super::round::Handoff;
 use super::Worker;
 use crate::conn::Phase;
 use crate::relay::ConnRef;
@@ -11,27 +12,20 @@ use crate::ws::close;
 impl Worker {
     /// Marks a connection for removal at the end of the iteration.
     pub(super) fn close_now(&mut self, key: usize) {
-        let Some(c) = self.conns.get_mut(key) else {
-            return;
-        };
-        if c.marks.closed {
-            return;
-        }
-        c.marks.closed = true;
-        self.closing.push(key);
+        self.round.close(&mut self.conns, key);
     }
 
     /// Removes the connections marked this round.
     pub(super) fn reap(&mut self) {
         let (mut subscribed, mut closed, mut websockets) = (false, 0, 0);
-        while let Some(key) = self.closing.pop() {
+        while let Some(key) = self.round.closing.pop() {
             let mut c = self.conns.remove(key);
             if let Some(tls) = c.tls.as_deref_mut() {
                 // A clean end for the client (only after a handshake, never after a
                 // failure), best effort: whatever the socket takes now.
                 let _ = super::tls::close_notify(tls, &mut c.sock);
             }
-            self.limits.release(&mut c.limit);
+            self.tools.limits.release(&mut c.limit);
             let me = ConnRef { key, uid: c.uid };
             subscribed |= !c.subs.is_empty();
             let mut acks = c.ws().and_then(|w| w.acks().map(std::mem::take));
@@ -53,7 +47,8 @@ impl Worker {
             // A client id's `-1 socket` leaves now, not a round later, and before the
             // connection counts as gone: a reconnect reaches the topic's home after it
             // (DECISIONS 13), unless the home's queue is full.
-            self.engine_waiting |= self.relay.flush();
+            let handoff = Handoff::from_waiting(self.relay.flush());
+            self.round.handoff = self.round.handoff.and(handoff);
         }
         let m = &self.shared.metrics.cores[self.id];
         m.connections_open.sub(closed);
@@ -65,13 +60,13 @@ impl Worker {
         if self.stop_at.is_some() {
             return;
         }
-        for mut l in [self.listener.take(), self.tls_listener.take()]
+        for mut l in [self.listeners.plain.take(), self.listeners.tls.take()]
             .into_iter()
             .flatten()
         {
             let _ = self.poll.registry().deregister(&mut l);
         }
-        let now = self.now;
+        let now = self.clock.now;
         self.stop_at = Some(now + self.shared.config.limits.shutdown_grace().as_millis() as u64);
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
@@ -82,13 +77,13 @@ impl Worker {
                         close::GOING_AWAY,
                         "server shutting down",
                         now,
-                        self.close_ms,
+                        self.out.close_ms,
                     );
                     self.mark_dirty(key);
                 }
                 Phase::Http(_) if c.out.is_empty() => self.close_now(key),
                 _ => {
-                    c.begin_close(now, self.close_ms);
+                    c.begin_close(now, self.out.close_ms);
                     self.mark_dirty(key);
                 }
             }

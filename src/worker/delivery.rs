@@ -4,13 +4,14 @@
 //! through the connection's outbound policy (`conn::outbound`), and notes which connections
 //! now have output, are over their outbound limit, or may read again.
 
-use std::collections::VecDeque;
+use std::time::Instant;
 
 use bytes::Bytes;
 use slab::Slab;
 
+use super::round::{Early, Handoff, Round};
 use super::Worker;
-use crate::conn::{self, http::webhook_answer, Conn, DeflateKit, HttpWait, Phase};
+use crate::conn::{self, http::webhook_answer, Conn, HttpWait, Phase, Tools};
 use crate::http::response;
 use crate::metrics::CoreMetrics;
 use crate::outbuf::SHARE_THRESHOLD;
@@ -24,45 +25,62 @@ use crate::ws::deflate::Shared;
 /// The worker's connections as the relay's deliveries reach them.
 struct Conns<'a> {
     conns: &'a mut Slab<Conn>,
-    dirty: &'a mut Vec<usize>,
-    overflow: &'a mut Vec<usize>,
-    ready: &'a mut VecDeque<ConnRef>,
-    enc: &'a mut Vec<u8>,
-    deflate: &'a mut DeflateKit,
+    /// The round's lists (to write, to resume, over their outbound limit).
+    round: &'a mut Round,
+    /// The encoding scratch and the deflate kit.
+    tools: &'a mut Tools,
     metrics: &'a CoreMetrics,
     date: &'a [u8],
     now: u64,
-    close_ms: u64,
-    /// `--keepalive-timeout` (ms): an HTTP connection's idle time after an answer.
-    idle_ms: u64,
-    fill_mark: usize,
-    max_outbound: usize,
-    max_pending: usize,
+    out: &'a OutLimits,
     /// This process (see `Origin`).
     node: u64,
     /// This worker.
     me: u16,
 }
 
+/// The limits a delivery applies to a connection's output, read once from the
+/// configuration.
+pub(super) struct OutLimits {
+    /// How full a connection's `OutBuf` is kept from its backlog.
+    pub fill_mark: usize,
+    /// `--max-outbound`: a WebSocket past it is closed (1008).
+    pub max_outbound: usize,
+    /// `--max-pending-answers`: a connection's input waits past it.
+    pub max_pending: usize,
+    /// `--close-timeout` (ms).
+    pub close_ms: u64,
+    /// `--keepalive-timeout` (ms): an HTTP connection's idle time after an answer.
+    pub idle_ms: u64,
+}
+
+impl OutLimits {
+    /// Read from `limits`.
+    pub fn new(limits: &crate::config::Limits) -> OutLimits {
+        OutLimits {
+            // Encoded bytes a connection's queue holds before further pushes wait by
+            // reference (shared with the cache and every other subscriber): enough for a few
+            // writes, while 10,000 subscribers of a burst do not each get their own copy.
+            fill_mark: (limits.max_outbound / 2).clamp(1, 64 << 10),
+            max_outbound: limits.max_outbound,
+            max_pending: limits.max_pending_answers,
+            close_ms: limits.close_ms(),
+            idle_ms: limits.keepalive_timeout().as_millis() as u64,
+        }
+    }
+}
+
 /// The worker's connections as [`Conns`] (a macro: the relay stays borrowable beside it).
 macro_rules! conns_of {
     ($w:expr) => {{
-        let limits = &$w.shared.config.limits;
         Conns {
             conns: &mut $w.conns,
-            dirty: &mut $w.dirty,
-            overflow: &mut $w.overflow,
-            ready: &mut $w.ready,
-            enc: &mut $w.enc,
-            deflate: &mut $w.deflate,
+            round: &mut $w.round,
+            tools: &mut $w.tools,
             metrics: &$w.shared.metrics.cores[$w.id],
-            date: $w.date.as_bytes(),
-            now: $w.now,
-            close_ms: $w.close_ms,
-            idle_ms: limits.keepalive_timeout().as_millis() as u64,
-            fill_mark: $w.fill_mark,
-            max_outbound: limits.max_outbound,
-            max_pending: limits.max_pending_answers,
+            date: $w.clock.date.as_bytes(),
+            now: $w.clock.now,
+            out: &$w.out,
             node: $w.relay.node(),
             me: $w.id as u16,
         }
@@ -75,22 +93,12 @@ impl Conns<'_> {
     }
 
     fn mark_dirty(&mut self, key: usize) {
-        if let Some(c) = self.conns.get_mut(key) {
-            if !c.marks.dirty {
-                c.marks.dirty = true;
-                self.dirty.push(key);
-            }
-        }
+        self.round.mark_dirty(self.conns, key);
     }
 
     /// Input that waited for this connection's answers is driven again.
     fn resume(&mut self, r: ConnRef) {
-        if let Some(c) = conn::live(self.conns, r) {
-            if !c.marks.ready {
-                c.marks.ready = true;
-                self.ready.push_back(r);
-            }
-        }
+        self.round.resume(self.conns, r);
     }
 }
 
@@ -98,8 +106,9 @@ impl Conns<'_> {
     /// Resolves one result of the connection's pending answer `answer` with `f`, then
     /// resumes its input if the answer was what held it.
     fn resolve(&mut self, r: ConnRef, answer: u64, f: impl FnOnce(&mut Conn) -> bool) {
-        let max_pending = self.max_pending;
-        let (date, now, close_ms, idle_ms) = (self.date, self.now, self.close_ms, self.idle_ms);
+        let max_pending = self.out.max_pending;
+        let (date, now, close_ms, idle_ms) =
+            (self.date, self.now, self.out.close_ms, self.out.idle_ms);
         let Some(c) = self.live(r) else { return };
         if answer == 0 {
             return;
@@ -138,7 +147,7 @@ impl Recipients for Conns<'_> {
         push_id: u64,
         kind: PushKind,
     ) {
-        let (fill, max_out) = (self.fill_mark, self.max_outbound);
+        let (fill, max_out) = (self.out.fill_mark, self.out.max_outbound);
         let Some(c) = conn::live(self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_))) else {
             return;
         };
@@ -146,7 +155,7 @@ impl Recipients for Conns<'_> {
         let over = match kind {
             PushKind::Live { share_min } => {
                 // permessage-deflate: the push compressed once per worker and shape, shared.
-                let kit = &mut *self.deflate;
+                let kit = &mut self.tools.deflate;
                 let z = deflate.and_then(|a| {
                     let (data, len, suffix) = crate::rpc::push_shape(body, dialect);
                     let data = data.prefix(len);
@@ -159,9 +168,25 @@ impl Recipients for Conns<'_> {
                 });
                 match z {
                     Some(z) => c.deliver_compressed(
-                        id, dialect, &z, push_id, true, fill, share_min, self.enc,
+                        id,
+                        dialect,
+                        &z,
+                        push_id,
+                        true,
+                        fill,
+                        share_min,
+                        &mut self.tools.scratch,
                     ),
-                    None => c.deliver(id, dialect, body, push_id, true, fill, share_min, self.enc),
+                    None => c.deliver(
+                        id,
+                        dialect,
+                        body,
+                        push_id,
+                        true,
+                        fill,
+                        share_min,
+                        &mut self.tools.scratch,
+                    ),
                 }
                 c.outbound_len() > max_out
             }
@@ -176,7 +201,7 @@ impl Recipients for Conns<'_> {
                     false,
                     fill,
                     SHARE_THRESHOLD,
-                    self.enc,
+                    &mut self.tools.scratch,
                 );
                 false
             }
@@ -184,7 +209,7 @@ impl Recipients for Conns<'_> {
         self.metrics.delivered.inc();
         self.mark_dirty(r.key);
         if over {
-            self.overflow.push(r.key);
+            self.round.overflow.push(r.key);
         }
     }
 
@@ -200,7 +225,7 @@ impl Recipients for Conns<'_> {
     }
 
     fn push_text(&mut self, r: ConnRef, frame: &Bytes, kind: PushKind) {
-        let (fill, max_out) = (self.fill_mark, self.max_outbound);
+        let (fill, max_out) = (self.out.fill_mark, self.out.max_outbound);
         let Some(c) = conn::live(self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_))) else {
             return;
         };
@@ -217,7 +242,7 @@ impl Recipients for Conns<'_> {
         self.metrics.v1_delivered.inc();
         self.mark_dirty(r.key);
         if over {
-            self.overflow.push(r.key);
+            self.round.overflow.push(r.key);
         }
     }
 
@@ -240,7 +265,7 @@ impl Recipients for Conns<'_> {
     }
 
     fn webhook_answer(&mut self, r: ConnRef, result: Result<(), RelayError>) {
-        let (date, now, close_ms) = (self.date, self.now, self.close_ms);
+        let (date, now, close_ms) = (self.date, self.now, self.out.close_ms);
         let Some(c) = self.live(r) else { return };
         let Phase::Http(HttpWait::Webhook { close }) = c.phase else {
             return;
@@ -256,12 +281,6 @@ impl Recipients for Conns<'_> {
     }
 }
 
-/// See [`Worker::flush_within_round`].
-const FLUSH_WITHIN_ROUND_BYTES: usize = 384 << 10;
-
-/// See [`Worker::flush_within_round`]: a fan-out's rounds keep several pushes per write.
-const FLUSH_PER_CONN_BYTES: usize = 8 << 10;
-
 impl Worker {
     /// Carries out what the relay decided since the last call.
     pub(super) fn deliver(&mut self) {
@@ -273,51 +292,48 @@ impl Worker {
     /// bodies are still in the core's cache (at the end of a saturated round, thousands of
     /// publishes later, each would be read back from memory to be copied into its
     /// subscribers' buffers). The pushes still count against the round's fan-out budget, and
-    /// no socket is written here: they wait in the buffers for the round's flush, which
-    /// comes after the engine has handed its work on (`Relay::flush`; docs/PERFORMANCE.md,
-    /// "The publish path at saturation").
+    /// no socket is written here: they wait in the buffers for the round's write-out, which
+    /// comes after the engine has handed its work on (`Relay::flush`).
     pub(super) fn deliver_early(&mut self) {
         if self.relay.early_delivery_due() {
             self.m().early_deliveries.inc();
-            self.round_bytes += self.relay.queued_bytes();
+            self.round.copied(self.relay.queued_bytes());
             self.deliver_as(true);
         }
     }
 
-    /// Between two connections' events of a saturated round: once the bodies copied into
-    /// buffers since the last flush pass [`FLUSH_WITHIN_ROUND_BYTES`] and average
-    /// [`FLUSH_PER_CONN_BYTES`] per connection waiting to be written, the round's end comes
-    /// early (the engine hands its work on, then every socket is written), so that the
-    /// buffers are written, and taken again from the pool, while they are in the core's
-    /// cache: a saturated round reads thousands of publishes, whose pushes would otherwise
-    /// wait for its end in more memory than the core's L2 cache holds (figures:
-    /// docs/perf-log/2026-11-27-round-written-in-cache.md).
+    /// Between two connections' events: the round's end comes early (the engine hands its
+    /// work on, then every socket is written) when the round says so
+    /// ([`Round::write_early`]: past a volume of copied bodies, or output held past
+    /// [`HOLD_BOUND`](super::round::HOLD_BOUND)).
     pub(super) fn flush_within_round(&mut self) {
-        if self.round_bytes < FLUSH_WITHIN_ROUND_BYTES
-            || self.round_bytes < FLUSH_PER_CONN_BYTES * self.dirty.len()
-        {
+        let queued = self.relay.pending_pushes() > 0;
+        let Some(why) = self.round.write_early(queued, Instant::now) else {
             return;
+        };
+        match why {
+            Early::Bytes => self.m().round_flushes.inc(),
+            Early::Held => self.m().round_flushes_held.inc(),
         }
-        self.m().round_flushes.inc();
-        self.engine_waiting |= self.write_out();
+        let handoff = self.write_out();
+        self.round.handoff = self.round.handoff.and(handoff);
     }
 
     /// A round's end: the engine hands the round's work on before any answer reaches a
     /// socket (a client that sees `true` finds its message where the engine promised it),
     /// then what is queued is delivered and every connection with output is written.
-    /// Returns whether the engine has work waiting for room.
-    pub(super) fn write_out(&mut self) -> bool {
+    pub(super) fn write_out(&mut self) -> Handoff {
         let mut waiting = self.relay.flush();
         self.deliver();
         self.flush_dirty();
         // Slow or not is judged after the socket took what it could.
-        while let Some(k) = self.overflow.pop() {
+        while let Some(k) = self.round.overflow.pop() {
             self.check_outbound(k);
         }
         self.flush_dirty();
         waiting |= self.relay.flush();
-        self.round_bytes = 0;
-        waiting
+        self.round.written();
+        Handoff::from_waiting(waiting)
     }
 
     fn deliver_as(&mut self, within_round: bool) {
@@ -328,7 +344,7 @@ impl Worker {
             self.relay.deliver(&mut conns);
         }
         // The compressed form of the last push is not kept past the call.
-        self.deflate.push = [None, None];
+        self.tools.deflate.push = [None, None];
     }
 }
 

@@ -4,20 +4,53 @@
 
 use std::io::{self, Read};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use mio::event::Event;
-use mio::net::TcpStream;
+use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
+use rustls::ServerConfig;
 
+use super::round::ACCEPT_BUDGET;
 use super::Worker;
-use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase};
+use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase, Step};
 use crate::outbuf::Flush;
 use crate::relay::ConnRef;
+use crate::tls::TlsScratch;
 use crate::ws::close;
 
-/// Most connections accepted from one listener in one loop round (more wait in the backlog
-/// for the next round, which then polls without sleeping).
-const ACCEPT_BUDGET: usize = 16;
+/// A worker's listeners, and what accepting from them needs.
+pub(super) struct Listeners {
+    /// Its socket of the plain group (`--listen`).
+    pub plain: Option<TcpListener>,
+    /// Its socket of the TLS group (`--tls-listen`).
+    pub tls: Option<TcpListener>,
+    /// The configuration new TLS connections start from (replaced on SIGHUP).
+    pub tls_config: Option<Arc<ServerConfig>>,
+    /// Retry `accept` at the next tick (after running out of file descriptors).
+    pub retry: bool,
+}
+
+impl Listeners {
+    /// The TLS listener when `tls`, else the plain one.
+    fn get(&self, tls: bool) -> Option<&TcpListener> {
+        match tls {
+            true => self.tls.as_ref(),
+            false => self.plain.as_ref(),
+        }
+    }
+}
+
+/// A worker's buffers for its sockets, shared by all its connections.
+pub(super) struct Buffers {
+    /// Where a read lands: a connection keeps its own buffer only while it holds a partial
+    /// head or frame.
+    pub scratch: Vec<u8>,
+    /// Plaintext decrypted from one TLS read, processed like a plain connection's scratch.
+    pub plain: Vec<u8>,
+    /// The TLS write path's buffers (allocated on first use).
+    pub tls: TlsScratch,
+}
 
 impl Worker {
     /// Accepts until the listener (the TLS one when `tls`) has no more waiting connections,
@@ -25,14 +58,9 @@ impl Worker {
     /// connection storm (refused at accept or not) cannot hold the loop away from the
     /// connections it serves for a whole backlog's worth of accepts.
     pub(super) fn accept(&mut self, tls: bool) {
-        self.accept_more[usize::from(tls)] = false;
+        self.round.accept_more[usize::from(tls)] = false;
         for _ in 0..ACCEPT_BUDGET {
-            let listener = if tls {
-                self.tls_listener.as_ref()
-            } else {
-                self.listener.as_ref()
-            };
-            let Some(listener) = listener else {
+            let Some(listener) = self.listeners.get(tls) else {
                 return;
             };
             match listener.accept() {
@@ -41,28 +69,28 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // EMFILE/ENFILE and the like: the connection waits in the backlog.
-                    if !self.accept_retry {
+                    if !self.listeners.retry {
                         log::warn!("worker {}: accept failed: {e}", self.id);
                     }
-                    self.accept_retry = true;
+                    self.listeners.retry = true;
                     return;
                 }
             }
         }
-        self.accept_more[usize::from(tls)] = true;
+        self.round.accept_more[usize::from(tls)] = true;
     }
 
     /// Puts the limiter's blocked addresses on the listeners when they changed (a storm
     /// began or a block ended): a classic BPF filter that drops their packets, or none.
     pub(super) fn apply_blocks(&mut self) {
-        let Some(program) = self.limits.take_block_change() else {
+        let Some(program) = self.tools.limits.take_block_change() else {
             return;
         };
-        let (total, now) = self.limits.blocks();
+        let (total, now) = self.tools.limits.blocks();
         let m = self.m();
         m.accept_blocks.set(total);
         m.blocked_addresses.set(now as u64);
-        for l in [self.listener.as_ref(), self.tls_listener.as_ref()]
+        for l in [self.listeners.plain.as_ref(), self.listeners.tls.as_ref()]
             .into_iter()
             .flatten()
         {
@@ -89,7 +117,7 @@ impl Worker {
             return;
         }
         // DECISIONS §11: too many open or new connections from the address.
-        let mut limit = match self.limits.on_accept(peer, self.now) {
+        let mut limit = match self.tools.limits.on_accept(peer, self.clock.now) {
             Ok(l) => l,
             Err(kind) => {
                 self.m().limited[kind as usize].inc();
@@ -105,7 +133,7 @@ impl Worker {
             false => None,
             true => match self.new_session() {
                 Some(s) => Some(s),
-                None => return self.limits.release(&mut limit),
+                None => return self.tools.limits.release(&mut limit),
             },
         };
         // TCP_NODELAY, SO_SNDBUF, TCP_NOTSENT_LOWAT and SO_BUSY_POLL come from the listener
@@ -118,11 +146,11 @@ impl Worker {
             Interest::READABLE | Interest::WRITABLE,
         ) {
             log::warn!("worker {}: register failed: {e}", self.id);
-            return self.limits.release(&mut limit);
+            return self.tools.limits.release(&mut limit);
         }
         let uid = self.next_uid;
         self.next_uid += 1;
-        let deadline = self.now + limits.head_timeout().as_millis() as u64;
+        let deadline = self.clock.now + limits.head_timeout().as_millis() as u64;
         // A TLS connection keeps this deadline until its handshake is done and a request
         // comes: a stalled handshake is closed like a stalled head.
         let mut conn = Conn::new(sock, uid, deadline);
@@ -156,8 +184,8 @@ impl Worker {
 
     /// Drives the connections whose input was left for later (budget, backpressure).
     pub(super) fn resume_ready(&mut self) {
-        for _ in 0..self.ready.len() {
-            let Some(r) = self.ready.pop_front() else {
+        for _ in 0..self.round.ready.len() {
+            let Some(r) = self.round.ready.pop_front() else {
                 break;
             };
             if let Some(c) = conn::live(&mut self.conns, r) {
@@ -180,8 +208,7 @@ impl Worker {
         if !c.rbuf.is_empty() {
             self.process_buffered(key);
         }
-        let max_pending = self.shared.config.limits.max_pending_answers;
-        let budget = self.shared.config.limits.read_budget;
+        let max_pending = self.out.max_pending;
         let mut total = 0usize;
         loop {
             let c = &mut self.conns[key];
@@ -189,7 +216,7 @@ impl Worker {
             if c.marks.closed || c.marks.ready || c.input_blocked(max_pending) {
                 return;
             }
-            if self.relay.over_fanout_budget() {
+            if self.round.fanout_full(&self.relay) {
                 // Deliver and flush what is queued first; this connection resumes after.
                 self.resume_later(key);
                 return;
@@ -214,7 +241,7 @@ impl Worker {
                     } else {
                         self.process_buffered(key);
                     }
-                    if total >= budget {
+                    if !self.round.read_more(total) {
                         self.resume_later(key);
                         return;
                     }
@@ -235,7 +262,7 @@ impl Worker {
         let cap = self.rbuf_cap(key);
         let c = &mut self.conns[key];
         if c.rbuf.is_empty() {
-            return (c.sock.read(&mut self.scratch), self.scratch.len());
+            return (c.sock.read(&mut self.bufs.scratch), self.bufs.scratch.len());
         }
         let len = c.rbuf.len();
         if len >= cap {
@@ -246,7 +273,7 @@ impl Worker {
         }
         // Grow by doubling from what is held: a connection stuck on a partial head keeps a
         // few KiB, not a whole scratch buffer.
-        let want = (cap - len).min(self.scratch.len()).min(len.max(2048));
+        let want = (cap - len).min(self.bufs.scratch.len()).min(len.max(2048));
         c.rbuf.resize(len + want, 0);
         let r = c.sock.read(&mut c.rbuf[len..]);
         let got = *r.as_ref().unwrap_or(&0);
@@ -257,12 +284,7 @@ impl Worker {
     /// Puts a connection on the ready list (once): its input is driven again after this
     /// round's deliveries, without waiting for an event.
     pub(super) fn resume_later(&mut self, key: usize) {
-        if let Some(c) = self.conns.get_mut(key) {
-            if !c.marks.ready && !c.marks.closed {
-                c.marks.ready = true;
-                self.ready.push_back(c.at(key));
-            }
-        }
+        self.round.resume_later(&mut self.conns, key);
     }
 
     pub(super) fn rbuf_cap(&self, key: usize) -> usize {
@@ -275,39 +297,39 @@ impl Worker {
     }
 
     pub(super) fn fail_oversize(&mut self, key: usize) {
-        let now = self.now;
+        let now = self.clock.now;
         let c = &mut self.conns[key];
         c.rbuf = Vec::new();
         match c.phase {
-            Phase::Ws(_) => c.ws_close(close::TOO_BIG, "message too big", now, self.close_ms),
-            _ => c.begin_close(now, self.close_ms),
+            Phase::Ws(_) => c.ws_close(close::TOO_BIG, "message too big", now, self.out.close_ms),
+            _ => c.begin_close(now, self.out.close_ms),
         }
         self.mark_dirty(key);
     }
 
     fn process_scratch(&mut self, key: usize, n: usize) {
-        let mut buf = std::mem::take(&mut self.scratch);
+        let mut buf = std::mem::take(&mut self.bufs.scratch);
         self.process_front(key, &mut buf[..n]);
-        self.scratch = buf;
+        self.bufs.scratch = buf;
     }
 
     /// Processes input read into a worker buffer (the connection holds none); what it
     /// does not consume is kept in the connection's buffer.
     pub(super) fn process_front(&mut self, key: usize, input: &mut [u8]) {
-        let (used, turn_over) = self.process(key, input);
+        let (used, step) = self.process(key, input);
         if used < input.len() {
             let c = &mut self.conns[key];
             if !matches!(c.phase, Phase::Closing { .. }) {
                 c.rbuf.extend_from_slice(&input[used..]);
             }
         }
-        self.after_input(key, turn_over);
+        self.after_input(key, step);
         self.deliver_early();
     }
 
     pub(super) fn process_buffered(&mut self, key: usize) {
         let mut buf = std::mem::take(&mut self.conns[key].rbuf);
-        let (used, turn_over) = self.process(key, &mut buf);
+        let (used, step) = self.process(key, &mut buf);
         let c = &mut self.conns[key];
         if used >= buf.len() || matches!(c.phase, Phase::Closing { .. }) {
             buf = Vec::new();
@@ -315,42 +337,36 @@ impl Worker {
             buf.drain(..used);
         }
         c.rbuf = buf;
-        self.after_input(key, turn_over);
+        self.after_input(key, step);
         self.deliver_early();
     }
 
-    /// Runs `conn::process` on connection `key` with this worker's context; returns the
-    /// bytes consumed and whether the connection's turn ended (`messages_per_turn`).
-    fn process(&mut self, key: usize, input: &mut [u8]) -> (usize, bool) {
+    /// Runs `conn::process` on connection `key` with this worker's context, in a fresh turn
+    /// of the round; returns the bytes consumed and why it stopped.
+    fn process(&mut self, key: usize, input: &mut [u8]) -> (usize, Step) {
         let c = &mut self.conns[key];
         let mut ctx = Ctx {
             me: self.id,
             key,
-            now: self.now,
-            date: self.date.as_bytes(),
+            now: self.clock.now,
+            date: self.clock.date.as_bytes(),
             shared: &self.shared,
             registry: &self.registry,
             relay: &mut self.relay,
-            ids: &mut self.ids,
-            scratch: &mut self.enc,
-            json: &mut self.json,
-            answers: &mut self.answers,
-            deflate: &mut self.deflate,
-            gate: &mut self.gate,
-            limits: &mut self.limits,
-            turn_left: self.shared.config.limits.messages_per_turn,
+            tools: &mut self.tools,
+            turn: self.round.turn(),
         };
-        let used = conn::process(c, input, &mut ctx);
-        (used, ctx.turn_left == 0)
+        conn::process(c, input, &mut ctx)
     }
 
     /// Bookkeeping after a connection consumed input: re-arm its timer (a partial HTTP
-    /// head shortens the deadline), schedule its output; `turn_over`: its turn ended.
-    fn after_input(&mut self, key: usize, turn_over: bool) {
-        let now = self.now;
+    /// head shortens the deadline), schedule its output, and resume it later if it
+    /// yielded with input left.
+    fn after_input(&mut self, key: usize, step: Step) {
+        let now = self.clock.now;
         let head_ms = self.shared.config.limits.head_timeout().as_millis() as u64;
         let c = &mut self.conns[key];
-        if !c.rbuf.is_empty() && !c.marks.closed && (turn_over || self.relay.over_fanout_budget()) {
+        if !c.rbuf.is_empty() && !c.marks.closed && step.yields() {
             // Input left unprocessed for the fan-out budget or at the end of the
             // connection's turn: no event will come for it, so resume it once the other
             // connections had their turn and the queued pushes are delivered.
@@ -368,7 +384,7 @@ impl Worker {
     }
 
     pub(super) fn on_eof(&mut self, key: usize) {
-        let now = self.now;
+        let now = self.clock.now;
         let c = &mut self.conns[key];
         let owed = !c.out.is_empty() || !c.backlog.is_empty();
         match c.phase {
@@ -388,7 +404,7 @@ impl Worker {
             _ if !owed => self.close_now(key),
             _ => {
                 // Half-closed by the peer: deliver the answers it is owed, then close.
-                c.finish(now, self.close_ms);
+                c.finish(now, self.out.close_ms);
                 self.mark_dirty(key);
                 self.arm(key);
             }
@@ -396,16 +412,11 @@ impl Worker {
     }
 
     pub(super) fn mark_dirty(&mut self, key: usize) {
-        if let Some(c) = self.conns.get_mut(key) {
-            if !c.marks.dirty {
-                c.marks.dirty = true;
-                self.dirty.push(key);
-            }
-        }
+        self.round.mark_dirty(&mut self.conns, key);
     }
 
     pub(super) fn flush_dirty(&mut self) {
-        while let Some(key) = self.dirty.pop() {
+        while let Some(key) = self.round.dirty.pop() {
             if let Some(c) = self.conns.get_mut(key) {
                 c.marks.dirty = false;
             }
@@ -416,7 +427,7 @@ impl Worker {
     /// Writes what the connection has queued, refilling from its backlog; then moves its
     /// phase on if it waited for its output (half-close, pipelining backpressure).
     fn flush(&mut self, key: usize) {
-        let fill = self.fill_mark;
+        let fill = self.out.fill_mark;
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
@@ -426,9 +437,9 @@ impl Worker {
         loop {
             let res = match c.tls.as_deref_mut() {
                 None => c.out.write_to(&mut c.sock),
-                Some(tls) => super::tls::write(&mut c.out, tls, &mut c.sock, &mut self.tls_bufs),
+                Some(tls) => super::tls::write(&mut c.out, tls, &mut c.sock, &mut self.bufs.tls),
             };
-            let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.enc);
+            let refilled = !c.backlog.is_empty() && c.refill(fill, &mut self.tools.scratch);
             match res {
                 Ok(Flush::Done) if refilled => continue,
                 Ok(Flush::Blocked) => return,
@@ -452,7 +463,7 @@ impl Worker {
                 }
                 *stage = CloseStage::Lingering;
                 let _ = c.sock.shutdown(std::net::Shutdown::Write);
-                c.deadline = self.now + self.shared.config.limits.linger_ms;
+                c.deadline = self.clock.now + self.shared.config.limits.linger_ms;
                 self.arm(key);
             }
             Phase::Http(w @ HttpWait::Output) => {

@@ -18,15 +18,17 @@
 //! let the relay's engine hand its work on (`Relay::flush`: records to the kernel, batches
 //! to other workers) *before* any socket is written; flush every connection with output
 //! (one `writev` each); then remove closed connections, all in one place ([`close`]).
+//! The round's lists and budgets, and the decisions of when a connection yields and when the
+//! round's output is written early, are its [`round`]'s.
 
 mod close;
 mod delivery;
 mod io;
+mod round;
 mod stall;
 mod timers;
 mod tls;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +37,7 @@ use mio::{Events, Interest, Poll, Token};
 use rustls::ServerConfig;
 use slab::Slab;
 
-use crate::conn::{Conn, DeflateKit, IdSource, Shared};
+use crate::conn::{Conn, DeflateKit, IdSource, Shared, Tools};
 use crate::http::response;
 use crate::mailbox::{Doorbell, Receiver};
 use crate::metrics::CoreMetrics;
@@ -45,6 +47,7 @@ use crate::relay::{ConnRef, Relay};
 use crate::reload::Reload;
 use crate::timer::Wheel;
 use crate::tls::TlsScratch;
+use round::{Handoff, Round};
 
 /// Token of the listener.
 pub const LISTENER: Token = Token(usize::MAX - 1);
@@ -72,6 +75,15 @@ pub enum Control {
     },
 }
 
+/// What a worker's own mail asked of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Orders {
+    /// Go on serving.
+    Serve,
+    /// Begin the shutdown.
+    ShutDown,
+}
+
 /// What a worker serves: its listeners, and the state a SIGHUP replaces.
 pub struct Serving {
     /// Its socket of the plain `SO_REUSEPORT` group (`--listen`), unless `none`.
@@ -90,14 +102,10 @@ const SCRATCH: usize = 64 << 10;
 pub struct Worker {
     id: usize,
     poll: Poll,
-    listener: Option<TcpListener>,
-    tls_listener: Option<TcpListener>,
-    /// The configuration new TLS connections start from (replaced on SIGHUP).
-    tls_config: Option<Arc<ServerConfig>>,
-    /// The TLS write path's buffers, shared by all connections (allocated on first use).
-    tls_bufs: TlsScratch,
-    /// Plaintext decrypted from one read, processed like a plain connection's scratch.
-    plain: Vec<u8>,
+    /// Its listeners (none once shutdown began).
+    listeners: io::Listeners,
+    /// Its buffers for reading and writing sockets, shared by all connections.
+    bufs: io::Buffers,
     /// The registry answered from (replaced on SIGHUP, between two requests).
     registry: Arc<Registry>,
     conns: Slab<Conn>,
@@ -109,51 +117,17 @@ pub struct Worker {
     bell: Arc<Doorbell>,
     shared: Arc<Shared>,
     wheel: Wheel,
-    /// Read buffer shared by all connections: a connection keeps its own buffer only while
-    /// it holds a partial head or frame.
-    scratch: Vec<u8>,
-    /// Encoding scratch space.
-    enc: Vec<u8>,
-    /// The JSON parser's buffers, reused for every message.
-    json: simd_json::Buffers,
-    /// Assembled registry answers, for repeated queries.
-    answers: AnswerCache,
-    /// permessage-deflate tools shared by the connections.
-    deflate: DeflateKit,
-    /// Relay auth: the verified-token cache and the project allow-list.
-    gate: crate::auth::Gate,
-    /// Limits per address and per client id (DECISIONS §11): this worker's tables, and the
-    /// per-address counts every worker shares.
-    limits: crate::limits::Limiter,
-    ids: IdSource,
-    /// Connections with queued output, flushed at the end of the iteration.
-    dirty: Vec<usize>,
-    /// Connections to remove at the end of the iteration.
-    closing: Vec<usize>,
-    /// Connections whose read budget ran out (or that were resumed) with input left.
-    ready: VecDeque<ConnRef>,
-    date: String,
-    date_sec: u64,
-    now: u64,
-    /// Retry `accept` at the next tick (after running out of file descriptors).
-    accept_retry: bool,
-    /// A listener (plain, TLS) still had connections waiting when its round's accept
-    /// budget ran out: accept again next round, without sleeping.
-    accept_more: [bool; 2],
+    /// What it lends the connection it processes (encoding scratch, JSON buffers, the
+    /// answer cache, deflate, the auth gate, the limits per address and client).
+    tools: Tools,
+    /// The round in progress: its lists and budgets.
+    round: Round,
+    /// The time as this round read it.
+    clock: Clock,
     /// Set once shutdown began: the time by which to exit.
     stop_at: Option<u64>,
-    /// The engine has work waiting for room (a full queue to another worker).
-    engine_waiting: bool,
-    /// Bytes of bodies the early deliveries (`Worker::deliver_early`) copied into
-    /// connections' buffers since the sockets were last written; reset by
-    /// [`Worker::write_out`] (see [`Worker::flush_within_round`]).
-    round_bytes: usize,
-    /// WebSockets whose outbound buffer passed the limit during a delivery round.
-    overflow: Vec<usize>,
-    /// How full a connection's `OutBuf` is kept from its backlog.
-    fill_mark: usize,
-    /// `--close-timeout` in milliseconds.
-    close_ms: u64,
+    /// The limits on a connection's output, read once from the configuration.
+    out: delivery::OutLimits,
     /// The iteration in progress: when it began and what it did, and the long ones.
     iteration: stall::Iterations,
 }
@@ -183,11 +157,6 @@ impl Worker {
                 .register(l, TLS_LISTENER, Interest::READABLE)?;
         }
         let now = crate::clock::now_ms();
-        // Encoded bytes a connection's queue holds before further pushes wait by reference
-        // (shared with the cache and every other subscriber): enough for a few writes, while
-        // 10,000 subscribers of a burst do not each get their own copy of it.
-        let fill_mark = (shared.config.limits.max_outbound / 2).clamp(1, 64 << 10);
-        let close_ms = shared.config.limits.close_ms();
         let answer_cache = shared.config.limits.answer_cache;
         let gate = crate::auth::Gate::new(
             shared.config.auth_audience.clone(),
@@ -195,14 +164,22 @@ impl Worker {
             shared.projects.clone(),
         );
         let policy = shared.limit_policy.clone();
+        let round = Round::new(&shared.config.limits, Instant::now());
+        let out = delivery::OutLimits::new(&shared.config.limits);
         Ok(Worker {
             id,
             poll,
-            listener,
-            tls_listener,
-            tls_config,
-            tls_bufs: TlsScratch::default(),
-            plain: Vec::new(),
+            listeners: io::Listeners {
+                plain: listener,
+                tls: tls_listener,
+                tls_config,
+                retry: false,
+            },
+            bufs: io::Buffers {
+                scratch: vec![0u8; SCRATCH],
+                plain: Vec::new(),
+                tls: TlsScratch::default(),
+            },
             registry,
             conns: Slab::with_capacity(1024),
             next_uid: 1,
@@ -211,28 +188,23 @@ impl Worker {
             bell,
             shared,
             wheel: Wheel::new(now),
-            scratch: vec![0u8; SCRATCH],
-            enc: Vec::with_capacity(4096),
-            json: simd_json::Buffers::new(4096),
-            answers: AnswerCache::new(answer_cache),
-            deflate: DeflateKit::default(),
-            gate,
-            limits: crate::limits::Limiter::new(policy),
-            ids: IdSource::default(),
-            dirty: Vec::new(),
-            closing: Vec::new(),
-            ready: VecDeque::new(),
-            date: String::new(),
-            date_sec: u64::MAX,
-            now,
-            accept_retry: false,
-            accept_more: [false; 2],
+            tools: Tools {
+                ids: IdSource::default(),
+                scratch: Vec::with_capacity(4096),
+                json: simd_json::Buffers::new(4096),
+                answers: AnswerCache::new(answer_cache),
+                deflate: DeflateKit::default(),
+                gate,
+                limits: crate::limits::Limiter::new(policy),
+            },
+            round,
+            clock: Clock {
+                now,
+                date: String::new(),
+                date_sec: u64::MAX,
+            },
             stop_at: None,
-            engine_waiting: false,
-            round_bytes: 0,
-            overflow: Vec::new(),
-            fill_mark,
-            close_ms,
+            out,
             iteration: stall::Iterations::new(Instant::now()),
         })
     }
@@ -249,7 +221,7 @@ impl Worker {
                 break;
             }
             for tls in [false, true] {
-                if self.accept_more[usize::from(tls)] {
+                if self.round.accept_more[usize::from(tls)] {
                     self.accept(tls);
                 }
             }
@@ -266,18 +238,18 @@ impl Worker {
                 }
             }
             self.resume_ready();
-            let shutdown = self.take_mail();
+            let orders = self.take_mail();
             self.deliver();
-            if shutdown {
+            if orders == Orders::ShutDown {
                 self.begin_shutdown();
             }
             self.iteration.work.timers += self.fire_timers();
-            self.iteration.work.writes += self.dirty.len() as u32;
-            self.engine_waiting = self.write_out();
+            self.iteration.work.writes += self.round.dirty.len() as u32;
+            self.round.handoff = self.write_out();
             self.reap();
             self.end_iteration();
             if let Some(stop) = self.stop_at {
-                if self.conns.is_empty() || self.now >= stop {
+                if self.conns.is_empty() || self.clock.now >= stop {
                     break;
                 }
             }
@@ -287,12 +259,12 @@ impl Worker {
 
     /// Polls for events (not at all when work is ready); returns `false` if polling failed.
     fn wait(&mut self, events: &mut Events) -> bool {
-        let mut timeout = if !self.ready.is_empty() || self.accept_more.contains(&true) {
+        let mut timeout = if self.round.has_work() {
             Duration::ZERO
-        } else if self.engine_waiting {
+        } else if self.round.handoff == Handoff::Waiting {
             Duration::from_millis(1)
         } else {
-            Duration::from_millis(self.wheel.until_next_tick(self.now))
+            Duration::from_millis(self.wheel.until_next_tick(self.clock.now))
         };
         // Tell senders to wake us, then look once more so no message slips in between.
         self.bell.set_sleeping(true);
@@ -307,21 +279,21 @@ impl Worker {
         }
         self.bell.set_sleeping(false);
         let began = Instant::now();
-        self.tick_clock(began);
+        self.clock.tick(began);
         let m = &self.shared.metrics.cores[self.id];
         self.iteration.begin(began, m);
-        self.relay.set_fanout_budget(self.conns.len());
+        self.round.begin(began, self.conns.len());
         self.m().loop_iterations.inc();
         true
     }
 
-    /// Takes the worker's own mail (`true` when it orders a shutdown), then lets the engine
-    /// read its mailbox, within the round's budget (`--inbox-budget` batches).
-    fn take_mail(&mut self) -> bool {
-        let mut shutdown = false;
+    /// Takes the worker's own mail, then lets the engine read its mailbox, within the
+    /// round's budget (`--inbox-budget` batches).
+    fn take_mail(&mut self) -> Orders {
+        let mut orders = Orders::Serve;
         while let Ok(c) = self.control.try_recv() {
             match c {
-                Control::Shutdown => shutdown = true,
+                Control::Shutdown => orders = Orders::ShutDown,
                 Control::Reload(r) => self.apply(r),
                 Control::Watched {
                     conn,
@@ -330,8 +302,8 @@ impl Worker {
                 } => self.watched(conn, answer, result),
             }
         }
-        self.relay.on_mail(self.shared.config.limits.inbox_budget);
-        shutdown
+        self.relay.on_mail(self.round.inbox_budget());
+        orders
     }
 
     /// Applies a SIGHUP reload. Connections already open keep their TLS session; a new
@@ -339,15 +311,15 @@ impl Worker {
     fn apply(&mut self, r: Reload) {
         match r {
             Reload::Tls(config) => {
-                if self.tls_config.is_some() {
-                    self.tls_config = Some(config);
+                if self.listeners.tls_config.is_some() {
+                    self.listeners.tls_config = Some(config);
                 }
             }
             Reload::Registry(registry) => {
                 self.registry = registry;
-                self.answers = AnswerCache::new(self.shared.config.limits.answer_cache);
+                self.tools.answers = AnswerCache::new(self.shared.config.limits.answer_cache);
             }
-            Reload::Projects(ids) => self.gate.set_projects(ids),
+            Reload::Projects(ids) => self.tools.gate.set_projects(ids),
         }
     }
 
@@ -355,7 +327,7 @@ impl Worker {
     /// counted, and described in the log at most every `stall::LOG_EVERY_MS`.
     fn end_iteration(&mut self) {
         let m = &self.shared.metrics.cores[self.id];
-        if let Some(line) = self.iteration.end(Instant::now(), self.now, m) {
+        if let Some(line) = self.iteration.end(Instant::now(), self.clock.now, m) {
             match self.iteration.run_delay_since_last() {
                 Some(ns) => log::warn!(
                     "worker {}: {line}; {} µs waiting for the CPU since the last such line",
@@ -366,8 +338,21 @@ impl Worker {
             }
         }
     }
+}
 
-    fn tick_clock(&mut self, at: Instant) {
+/// The time as a worker's round read it: once per round, when it wakes.
+struct Clock {
+    /// Now (ms, `clock::now_ms`).
+    now: u64,
+    /// This second's HTTP date.
+    date: String,
+    /// The second `date` is of.
+    date_sec: u64,
+}
+
+impl Clock {
+    /// Read at `at`.
+    fn tick(&mut self, at: Instant) {
         let (now, unix) = crate::clock::refresh_at(at);
         self.now = now;
         let sec = unix / 1000;

@@ -21,18 +21,18 @@ impl Worker {
     /// Fires the timers due now, then the relay's periodic work; returns how many fell due.
     pub(super) fn fire_timers(&mut self) -> u32 {
         let mut due = Vec::new();
-        self.wheel.advance(self.now, &mut due);
+        self.wheel.advance(self.clock.now, &mut due);
         for &(key, uid, tick) in &due {
             self.on_timer(key, uid, tick);
         }
-        self.relay.tick(self.now);
-        self.limits.tick(self.now);
+        self.relay.tick(self.clock.now);
+        self.tools.limits.tick(self.clock.now);
         self.m()
             .limit_split_accepts
-            .set(self.limits.split_accepts());
+            .set(self.tools.limits.split_accepts());
         self.apply_blocks();
-        if self.accept_retry && !due.is_empty() {
-            self.accept_retry = false;
+        if self.listeners.retry && !due.is_empty() {
+            self.listeners.retry = false;
             self.accept(false);
             self.accept(true);
         }
@@ -55,7 +55,7 @@ impl Worker {
     }
 
     fn on_timer(&mut self, key: usize, uid: u64, tick: u64) {
-        let now = self.now;
+        let now = self.clock.now;
         let interval = self.shared.config.limits.ping_interval().as_millis() as u64;
         let r = ConnRef { key, uid };
         let Some(c) = conn::live(&mut self.conns, r).filter(|c| c.timer_tick == tick) else {
@@ -92,10 +92,10 @@ impl Worker {
                     let resp =
                         response::Response::json_error(408, "request head not received in time");
                     c.rbuf = Vec::new();
-                    response::write(&mut c.out, &resp, self.date.as_bytes(), false, true);
+                    response::write(&mut c.out, &resp, self.clock.date.as_bytes(), false, true);
                 }
                 // Idle with a response still on its way out: finish it, then close.
-                c.begin_close(now, self.close_ms);
+                c.begin_close(now, self.out.close_ms);
                 self.mark_dirty(key);
             }
             Action::Ping => {
@@ -114,7 +114,7 @@ impl Worker {
     /// Closes a WebSocket whose outbound buffer passed the limit (DECISIONS §3: 1008).
     pub(super) fn check_outbound(&mut self, key: usize) {
         let max = self.shared.config.limits.max_outbound;
-        let now = self.now;
+        let now = self.clock.now;
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
@@ -122,7 +122,12 @@ impl Worker {
             return;
         }
         self.shared.metrics.cores[self.id].drop(DropReason::SlowConsumer, 1);
-        c.ws_close(close::POLICY, "outbound buffer full", now, self.close_ms);
+        c.ws_close(
+            close::POLICY,
+            "outbound buffer full",
+            now,
+            self.out.close_ms,
+        );
         self.mark_dirty(key);
         self.arm(key);
     }

@@ -25,7 +25,7 @@ impl Worker {
     /// A session for a connection accepted on the TLS listener, with the configuration
     /// current now; `None` (the connection is dropped) if there is none or it fails.
     pub(super) fn new_session(&self) -> Option<Box<TlsSession>> {
-        let config = Arc::clone(self.tls_config.as_ref()?);
+        let config = Arc::clone(self.listeners.tls_config.as_ref()?);
         match TlsSession::new(config) {
             Ok(s) => Some(Box::new(s)),
             Err(e) => {
@@ -35,7 +35,7 @@ impl Worker {
         }
     }
 
-    /// One read of ciphertext, decrypted into `self.plain` (emptied first). Returns the
+    /// One read of ciphertext, decrypted into `self.bufs.plain` (emptied first). Returns the
     /// ciphertext bytes read (0: EOF) and how many were asked for; a TLS error is returned
     /// as an `InvalidData` error once the session's alert was sent (best effort).
     pub(super) fn read_tls(&mut self, key: usize) -> (io::Result<usize>, usize) {
@@ -44,20 +44,20 @@ impl Worker {
             self.fail_oversize(key);
             return (Err(io::ErrorKind::WouldBlock.into()), 0);
         }
-        let asked = self.scratch.len();
+        let asked = self.bufs.scratch.len();
         let c = &mut self.conns[key];
         let Some(tls) = c.tls.as_deref_mut() else {
             return (Err(io::ErrorKind::InvalidInput.into()), 0);
         };
-        let n = match c.sock.read(&mut self.scratch) {
+        let n = match c.sock.read(&mut self.bufs.scratch) {
             Ok(n) if n > 0 => n,
             other => return (other, asked),
         };
         let was_done = tls.handshake_done();
-        self.plain.clear();
-        if let Err(e) = tls.read_tls(&mut self.scratch[..n], &mut self.plain) {
+        self.bufs.plain.clear();
+        if let Err(e) = tls.read_tls(&mut self.bufs.scratch[..n], &mut self.bufs.plain) {
             let _ = tls.send_pending(&mut c.sock);
-            self.plain.clear();
+            self.bufs.plain.clear();
             self.shared.metrics.cores[self.id].tls_failures.inc();
             log::debug!("worker {}: TLS connection closed: {e}", self.id);
             return (Err(io::Error::new(io::ErrorKind::InvalidData, e)), asked);
@@ -76,8 +76,8 @@ impl Worker {
     /// Processes the plaintext of the last [`Worker::read_tls`]; `false` when the peer
     /// sent `close_notify` (no more input: treat as EOF).
     pub(super) fn process_plain(&mut self, key: usize) -> bool {
-        if !self.plain.is_empty() {
-            let mut buf = std::mem::take(&mut self.plain);
+        if !self.bufs.plain.is_empty() {
+            let mut buf = std::mem::take(&mut self.bufs.plain);
             if self.conns[key].rbuf.is_empty() {
                 self.process_front(key, &mut buf);
             } else {
@@ -85,7 +85,7 @@ impl Worker {
                 self.process_buffered(key);
             }
             buf.clear();
-            self.plain = buf;
+            self.bufs.plain = buf;
         }
         let c = &self.conns[key];
         c.marks.closed || !c.tls.as_ref().is_some_and(|t| t.peer_closed())

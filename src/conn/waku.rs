@@ -1,8 +1,9 @@
 //! JSON-RPC over the WebSocket (the waku relay): a message is decoded (`rpc::decode`),
 //! each request validated and executed by its method (`methods`) against the worker's relay
 //! share, and the answers (one, or an array for a batch) queued on the connection in
-//! request order; a client's acknowledgement of a push is consumed here. A publish whose store answers later leaves a pending part in
-//! its answer (`outbound::Part::Pending`), filled in when the store's answer comes back.
+//! request order; a client's acknowledgement of a push is consumed here. A publish whose
+//! store answers later leaves a pending part in its answer (`outbound::Part::Pending`),
+//! filled in when the store's answer comes back.
 //!
 //! Relay refusals ([`RelayError`]) become JSON-RPC errors at the edge (`methods::rpc_error`).
 

@@ -1,13 +1,13 @@
 //! The relay's JSON-RPC methods, one file per family (as mini-redis's `cmd/`): each method is
-//! a type holding its validated params that implements [`Method`]: how it reads its params,
-//! what it costs the rate limits, how it runs. The table below ([`methods!`]) names every
+//! a type holding its validated params that implements `Method`: how it reads its params,
+//! what it costs the rate limits, how it runs. The table below (`methods!`) names every
 //! method and its type; from it come [`Op`], the name lookup and the dispatch, all static
 //! (`match`), so a request costs no `dyn` call and no allocation of its own here.
 //!
-//! Both ways in go through [`execute`]: a WebSocket message (`conn/waku.rs`) and `POST /rpc`
+//! Both ways in go through `execute`: a WebSocket message (`conn/waku.rs`) and `POST /rpc`
 //! (`conn/rpc_http.rs`). Where they differ (what a socket subscribes is the connection's,
 //! what an HTTP request subscribes is its token's client id's), the method asks its
-//! [`Caller`]. WalletConnect 1.0 frames are not JSON-RPC methods: [`v1`].
+//! `Caller`. WalletConnect 1.0 frames are not JSON-RPC methods: [`v1`].
 
 pub mod fetch;
 pub mod publish;

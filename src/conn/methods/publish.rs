@@ -1,6 +1,6 @@
 //! `*_publish`: its params (`topic`, `message`, `ttl`, `prompt`, `tag`, `attestation`), its
 //! cost (one publish of its message's bytes) and its execution, plus what every publishing
-//! method shares ([`Caller::publish`], [`publishes`]). This is the hot path of the relay:
+//! method shares (`Caller::publish`, `publishes`). This is the hot path of the relay:
 //! everything here is inlined into the message loop, with no allocation of its own.
 
 use std::borrow::Cow;

@@ -1,6 +1,6 @@
 //! `*_subscribe`, `*_batchSubscribe`, `irn_subscribeBlocking`, `irn_batchSubscribeBlocking`:
 //! their params (a topic, or 1 to 500), their cost (one subscribe a topic) and their
-//! execution, plus the subscribing every method shares ([`Caller::subscribe`]). A socket's
+//! execution, plus the subscribing every method shares (`Caller::subscribe`). A socket's
 //! subscription is the connection's (its id the one an authenticated client computes
 //! itself, else random); an HTTP request's is its token's client id's.
 

@@ -3,7 +3,7 @@
 //! topic's pending frames, `pub` goes to the topic's other v1 subscribers (or waits for one),
 //! `ack` is consumed. The 1.0 protocol has no answers: a refused frame is answered with a
 //! JSON-RPC error (`id: null`), which 1.0 clients ignore. Not JSON-RPC methods, so not in
-//! the table of `methods`, but a family like them: their cost ([`cost_of_v1`]) and execution.
+//! the table of `methods`, but a family like them: their cost (`cost_of_v1`) and execution.
 
 use crate::conn::admit::admit;
 use crate::conn::{Conn, Ctx, Phase};

@@ -184,7 +184,7 @@ fn jsonrpc(c: &mut Criterion) {
             buf.copy_from_slice(publish.as_bytes());
             match rpc::decode(&mut buf, &mut scratch).unwrap() {
                 rpc::Incoming::Single(rpc::Item::Call(mut call)) => {
-                    black_box(call.op(256).unwrap());
+                    black_box(walletrelay::conn::methods::parse(&mut call, 256).unwrap());
                 }
                 _ => unreachable!(),
             }
@@ -194,7 +194,7 @@ fn jsonrpc(c: &mut Criterion) {
         b.iter(
             || match rpc::decode_serde_json(black_box(publish.as_bytes())).unwrap() {
                 rpc::Incoming::Single(rpc::Item::Call(mut call)) => {
-                    black_box(call.op(256).unwrap());
+                    black_box(walletrelay::conn::methods::parse(&mut call, 256).unwrap());
                 }
                 _ => unreachable!(),
             },

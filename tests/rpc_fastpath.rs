@@ -1,12 +1,13 @@
 //! The fast path of `rpc::decode` against the general parser (`serde` + `simd-json`, the
 //! reference): for every message the fast path handles, both give the same result (then the
-//! same `Call::op`), on the real clients' requests (tests/e2e-sdk/WIRE.md, loadtest's
+//! same `conn::methods::parse`), on the real clients' requests (tests/e2e-sdk/WIRE.md, loadtest's
 //! encoder), on generated requests of the usual shape with random ids, topics, messages,
 //! ttls and tags (escapes, unicode, edge numbers, whitespace, member orders, unknown and
 //! duplicate members) and on mutations of them; and the fast path does handle the usual
 //! shapes (it cannot silently decline everything).
 
 use proptest::prelude::*;
+use walletrelay::conn::methods;
 use walletrelay::rpc::{self, Incoming, Item};
 
 /// `max_topic` of the default limits.
@@ -18,10 +19,10 @@ fn general(msg: &[u8]) -> Result<Incoming<'static>, rpc::ParseError> {
     rpc::decode_general(buf, &mut simd_json::Buffers::default())
 }
 
-/// `Call::op` of a single call.
-fn op(i: Incoming<'_>) -> Option<Result<rpc::Request<'_>, rpc::RpcError>> {
+/// `conn::methods::parse` of a single call.
+fn op(i: Incoming<'_>) -> Option<Result<methods::Request<'_>, rpc::RpcError>> {
     match i {
-        Incoming::Single(Item::Call(mut c)) => Some(c.op(MAX_TOPIC)),
+        Incoming::Single(Item::Call(mut c)) => Some(methods::parse(&mut c, MAX_TOPIC)),
         _ => None,
     }
 }
@@ -63,47 +64,42 @@ fn agree(msg: &[u8]) -> bool {
 }
 
 /// Every string of an operation.
-fn strings<'o>(op: &'o rpc::Op<'_>) -> Vec<&'o str> {
-    use rpc::Op;
+fn strings<'o>(op: &'o methods::Op<'_>) -> Vec<&'o str> {
+    use methods::Op;
     match op {
-        Op::Subscribe { topic } => vec![topic],
-        Op::BatchSubscribe { topics } | Op::Fetch { topics, .. } => {
+        Op::Subscribe(m) => vec![&m.topic],
+        Op::FetchMessages(m) => vec![&m.topic],
+        Op::BatchSubscribe(methods::subscribe::BatchSubscribe { topics })
+        | Op::BatchFetchMessages(methods::fetch::BatchFetchMessages { topics })
+        | Op::BatchSubscribeBlocking(methods::subscribe::BatchSubscribeBlocking { topics }) => {
             topics.iter().map(|t| &**t).collect()
         }
-        Op::Publish {
-            topic,
-            message,
-            attestation,
-            ..
-        } => [Some(&**topic), Some(&**message), attestation.as_deref()]
+        Op::Publish(m) => [Some(&*m.topic), Some(&*m.message), m.attestation.as_deref()]
             .into_iter()
             .flatten()
             .collect(),
-        Op::Unsubscribe { topic, id } => [topic.as_deref(), id.as_deref()]
+        Op::Unsubscribe(m) => [m.topic.as_deref(), m.id.as_deref()]
             .into_iter()
             .flatten()
             .collect(),
-        Op::BatchUnsubscribe { subs } => subs
+        Op::BatchUnsubscribe(m) => m
+            .subs
             .iter()
             .flat_map(|(t, i)| [Some(&**t), i.as_deref()])
             .flatten()
             .collect(),
-        Op::SubscribeBlocking { topic } | Op::CreateTopic { topic } => vec![topic],
-        Op::BatchSubscribeBlocking { topics } => topics.iter().map(|t| &**t).collect(),
-        Op::BatchReceive { receipts } => receipts.iter().map(|(t, _)| &**t).collect(),
-        Op::ProposeSession {
-            pairing_topic,
-            proposal,
-            ..
-        } => vec![pairing_topic, proposal],
-        Op::ApproveSession {
-            session_topic,
-            pairing_topic,
-            response,
-            settlement,
-            ..
-        } => vec![session_topic, pairing_topic, response, settlement],
-        Op::WatchRegister { auth } | Op::WatchUnregister { auth } => vec![auth],
+        Op::SubscribeBlocking(m) => vec![&m.topic],
+        Op::CreateTopic(m) => vec![&m.topic],
+        Op::BatchReceive(m) => m.receipts.iter().map(|(t, _)| &**t).collect(),
+        Op::ProposeSession(m) => vec![&m.pairing_topic, &m.proposal],
+        Op::ApproveSession(m) => vec![
+            &m.session_topic,
+            &m.pairing_topic,
+            &m.response,
+            &m.settlement,
+        ],
+        Op::WatchRegister(m) => vec![&m.auth],
+        Op::WatchUnregister(m) => vec![&m.auth],
     }
 }
 

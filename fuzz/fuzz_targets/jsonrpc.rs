@@ -1,12 +1,13 @@
 //! `rpc::decode` on a mutable copy of arbitrary bytes (with parser buffers reused across
-//! inputs, as a worker reuses its own), then `Call::op` on every call: no panic, and every
+//! inputs, as a worker reuses its own), then `conn::methods::parse` on every call: no panic, and every
 //! answer the server would write for it (result, error, push data) is valid JSON.
 #![no_main]
 
 use std::cell::RefCell;
 
 use libfuzzer_sys::fuzz_target;
-use walletrelay::rpc::{self, Incoming, Item, Op};
+use walletrelay::conn::methods::{self, Op};
+use walletrelay::rpc::{self, Incoming, Item};
 
 /// `max_topic` of the default `Limits`.
 const MAX_TOPIC: usize = 256;
@@ -31,18 +32,18 @@ fn item(it: Item<'_>) {
         Item::Call(mut call) => {
             let id = call.id.clone();
             let _ = call.method();
-            let res = call.op(MAX_TOPIC);
+            let res = methods::parse(&mut call, MAX_TOPIC);
             let id = id.unwrap_or(rpc::Id::Null);
             match res {
                 Ok(req) => {
-                    if let Op::Publish {
+                    if let Op::Publish(methods::publish::Publish {
                         topic,
                         message,
                         ttl,
                         tag,
                         attestation,
                         ..
-                    } = &req.op
+                    }) = &req.op
                     {
                         assert!(!topic.is_empty() && topic.len() <= MAX_TOPIC);
                         assert!((1..=rpc::MAX_TTL).contains(&u64::from(*ttl)));

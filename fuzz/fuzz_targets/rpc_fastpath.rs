@@ -1,20 +1,21 @@
 //! Differential: `rpc::decode_fast` (the scanner for messages of the usual shape) against
 //! `rpc::decode_general` (`serde` + `simd-json`, the reference) on arbitrary bytes. Whenever
-//! the fast path handles a message, both give the same result, and so do `Call::op` on it and
+//! the fast path handles a message, both give the same result, and so do `conn::methods::parse` on it and
 //! `rpc::decode` (which takes the fast path first). Declining is always allowed.
 #![no_main]
 
 use std::cell::RefCell;
 
 use libfuzzer_sys::fuzz_target;
+use walletrelay::conn::methods;
 use walletrelay::rpc::{self, Incoming, Item};
 
 /// `max_topic` of the default `Limits`.
 const MAX_TOPIC: usize = 256;
 
-fn ops(i: Incoming<'_>) -> Option<Result<rpc::Request<'_>, rpc::RpcError>> {
+fn ops(i: Incoming<'_>) -> Option<Result<methods::Request<'_>, rpc::RpcError>> {
     match i {
-        Incoming::Single(Item::Call(mut c)) => Some(c.op(MAX_TOPIC)),
+        Incoming::Single(Item::Call(mut c)) => Some(methods::parse(&mut c, MAX_TOPIC)),
         _ => None,
     }
 }

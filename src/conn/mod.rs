@@ -4,7 +4,8 @@
 //! The worker reads into a buffer and calls [`process`], which hands the bytes to the phase:
 //! [`http`] parses and answers requests (the registry, `/hello`, `/subscribe`...), [`upgrade`]
 //! switches a request at `/` to WebSocket, [`websocket`] decodes messages (`ws::Decoder`)
-//! and answers control frames, [`waku`] executes JSON-RPC against the worker's relay share.
+//! and answers control frames, [`waku`] decodes JSON-RPC and [`methods`] (one file per method
+//! family, shared with `POST /rpc`, [`rpc_http`]) executes it against the worker's relay share.
 //! Answers go to the connection's own output ([`outbound`]: the `OutBuf` and, behind it, the
 //! backlog of pushes and answers still waiting, in order).
 //!
@@ -16,9 +17,9 @@
 pub mod acks;
 mod admit;
 pub mod answer;
-pub mod bridge;
 pub mod fetch;
 pub mod http;
+pub mod methods;
 pub mod outbound;
 pub mod rpc_http;
 pub mod upgrade;

@@ -9,14 +9,15 @@
 //! The connection reads no further request meanwhile (`HttpWait::Rpc`).
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
-use super::outbound::{self, Part, Parts};
-use super::waku::{self, publishes, rpc_error, write_outcome, Answer, Outcome};
-use super::{admit, Conn, Ctx, HttpWait, Phase};
-use crate::auth::{ClientKey, UpgradeAuth, Verdict};
+use super::methods::{self, HttpClient, Via};
+use super::outbound::{Part, Parts};
+use super::waku::{write_outcome, Answer};
+use super::{Conn, Ctx, HttpWait, Phase};
+use crate::auth::{UpgradeAuth, Verdict};
+use crate::engine::clients::ClientRef;
 use crate::http::{self, response, response::Response};
-use crate::rpc::{self, Id, Incoming, Item, Op, Request, RpcError};
+use crate::rpc::{self, Id, Incoming, Item, RpcError};
 
 /// The answer number of a `POST /rpc` request that waits for the relay: an HTTP
 /// connection has at most one such request at a time (it reads no other until it is
@@ -65,9 +66,13 @@ pub fn request<S>(
         .bind_client(&mut conn.limit, &client, ctx.now);
     let id = call.id.take();
     let answer = if id.is_some() { HTTP_ANSWER } else { 0 };
-    let result = call
-        .op(ctx.shared.config.limits.max_topic)
-        .and_then(|req| execute(conn, req, answer, &client, project.as_deref(), ctx));
+    // The JWT's client id subscribes and publishes (its publisher watches hear of it).
+    let did = client.did();
+    let project = project.as_deref();
+    let by = ClientRef::new(&did, project);
+    let who = HttpClient { did, project, by };
+    let result = methods::parse(&mut call, ctx.shared.config.limits.max_topic)
+        .and_then(|req| methods::execute(conn, req, answer, Via::Http(&who), ctx));
     let Some(id) = id else {
         // A notification: executed, never answered (JSON-RPC 2.0 §4.1).
         return Some(Response::empty(204));
@@ -125,116 +130,4 @@ pub fn finish<S>(conn: &mut Conn<S>, date: &[u8], now: u64, close_ms: u64, idle_
         conn.deadline = now + idle_ms;
     }
     true
-}
-
-/// Runs a validated request for `client` over HTTP: as on a socket, except that the
-/// subscribing methods make client-id subscriptions.
-fn execute<S>(
-    conn: &mut Conn<S>,
-    req: Request<'_>,
-    answer: u64,
-    client: &Arc<ClientKey>,
-    project: Option<&str>,
-    ctx: &mut Ctx<'_>,
-) -> Result<Outcome, RpcError> {
-    admit::admit_http(conn, admit::cost_of(&req.op), ctx)?;
-    let did = client.did();
-    let plain = req.plain.0;
-    // The JWT's client id publishes (its publisher watches hear of it).
-    let by = crate::engine::clients::ClientRef::new(&did, project);
-    let publish = |conn: &Conn<S>, t: &str, m: &str, ttl, prompt, tag, a, ctx: &mut Ctx<'_>| {
-        let meta = waku::meta(tag, a, plain);
-        waku::publish_by(conn, t, m, ttl, prompt, meta, answer, Some(by.clone()), ctx)
-    };
-    let sub = |ctx: &mut Ctx<'_>, topic: &str| {
-        ctx.relay
-            .client_subscribe(&did, project, topic)
-            .map_err(|e| rpc_error(&e))
-    };
-    match req.op {
-        Op::Subscribe { topic } | Op::SubscribeBlocking { topic } => {
-            sub(ctx, &topic).map(Outcome::Subscribed)
-        }
-        Op::CreateTopic { topic } => sub(ctx, &topic).map(|_| Outcome::Done),
-        Op::BatchSubscribe { topics } => {
-            let ids = topics
-                .iter()
-                .map(|t| sub(ctx, t))
-                .collect::<Result<_, _>>()?;
-            Ok(Outcome::SubscribedMany(ids))
-        }
-        Op::BatchSubscribeBlocking { topics } => {
-            let each = topics
-                .iter()
-                .map(|t| {
-                    sub(ctx, t)
-                        .map_err(|e| RpcError::tagged(e.code, e.message, "SubscriberLimitExceeded"))
-                })
-                .collect();
-            Ok(Outcome::Pending(0, outbound::Outcome::SubscribedEach(each)))
-        }
-        Op::Unsubscribe { topic, .. } => {
-            if let Some(t) = topic {
-                ctx.relay.client_unsubscribe(&did, project, &t);
-            }
-            Ok(Outcome::Done)
-        }
-        Op::BatchUnsubscribe { subs } => {
-            for (t, _) in &subs {
-                ctx.relay.client_unsubscribe(&did, project, t);
-            }
-            Ok(Outcome::Done)
-        }
-        Op::Publish {
-            topic,
-            message,
-            ttl,
-            prompt,
-            tag,
-            attestation,
-        } => {
-            let a = attestation.as_deref();
-            let done = publish(conn, &topic, &message, ttl, prompt, tag, a, ctx);
-            publishes(&[done])
-        }
-        Op::Fetch { topics, .. } => {
-            // No socket cursor: after what the client id was given (its mailbox).
-            let c = crate::engine::clients::ClientRef::new(&did, project);
-            super::fetch::start_for(conn, &topics, answer, Some(c), ctx);
-            let gathered = outbound::Outcome::Fetch(Default::default());
-            Ok(Outcome::Pending(topics.len() as u32, gathered))
-        }
-        Op::BatchReceive { receipts } => {
-            waku::receive(Some(did.clone()), &receipts, ctx);
-            Ok(Outcome::Done)
-        }
-        Op::WatchRegister { auth } => waku::watch(conn, answer, ctx, &auth, true),
-        Op::WatchUnregister { auth } => waku::watch(conn, answer, ctx, &auth, false),
-        Op::ProposeSession {
-            pairing_topic,
-            proposal,
-            ttl,
-        } => {
-            sub(ctx, &pairing_topic)?;
-            let (t, p) = (&*pairing_topic, &*proposal);
-            let tag = waku::TAG_PROPOSE;
-            let done = publish(conn, t, p, ttl, true, tag, None, ctx);
-            publishes(&[done])
-        }
-        Op::ApproveSession {
-            session_topic,
-            pairing_topic,
-            response,
-            settlement,
-            ttl,
-        } => {
-            sub(ctx, &session_topic)?;
-            let (pt, st) = (&*pairing_topic, &*session_topic);
-            let r = waku::TAG_PROPOSE_RESPONSE;
-            let first = publish(conn, pt, &response, ttl, false, r, None, ctx);
-            let s = waku::TAG_SETTLE;
-            let second = publish(conn, st, &settlement, ttl, false, s, None, ctx);
-            publishes(&[first, second])
-        }
-    }
 }

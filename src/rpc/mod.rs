@@ -1,12 +1,13 @@
 //! JSON-RPC 2.0 for the waku relay: decoding a WebSocket message (one request, a batch, or a
-//! client's acknowledgement) with `simd-json` + `serde`, validating it into a typed [`Op`],
-//! and encoding results, errors and the `waku_subscription` push.
+//! client's acknowledgement) with `simd-json` + `serde`, the params checks every method
+//! shares, and encoding results, errors and the `waku_subscription` push.
 //!
 //! Three separate steps, as in mini-redis: wire parsing ([`decode`], in `decode.rs` over the
 //! wire model of `wire.rs`; messages of the usual shape by the scanner of `fast.rs`, which
-//! gives the same result as the general parser, proven by differential tests), command parsing ([`Call::op`], in `op.rs`), and execution, which
-//! is not here (`worker` runs ops against `relay`). Encoding is `encode.rs`. This file holds
-//! the types, limits, error codes and errors they share.
+//! gives the same result as the general parser, proven by differential tests), command
+//! parsing (`conn/methods/`, one file per method family, with the shared checks of
+//! `params.rs`), and execution, also there. Encoding is `encode.rs`. This file holds the
+//! types, limits, error codes and errors they share.
 
 use std::borrow::Cow;
 
@@ -15,9 +16,9 @@ use thiserror::Error;
 mod decode;
 mod encode;
 mod fast;
-mod op;
+pub(crate) mod params;
 pub mod v1;
-mod wire;
+pub(crate) mod wire;
 
 pub use decode::{decode, decode_fast, decode_general, decode_serde_json};
 pub use encode::{
@@ -26,6 +27,8 @@ pub use encode::{
 };
 
 use wire::ParamsField;
+
+pub use params::IRN_MIN_TTL;
 
 /// Largest nesting of arrays and objects accepted in a message (deeper is a parse error).
 pub const MAX_DEPTH: usize = 64;
@@ -208,121 +211,6 @@ impl Dialect {
     }
 }
 
-/// A validated request: its operation and the prefix it came under.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request<'a> {
-    /// The method prefix.
-    pub dialect: Dialect,
-    /// The operation.
-    pub op: Op<'a>,
-    /// Whether its strings need no escape (see [`Plain`]).
-    pub plain: Plain,
-}
-
-/// A validated relay operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op<'a> {
-    /// `*_subscribe`.
-    Subscribe {
-        /// Topic.
-        topic: Cow<'a, str>,
-    },
-    /// `*_batchSubscribe`: 1 to 500 topics, answered with their ids in order.
-    BatchSubscribe {
-        /// Topics.
-        topics: Vec<Cow<'a, str>>,
-    },
-    /// `*_publish`.
-    Publish {
-        /// Topic.
-        topic: Cow<'a, str>,
-        /// Message payload.
-        message: Cow<'a, str>,
-        /// Seconds to keep it cached.
-        ttl: u32,
-        /// `false` suppresses push notifications.
-        prompt: bool,
-        /// `tag` (0 when absent).
-        tag: u32,
-        /// `attestation`, stored and pushed with the message.
-        attestation: Option<Cow<'a, str>>,
-    },
-    /// `*_unsubscribe`.
-    Unsubscribe {
-        /// Topic, when given (older clients send only the id).
-        topic: Option<Cow<'a, str>>,
-        /// Subscription id; `None` (`irn_`/`iridium_` with a topic: what `relay_client`
-        /// sends) unsubscribes the caller from the topic, whatever the id.
-        id: Option<Cow<'a, str>>,
-    },
-    /// `*_batchUnsubscribe`: `(topic, id)` pairs (the id optional as for `Unsubscribe`).
-    BatchUnsubscribe {
-        /// The subscriptions.
-        subs: Vec<(Cow<'a, str>, Option<Cow<'a, str>>)>,
-    },
-    /// `irn_subscribeBlocking`: `Subscribe`, answered once the subscription is in place.
-    SubscribeBlocking {
-        /// Topic.
-        topic: Cow<'a, str>,
-    },
-    /// `irn_batchSubscribeBlocking`: answered `[{id}|{error}]` per topic, in order, once
-    /// every subscription is in place.
-    BatchSubscribeBlocking {
-        /// Topics.
-        topics: Vec<Cow<'a, str>>,
-    },
-    /// `wc_createTopic`: subscribes the caller, answers `true`.
-    CreateTopic {
-        /// Topic.
-        topic: Cow<'a, str>,
-    },
-    /// `irn_batchReceive`: 1 to 500 receipts `(topic, message id)`, answered `true`.
-    BatchReceive {
-        /// The receipts.
-        receipts: Vec<(Cow<'a, str>, u64)>,
-    },
-    /// `*_fetchMessages` (one topic) or `*_batchFetchMessages`.
-    Fetch {
-        /// Topics.
-        topics: Vec<Cow<'a, str>>,
-        /// Asked as a batch.
-        batch: bool,
-    },
-    /// `wc_proposeSession`: subscribe to the pairing topic, publish the proposal there.
-    ProposeSession {
-        /// Pairing topic.
-        pairing_topic: Cow<'a, str>,
-        /// The proposal message.
-        proposal: Cow<'a, str>,
-        /// Seconds to keep it.
-        ttl: u32,
-    },
-    /// `wc_approveSession`: subscribe to the session topic, publish the response on the
-    /// pairing topic and the settlement on the session topic.
-    ApproveSession {
-        /// Session topic.
-        session_topic: Cow<'a, str>,
-        /// Pairing topic.
-        pairing_topic: Cow<'a, str>,
-        /// The proposal's response.
-        response: Cow<'a, str>,
-        /// The settlement request.
-        settlement: Cow<'a, str>,
-        /// Seconds to keep them.
-        ttl: u32,
-    },
-    /// `irn_watchRegister {registerAuth}`.
-    WatchRegister {
-        /// The watched client's JWT.
-        auth: Cow<'a, str>,
-    },
-    /// `irn_watchUnregister {unregisterAuth}`.
-    WatchUnregister {
-        /// The watched client's JWT.
-        auth: Cow<'a, str>,
-    },
-}
-
 /// A message that is not JSON at all (answered -32700 with `id: null`).
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("Parse error")]
@@ -330,7 +218,7 @@ pub struct ParseError;
 
 /// Decodes `s` as a single element (tests).
 #[cfg(test)]
-fn one(s: &str) -> Item<'static> {
+pub(crate) fn one(s: &str) -> Item<'static> {
     let buf: &'static mut [u8] = Box::leak(s.as_bytes().to_vec().into_boxed_slice());
     match decode(buf, &mut simd_json::Buffers::default()).expect("json") {
         Incoming::Single(i) => i,

@@ -1,7 +1,7 @@
 //! WalletConnect 1.0 bridge frames on the relay's socket (DECISIONS §8): a JSON object with
 //! `topic`, `type` (`pub`, `sub` or `ack`), `payload` and optional `silent`, and neither
 //! `jsonrpc` nor `method`. Classified here from the same decoded message as JSON-RPC
-//! (`rpc::decode`), executed by `conn::bridge`; encoded here as the relay sends it on.
+//! (`rpc::decode`), executed by `conn::methods::v1`; encoded here as the relay sends it on.
 
 use std::borrow::Cow;
 

@@ -3,7 +3,8 @@
 //! accept every JSON shape, so that a wrong type becomes -32600/-32602 with a precise message
 //! instead of a parse error, and that borrow strings from the input when they have no escapes.
 //!
-//! It owns only these private types; classification is `decode`'s, validation `op`'s.
+//! It owns only these private types; classification is `decode`'s; `params.rs` and each method's file in `conn/methods/` validate
+//! what they need of [`Params`].
 
 use std::borrow::Cow;
 use std::fmt;
@@ -12,7 +13,7 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAcces
 
 /// Any JSON value, reduced to what validation needs.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Loose<'a> {
+pub(crate) enum Loose<'a> {
     Str(Cow<'a, str>),
     U64(u64),
     I64(i64),
@@ -25,37 +26,37 @@ pub(super) enum Loose<'a> {
 
 /// The `params` member.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(super) struct Params<'a> {
-    pub(super) topic: Option<Loose<'a>>,
-    pub(super) message: Option<Loose<'a>>,
-    pub(super) ttl: Option<Loose<'a>>,
-    pub(super) prompt: Option<Loose<'a>>,
-    pub(super) id: Option<Loose<'a>>,
+pub(crate) struct Params<'a> {
+    pub(crate) topic: Option<Loose<'a>>,
+    pub(crate) message: Option<Loose<'a>>,
+    pub(crate) ttl: Option<Loose<'a>>,
+    pub(crate) prompt: Option<Loose<'a>>,
+    pub(crate) id: Option<Loose<'a>>,
     /// `irn_publish`'s `tag`.
-    pub(super) tag: Option<Loose<'a>>,
+    pub(crate) tag: Option<Loose<'a>>,
     /// `irn_publish`'s `attestation`.
-    pub(super) attestation: Option<Loose<'a>>,
+    pub(crate) attestation: Option<Loose<'a>>,
     /// The members of batch and session methods, when the object has any: apart, so that
     /// a publish's params do not carry their room.
-    pub(super) extra: Option<Box<Extra<'a>>>,
+    pub(crate) extra: Option<Box<Extra<'a>>>,
 }
 
 /// The members of `*_batch*` and `wc_*Session` params.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(super) struct Extra<'a> {
-    pub(super) topics: Option<List<'a>>,
-    pub(super) subscriptions: Option<List<'a>>,
+pub(crate) struct Extra<'a> {
+    pub(crate) topics: Option<List<'a>>,
+    pub(crate) subscriptions: Option<List<'a>>,
     /// `irn_batchReceive`'s list.
-    pub(super) receipts: Option<List<'a>>,
-    pub(super) pairing_topic: Option<Loose<'a>>,
-    pub(super) session_topic: Option<Loose<'a>>,
-    pub(super) session_proposal: Option<Loose<'a>>,
-    pub(super) proposal_response: Option<Loose<'a>>,
-    pub(super) settlement_request: Option<Loose<'a>>,
+    pub(crate) receipts: Option<List<'a>>,
+    pub(crate) pairing_topic: Option<Loose<'a>>,
+    pub(crate) session_topic: Option<Loose<'a>>,
+    pub(crate) session_proposal: Option<Loose<'a>>,
+    pub(crate) proposal_response: Option<Loose<'a>>,
+    pub(crate) settlement_request: Option<Loose<'a>>,
     /// `irn_watchRegister`'s JWT.
-    pub(super) register_auth: Option<Loose<'a>>,
+    pub(crate) register_auth: Option<Loose<'a>>,
     /// `irn_watchUnregister`'s JWT.
-    pub(super) unregister_auth: Option<Loose<'a>>,
+    pub(crate) unregister_auth: Option<Loose<'a>>,
 }
 
 impl<'a> Params<'a> {
@@ -66,11 +67,11 @@ impl<'a> Params<'a> {
 
 /// Most elements a list member keeps (`topics`, `subscriptions`); a longer list is
 /// [`List::TooLong`] (DECISIONS §10: batches of at most 500).
-pub(super) const MAX_LIST: usize = 500;
+pub(crate) const MAX_LIST: usize = 500;
 
 /// An array member of params.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum List<'a> {
+pub(crate) enum List<'a> {
     /// Its elements.
     Items(Vec<Elem<'a>>),
     /// More than [`MAX_LIST`] elements.
@@ -81,7 +82,7 @@ pub(super) enum List<'a> {
 
 /// An element of a list member.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Elem<'a> {
+pub(crate) enum Elem<'a> {
     /// A string (a topic).
     Str(Cow<'a, str>),
     /// An object (a subscription: `topic`, `id`).

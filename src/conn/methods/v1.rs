@@ -2,10 +2,12 @@
 //! worker's relay share: `sub` subscribes the connection to the v1 topic and hands it the
 //! topic's pending frames, `pub` goes to the topic's other v1 subscribers (or waits for one),
 //! `ack` is consumed. The 1.0 protocol has no answers: a refused frame is answered with a
-//! JSON-RPC error (`id: null`), which 1.0 clients ignore.
+//! JSON-RPC error (`id: null`), which 1.0 clients ignore. Not JSON-RPC methods, so not in
+//! the table of `methods`, but a family like them: their cost (`cost_of_v1`) and execution.
 
-use super::admit::{admit, cost_of_v1};
-use super::{Conn, Ctx, Phase};
+use crate::conn::admit::admit;
+use crate::conn::{Conn, Ctx, Phase};
+use crate::limits::Cost;
 use crate::relay::RelayError;
 use crate::rpc::v1::{V1Frame, V1Kind};
 use crate::rpc::RpcError;
@@ -41,4 +43,21 @@ pub fn frame<S>(conn: &mut Conn<S>, f: V1Frame<'_>, ctx: &mut Ctx<'_>) -> Result
         V1Kind::Ack => {}
     }
     Ok(())
+}
+
+/// What a WalletConnect 1.0 frame asks of the rate limits: the same as the relay's own
+/// methods (a `pub` is a publish of its payload, a `sub` a subscribe, an `ack` nothing).
+fn cost_of_v1(f: &V1Frame<'_>) -> Cost {
+    match f.kind {
+        V1Kind::Pub => Cost {
+            publishes: 1,
+            bytes: f.payload.len(),
+            subscribes: 0,
+        },
+        V1Kind::Sub => Cost {
+            subscribes: 1,
+            ..Default::default()
+        },
+        V1Kind::Ack => Cost::default(),
+    }
 }

@@ -8,6 +8,9 @@ use clap::Parser;
 
 use super::Config;
 
+/// The default of `--round-hold-us` (`worker::round::HOLD_BOUND`).
+pub const DEFAULT_ROUND_HOLD_US: u64 = 200;
+
 /// Every bound of the server, in one place. Each has a flag and a production default
 /// (DECISIONS §3/§4); nothing in the server grows without one of these limits.
 #[derive(Debug, Clone, clap::Args)]
@@ -248,6 +251,12 @@ pub struct Limits {
     /// 32` publisher has in flight, so that a saturating benchmark's reads are not split.
     #[arg(skip = (32) as usize)]
     pub messages_per_turn: usize,
+
+    /// Microseconds a loop round may hold output (answers, pushes) before it writes it out
+    /// early: the time bound of a saturated round's batch (0: bounded by bytes only; larger:
+    /// fewer, bigger writes at saturation, a longer wait for whoever shares the core)
+    #[arg(long, env = "WALLETRELAY_ROUND_HOLD_US", default_value_t = DEFAULT_ROUND_HOLD_US)]
+    pub round_hold_us: u64,
 
     /// Publishes one WebSocket may have waiting for their store's answer (answers are sent
     /// in request order); past it the connection's input waits until answers come back.

@@ -16,7 +16,7 @@ mod notify;
 mod print;
 mod redis;
 pub use file::{load, LoadError, Loaded, Reloadable, Watch};
-pub use limits::Limits;
+pub use limits::{Limits, DEFAULT_ROUND_HOLD_US};
 pub use notify::NotifyOptions;
 pub use print::example;
 pub use redis::RedisOptions;

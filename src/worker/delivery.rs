@@ -305,7 +305,7 @@ impl Worker {
     /// Between two connections' events: the round's end comes early (the engine hands its
     /// work on, then every socket is written) when the round says so
     /// ([`Round::write_early`]: past a volume of copied bodies, or output held past
-    /// [`HOLD_BOUND`](super::round::HOLD_BOUND)).
+    /// `--round-hold-us`).
     pub(super) fn flush_within_round(&mut self) {
         let queued = self.relay.pending_pushes() > 0;
         let Some(why) = self.round.write_early(queued, Instant::now) else {

@@ -27,14 +27,10 @@ const FLUSH_WITHIN_ROUND_BYTES: usize = 384 << 10;
 /// pushes per write.
 const FLUSH_PER_CONN_BYTES: usize = 8 << 10;
 
-/// Longest a round holds output (answers, pushes) before it is written early: a saturated
-/// round batches for throughput, but no single round holds a delivery for milliseconds.
-pub const HOLD_BOUND: Duration = Duration::from_micros(200);
-
-/// The clock is read for [`HOLD_BOUND`] once every this many connection events of a round,
-/// not once per message (a read is a vDSO call, some 20 ns; an event is a `read` syscall and
-/// up to `messages_per_turn` messages). A round may so pass the bound by up to this many
-/// events' work.
+/// The clock is read for `--round-hold-us` (`Limits::round_hold_us`) once every this many
+/// connection events of a round, not once per message (a read is a vDSO call, some 20 ns; an
+/// event is a `read` syscall and up to `messages_per_turn` messages). A round may so pass the
+/// bound by up to this many events' work.
 const CLOCK_EVERY: u32 = 4;
 
 /// Why a round's output is written before its end.
@@ -42,7 +38,7 @@ const CLOCK_EVERY: u32 = 4;
 pub enum Early {
     /// The bodies copied into buffers passed [`FLUSH_WITHIN_ROUND_BYTES`].
     Bytes,
-    /// Output was held longer than [`HOLD_BOUND`].
+    /// Output was held longer than `--round-hold-us` (`Limits::round_hold_us`).
     Held,
 }
 
@@ -103,6 +99,8 @@ pub struct Round {
     /// Bytes of bodies the early deliveries copied into buffers since the output was last
     /// written.
     bytes: usize,
+    /// `--round-hold-us` (`None`: 0, no time bound).
+    hold: Option<Duration>,
     /// Since when output has been held, as last read (`None`: unknown since the last early
     /// write, set at the next clock read).
     held_since: Option<Instant>,
@@ -127,6 +125,7 @@ impl Round {
             read_budget: limits.read_budget,
             inbox_budget: limits.inbox_budget,
             bytes: 0,
+            hold: (limits.round_hold_us > 0).then(|| Duration::from_micros(limits.round_hold_us)),
             held_since: Some(now),
             events: 0,
         }
@@ -225,8 +224,8 @@ impl Round {
     /// [`FLUSH_WITHIN_ROUND_BYTES`] and average [`FLUSH_PER_CONN_BYTES`] per connection to
     /// write, so that the buffers are written, and taken again from the pool, while they are
     /// in the core's cache. By time: once output (a connection to write, or deliveries
-    /// `queued` in the relay) has waited [`HOLD_BOUND`]; `clock` is read at most once every
-    /// [`CLOCK_EVERY`] events.
+    /// `queued` in the relay) has waited `--round-hold-us` (`Limits::round_hold_us`, unless
+    /// 0); `clock` is read at most once every [`CLOCK_EVERY`] events.
     pub fn write_early(&mut self, queued: bool, clock: impl FnOnce() -> Instant) -> Option<Early> {
         if self.bytes >= FLUSH_WITHIN_ROUND_BYTES
             && self.bytes >= FLUSH_PER_CONN_BYTES * self.dirty.len()
@@ -235,6 +234,9 @@ impl Round {
             self.events = 0;
             return Some(Early::Bytes);
         }
+        let Some(hold) = self.hold else {
+            return None;
+        };
         self.events += 1;
         if self.events < CLOCK_EVERY {
             return None;
@@ -243,7 +245,7 @@ impl Round {
         let now = clock();
         let held = queued || !self.dirty.is_empty();
         match self.held_since {
-            Some(since) if held && now.saturating_duration_since(since) >= HOLD_BOUND => {
+            Some(since) if held && now.saturating_duration_since(since) >= hold => {
                 self.held_since = Some(now);
                 Some(Early::Held)
             }
@@ -261,6 +263,9 @@ impl Round {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The default `--round-hold-us`.
+    const HOLD_BOUND: Duration = Duration::from_micros(crate::config::DEFAULT_ROUND_HOLD_US);
 
     fn round(at: Instant) -> Round {
         let mut r = Round::new(&Limits::default(), at);

@@ -234,9 +234,7 @@ impl Round {
             self.events = 0;
             return Some(Early::Bytes);
         }
-        let Some(hold) = self.hold else {
-            return None;
-        };
+        let hold = self.hold?;
         self.events += 1;
         if self.events < CLOCK_EVERY {
             return None;

@@ -20,8 +20,12 @@ pub(super) fn admit_http<S>(
     if cost.publishes == 0 && cost.subscribes == 0 {
         return Ok(());
     }
-    let mut own = ctx.tools.limits.conn_buckets(ctx.now);
-    match ctx.tools.limits.admit(&conn.limit, &mut own, cost, ctx.now) {
+    let mut own = ctx.tools.limits.conn_buckets(ctx.time.ms);
+    match ctx
+        .tools
+        .limits
+        .admit(&conn.limit, &mut own, cost, ctx.time.ms)
+    {
         Ok(()) => Ok(()),
         Err(l) => {
             ctx.metrics().limited[l.kind as usize].inc();
@@ -42,7 +46,7 @@ pub(super) fn admit<S>(conn: &mut Conn<S>, cost: Cost, ctx: &mut Ctx<'_>) -> Res
     match ctx
         .tools
         .limits
-        .admit(&conn.limit, &mut w.limits, cost, ctx.now)
+        .admit(&conn.limit, &mut w.limits, cost, ctx.time.ms)
     {
         Ok(()) => Ok(()),
         Err(l) => {

@@ -17,24 +17,24 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         Ok(None) => return 0,
         Err(e) => {
             let resp = Response::json_error(e.status(), &e.to_string());
-            response::write(&mut conn.out, &resp, ctx.date, false, true);
+            response::write(&mut conn.out, &resp, ctx.time.date, false, true);
             ctx.metrics().http_requests.inc();
-            conn.begin_close(ctx.now, ctx.close_ms());
+            conn.begin_close(ctx.time.ms, ctx.close_ms());
             return input.len();
         }
     };
     ctx.metrics().http_requests.inc();
     // Behind a trusted proxy each request says whose it is (DECISIONS §11).
     if conn.limit.proxied() {
-        if let Err(kind) = ctx
-            .tools
-            .limits
-            .forwarded(&mut conn.limit, req.forwarded_for, ctx.now)
+        if let Err(kind) =
+            ctx.tools
+                .limits
+                .forwarded(&mut conn.limit, req.forwarded_for, ctx.time.ms)
         {
             ctx.metrics().limited[kind as usize].inc();
             let resp = Response::json_error(429, "too many connections");
-            response::write(&mut conn.out, &resp, ctx.date, false, true);
-            conn.begin_close(ctx.now, ctx.close_ms());
+            response::write(&mut conn.out, &resp, ctx.time.date, false, true);
+            conn.begin_close(ctx.time.ms, ctx.close_ms());
             return input.len();
         }
     }
@@ -50,7 +50,7 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
     );
     let resp = match route {
         _ if req.upgrade_websocket && !ws_path => Response::json_error(404, "not found"),
-        Route::Registry => ctx.tools.answers.respond(ctx.registry, &req),
+        Route::Registry => ctx.tools.answers.respond(&ctx.tools.registry, &req),
         Route::Subscribe => match register_webhook(conn, req.body, ctx) {
             Some(resp) => resp,
             None => {
@@ -81,13 +81,13 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
     } else {
         resp
     };
-    response::write(&mut conn.out, &resp, ctx.date, head_only, close);
+    response::write(&mut conn.out, &resp, ctx.time.date, head_only, close);
     if close {
-        conn.begin_close(ctx.now, ctx.close_ms());
+        conn.begin_close(ctx.time.ms, ctx.close_ms());
         return input.len();
     }
     // Next request: its head must arrive in time (or the connection idles).
-    conn.deadline = ctx.now
+    conn.deadline = ctx.time.ms
         + if n < input.len() {
             limits.head_timeout().as_millis() as u64
         } else {

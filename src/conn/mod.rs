@@ -294,14 +294,10 @@ pub struct Ctx<'a> {
     pub me: usize,
     /// The connection's slab key.
     pub key: usize,
-    /// Now (ms).
-    pub now: u64,
-    /// This second's HTTP date.
-    pub date: &'a [u8],
+    /// The time as the worker's round read it.
+    pub time: Time<'a>,
     /// Shared read-only state.
     pub shared: &'a Shared,
-    /// The registry the worker answers from now.
-    pub registry: &'a Registry,
     /// The worker's relay share.
     pub relay: &'a mut Relay,
     /// The worker's tools, lent to one connection at a time.
@@ -310,6 +306,15 @@ pub struct Ctx<'a> {
     /// fan-out budget is reached, the rest of its input waits in its buffer and the worker
     /// gives the other connections their turn first ([`Turn::stop`]).
     pub turn: Turn,
+}
+
+/// The time as a worker's round read it (once per round).
+#[derive(Debug, Clone, Copy)]
+pub struct Time<'a> {
+    /// Now (ms, `clock::now_ms`).
+    pub ms: u64,
+    /// This second's HTTP date.
+    pub date: &'a [u8],
 }
 
 /// What a worker owns once and lends to the connection it is processing: buffers reused
@@ -321,7 +326,9 @@ pub struct Tools {
     pub scratch: Vec<u8>,
     /// The JSON parser's reusable buffers.
     pub json: simd_json::Buffers,
-    /// The worker's cache of assembled registry answers.
+    /// The registry the worker answers from (replaced on SIGHUP, between two requests).
+    pub registry: Arc<Registry>,
+    /// The worker's cache of assembled registry answers (emptied with a new registry).
     pub answers: crate::registry::answers::AnswerCache,
     /// The worker's permessage-deflate tools.
     pub deflate: websocket::DeflateKit,

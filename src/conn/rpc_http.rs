@@ -63,7 +63,7 @@ pub fn request<S>(
     };
     ctx.tools
         .limits
-        .bind_client(&mut conn.limit, &client, ctx.now);
+        .bind_client(&mut conn.limit, &client, ctx.time.ms);
     let id = call.id.take();
     let answer = if id.is_some() { HTTP_ANSWER } else { 0 };
     // The JWT's client id subscribes and publishes (its publisher watches hear of it).

@@ -83,7 +83,6 @@ struct Bench {
     /// The engine's mailbox, sending half.
     mail: crossbeam_channel::Sender<Event>,
     tools: Tools,
-    registry: Registry,
     /// Messages each `feed` may handle (`Ctx::turn`).
     turn: usize,
 }
@@ -157,6 +156,7 @@ impl Bench {
                 ids: IdSource::default(),
                 scratch: Vec::new(),
                 json: simd_json::Buffers::new(1024),
+                registry: Arc::new(registry),
                 answers: AnswerCache::new(0),
                 deflate: super::DeflateKit::default(),
                 gate: crate::auth::Gate::new(Vec::new(), false, None),
@@ -165,7 +165,6 @@ impl Bench {
                     1,
                 )),
             },
-            registry,
             turn: usize::MAX,
         }
     }
@@ -176,10 +175,11 @@ impl Bench {
         let mut ctx = Ctx {
             me: 0,
             key: 0,
-            now: 1,
-            date: b"Thu, 01 Jan 1970 00:00:00 GMT",
+            time: super::Time {
+                ms: 1,
+                date: b"Thu, 01 Jan 1970 00:00:00 GMT",
+            },
             shared: &self.shared,
-            registry: &self.registry,
             relay: &mut self.relay,
             tools: &mut self.tools,
             turn: Turn::new(self.turn, usize::MAX),

@@ -47,8 +47,8 @@ pub fn upgrade<S>(
     };
     if let Some(resp) = refusal {
         let head_only = req.method == http::Method::Head;
-        response::write(&mut conn.out, &resp, ctx.date, head_only, true);
-        conn.begin_close(ctx.now, ctx.close_ms());
+        response::write(&mut conn.out, &resp, ctx.time.date, head_only, true);
+        conn.begin_close(ctx.time.ms, ctx.close_ms());
         return false;
     }
     // Relay auth (DECISIONS §10): refused before the upgrade, or, for a client that asked
@@ -67,8 +67,8 @@ pub fn upgrade<S>(
         ctx.metrics().auth_refused.inc();
         if !up.use_on_close_event {
             let resp = Response::json_error(status, reason);
-            response::write(&mut conn.out, &resp, ctx.date, false, true);
-            conn.begin_close(ctx.now, ctx.close_ms());
+            response::write(&mut conn.out, &resp, ctx.time.date, false, true);
+            conn.begin_close(ctx.time.ms, ctx.close_ms());
             return false;
         }
     }
@@ -94,12 +94,14 @@ pub fn upgrade<S>(
     // in one loop iteration every interval (docs/PERFORMANCE.md, "Heartbeats no longer come
     // in one burst").
     let interval = ctx.shared.config.limits.ping_interval().as_millis() as u64;
-    let first_ping = ctx.now + interval - ctx.tools.ids.next_u64() % (interval / 2 + 1);
+    let first_ping = ctx.time.ms + interval - ctx.tools.ids.next_u64() % (interval / 2 + 1);
     let max = ctx.shared.config.limits.max_message;
-    let mut ws = WsState::new(echo, max, deflate, ctx.now, first_ping);
-    ws.limits = ctx.tools.limits.conn_buckets(ctx.now);
+    let mut ws = WsState::new(echo, max, deflate, ctx.time.ms, first_ping);
+    ws.limits = ctx.tools.limits.conn_buckets(ctx.time.ms);
     if let Some(c) = &client {
-        ctx.tools.limits.bind_client(&mut conn.limit, c, ctx.now);
+        ctx.tools
+            .limits
+            .bind_client(&mut conn.limit, c, ctx.time.ms);
     }
     if let Some(c) = &client {
         // Named once per connection: its subscriptions and publishes share it.
@@ -113,7 +115,7 @@ pub fn upgrade<S>(
     conn.deadline = first_ping;
     ctx.metrics().websockets_open.inc();
     if let Some((_, reason)) = refused {
-        conn.ws_close(CLOSE_AUTH, reason, ctx.now, ctx.close_ms());
+        conn.ws_close(CLOSE_AUTH, reason, ctx.time.ms, ctx.close_ms());
         return false;
     }
     true

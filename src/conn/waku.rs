@@ -109,7 +109,7 @@ pub fn message<S>(conn: &mut Conn<S>, payload: &mut [u8], ctx: &mut Ctx<'_>) {
     {
         ctx.metrics().limit_closes.inc();
         let code = limits::CLOSE_TRY_AGAIN_LATER;
-        conn.ws_close(code, "rate limited", ctx.now, ctx.close_ms());
+        conn.ws_close(code, "rate limited", ctx.time.ms, ctx.close_ms());
     }
     if buf.capacity() > 64 << 10 {
         buf = Vec::with_capacity(4096);

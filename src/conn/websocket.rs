@@ -171,7 +171,7 @@ fn decode<S>(conn: &mut Conn<S>, dec: &mut Decoder, input: &mut [u8], ctx: &mut 
     // serves the other connections), then resumes it (`Turn::stop`).
     while ctx.turn.stop(conn, ctx.relay, max_pending).is_none() {
         let Some(w) = conn.ws() else { break };
-        w.last_rx = ctx.now;
+        w.last_rx = ctx.time.ms;
         let (n, ev) = match dec.decode(&mut input[pos..]) {
             Ok(Some(x)) => x,
             Ok(None) => break,
@@ -200,7 +200,7 @@ fn decode<S>(conn: &mut Conn<S>, dec: &mut Decoder, input: &mut [u8], ctx: &mut 
                 conn.out.extend(&h[..n]);
                 conn.out.extend(p);
             }
-            Event::Close { code } => conn.ws_close(code, "", ctx.now, ctx.close_ms()),
+            Event::Close { code } => conn.ws_close(code, "", ctx.time.ms, ctx.close_ms()),
         }
     }
     pos
@@ -215,7 +215,7 @@ fn fail<S>(conn: &mut Conn<S>, e: &WsError, ctx: &mut Ctx<'_>) {
         WsError::InvalidUtf8 => "invalid UTF-8",
         WsError::BadCompression => "invalid compressed data",
     };
-    conn.ws_close(e.close_code(), reason, ctx.now, ctx.close_ms());
+    conn.ws_close(e.close_code(), reason, ctx.time.ms, ctx.close_ms());
 }
 
 /// A compressed message: inflated within `--max-message` (1009 past it, 1007 for data that

@@ -348,10 +348,11 @@ impl Worker {
         let mut ctx = Ctx {
             me: self.id,
             key,
-            now: self.clock.now,
-            date: self.clock.date.as_bytes(),
+            time: conn::Time {
+                ms: self.clock.now,
+                date: self.clock.date.as_bytes(),
+            },
             shared: &self.shared,
-            registry: &self.registry,
             relay: &mut self.relay,
             tools: &mut self.tools,
             turn: self.round.turn(),

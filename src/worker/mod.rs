@@ -106,8 +106,6 @@ pub struct Worker {
     listeners: io::Listeners,
     /// Its buffers for reading and writing sockets, shared by all connections.
     bufs: io::Buffers,
-    /// The registry answered from (replaced on SIGHUP, between two requests).
-    registry: Arc<Registry>,
     conns: Slab<Conn>,
     next_uid: u64,
     relay: Relay,
@@ -180,7 +178,6 @@ impl Worker {
                 plain: Vec::new(),
                 tls: TlsScratch::default(),
             },
-            registry,
             conns: Slab::with_capacity(1024),
             next_uid: 1,
             relay,
@@ -192,6 +189,7 @@ impl Worker {
                 ids: IdSource::default(),
                 scratch: Vec::with_capacity(4096),
                 json: simd_json::Buffers::new(4096),
+                registry,
                 answers: AnswerCache::new(answer_cache),
                 deflate: DeflateKit::default(),
                 gate,
@@ -316,7 +314,7 @@ impl Worker {
                 }
             }
             Reload::Registry(registry) => {
-                self.registry = registry;
+                self.tools.registry = registry;
                 self.tools.answers = AnswerCache::new(self.shared.config.limits.answer_cache);
             }
             Reload::Projects(ids) => self.tools.gate.set_projects(ids),

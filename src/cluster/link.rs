@@ -237,7 +237,15 @@ fn connect_tcp(at: &Endpoint, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for a in (at.host.as_str(), at.port).to_socket_addrs()? {
         match TcpStream::connect_timeout(&a, timeout) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                // Closed, the socket is reset and what it still held unsent is dropped: a
+                // command whose reply never came was answered "unavailable", and must not
+                // reach Redis later, after the commands of the next connection, when a
+                // partition heals and the kernel retransmits it (a refused publish stored
+                // out of its order).
+                socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO))?;
+                return Ok(s);
+            }
             Err(e) => last = e,
         }
     }

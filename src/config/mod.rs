@@ -26,7 +26,7 @@ pub use redis::RedisOptions;
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "walletrelay",
-    version,
+    version = crate::version::text(),
     about = "Wallet registry and WalletConnect (waku) relay"
 )]
 pub struct Config {

@@ -15,12 +15,14 @@
     clippy::unreachable
 )]
 
+pub mod admin;
 pub mod arcbuf;
 pub mod auth;
 pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod conn;
+pub mod drain;
 pub mod engine;
 pub mod event;
 pub mod health;

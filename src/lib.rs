@@ -15,12 +15,14 @@
     clippy::unreachable
 )]
 
+pub mod admin;
 pub mod arcbuf;
 pub mod auth;
 pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod conn;
+pub mod drain;
 pub mod engine;
 pub mod event;
 pub mod health;
@@ -28,6 +30,7 @@ pub mod http;
 pub mod identity;
 pub mod ip;
 pub mod json;
+pub mod layout;
 pub mod limits;
 pub mod mailbox;
 pub mod message;
@@ -45,6 +48,7 @@ pub mod server;
 pub mod store;
 pub mod timer;
 pub mod tls;
+pub mod version;
 pub mod webhook;
 pub mod worker;
 pub mod ws;

@@ -1,7 +1,8 @@
 //! The `walletrelay` binary: builds its configuration (flags, environment, `--config` file,
-//! defaults), starts the server, and runs it until SIGTERM or SIGINT (SIGHUP reloads the
-//! TLS certificate, the registry directory, the project allow-list and what the file says
-//! of them).
+//! defaults), starts the server, and runs it until SIGTERM (after the drain) or SIGINT
+//! (SIGHUP reloads the TLS certificate, the registry directory, the project allow-list and
+//! what the file says of them). Its first argument may instead name a subcommand, run
+//! before any flag is parsed: `probe URL` and `drain ADMIN_ADDR` (`admin::client`).
 
 use std::io::Write;
 
@@ -15,6 +16,9 @@ use walletrelay::config::{self, LoadError};
 use walletrelay::server::{self, Server};
 
 fn main() {
+    if let Some(code) = subcommand() {
+        std::process::exit(code);
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let loaded = match config::load(std::env::args_os()) {
         Ok(loaded) => loaded,
@@ -81,9 +85,82 @@ fn main() {
     if let Some(addr) = server.tls_addr {
         let _ = writeln!(out, "walletrelay listening for TLS on {addr}");
     }
+    if let Some(addr) = server.admin_addr {
+        let _ = writeln!(out, "walletrelay admin listening on {addr}");
+    }
     let _ = out.flush();
     if let Err(e) = server.run_until_signal(signals) {
         eprintln!("walletrelay: signal handling failed: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Runs the subcommand the first argument names (`probe`, `drain`), if it names one;
+/// returns its exit code. Anything else is the server's command line, parsed as before.
+fn subcommand() -> Option<i32> {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let (name, rest) = args.split_first()?;
+    let usage = match name.as_str() {
+        "probe" => {
+            "usage: walletrelay probe URL\n\nOne HTTP/1.1 GET of URL (http:// only), within \
+                    2 s; exit 0 when the answer is 2xx, 1 otherwise (the status line or the \
+                    error on stderr)."
+        }
+        "drain" => {
+            "usage: walletrelay drain ADMIN_ADDR\n\nPOST /drain to the node's admin \
+                    address (--admin-listen, e.g. 127.0.0.1:9091), then wait until the drain \
+                    time it answers has passed; exit 0 then, 1 when the node could not be asked."
+        }
+        _ => return None,
+    };
+    let [arg] = rest else {
+        eprintln!("{usage}");
+        return Some(2);
+    };
+    if arg == "--help" || arg == "-h" {
+        println!("{usage}");
+        return Some(0);
+    }
+    Some(match name.as_str() {
+        "probe" => probe(arg),
+        _ => drain(arg),
+    })
+}
+
+/// `walletrelay probe URL`.
+fn probe(url: &str) -> i32 {
+    match walletrelay::admin::client::probe(url) {
+        Ok(a) if a.success() => 0,
+        Ok(a) => {
+            let body = String::from_utf8_lossy(&a.body);
+            let body: String = body.trim().chars().take(512).collect();
+            eprintln!("walletrelay probe: {url}: {} {body}", a.status_line);
+            1
+        }
+        Err(e) => {
+            eprintln!("walletrelay probe: {e}");
+            1
+        }
+    }
+}
+
+/// `walletrelay drain ADMIN_ADDR`.
+fn drain(admin: &str) -> i32 {
+    match walletrelay::admin::client::drain(admin) {
+        Ok(d) => {
+            eprintln!(
+                "walletrelay drain: {admin} is draining ({} s); waiting {} ms for the rest of it",
+                d.drain_seconds, d.remaining_ms
+            );
+            std::thread::sleep(std::time::Duration::from_millis(d.remaining_ms));
+            0
+        }
+        Err(e) => {
+            eprintln!("walletrelay drain: {e}");
+            1
+        }
     }
 }

@@ -3,8 +3,10 @@
 //! `SO_REUSEPORT` listener per worker (per group: plain and TLS), gives each worker its
 //! doorbell and mailbox, has the engine build itself (`server/engines.rs`: its mailboxes,
 //! helper threads, recovery, webhook pool), and starts the pinned worker threads; on SIGHUP re-reads the TLS
-//! files and the registry (`reload`); on SIGTERM/SIGINT tells every worker to close its
-//! connections (WebSocket close 1001) and waits for them within the grace period.
+//! files and the registry (`reload`); starts the admin thread (`--admin-listen`, `admin`);
+//! on SIGTERM drains (`--drain`: `/ready` 503 while the node keeps serving, `drain`), then,
+//! as at once on SIGINT or a second SIGTERM, tells every worker to close its connections
+//! (WebSocket close 1001) and waits for them within the grace period.
 
 use std::io;
 use std::net::SocketAddr;
@@ -17,6 +19,7 @@ use thiserror::Error;
 
 use crate::config::{Config, ConfigError};
 use crate::conn::Shared;
+use crate::drain::Drain;
 use crate::engine::{BuildError, Setup};
 use crate::http::response::{Response, TEXT};
 use crate::mailbox::{self, Doorbell, Mailbox};
@@ -77,6 +80,12 @@ pub struct Server {
     pub addr: Option<SocketAddr>,
     /// The address of the TLS listener, when `--tls-listen` is given.
     pub tls_addr: Option<SocketAddr>,
+    /// The address of the admin listener, when `--admin-listen` is given.
+    pub admin_addr: Option<SocketAddr>,
+    /// The admin thread, stopped after the workers.
+    admin: Option<crate::admin::Admin>,
+    /// The drain the signal thread begins and waits for (the admin thread may begin it).
+    drain: Arc<Drain>,
     reloader: Reloader,
     /// Each worker's own mailbox.
     controls: Arc<[Mailbox<Control>]>,
@@ -297,6 +306,13 @@ impl Server {
         )?);
         let n = config.worker_count();
         let edge = Edge::open(&config, n)?;
+        let admin_listener = match config.admin.admin_listen {
+            Some(a) => {
+                Some(std::net::TcpListener::bind(a).map_err(io_err("binding the admin listener"))?)
+            }
+            None => None,
+        };
+        let drain = Arc::new(Drain::new(config.admin.drain()));
         let metrics = Metrics::new(n);
 
         let (polls, bells) = polls_and_bells(n)?;
@@ -342,6 +358,7 @@ impl Server {
                 })
             },
             health: built.health,
+            drain: drain.clone(),
             exporters: {
                 let mut e = built.exporters;
                 let n = notifier.clone();
@@ -383,6 +400,13 @@ impl Server {
             let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
             threads.push(spawn_worker(i, worker, core)?);
         }
+        let admin = match admin_listener {
+            Some(l) => Some(
+                crate::admin::Admin::start(l, shared.clone())
+                    .map_err(io_err("starting the admin thread"))?,
+            ),
+            None => None,
+        };
         let to_workers = controls.clone();
         let broadcast = Box::new(move |r: Reload| {
             tell_all(&to_workers, || Control::Reload(r.clone()));
@@ -397,6 +421,9 @@ impl Server {
         Ok(Server {
             addr,
             tls_addr,
+            admin_addr: admin.as_ref().map(crate::admin::Admin::addr),
+            admin,
+            drain,
             reloader,
             controls,
             threads,
@@ -429,6 +456,10 @@ impl Server {
             stop();
         }
         let _ = webhooks.join();
+        // Last: `/ready`, `/health` and `/metrics` answer while the clients are closed.
+        if let Some(admin) = self.admin {
+            admin.stop();
+        }
     }
 
     /// Installs the SIGTERM/SIGINT/SIGHUP handlers (before the server announces itself,
@@ -456,21 +487,26 @@ impl Server {
         self.reloader.watch_config(watch);
     }
 
-    /// Reloads on SIGHUP (on this thread, one at a time); on SIGTERM or SIGINT shuts down.
-    pub fn run_until_signal(
-        mut self,
-        mut signals: signal_hook::iterator::Signals,
-    ) -> io::Result<()> {
-        for sig in signals.forever() {
-            if sig == signal_hook::consts::SIGHUP {
-                log::info!("SIGHUP: reloading");
-                self.reload();
-                continue;
+    /// Reloads on SIGHUP (on this thread, one at a time); on SIGTERM drains, then shuts
+    /// down; on SIGINT, or a second SIGTERM during the drain, shuts down at once.
+    pub fn run_until_signal(mut self, signals: signal_hook::iterator::Signals) -> io::Result<()> {
+        let signals = forward(signals)?;
+        let first = loop {
+            match signals.recv() {
+                Ok(signal_hook::consts::SIGHUP) => {
+                    log::info!("SIGHUP: reloading");
+                    self.reload();
+                }
+                Ok(sig) => break sig,
+                Err(_) => return Err(io::Error::other("the signal thread ended")),
             }
-            log::info!("signal {sig}: shutting down");
-            break;
+        };
+        if first == signal_hook::consts::SIGTERM {
+            self.drain_until_over(&signals);
+        } else {
+            log::info!("signal {first}: shutting down");
         }
-        // Whatever happens, exit soon after the signal (`Limits::exit_deadline_ms`).
+        // Whatever happens, exit soon after the drain (`Limits::exit_deadline_ms`).
         let deadline = Duration::from_millis(self.limits.exit_deadline_ms);
         std::thread::spawn(move || {
             std::thread::sleep(deadline);
@@ -480,6 +516,67 @@ impl Server {
         self.shutdown();
         Ok(())
     }
+
+    /// After the first SIGTERM: begins the drain (unless `POST /drain` did) and waits for
+    /// what is left of it, reloading on SIGHUP; a SIGTERM or SIGINT ends it at once.
+    fn drain_until_over(&mut self, signals: &crossbeam_channel::Receiver<i32>) {
+        let d = self.drain.begin(crate::clock::now_ms());
+        if d.remaining_ms == 0 {
+            log::info!("SIGTERM: shutting down");
+            return;
+        }
+        if d.began_now {
+            log::info!(
+                "SIGTERM: draining for {:.1} s: /ready answers 503, clients are still served and \
+                 accepted (another SIGTERM or SIGINT ends the drain)",
+                d.seconds
+            );
+        } else {
+            log::info!(
+                "SIGTERM: {:.1} s left of the drain POST /drain began (another SIGTERM or SIGINT \
+                 ends it)",
+                d.remaining().as_secs_f64()
+            );
+        }
+        let end = std::time::Instant::now() + d.remaining();
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                log::info!("drain over: shutting down");
+                return;
+            }
+            match signals.recv_timeout(left) {
+                Ok(signal_hook::consts::SIGHUP) => {
+                    log::info!("SIGHUP: reloading");
+                    self.reload();
+                }
+                Ok(sig) => {
+                    log::info!("signal {sig}: drain ended early; shutting down");
+                    return;
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+}
+
+/// Signals handed over a channel by a thread of their own, so that the drain can wait for
+/// the next one with a timeout.
+fn forward(
+    mut signals: signal_hook::iterator::Signals,
+) -> io::Result<crossbeam_channel::Receiver<i32>> {
+    let (tx, rx) = crossbeam_channel::bounded(16);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(sig).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(rx)
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ use super::addr::ShardAddr;
 /// (docs/SCALING.md, "Upgrading across a layout"). 4: the publish script takes the primary's
 /// replication id and a topic's seq may jump after a failover (DECISIONS §12). 5: client ids
 /// (`cluster::clients`): the publish script takes the clients hash and returns client ids.
-pub const RING_VERSION: u32 = 5;
+/// The number itself is `layout::REDIS` (what `--version` and `walletrelay_build_info` show).
+pub const RING_VERSION: u32 = crate::layout::REDIS;
 
 /// FNV-1a over the bytes, finished with the splitmix64 mixer: a fixed function (same on
 /// every node, build and run; never the process-random `std` hasher).

@@ -150,6 +150,31 @@ fn the_environment_beats_the_file() {
     assert_eq!(c.limits.ping_interval, 7.0);
 }
 
+/// `[admin]`: `admin-listen` and `drain`, each from the file, its variable or its flag.
+#[test]
+fn the_admin_keys_come_from_each_source() {
+    let text = "[admin]\nadmin-listen = \"127.0.0.1:9091\"\ndrain = 30\n";
+    let c = load_file(text, &[]).unwrap().config;
+    assert_eq!(
+        c.admin.admin_listen,
+        Some("127.0.0.1:9091".parse().unwrap())
+    );
+    assert_eq!(c.admin.drain, 30.0);
+    let f = TempFile::new(text);
+    let env = [("ADMIN_LISTEN", "127.0.0.1:9092"), ("DRAIN", "2.5")];
+    let c = load_env(&[], &env, Some(&f)).unwrap().config;
+    assert_eq!(
+        c.admin.admin_listen,
+        Some("127.0.0.1:9092".parse().unwrap())
+    );
+    assert_eq!(c.admin.drain, 2.5);
+    let c = load_env(&["--drain", "0"], &env, Some(&f)).unwrap().config;
+    assert_eq!(c.admin.drain, 0.0);
+    let c = load_env(&[], &[], None).unwrap().config;
+    assert_eq!((c.admin.admin_listen, c.admin.drain), (None, 0.0));
+    assert_eq!(fault("[admin]\ndrain = -1\n").0, Some(2));
+}
+
 #[test]
 fn a_flag_beats_the_environment_and_the_file() {
     let f = TempFile::new(FILE);
@@ -515,7 +540,7 @@ fn every_flag_is_a_key_of_a_known_kind_and_table() {
     }
     let tables: BTreeSet<&str> = keys.iter().map(|k| k.table.as_str()).collect();
     let want: BTreeSet<&str> = [
-        "", "tls", "workers", "auth", "storage", "redis", "notify", "limits",
+        "", "tls", "workers", "auth", "storage", "redis", "notify", "admin", "limits",
     ]
     .into();
     assert_eq!(tables, want);

@@ -267,8 +267,8 @@ pub struct Limits {
     #[arg(skip = (2000) as u64)]
     pub linger_ms: u64,
 
-    /// Milliseconds after SIGTERM by which the process exits whatever happens (the
-    /// workers' own grace is `--shutdown-grace`; this is the backstop).
+    /// Milliseconds after SIGTERM (after the drain, `--drain`) by which the process exits
+    /// whatever happens (the workers' own grace is `--shutdown-grace`; this is the backstop).
     #[arg(skip = (4800) as u64)]
     pub exit_deadline_ms: u64,
 

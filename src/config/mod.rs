@@ -10,11 +10,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+mod admin;
 pub mod file;
 mod limits;
 mod notify;
 mod print;
 mod redis;
+pub use admin::{AdminOptions, MAX_DRAIN_SECONDS};
 pub use file::{load, LoadError, Loaded, Reloadable, Watch};
 pub use limits::{Limits, DEFAULT_ROUND_HOLD_US};
 pub use notify::NotifyOptions;
@@ -26,8 +28,9 @@ pub use redis::RedisOptions;
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "walletrelay",
-    version,
-    about = "Wallet registry and WalletConnect (waku) relay"
+    version = crate::version::text(),
+    about = "Wallet registry and WalletConnect (waku) relay",
+    after_help = SUBCOMMANDS
 )]
 pub struct Config {
     /// TOML file with settings (a key per flag, docs/walletrelay.toml); a flag or its
@@ -245,10 +248,22 @@ pub struct Config {
     #[command(flatten, next_help_heading = "Notify")]
     pub notify: NotifyOptions,
 
+    /// The admin address and the drain.
+    #[command(flatten, next_help_heading = "Admin")]
+    pub admin: AdminOptions,
+
     /// Resource limits.
     #[command(flatten, next_help_heading = "Limits")]
     pub limits: Limits,
 }
+
+/// The subcommands `main` dispatches before the flags are parsed (`--help` lists them).
+pub const SUBCOMMANDS: &str = "\
+Subcommands (no flags, no configuration file):
+  walletrelay probe URL         one HTTP/1.1 GET of URL (http:// only, 2 s timeout); exit 0 on
+                                a 2xx answer, 1 otherwise (health checks without curl)
+  walletrelay drain ADMIN_ADDR  POST /drain to the admin address (--admin-listen), then wait
+                                until the node's drain time has passed (a preStop hook)";
 
 /// `--fsync` (DECISIONS §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

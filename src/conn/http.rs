@@ -4,7 +4,7 @@
 //! connection then waits for it before reading the next request. A WebSocket upgrade at `/`
 //! is handed to [`super::upgrade`].
 
-use super::{upgrade, Conn, Ctx, HttpWait, Phase};
+use super::{upgrade, Conn, Ctx, HttpWait, Phase, Shared};
 use crate::http::{self, response, response::Response, Method, Route};
 use crate::relay::{Done, RelayError};
 use crate::rpc;
@@ -108,18 +108,13 @@ fn fixed_answer(route: Route, ctx: &Ctx<'_>) -> Response {
             "text/plain",
             ctx.shared.relay_key.public_hex().as_bytes().to_vec(),
         ),
-        Route::Health => match ctx.shared.health.problem() {
-            None => Response::empty(204),
-            Some(why) => Response::json_error(503, &why),
-        },
-        Route::Metrics => {
-            let (pool, more) = (&ctx.shared.webhooks, &ctx.shared.exporters);
-            let body = ctx.shared.metrics.render(&|s| {
-                pool.render_metrics(s);
-                more.iter().for_each(|e| e(s));
-            });
-            Response::new(200, "text/plain; version=0.0.4; charset=utf-8", body)
+        Route::Health => health_answer(ctx.shared),
+        Route::Ready => ready_answer(ctx.shared),
+        // With an admin address the figures are served there only.
+        Route::Metrics if ctx.shared.config.admin.admin_listen.is_some() => {
+            Response::json_error(404, "not found")
         }
+        Route::Metrics => Response::new(200, METRICS_TYPE, metrics_text(ctx.shared)),
         Route::Preflight(allow) => Response::empty(204)
             .with_header("Allow", allow)
             .with_header("Access-Control-Allow-Methods", allow)
@@ -138,6 +133,90 @@ fn fixed_answer(route: Route, ctx: &Ctx<'_>) -> Response {
         | Route::Relay
         | Route::Echo => Response::json_error(404, "not found"),
     }
+}
+
+/// The content type of `/metrics` (Prometheus text format 0.0.4).
+pub const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `/health` (public port and admin address): 204, or 503 with the reasons (DECISIONS §6,
+/// §7).
+pub fn health_answer(shared: &Shared) -> Response {
+    match shared.health.problem() {
+        None => Response::empty(204),
+        Some(why) => Response::json_error(503, &why),
+    }
+}
+
+/// Why the node should get no new clients now (`/ready`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// The drain began (SIGTERM, `POST /drain`).
+    Draining,
+    /// The engine cannot store (the `/health` problems: Redis unreachable, disk refused).
+    Unhealthy(String),
+}
+
+/// Whether the node should get new clients: not while draining, nor while `/health` fails.
+pub fn readiness(shared: &Shared) -> Result<(), NotReady> {
+    if shared.drain.is_draining() {
+        return Err(NotReady::Draining);
+    }
+    match shared.health.problem() {
+        None => Ok(()),
+        Some(why) => Err(NotReady::Unhealthy(why)),
+    }
+}
+
+/// `/ready` (public port and admin address): 204, or 503 `{"error":"draining"}`, or 503
+/// with the `/health` reasons.
+pub fn ready_answer(shared: &Shared) -> Response {
+    match readiness(shared) {
+        Ok(()) => Response::empty(204),
+        Err(NotReady::Draining) => Response::json_error(503, "draining"),
+        Err(NotReady::Unhealthy(why)) => Response::json_error(503, &why),
+    }
+}
+
+/// The `/metrics` text every port serves: the workers' figures, the webhook pool's, the
+/// engines' and the notifier's, then what this build is and whether the node is ready
+/// (`walletrelay_build_info`, `walletrelay_ready`, `walletrelay_draining`). The admin
+/// address adds the `process_*` families (`admin::process`).
+pub fn metrics_text(shared: &Shared) -> String {
+    use crate::metrics::{family, single, Kind};
+    use std::fmt::Write as _;
+    let (pool, more) = (&shared.webhooks, &shared.exporters);
+    shared.metrics.render(&|s| {
+        pool.render_metrics(s);
+        more.iter().for_each(|e| e(s));
+        family(
+            s,
+            "walletrelay_build_info",
+            Kind::Gauge,
+            "What this build is: its version, commit and the data layouts it writes (always 1).",
+        );
+        let _ = writeln!(
+            s,
+            "walletrelay_build_info{{version=\"{}\",commit=\"{}\",redis_layout=\"{}\",journal_layout=\"{}\"}} 1",
+            crate::version::VERSION,
+            crate::version::COMMIT,
+            crate::layout::REDIS,
+            crate::layout::JOURNAL
+        );
+        single(
+            s,
+            "walletrelay_ready",
+            Kind::Gauge,
+            "1 while /ready answers 204: not draining, and the engine can store.",
+            u8::from(readiness(shared).is_ok()),
+        );
+        single(
+            s,
+            "walletrelay_draining",
+            Kind::Gauge,
+            "1 from the first SIGTERM or POST /drain on (--drain).",
+            u8::from(shared.drain.is_draining()),
+        );
+    })
 }
 
 /// `POST /subscribe`: the answer, or `None` when it comes later from the topic's store.

@@ -64,6 +64,8 @@ pub struct Shared {
     pub hello: Response,
     /// What `/health` reports.
     pub health: Arc<crate::health::Health>,
+    /// The drain (`--drain`): begun, `/ready` answers 503.
+    pub drain: Arc<crate::drain::Drain>,
     /// More `/metrics` text (the engines' figures), each appending its own lines.
     pub exporters: Vec<Exporter>,
     /// `--project-ids` as loaded at start (each worker's door starts from it).

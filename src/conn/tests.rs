@@ -143,6 +143,7 @@ impl Bench {
                 watch_reply: Arc::new(|_, _, _, _| {}),
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
                 health: Arc::default(),
+                drain: Arc::new(crate::drain::Drain::new(std::time::Duration::ZERO)),
                 exporters: Vec::new(),
                 limit_policy: crate::limits::Policy::new(&config.limits, 1),
                 config,
@@ -278,6 +279,43 @@ fn pipelined_http_requests_are_answered_in_order_and_an_upgrade_elsewhere_is_404
     assert!(first < second, "{out}");
     assert!(out.ends_with("{\"error\":\"not found\"}"), "{out}");
     assert!(matches!(b.conn.phase, Phase::Http(HttpWait::Nothing)));
+}
+
+/// `/ready` on the public port: 204, 503 while the engine fails, 503 `draining` once the
+/// drain began; `/metrics` there only without `--admin-listen`.
+#[test]
+fn ready_follows_health_and_the_drain_and_metrics_move_to_the_admin_address() {
+    let status = |b: &mut Bench, path: &str| {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(b.feed(req.as_bytes()), req.len());
+        String::from_utf8(b.written()).unwrap()
+    };
+    let mut b = Bench::new(&[]);
+    assert!(status(&mut b, "/ready").starts_with("HTTP/1.1 204 "));
+    let m = status(&mut b, "/metrics");
+    assert!(m.starts_with("HTTP/1.1 200 "), "{m}");
+    assert!(m.contains("\nwalletrelay_ready 1\n") && m.contains("\nwalletrelay_draining 0\n"));
+    assert!(m.contains("walletrelay_build_info{version=\""), "{m}");
+    b.shared
+        .health
+        .report("storage w0", Some("disk full".into()));
+    let r = status(&mut b, "/ready");
+    assert!(
+        r.starts_with("HTTP/1.1 503 ") && r.ends_with(r#"{"error":"storage w0: disk full"}"#),
+        "{r}"
+    );
+    assert!(status(&mut b, "/metrics").contains("\nwalletrelay_ready 0\n"));
+    b.shared.health.report("storage w0", None);
+    b.shared.drain.begin(5);
+    let r = status(&mut b, "/ready");
+    assert!(
+        r.starts_with("HTTP/1.1 503 ") && r.ends_with(r#"{"error":"draining"}"#),
+        "{r}"
+    );
+    assert!(status(&mut b, "/metrics").contains("\nwalletrelay_draining 1\n"));
+    let mut b = Bench::new(&["--admin-listen", "127.0.0.1:0"]);
+    assert!(status(&mut b, "/metrics").starts_with("HTTP/1.1 404 "));
+    assert!(status(&mut b, "/ready").starts_with("HTTP/1.1 204 "));
 }
 
 #[test]

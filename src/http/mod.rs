@@ -312,6 +312,8 @@ pub enum Route {
     Hello,
     /// `GET /health`
     Health,
+    /// `GET /ready`: whether the node should get new clients (the drain, the engine).
+    Ready,
     /// `GET /metrics`
     Metrics,
     /// `POST /subscribe`
@@ -339,6 +341,7 @@ pub fn route(method: Method, path: &str, echo: bool) -> Route {
     let (allow, r) = match path {
         "/hello" => ("GET, HEAD, OPTIONS", Route::Hello),
         "/health" => ("GET, HEAD, OPTIONS", Route::Health),
+        "/ready" => ("GET, HEAD, OPTIONS", Route::Ready),
         "/metrics" => ("GET, HEAD, OPTIONS", Route::Metrics),
         "/subscribe" => ("POST, OPTIONS", Route::Subscribe),
         "/public-key" => ("GET, HEAD, OPTIONS", Route::PublicKey),
@@ -462,6 +465,8 @@ mod tests {
     fn routes() {
         assert_eq!(route(Method::Get, "/hello", false), Route::Hello);
         assert_eq!(route(Method::Head, "/hello", false), Route::Hello);
+        assert_eq!(route(Method::Get, "/ready", false), Route::Ready);
+        assert_eq!(route(Method::Head, "/ready", false), Route::Ready);
         assert_eq!(
             route(Method::Post, "/hello", false),
             Route::MethodNotAllowed("GET, HEAD, OPTIONS")

@@ -194,6 +194,10 @@ pub struct CoreMetrics {
     pub long_iterations: Cell,
     /// How long each loop iteration kept the worker busy (the wait in `poll` excluded).
     pub loop_iteration: Histogram<IterationBounds>,
+    /// When the worker's loop last turned (`clock::now_ms`; one relaxed store per
+    /// iteration): an idle worker still turns at every timer tick (`timer::TICK_MS`), so
+    /// one that has not turned for seconds is wedged (`/live` on the admin address).
+    pub last_turn_ms: Cell,
 }
 
 impl CoreMetrics {

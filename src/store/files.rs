@@ -53,8 +53,16 @@ pub fn valid_owner(owner: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// The first bytes of every segment file.
-pub const FILE_MAGIC: &[u8; 16] = b"walletrelay-log1";
+/// The first bytes of every segment file: `walletrelay-log` and the journal's layout
+/// version as one digit (`layout::JOURNAL`: `walletrelay-log1`).
+pub const FILE_MAGIC: &[u8; 16] = &MAGIC;
+
+const MAGIC: [u8; 16] = {
+    assert!(crate::layout::JOURNAL < 10, "the magic holds one digit");
+    let mut m = *b"walletrelay-log0";
+    m[15] = b'0' + crate::layout::JOURNAL as u8;
+    m
+};
 
 /// The size of a segment file, or `None` when it does not start with [`FILE_MAGIC`] (not
 /// ours: never counted, so never deleted).
@@ -132,6 +140,13 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bytes on disk do not move with a refactor: layout 1 is `walletrelay-log1`.
+    #[test]
+    fn the_magic_names_the_journal_layout() {
+        assert_eq!(FILE_MAGIC, b"walletrelay-log1");
+        assert_eq!(FILE_MAGIC[15], b'0' + crate::layout::JOURNAL as u8);
+    }
 
     #[test]
     fn segment_names_round_trip_and_strangers_are_refused() {

@@ -163,6 +163,7 @@ impl Worker {
         );
         let policy = shared.limit_policy.clone();
         let round = Round::new(&shared.config.limits, Instant::now());
+        shared.metrics.cores[id].last_turn_ms.set(now);
         let out = delivery::OutLimits::new(&shared.config.limits);
         Ok(Worker {
             id,
@@ -279,6 +280,8 @@ impl Worker {
         let began = Instant::now();
         self.clock.tick(began);
         let m = &self.shared.metrics.cores[self.id];
+        // `/live`: the loop turned (the poll above waits at most a timer tick).
+        m.last_turn_ms.set(self.clock.now);
         self.iteration.begin(began, m);
         self.round.begin(began, self.conns.len());
         self.m().loop_iterations.inc();

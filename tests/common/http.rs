@@ -264,6 +264,13 @@ impl Server {
         c.response(raw.starts_with("HEAD "))
     }
 
+    /// Like [`Server::request`], to the admin address (`--admin-listen`).
+    pub fn admin_request(&self, raw: &str) -> Resp {
+        let mut c = HttpConn::new(self.admin_tcp());
+        c.send(raw.as_bytes());
+        c.response(raw.starts_with("HEAD "))
+    }
+
     /// `GET path` on a fresh connection with `Connection: close`; returns the status (if an
     /// answer came) and the body.
     pub fn get(&self, path: &str) -> (Option<u16>, Vec<u8>) {

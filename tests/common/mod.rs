@@ -114,6 +114,8 @@ pub struct Server {
     pub addr: SocketAddr,
     /// The address of its TLS listener, when started with `--tls-listen`.
     pub tls_addr: Option<SocketAddr>,
+    /// The address of its admin listener, when started with `--admin-listen`.
+    pub admin_addr: Option<SocketAddr>,
     /// The process.
     pub child: Child,
     /// Its stderr so far, when started with [`Server::start_logged`].
@@ -159,6 +161,7 @@ impl Server {
         Server {
             addr,
             tls_addr: None,
+            admin_addr: None,
             child,
             log: None,
         }
@@ -187,6 +190,7 @@ impl Server {
         }
         let plain = !args.windows(2).any(|w| w == ["--listen", "none"]);
         let tls = args.contains(&"--tls-listen");
+        let admin = args.contains(&"--admin-listen");
         // Runs never share state: memory only, unless the test gives its own directory.
         if !args.contains(&"--data-dir") {
             cmd.args(["--data-dir", "none"]);
@@ -218,8 +222,11 @@ impl Server {
         });
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let (mut addr, mut tls_addr) = (None, None);
-        while (plain && addr.is_none()) || (tls && tls_addr.is_none()) {
+        let (mut addr, mut tls_addr, mut admin_addr) = (None, None, None);
+        while (plain && addr.is_none())
+            || (tls && tls_addr.is_none())
+            || (admin && admin_addr.is_none())
+        {
             let Some(line) = lines.next() else {
                 let _ = child.wait();
                 // What it logged last is read by then (or the log was shown as it came).
@@ -235,6 +242,8 @@ impl Server {
                 addr = Some(rest.trim().parse().expect("address"));
             } else if let Some(rest) = line.strip_prefix("walletrelay listening for TLS on ") {
                 tls_addr = Some(rest.trim().parse().expect("TLS address"));
+            } else if let Some(rest) = line.strip_prefix("walletrelay admin listening on ") {
+                admin_addr = Some(rest.trim().parse().expect("admin address"));
             }
         }
         // Keep draining stdout so the server never blocks on a full pipe.
@@ -242,6 +251,7 @@ impl Server {
         Server {
             addr: addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
             tls_addr,
+            admin_addr,
             child,
             log,
         }
@@ -269,6 +279,11 @@ impl Server {
         // touches no memory.
         let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
         assert_eq!(rc, 0, "kill({sig})");
+    }
+
+    /// A raw TCP connection to its admin address (started with `--admin-listen`).
+    pub fn admin_tcp(&self) -> TcpStream {
+        tcp_to(self.admin_addr.expect("started without --admin-listen"))
     }
 
     /// A raw TCP connection with generous timeouts.

@@ -205,14 +205,17 @@ fn spawn_worker(
         .spawn(move || {
             if let Some(c) = core {
                 if !core_affinity::set_for_current(c) {
-                    log::warn!("worker {i}: could not pin to core {}", c.id);
+                    log::warn!(
+                        worker = i, core = c.id;
+                        "worker {i}: could not pin to core {}", c.id
+                    );
                 }
             }
             // A worker that panicked would leave its core's connections and topics dead
             // while the process looks alive: end the process instead, so that the
             // supervisor (systemd: Restart=on-failure) starts a whole one.
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run())).is_err() {
-                log::error!("worker {i} panicked; aborting the process");
+                log::error!(worker = i; "worker {i} panicked; aborting the process");
                 std::process::abort();
             }
         })
@@ -463,22 +466,38 @@ impl Server {
     ) -> io::Result<()> {
         for sig in signals.forever() {
             if sig == signal_hook::consts::SIGHUP {
-                log::info!("SIGHUP: reloading");
+                log::info!(signal = "SIGHUP"; "SIGHUP: reloading");
                 self.reload();
                 continue;
             }
-            log::info!("signal {sig}: shutting down");
+            log::info!(signal = signal_name(sig); "signal {sig}: shutting down");
             break;
         }
+        let started = std::time::Instant::now();
         // Whatever happens, exit soon after the signal (`Limits::exit_deadline_ms`).
         let deadline = Duration::from_millis(self.limits.exit_deadline_ms);
         std::thread::spawn(move || {
             std::thread::sleep(deadline);
-            log::warn!("shutdown took too long; exiting");
+            log::warn!(
+                deadline_ms = deadline.as_millis() as u64;
+                "shutdown took too long; exiting"
+            );
             std::process::exit(0);
         });
         self.shutdown();
+        let ms = started.elapsed().as_millis() as u64;
+        log::info!(took_ms = ms; "shut down");
         Ok(())
+    }
+}
+
+/// The name of a signal the server handles, for the log.
+fn signal_name(sig: libc::c_int) -> &'static str {
+    match sig {
+        signal_hook::consts::SIGTERM => "SIGTERM",
+        signal_hook::consts::SIGINT => "SIGINT",
+        signal_hook::consts::SIGHUP => "SIGHUP",
+        _ => "other",
     }
 }
 

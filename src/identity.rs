@@ -123,7 +123,10 @@ impl RelayKey {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         let key = RelayKey::random()?;
                         create(dir, &path, &key)?;
-                        log::info!("relay key: created {}", path.display());
+                        log::info!(
+                            path:% = path.display();
+                            "relay key: created {}", path.display()
+                        );
                         Ok(key)
                     }
                     Err(source) => Err(KeyError::Io { path, source }),

@@ -13,13 +13,22 @@ use std::io::Write;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use walletrelay::config::{self, LoadError};
+use walletrelay::logging;
 use walletrelay::server::{self, Server};
+
+/// Reports an error that stops the process ([`logging::fatal`]: a JSON record with
+/// `--log-format json`, `walletrelay: MSG` otherwise) and exits with `code`.
+fn fail(code: i32, msg: std::fmt::Arguments<'_>) -> ! {
+    logging::fatal(&msg);
+    std::process::exit(code);
+}
 
 fn main() {
     if let Some(code) = subcommand() {
         std::process::exit(code);
     }
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    // Errors before the configuration is read (a bad flag, a bad file) are plain text: the
+    // format is not known yet.
     let loaded = match config::load(std::env::args_os()) {
         Ok(loaded) => loaded,
         Err(LoadError::Args(e)) => e.exit(),
@@ -34,13 +43,14 @@ fn main() {
         let _ = out.flush();
         return;
     }
+    logging::init(loaded.config.log_format);
     if let Some(path) = loaded.path() {
-        log::info!("configuration file {}", path.display());
+        log::info!(path:% = path.display(); "configuration file {}", path.display());
     }
     let watch = loaded.watch();
     let config = loaded.config;
     match server::raise_nofile_limit() {
-        Some(n) => log::info!("open-file limit raised to {n}"),
+        Some(n) => log::info!(limit = n; "open-file limit raised to {n}"),
         None => log::warn!("could not read or raise the open-file limit"),
     }
     if config.huge_pages {
@@ -54,44 +64,39 @@ fn main() {
         }
     }
     if let Err(e) = config.check() {
-        eprintln!("walletrelay: {e}");
-        std::process::exit(2);
+        fail(2, format_args!("{e}"));
     }
     let threads = config.worker_count();
     let signals = match Server::signals() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("walletrelay: cannot install signal handlers: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(1, format_args!("cannot install signal handlers: {e}")),
     };
     let mut server = match Server::start(config) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("walletrelay: cannot start: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(1, format_args!("cannot start: {e}")),
     };
     if let Some(watch) = watch {
         server.watch_config(watch);
     }
-    log::info!("{threads} workers");
+    log::info!(workers = threads; "{threads} workers");
     // Stdout names the bound addresses (tests and scripts read these lines): the plain
     // listener's first, then the TLS listener's.
     let mut out = std::io::stdout();
     if let Some(addr) = server.addr {
+        log::info!(addr:% = addr, tls = false; "listening on {addr}");
         let _ = writeln!(out, "walletrelay listening on {addr}");
     }
     if let Some(addr) = server.tls_addr {
+        log::info!(addr:% = addr, tls = true; "listening for TLS on {addr}");
         let _ = writeln!(out, "walletrelay listening for TLS on {addr}");
     }
     if let Some(addr) = server.admin_addr {
+        log::info!(addr:% = addr, admin = true; "admin address listening on {addr}");
         let _ = writeln!(out, "walletrelay admin listening on {addr}");
     }
     let _ = out.flush();
     if let Err(e) = server.run_until_signal(signals) {
-        eprintln!("walletrelay: signal handling failed: {e}");
-        std::process::exit(1);
+        fail(1, format_args!("signal handling failed: {e}"));
     }
 }
 

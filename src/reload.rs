@@ -121,11 +121,13 @@ impl Reloader {
     pub fn reload(&mut self) -> Outcome {
         let wanted = self.config.as_ref().and_then(|w| match w.reread() {
             Ok(r) => {
-                log::info!("reload: config {} re-read", w.path().display());
+                log::info!(reload = "config", outcome = "loaded", path:% = w.path().display();
+                    "reload: config {} re-read", w.path().display());
                 Some(r)
             }
             Err(e) => {
-                log::error!("reload: {e}; the values it gave stay");
+                log::error!(reload = "config", outcome = "failed", error:% = e;
+                    "reload: {e}; the values it gave stay");
                 None
             }
         });
@@ -154,7 +156,7 @@ impl Reloader {
         match from.load() {
             Ok(config) => {
                 (self.broadcast)(Reload::Tls(config));
-                log::info!(
+                log::info!(reload = "tls", outcome = "loaded", cert:% = cert, key:% = key;
                     "reload: TLS certificate {cert} and key {key} loaded; new connections use them"
                 );
                 if moved.is_some() {
@@ -163,7 +165,9 @@ impl Reloader {
                 Some(Ok(()))
             }
             Err(e) => {
-                log::error!("reload: TLS not reloaded, the old certificate stays: {e}");
+                log::error!(
+                    reload = "tls", outcome = "failed", cert:% = cert, key:% = key, error:% = e;
+                    "reload: TLS not reloaded, the old certificate stays: {e}");
                 Some(Err(e))
             }
         }
@@ -188,14 +192,16 @@ impl Reloader {
         match Registry::load(dir.as_deref(), &self.image_base) {
             Ok(r) => {
                 (self.broadcast)(Reload::Registry(Arc::new(r)));
-                log::info!("reload: registry reloaded from {shown}");
+                log::info!(reload = "registry", outcome = "loaded", from = shown.as_str();
+                    "reload: registry reloaded from {shown}");
                 if let Some(dir) = moved {
                     self.registry_dir = dir;
                 }
                 Some(Ok(()))
             }
             Err(e) => {
-                log::error!("reload: registry not reloaded, the old one stays: {e}");
+                log::error!(reload = "registry", outcome = "failed", error:% = e;
+                    "reload: registry not reloaded, the old one stays: {e}");
                 Some(Err(e))
             }
         }
@@ -212,14 +218,19 @@ impl Reloader {
                 Ok(ids) => {
                     (self.broadcast)(Reload::Projects(ids.clone()));
                     match &ids {
-                        Some(ids) => log::info!("reload: project-ids changed: {} ids", ids.len()),
-                        None => log::info!("reload: project-ids unset: any project may connect"),
+                        Some(ids) => {
+                            log::info!(reload = "project-ids", outcome = "loaded", ids = ids.len();
+                            "reload: project-ids changed: {} ids", ids.len())
+                        }
+                        None => log::info!(reload = "project-ids", outcome = "loaded";
+                            "reload: project-ids unset: any project may connect"),
                     }
                     (self.project_spec, self.projects) = (spec, ids);
                     Ok(())
                 }
                 Err(e) => {
-                    log::error!("reload: project ids not reloaded, the old list stays: {e}");
+                    log::error!(reload = "project-ids", outcome = "failed", error:% = e;
+                        "reload: project ids not reloaded, the old list stays: {e}");
                     Err(e)
                 }
             });
@@ -229,12 +240,14 @@ impl Reloader {
             Ok(ids) => {
                 let ids = Arc::new(ids);
                 (self.broadcast)(Reload::Projects(Some(Arc::clone(&ids))));
-                log::info!("reload: {} project ids loaded", ids.len());
+                log::info!(reload = "project-ids", outcome = "loaded", ids = ids.len();
+                    "reload: {} project ids loaded", ids.len());
                 self.projects = Some(ids);
                 Ok(())
             }
             Err(e) => {
-                log::error!("reload: project ids not reloaded, the old list stays: {e}");
+                log::error!(reload = "project-ids", outcome = "failed", error:% = e;
+                    "reload: project ids not reloaded, the old list stays: {e}");
                 Err(e)
             }
         })

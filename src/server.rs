@@ -214,14 +214,17 @@ fn spawn_worker(
         .spawn(move || {
             if let Some(c) = core {
                 if !core_affinity::set_for_current(c) {
-                    log::warn!("worker {i}: could not pin to core {}", c.id);
+                    log::warn!(
+                        worker = i, core = c.id;
+                        "worker {i}: could not pin to core {}", c.id
+                    );
                 }
             }
             // A worker that panicked would leave its core's connections and topics dead
             // while the process looks alive: end the process instead, so that the
             // supervisor (systemd: Restart=on-failure) starts a whole one.
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run())).is_err() {
-                log::error!("worker {i} panicked; aborting the process");
+                log::error!(worker = i; "worker {i} panicked; aborting the process");
                 std::process::abort();
             }
         })
@@ -241,6 +244,10 @@ fn polls_and_bells(n: usize) -> Result<(Vec<mio::Poll>, Vec<Arc<Doorbell>>), Sta
     }
     Ok((polls, bells))
 }
+
+/// How long after the clients' `--shutdown-grace` the process exits whatever happens
+/// (the backstop, when a worker or a helper thread does not stop).
+const BACKSTOP_MARGIN: Duration = Duration::from_millis(1800);
 
 /// Control messages a worker's own mailbox holds.
 const CONTROL_QUEUE: usize = 64;
@@ -494,7 +501,7 @@ impl Server {
         let first = loop {
             match signals.recv() {
                 Ok(signal_hook::consts::SIGHUP) => {
-                    log::info!("SIGHUP: reloading");
+                    log::info!(signal = "SIGHUP"; "SIGHUP: reloading");
                     self.reload();
                 }
                 Ok(sig) => break sig,
@@ -504,16 +511,24 @@ impl Server {
         if first == signal_hook::consts::SIGTERM {
             self.drain_until_over(&signals);
         } else {
-            log::info!("signal {first}: shutting down");
+            log::info!(signal = signal_name(first); "signal {first}: shutting down");
         }
-        // Whatever happens, exit soon after the drain (`Limits::exit_deadline_ms`).
-        let deadline = Duration::from_millis(self.limits.exit_deadline_ms);
+        let started = std::time::Instant::now();
+        // Whatever happens, exit soon after the drain (`Limits::exit_deadline_ms`, and never
+        // before the clients had their `--shutdown-grace`).
+        let deadline = Duration::from_millis(self.limits.exit_deadline_ms)
+            .max(self.limits.shutdown_grace() + BACKSTOP_MARGIN);
         std::thread::spawn(move || {
             std::thread::sleep(deadline);
-            log::warn!("shutdown took too long; exiting");
+            log::warn!(
+                deadline_ms = deadline.as_millis() as u64;
+                "shutdown took too long; exiting"
+            );
             std::process::exit(0);
         });
         self.shutdown();
+        let ms = started.elapsed().as_millis() as u64;
+        log::info!(took_ms = ms; "shut down");
         Ok(())
     }
 
@@ -522,17 +537,19 @@ impl Server {
     fn drain_until_over(&mut self, signals: &crossbeam_channel::Receiver<i32>) {
         let d = self.drain.begin(crate::clock::now_ms());
         if d.remaining_ms == 0 {
-            log::info!("SIGTERM: shutting down");
+            log::info!(signal = "SIGTERM", drain = "over"; "SIGTERM: shutting down");
             return;
         }
         if d.began_now {
             log::info!(
+                signal = "SIGTERM", drain = "begun", drain_seconds = d.seconds;
                 "SIGTERM: draining for {:.1} s: /ready answers 503, clients are still served and \
                  accepted (another SIGTERM or SIGINT ends the drain)",
                 d.seconds
             );
         } else {
             log::info!(
+                signal = "SIGTERM", drain = "running", remaining_ms = d.remaining_ms;
                 "SIGTERM: {:.1} s left of the drain POST /drain began (another SIGTERM or SIGINT \
                  ends it)",
                 d.remaining().as_secs_f64()
@@ -542,16 +559,16 @@ impl Server {
         loop {
             let left = end.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
-                log::info!("drain over: shutting down");
+                log::info!(drain = "over"; "drain over: shutting down");
                 return;
             }
             match signals.recv_timeout(left) {
                 Ok(signal_hook::consts::SIGHUP) => {
-                    log::info!("SIGHUP: reloading");
+                    log::info!(signal = "SIGHUP"; "SIGHUP: reloading");
                     self.reload();
                 }
                 Ok(sig) => {
-                    log::info!("signal {sig}: drain ended early; shutting down");
+                    log::info!(signal = signal_name(sig), drain = "ended early"; "signal {sig}: drain ended early; shutting down");
                     return;
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
@@ -577,6 +594,16 @@ fn forward(
             }
         })?;
     Ok(rx)
+}
+
+/// The name of a signal the server handles, for the log.
+fn signal_name(sig: libc::c_int) -> &'static str {
+    match sig {
+        signal_hook::consts::SIGTERM => "SIGTERM",
+        signal_hook::consts::SIGINT => "SIGINT",
+        signal_hook::consts::SIGHUP => "SIGHUP",
+        _ => "other",
+    }
 }
 
 #[cfg(test)]

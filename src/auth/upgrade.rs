@@ -4,8 +4,9 @@
 
 use std::borrow::Cow;
 
-/// The auth-related parameters of a WebSocket upgrade request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The auth-related parameters of a WebSocket upgrade request. `Debug` shows whether there
+/// is a token, never the token (a bearer credential).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct UpgradeAuth<'a> {
     /// The JWT: the query's `auth`, else an `Authorization: Bearer` token. `None` when neither
     /// is there (or both are empty). Kept as sent when it cannot be decoded, so that a broken
@@ -16,6 +17,16 @@ pub struct UpgradeAuth<'a> {
     /// The query's `useOnCloseEvent=true`: refuse by closing the upgraded socket with code
     /// 3000 instead of answering 401/403 (the SDK then stops retrying).
     pub use_on_close_event: bool,
+}
+
+impl std::fmt::Debug for UpgradeAuth<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpgradeAuth")
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("project_id", &self.project_id)
+            .field("use_on_close_event", &self.use_on_close_event)
+            .finish()
+    }
 }
 
 impl<'a> UpgradeAuth<'a> {
@@ -124,6 +135,17 @@ mod tests {
         assert_eq!(
             get(&format!("?{q}"), None),
             (some("eyJh.eyJp.sig_-"), some("0123abcd"), true)
+        );
+    }
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let u = UpgradeAuth::from_request("auth=eyJh.eyJp.sig_-&projectId=p", None);
+        let shown = format!("{u:?}");
+        assert!(!shown.contains("eyJ"), "{shown}");
+        assert!(
+            shown.contains("\"***\"") && shown.contains("\"p\""),
+            "{shown}"
         );
     }
 

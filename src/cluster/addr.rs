@@ -133,25 +133,11 @@ impl fmt::Display for ShardAddr {
     }
 }
 
-/// `url` with any password (in the user part or a `sentinel_password` parameter) replaced by
-/// `***`, for error messages.
+/// `url` with any password (in the user part or a secret-named parameter such as
+/// `sentinel_password`) replaced by `***`, for error messages: [`crate::redact::Masked`], the
+/// masking `--print-config` and the log use too.
 pub fn redact(url: &str) -> String {
-    let mut out = match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
-                None => format!("{}***{}", &url[..s + 3], &url[at..]),
-            }
-        }
-        _ => url.to_string(),
-    };
-    if let Some(p) = out.find("sentinel_password=") {
-        let start = p + "sentinel_password=".len();
-        let end = out[start..].find('&').map_or(out.len(), |e| start + e);
-        out.replace_range(start..end, "***");
-    }
-    out
+    crate::redact::mask_url(url)
 }
 
 /// `%XX` escapes decoded (a `+` stays a `+`: these are URL parts, not form data).

@@ -327,11 +327,16 @@ impl Link {
                     } else {
                         "SELECT"
                     };
-                    return Err(LinkError::Server(format!(
-                        "{what}: {} {}",
-                        e.code(),
-                        e.details().unwrap_or("")
-                    )));
+                    // A server that echoes its arguments (`unknown command ... with args
+                    // beginning with:`) would put the password in the log and /health.
+                    let details = e.details().unwrap_or("");
+                    let details = match login.password {
+                        Some(pw) if !pw.is_empty() && details.contains(pw) => {
+                            details.replace(pw, "***")
+                        }
+                        _ => details.to_string(),
+                    };
+                    return Err(LinkError::Server(format!("{what}: {} {details}", e.code())));
                 }
             }
         }

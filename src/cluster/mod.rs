@@ -186,6 +186,8 @@ impl Cluster {
                 addr: addr.to_string(),
                 source,
             })?;
+            log::info!(shard = i, addr:% = addr, kind = addr.kind_name(), tls = addr.tls;
+                "redis shard {i} ({addr}): connected");
             conns.push((ctx, started));
         }
         let mut shards = Vec::new();

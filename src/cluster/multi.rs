@@ -234,7 +234,7 @@ impl Multi {
                 let moved = m.nodes.iter().any(|n| !self.map.nodes.contains(n));
                 if moved && !self.map.nodes.is_empty() {
                     self.ctx.stats.failovers.inc();
-                    log::warn!(
+                    log::warn!(shard = self.ctx.idx, addr:% = self.ctx.addr;
                         "redis shard {} ({}): the slot map changed: primaries {:?}",
                         self.ctx.idx,
                         self.ctx.addr,
@@ -321,7 +321,10 @@ impl Multi {
                     n.replid = replid;
                 }
                 Err(e) => {
-                    log::debug!("redis shard {}: node {at}: {e}", ctx.addr);
+                    log::debug!(
+                        shard = ctx.idx, addr:% = ctx.addr;
+                        "redis shard {}: node {at}: {e}", ctx.addr
+                    );
                     n.retry_at = Instant::now() + NODE_BACKOFF;
                     self.stale = true;
                     return None;
@@ -434,7 +437,7 @@ impl Multi {
         // Said once per outage: while the node stays away its commands are refused quietly.
         if let Some(l) = was_up {
             l.shutdown();
-            log::warn!(
+            log::warn!(shard = self.ctx.idx, addr:% = self.ctx.addr;
                 "redis shard {} ({}): node {at}: {e}",
                 self.ctx.idx,
                 self.ctx.addr

@@ -143,7 +143,7 @@ pub(crate) fn replid(link: &mut Link, addr: &ShardAddr) -> String {
             })
             .unwrap_or_default(),
         Err(e) => {
-            log::warn!(
+            log::warn!(addr:% = addr;
                 "redis shard {addr}: INFO replication refused ({e}); a failover may reuse positions"
             );
             String::new()

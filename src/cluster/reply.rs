@@ -39,12 +39,12 @@ pub(crate) fn answer_slot(
                 published(ctx, c, Ok(o));
             }),
             Err(e) => {
-                log::error!("redis shard {}: {e}", ctx.addr);
+                log::error!(shard = ctx.idx, addr:% = ctx.addr; "redis shard {}: {e}", ctx.addr);
                 cmds.for_each(|c| unavailable(ctx, c));
             }
         },
         Value::ServerError(e) => {
-            log::warn!(
+            log::warn!(shard = ctx.idx, addr:% = ctx.addr;
                 "redis shard {}: {} {}",
                 ctx.addr,
                 e.code(),
@@ -53,7 +53,7 @@ pub(crate) fn answer_slot(
             cmds.for_each(|c| unavailable(ctx, c));
         }
         _ => {
-            log::error!(
+            log::error!(shard = ctx.idx, addr:% = ctx.addr;
                 "redis shard {}: a publish group reply of the wrong shape",
                 ctx.addr
             );
@@ -66,14 +66,17 @@ pub(crate) fn answer_slot(
 /// `Unavailable`).
 fn answer(ctx: &ShardCtx, c: Command, v: Value) {
     if let (Command::Alive, Value::ServerError(e)) = (&c, &v) {
-        log::warn!("redis shard {}: liveness refresh: {e:?}", ctx.addr);
+        log::warn!(
+            shard = ctx.idx, addr:% = ctx.addr;
+            "redis shard {}: liveness refresh: {e:?}", ctx.addr
+        );
     }
     if let Command::Alive | Command::Role | Command::AliveIn(_) = c {
         return;
     }
     ctx.stats.commands.inc();
     if let Value::ServerError(e) = &v {
-        log::warn!(
+        log::warn!(shard = ctx.idx, addr:% = ctx.addr;
             "redis shard {}: {} {}",
             ctx.addr,
             e.code(),
@@ -188,7 +191,7 @@ fn webhook_unavailable(ctx: &ShardCtx, worker: usize, ticket: u64) {
 }
 
 fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {
-    log::error!("redis shard {}: {e}", ctx.addr);
+    log::error!(shard = ctx.idx, addr:% = ctx.addr; "redis shard {}: {e}", ctx.addr);
     Unavailable
 }
 

@@ -56,7 +56,7 @@ fn wait_replicas(ctx: &ShardCtx, replicas: u32) -> u32 {
         return 0;
     }
     if replicas == 0 {
-        log::warn!(
+        log::warn!(shard = ctx.idx, addr:% = ctx.addr;
             "redis shard {} ({}): the primary has no replica; publishes are acknowledged without WAIT and may be lost if it fails",
             ctx.idx,
             ctx.addr

@@ -146,7 +146,7 @@ impl Runner {
         if let Some(old) = &self.at {
             if *old != c.at {
                 self.ctx.stats.failovers.inc();
-                log::warn!(
+                log::warn!(shard = self.ctx.idx, addr:% = self.ctx.addr;
                     "redis shard {} ({}): the primary moved from {old} to {} (failover)",
                     self.ctx.idx,
                     self.ctx.addr,
@@ -350,7 +350,7 @@ impl Runner {
             self.check_primary()?;
         }
         if !self.retry.is_empty() && self.inflight.is_empty() {
-            log::warn!(
+            log::warn!(shard = self.ctx.idx, addr:% = self.ctx.addr;
                 "redis shard {}: scripts missing (NOSCRIPT), reloading",
                 self.ctx.addr
             );
@@ -375,12 +375,12 @@ impl Runner {
         let wait = u32::from(replicas > 0);
         if wait != self.wait {
             match wait {
-                0 => log::warn!(
+                0 => log::warn!(shard = self.ctx.idx, addr:% = self.ctx.addr;
                     "redis shard {} ({}): the primary has no replica any more; publishes are acknowledged without WAIT",
                     self.ctx.idx,
                     self.ctx.addr
                 ),
-                _ => log::info!(
+                _ => log::info!(shard = self.ctx.idx, addr:% = self.ctx.addr;
                     "redis shard {} ({}): the primary has a replica again; publishes wait for it",
                     self.ctx.idx,
                     self.ctx.addr
@@ -422,7 +422,7 @@ impl Runner {
 
     /// Marks the shard down and answers everything in flight and queued.
     fn fail(&mut self, e: &LinkError) {
-        log::warn!(
+        log::warn!(shard = self.ctx.idx, addr:% = self.ctx.addr;
             "redis shard {} ({}): {e}; reconnecting",
             self.ctx.idx,
             self.ctx.addr
@@ -460,7 +460,7 @@ impl Runner {
             }
             match connect(&self.ctx) {
                 Ok(conn) => {
-                    log::info!(
+                    log::info!(shard = self.ctx.idx, addr:% = self.ctx.addr;
                         "redis shard {} ({}): reconnected to {}",
                         self.ctx.idx,
                         self.ctx.addr,
@@ -474,7 +474,10 @@ impl Runner {
                     return Flow::Go;
                 }
                 Err(e) => {
-                    log::debug!("redis shard {}: reconnect failed: {e}", self.ctx.addr);
+                    log::debug!(
+                        shard = self.ctx.idx, addr:% = self.ctx.addr;
+                        "redis shard {}: reconnect failed: {e}", self.ctx.addr
+                    );
                     set_health(&self.ctx.health.command, Some(e.to_string()));
                 }
             }

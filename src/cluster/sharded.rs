@@ -188,7 +188,7 @@ impl Control {
                     );
                 }
                 Err(e) => {
-                    log::error!(
+                    log::error!(shard = self.ctx.idx, addr:% = self.ctx.addr;
                         "redis shard {}: cannot start a subscriber for {at}: {e}",
                         self.ctx.addr
                     );

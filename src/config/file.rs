@@ -527,6 +527,9 @@ fn bad_value(name: &str, values: &[String], e: &clap::Error) -> String {
         Some(ContextValue::String(s)) => s.clone(),
         _ => values.join(","),
     };
+    // The message goes to stderr at start and to the log on SIGHUP: masked as
+    // `--print-config` masks it.
+    let value = super::print::mask(name, &value);
     let why = if let Some(source) = std::error::Error::source(e) {
         source.to_string()
     } else if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {

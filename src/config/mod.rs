@@ -83,6 +83,17 @@ pub struct Config {
     #[arg(long, env = "WALLETRELAY_WS_ECHO")]
     pub ws_echo: bool,
 
+    /// Format of the log on stderr: `text` (`[time LEVEL target] message key=value`) or
+    /// `json` (one object per line: time, level, target, message, fields). The level comes
+    /// from `RUST_LOG` (default `info`).
+    #[arg(
+        long,
+        env = "WALLETRELAY_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::logging::LogFormat::Text
+    )]
+    pub log_format: crate::logging::LogFormat,
+
     /// Address of the TLS listener (`https://`, `wss://`): serves exactly what `--listen`
     /// serves. Needs `--tls-cert` and `--tls-key`.
     #[arg(

@@ -195,65 +195,17 @@ fn quote(s: &str) -> String {
     out
 }
 
-/// Words that mark a secret: in a key's name (a value that is itself a secret; a `-file`
-/// key only names where one is kept) or a URL query parameter's.
+/// Words that mark a secret in a key's name (a value that is itself a secret; a `-file` key
+/// only names where one is kept); a URL's secrets are [`crate::redact`]'s.
 const KEY_SECRETS: [&str; 3] = ["password", "secret", "token"];
-const PARAM_SECRETS: [&str; 6] = ["pass", "secret", "token", "key", "auth", "sig"];
 
-/// `value` of `key` with its secrets replaced by `***`: the whole value of a secret key, a
-/// URL's password (`redis://user:***@host`; a user part without a colon may be a token and
-/// goes whole) and the value of a query parameter that names a secret
-/// (`sentinel_password=***`).
+/// `value` of `key` with its secrets replaced by `***`: the whole value of a secret key, else
+/// [`crate::redact::mask_url`] (a URL's password, `redis://user:***@host`; a user part
+/// without a colon may be a token and goes whole; the value of a query parameter that names
+/// a secret, `sentinel_password=***`). The log shows addresses the same way.
 pub(super) fn mask(key: &str, value: &str) -> String {
     if !key.ends_with("-file") && KEY_SECRETS.iter().any(|w| key.contains(w)) {
         return "***".to_string();
     }
-    let Some(scheme) = value.find("://") else {
-        return value.to_string();
-    };
-    let start = scheme + 3;
-    let end = value[start..]
-        .find(['/', '?', '#'])
-        .map_or(value.len(), |i| start + i);
-    let authority = &value[start..end];
-    let mut out = value[..start].to_string();
-    match authority.rfind('@') {
-        Some(at) => {
-            let user = &authority[..at];
-            match user.find(':') {
-                Some(colon) => out.push_str(&format!("{}:***", &user[..colon])),
-                None => out.push_str("***"),
-            }
-            out.push_str(&authority[at..]);
-        }
-        None => out.push_str(authority),
-    }
-    let rest = &value[end..];
-    let Some(q) = rest.find('?') else {
-        out.push_str(rest);
-        return out;
-    };
-    out.push_str(&rest[..=q]);
-    let (query, fragment) = rest[q + 1..]
-        .split_once('#')
-        .map_or((&rest[q + 1..], None), |(a, b)| (a, Some(b)));
-    let params: Vec<String> = query
-        .split('&')
-        .map(|p| match p.split_once('=') {
-            Some((name, _))
-                if PARAM_SECRETS
-                    .iter()
-                    .any(|w| name.to_ascii_lowercase().contains(w)) =>
-            {
-                format!("{name}=***")
-            }
-            _ => p.to_string(),
-        })
-        .collect();
-    out.push_str(&params.join("&"));
-    if let Some(fragment) = fragment {
-        out.push('#');
-        out.push_str(fragment);
-    }
-    out
+    crate::redact::mask_url(value)
 }

@@ -41,6 +41,10 @@ pub fn request<S>(
         Verdict::Open(None) => return Some(Response::json_error(401, "missing auth token")),
         Verdict::Refused(status, reason) => {
             ctx.metrics().auth_refused.inc();
+            log::debug!(
+                worker = ctx.me, status, reason, via = "http";
+                "relay auth refused: {reason}"
+            );
             return Some(Response::json_error(status, reason));
         }
     };

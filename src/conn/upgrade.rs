@@ -65,6 +65,11 @@ pub fn upgrade<S>(
     };
     if let Some((status, reason)) = refused {
         ctx.metrics().auth_refused.inc();
+        // The reason only: the token itself is a credential (DECISIONS, "Logs").
+        log::debug!(
+            worker = ctx.me, status, reason, via = "upgrade";
+            "relay auth refused: {reason}"
+        );
         if !up.use_on_close_event {
             let resp = Response::json_error(status, reason);
             response::write(&mut conn.out, &resp, ctx.time.date, false, true);

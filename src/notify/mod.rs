@@ -140,7 +140,10 @@ impl Notifier {
                 let (tx, rx) = crossbeam_channel::bounded(redis_sync::QUEUE);
                 let n = Notifier::assemble(key, max, pool, push, None, Some(tx));
                 let loaded = redis_sync::load_all(&mut link, &n.hub)?;
-                log::info!("watches: {loaded} registrations loaded from Redis");
+                log::info!(
+                    watches = loaded, from = "redis";
+                    "watches: {loaded} registrations loaded from Redis"
+                );
                 redis_sync::start(spec, Arc::downgrade(&n.hub), rx);
                 n
             }
@@ -148,7 +151,7 @@ impl Notifier {
                 let n = Notifier::new(key, max, pool, push, dir.clone());
                 if let Some(dir) = &dir {
                     let loaded = store::load(dir, &n.hub, unix_now());
-                    log::info!(
+                    log::info!(watches = loaded, from:% = dir.display();
                         "watches: {loaded} registrations loaded from {}",
                         dir.display()
                     );
@@ -245,7 +248,10 @@ impl Notifier {
     /// persister's or the Redis writer's thread; `Err(Storage)` when it could not be).
     pub fn register_then(&self, token: &str, done: Done) -> Result<Saved, WatchError> {
         let now = unix_now();
-        let c = claims::check(token, Action::Register, now, &self.audiences)?;
+        // The reason only: the token itself is a credential (DECISIONS, "Logs").
+        let c = claims::check(token, Action::Register, now, &self.audiences).inspect_err(
+            |e| log::debug!(reason:% = e, action = "register"; "watch registration refused: {e}"),
+        )?;
         let r = Registration::of(&c);
         self.hub.register(&c.client, r.clone(), now)?;
         self.durably(redis_sync::Op::Set(c.client, r), done)
@@ -254,7 +260,9 @@ impl Notifier {
     /// `irn_watchUnregister {unregisterAuth}`: forgets the registration (none is no error);
     /// answered `true` as [`Notifier::register_then`] says.
     pub fn unregister_then(&self, token: &str, done: Done) -> Result<Saved, WatchError> {
-        let c = claims::check(token, Action::Unregister, unix_now(), &self.audiences)?;
+        let c = claims::check(token, Action::Unregister, unix_now(), &self.audiences).inspect_err(
+            |e| log::debug!(reason:% = e, action = "unregister"; "watch registration refused: {e}"),
+        )?;
         self.hub.unregister(&c.client, &c.sub, &c.whu, c.typ);
         let op = redis_sync::Op::del(&c.client, &c.sub, &c.whu, c.typ.as_str());
         self.durably(op, done)
@@ -278,8 +286,10 @@ impl Notifier {
     /// Re-reads `--push-urls @FILE` (SIGHUP); logged.
     pub fn reload(&self) {
         match self.push.reload() {
-            Some(Ok(n)) => log::info!("push URLs reloaded: {n} projects"),
-            Some(Err(e)) => log::warn!("push URLs not reloaded: {e}"),
+            Some(Ok(n)) => log::info!(reload = "push-urls", outcome = "loaded", projects = n;
+                "push URLs reloaded: {n} projects"),
+            Some(Err(e)) => log::warn!(reload = "push-urls", outcome = "failed", error:% = e;
+                "push URLs not reloaded: {e}"),
             None => {}
         }
     }

@@ -35,7 +35,10 @@ impl PushUrls {
             (Some(u), None) if is_http_url(u) => {
                 Ok(PushUrls::Template(u.trim_end_matches('/').to_string()))
             }
-            (Some(u), None) => Err(format!("--push-url {u:?}: not an http(s) URL")),
+            (Some(u), None) => Err(format!(
+                "--push-url {:?}: not an http(s) URL",
+                crate::redact::Masked(u)
+            )),
             (None, Some(f)) => {
                 let path = PathBuf::from(f.strip_prefix('@').ok_or("--push-urls: expected @FILE")?);
                 let table = read(&path)?;

@@ -316,11 +316,17 @@ impl Log {
                 let path = self.dir.join(segment_name(&self.owner, a.id));
                 if a.written == 0 {
                     if let Err(t) = std::fs::remove_file(&path) {
-                        log::error!("store: cannot remove {}: {t}", path.display());
+                        log::error!(
+                            path:% = path.display(), error:% = t;
+                            "store: cannot remove {}: {t}", path.display()
+                        );
                     }
                     self.segments.remove(&a.id);
                 } else if let Err(t) = a.file.set_len(a.written) {
-                    log::error!("store: cannot cut {} back: {t}", path.display());
+                    log::error!(
+                        path:% = path.display(), error:% = t;
+                        "store: cannot cut {} back: {t}", path.display()
+                    );
                 }
                 if let Some(s) = self.segments.get_mut(&a.id) {
                     let dropped = s.size - a.written;
@@ -336,7 +342,10 @@ impl Log {
         let msg = format!("write {}: {e}", path.display());
         // Logged when the log starts failing; later failures are counted.
         if self.write_error.is_none() {
-            log::error!("store: {msg}; records {} to {} lost", lost.first, lost.last);
+            log::error!(
+                path:% = path.display(), first = lost.first, last = lost.last;
+                "store: {msg}; records {} to {} lost", lost.first, lost.last
+            );
         }
         self.write_error = Some(msg);
         if is_full(&e) {
@@ -362,7 +371,12 @@ impl Log {
                     };
                     self.segments.insert(id, info);
                 }
-                Err(e) => log::error!("store: {}: {e}", path.display()),
+                Err(e) => {
+                    log::error!(
+                        path:% = path.display(), error:% = e;
+                        "store: {}: {e}", path.display()
+                    )
+                }
             }
         }
     }

@@ -80,7 +80,7 @@ where
         }
         let head = buf.len().min(FILE_MAGIC.len());
         if (buf.is_empty() && size > 0) || buf[..head] != FILE_MAGIC[..head] {
-            log::warn!(
+            log::warn!(path:% = path.display();
                 "store: {} is not a walletrelay log; ignored",
                 path.display()
             );
@@ -132,7 +132,7 @@ where
             }
             Ok(None) | Err(_) => match record::resync(buf, pos + 1) {
                 Some(next) => {
-                    log::warn!(
+                    log::warn!(path:% = path.display(), offset = pos, bytes = next - pos;
                         "store: {}: {} damaged bytes at offset {pos} skipped",
                         path.display(),
                         next - pos
@@ -150,7 +150,7 @@ where
 
 /// Cuts a torn tail off `path` at `at`.
 fn cut(path: &Path, at: usize, bytes: usize) -> Result<(), StoreError> {
-    log::warn!(
+    log::warn!(path:% = path.display(), offset = at, bytes;
         "store: {}: torn tail of {bytes} bytes at offset {at} cut off",
         path.display()
     );

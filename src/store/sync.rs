@@ -355,7 +355,10 @@ fn sync_slot(slot: &Slot, full: bool) {
         let advanced = target > st.synced;
         st.synced = st.synced.max(target);
         if let Err(e) = &result {
-            log::error!("store: {e}; records up to {target} may not be durable");
+            log::error!(
+                error:% = e, upto = target;
+                "store: {e}; records up to {target} may not be durable"
+            );
             st.error = Some(e.clone());
         } else {
             st.error = None;
@@ -438,13 +441,16 @@ fn delete_retired(slot: &Slot) {
             Ok(()) => done.push(id),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => done.push(id),
             Err(e) => {
-                log::error!("store: delete {}: {e}", path.display());
+                log::error!(
+                    path:% = path.display(), error:% = e;
+                    "store: delete {}: {e}", path.display()
+                );
                 slot.metrics.sync_errors.add(1);
             }
         }
     }
     if let Err(e) = sync_dir(&slot.dir) {
-        log::error!("store: {e}");
+        log::error!(error:% = e; "store: {e}");
         slot.metrics.sync_errors.add(1);
     }
     slot.metrics.segments_retired.add(done.len() as u64);

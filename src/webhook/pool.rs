@@ -21,6 +21,7 @@ use super::client::{Client, TryOutcome};
 use super::health::{BoundedMap, Health, MAX_LOGGED_REFUSALS, MAX_TRACKED_URLS};
 use super::stats::{DropReason, Stats};
 use super::types::{Delivery, OnGone, Sent, Signed, WebhookConfig};
+use crate::redact::Host;
 
 /// Backoff before the first retry; doubled for each further retry, then jittered.
 pub(crate) const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -248,16 +249,18 @@ impl Inner {
             TryOutcome::Refused(why) => {
                 self.stats.drop(DropReason::Ssrf);
                 if job.signed.is_some() {
-                    log::debug!("signed call refused (SSRF guard): {} ({why})", &*job.d.url);
+                    let host = Host(&job.d.url);
+                    log::debug!(host:% = host, why:% = why;
+                        "signed call refused (SSRF guard): {host} ({why})");
                     job.done(Sent::Dropped);
                     return;
                 }
                 let key = (job.d.topic.clone(), job.d.url.clone());
                 if lock(&self.refusals_logged).insert_new(&key, ()) {
-                    log::warn!(
-                        "webhook refused (SSRF guard) for topic {:?}: {} ({why})",
-                        &*job.d.topic,
-                        &*job.d.url
+                    let host = Host(&job.d.url);
+                    log::warn!(host:% = host, topic = &*job.d.topic, why:% = why;
+                        "webhook refused (SSRF guard) for topic {:?}: {host} ({why})",
+                        &*job.d.topic
                     );
                 }
                 // It can never succeed; let it age out like any failing webhook.
@@ -315,10 +318,10 @@ impl Inner {
             }
             return;
         }
-        log::debug!(
-            "webhook call failed ({}) after {tries} tries: {}",
-            reason.label(),
-            &*job.d.url
+        let host = Host(&job.d.url);
+        log::debug!(host:% = host, reason = reason.label(), tries, signed = job.signed.is_some();
+            "webhook call failed ({}) after {tries} tries: {host}",
+            reason.label()
         );
         self.stats.fail(reason);
         if job.signed.is_some() {
@@ -338,9 +341,9 @@ impl Inner {
         let gone = lock(&self.health).failure(&d.url, Instant::now(), self.cfg.give_up_after);
         if gone {
             self.stats.gone.inc();
-            log::info!(
-                "webhook {} for topic {:?} failed every try for {:?}: giving it up",
-                &*d.url,
+            let host = Host(&d.url);
+            log::info!(host:% = host, topic = &*d.topic;
+                "webhook {host} for topic {:?} failed every try for {:?}: giving it up",
                 &*d.topic,
                 self.cfg.give_up_after
             );

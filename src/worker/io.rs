@@ -70,7 +70,10 @@ impl Worker {
                 Err(e) => {
                     // EMFILE/ENFILE and the like: the connection waits in the backlog.
                     if !self.listeners.retry {
-                        log::warn!("worker {}: accept failed: {e}", self.id);
+                        log::warn!(
+                            worker = self.id, error:% = e;
+                            "worker {}: accept failed: {e}", self.id
+                        );
                     }
                     self.listeners.retry = true;
                     return;
@@ -103,7 +106,10 @@ impl Worker {
                 // ENOENT when there was no filter to take off; anything else leaves the
                 // storm refused at accept, as without blocks.
                 if !program.is_empty() || e.raw_os_error() != Some(libc::ENOENT) {
-                    log::warn!("worker {}: listener filter not set: {e}", self.id);
+                    log::warn!(
+                        worker = self.id, error:% = e;
+                        "worker {}: listener filter not set: {e}", self.id
+                    );
                 }
             }
         }
@@ -145,7 +151,7 @@ impl Worker {
             Token(key),
             Interest::READABLE | Interest::WRITABLE,
         ) {
-            log::warn!("worker {}: register failed: {e}", self.id);
+            log::warn!(worker = self.id, error:% = e; "worker {}: register failed: {e}", self.id);
             return self.tools.limits.release(&mut limit);
         }
         let uid = self.next_uid;

@@ -253,7 +253,7 @@ impl Worker {
                 }
             }
         }
-        log::debug!("worker {} stopped", self.id);
+        log::debug!(worker = self.id; "worker {} stopped", self.id);
     }
 
     /// Polls for events (not at all when work is ready); returns `false` if polling failed.
@@ -272,7 +272,7 @@ impl Worker {
         }
         if let Err(e) = self.poll.poll(events, Some(timeout)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
-                log::error!("worker {}: poll failed: {e}", self.id);
+                log::error!(worker = self.id, error:% = e; "worker {}: poll failed: {e}", self.id);
                 return false;
             }
         }
@@ -330,12 +330,12 @@ impl Worker {
         let m = &self.shared.metrics.cores[self.id];
         if let Some(line) = self.iteration.end(Instant::now(), self.clock.now, m) {
             match self.iteration.run_delay_since_last() {
-                Some(ns) => log::warn!(
+                Some(ns) => log::warn!(worker = self.id, waited_us = ns / 1_000;
                     "worker {}: {line}; {} µs waiting for the CPU since the last such line",
                     self.id,
                     ns / 1_000
                 ),
-                None => log::warn!("worker {}: {line}", self.id),
+                None => log::warn!(worker = self.id; "worker {}: {line}", self.id),
             }
         }
     }

@@ -29,7 +29,7 @@ impl Worker {
         match TlsSession::new(config) {
             Ok(s) => Some(Box::new(s)),
             Err(e) => {
-                log::warn!("worker {}: TLS session: {e}", self.id);
+                log::warn!(worker = self.id, error:% = e; "worker {}: TLS session: {e}", self.id);
                 None
             }
         }
@@ -59,7 +59,10 @@ impl Worker {
             let _ = tls.send_pending(&mut c.sock);
             self.bufs.plain.clear();
             self.shared.metrics.cores[self.id].tls_failures.inc();
-            log::debug!("worker {}: TLS connection closed: {e}", self.id);
+            log::debug!(
+                worker = self.id, error:% = e;
+                "worker {}: TLS connection closed: {e}", self.id
+            );
             return (Err(io::Error::new(io::ErrorKind::InvalidData, e)), asked);
         }
         if !was_done && tls.handshake_done() {

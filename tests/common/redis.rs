@@ -23,6 +23,8 @@ pub struct RedisServer {
     /// is killed (fields drop after `Drop::drop`).
     dir: TempDir,
     persistent: bool,
+    /// `--requirepass`, when started with one ([`RedisServer::start_with_password`]).
+    password: Option<String>,
 }
 
 fn binary() -> String {
@@ -52,21 +54,28 @@ fn free_port() -> u16 {
 impl RedisServer {
     /// A server without persistence (`--save "" --appendonly no`).
     pub fn start() -> RedisServer {
-        Self::launch(false)
+        Self::launch(false, None)
+    }
+
+    /// A server without persistence whose default user needs `password` (`--requirepass`);
+    /// [`RedisServer::url`] stays without it, [`RedisServer::url_with_password`] has it.
+    pub fn start_with_password(password: &str) -> RedisServer {
+        Self::launch(false, Some(password.to_string()))
     }
 
     /// A server with `appendonly yes` and `appendfsync always`: a write it acknowledged
     /// survives `kill -9` and a restart.
     pub fn start_persistent() -> RedisServer {
-        Self::launch(true)
+        Self::launch(true, None)
     }
 
-    fn launch(persistent: bool) -> RedisServer {
+    fn launch(persistent: bool, password: Option<String>) -> RedisServer {
         let mut s = RedisServer {
             port: 0,
             child: None,
             dir: TempDir::new("redis"),
             persistent,
+            password,
         };
         for _ in 0..5 {
             s.port = free_port();
@@ -86,6 +95,9 @@ impl RedisServer {
             .args(["--dir", self.dir.arg()])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if let Some(pw) = &self.password {
+            cmd.args(["--requirepass", pw]);
+        }
         if self.persistent {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
@@ -107,7 +119,7 @@ impl RedisServer {
 
     /// Whether the server answers PING now.
     pub fn ping(&self) -> bool {
-        let Ok(c) = redis::Client::open(self.url()) else {
+        let Ok(c) = redis::Client::open(self.url_with_password()) else {
             return false;
         };
         let Ok(mut con) = c.get_connection_with_timeout(Duration::from_millis(200)) else {
@@ -127,9 +139,17 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/{db}", self.port)
     }
 
+    /// `redis://:PASSWORD@127.0.0.1:PORT/0` (as [`RedisServer::url`] without a password).
+    pub fn url_with_password(&self) -> String {
+        match &self.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}/0", self.port),
+            None => self.url(),
+        }
+    }
+
     /// A plain connection for inspecting keys (database 0).
     pub fn conn(&self) -> redis::Connection {
-        let c = redis::Client::open(self.url()).expect("client");
+        let c = redis::Client::open(self.url_with_password()).expect("client");
         c.get_connection_with_timeout(Duration::from_secs(2))
             .expect("connect to the test redis")
     }
@@ -157,7 +177,7 @@ impl RedisServer {
     /// Puts the server to sleep (`DEBUG SLEEP secs`, on a thread of its own) and returns
     /// once it no longer answers PING; join the handle to wait for it to wake.
     pub fn debug_sleep(&self, secs: u32) -> std::thread::JoinHandle<()> {
-        let url = self.url();
+        let url = self.url_with_password();
         let sleeper = std::thread::spawn(move || {
             let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
             let _: () = redis::cmd("DEBUG")

@@ -218,7 +218,7 @@ fn reader(sh: &Shared, mut routes: Routes, bell: &Sender<()>, stop: &Receiver<()
                 let _ = bell.try_send(());
                 if connected_once {
                     sh.ctx.stats.reconnects_pubsub.inc();
-                    log::info!(
+                    log::info!(shard = sh.ctx.idx, addr:% = sh.ctx.addr;
                         "redis shard {} ({}): subscriber reconnected",
                         sh.ctx.idx,
                         sh.ctx.addr
@@ -233,7 +233,7 @@ fn reader(sh: &Shared, mut routes: Routes, bell: &Sender<()>, stop: &Receiver<()
                 if sh.stop.load(Ordering::SeqCst) {
                     break;
                 }
-                log::warn!(
+                log::warn!(shard = sh.ctx.idx, addr:% = sh.ctx.addr;
                     "redis shard {} ({}): subscriber: {why}",
                     sh.ctx.idx,
                     sh.ctx.addr
@@ -338,7 +338,7 @@ pub(super) fn route_of(t: &TopicSub) -> Route {
 fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
     sh.ctx.stats.live_received.inc();
     let Some(m) = script::decode_live(payload) else {
-        log::warn!(
+        log::warn!(shard = sh.ctx.idx, addr:% = sh.ctx.addr;
             "redis shard {}: undecodable message on a channel",
             sh.ctx.addr
         );
@@ -356,7 +356,7 @@ fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
         None
     } else {
         let Some(body) = Body::from_stored(ArcBuf::copy_from_slice(&m.data)) else {
-            log::warn!(
+            log::warn!(shard = sh.ctx.idx, addr:% = sh.ctx.addr;
                 "redis shard {}: a message on a channel is not a stored message body",
                 sh.ctx.addr
             );

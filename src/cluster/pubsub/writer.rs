@@ -223,7 +223,10 @@ impl Writer {
         if let Some((_, s)) = self.sock.as_ref() {
             let sent = s.writer().send(&self.buf);
             if let Err(e) = sent {
-                log::warn!("redis shard {}: subscriber write: {e}", self.sh.ctx.addr);
+                log::warn!(
+                    shard = self.sh.ctx.idx, addr:% = self.sh.ctx.addr;
+                    "redis shard {}: subscriber write: {e}", self.sh.ctx.addr
+                );
                 s.shutdown();
                 self.sock = None;
             }

@@ -237,8 +237,8 @@ impl Journal {
         if ok != self.healthy {
             self.healthy = ok;
             match &r {
-                Ok(()) => log::info!("{}: the disk works again", self.part),
-                Err(why) => log::error!(
+                Ok(()) => log::info!(part:% = self.part; "{}: the disk works again", self.part),
+                Err(why) => log::error!(part:% = self.part, error:% = why;
                     "{}: {why}; {}",
                     self.part,
                     if self.answers_after_sync() {

@@ -303,12 +303,26 @@ pub fn recover(
         let keep: Vec<&str> = owners.iter().map(String::as_str).collect();
         store::remove_owners_except(dir, &keep)?;
     }
+    let ms = started.elapsed().as_millis() as u64;
     log::info!(
+        engine = "durable",
+        dir:% = dir.display(),
+        messages,
+        webhooks,
+        ms,
+        records = stats.records,
+        bytes = stats.bytes,
+        segments = stats.segments,
+        expired = found.expired,
+        damaged = stats.skipped_regions,
+        torn = stats.torn_tails,
+        undecodable = found.undecodable,
+        relaid = rewrite;
         "data directory {}: recovered {messages} messages and {webhooks} webhook registrations \
          in {} ms ({} records, {} bytes read from {} segments; {} expired, {} damaged \
          regions skipped, {} torn tails cut, {} undecodable){}",
         dir.display(),
-        started.elapsed().as_millis(),
+        ms,
         stats.records,
         stats.bytes,
         stats.segments,

@@ -20,7 +20,7 @@ use crate::webhook::{OnGone, WebhookPool};
 pub fn build(setup: &Setup) -> Result<Built, BuildError> {
     let Some(dir) = setup.config.data_dir() else {
         let (engines, webhooks) = engines(setup, setup.seeds);
-        log::info!("no data directory: the relay's state lives in memory only");
+        log::info!(engine = "memory"; "no data directory: the relay's state lives in memory only");
         return Ok(Built {
             engines: engines.into_iter().map(boxed).collect(),
             webhooks,

@@ -79,7 +79,7 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
     health.add_check(Box::new(move || c.healthy()));
     let c = cluster.clone();
     let exporters: Vec<Exporter> = vec![Box::new(move |s: &mut String| c.render_metrics(s))];
-    log::info!(
+    log::info!(engine = "redis", shards = cluster.shards();
         "cluster mode: state on {} Redis server(s)",
         cluster.shards()
     );

@@ -537,7 +537,7 @@ impl Server {
     fn drain_until_over(&mut self, signals: &crossbeam_channel::Receiver<i32>) {
         let d = self.drain.begin(crate::clock::now_ms());
         if d.remaining_ms == 0 {
-            log::info!(signal = "SIGTERM", drain = "over"; "SIGTERM: shutting down");
+            log::info!(signal = "SIGTERM"; "SIGTERM: shutting down");
             return;
         }
         if d.began_now {

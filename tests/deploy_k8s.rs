@@ -502,6 +502,12 @@ fn relay_pods_probe_the_admin_port_and_drain_before_they_stop() {
                 assert_eq!(p["port"].as_u64(), Some(port), "{svc} port");
                 assert_eq!(port_number(c, &p["targetPort"]), port, "{svc} targetPort");
             }
+            // The admin port has no authentication: never a node port or a load balancer.
+            let admin_type = &service("walletrelay-admin")["spec"]["type"];
+            assert!(
+                admin_type.is_null() || *admin_type == "ClusterIP",
+                "{admin_type}"
+            );
             let notes = &service("walletrelay-admin")["metadata"]["annotations"];
             assert_eq!(notes["prometheus.io/scrape"], "true");
             assert_eq!(notes["prometheus.io/port"], admin.to_string());

@@ -46,8 +46,9 @@ const RELAY: &str = "walletrelay";
 /// Where the image has the binary (the Containerfile's ENTRYPOINT).
 const IMAGE_BINARY: &str = "/usr/local/bin/walletrelay";
 
-/// The image the overlays name (the Containerfile's tag).
-const IMAGE: &str = "localhost/walletrelay:0.2.0";
+/// The image the overlays name (the Containerfile's tag): this build's version, so a release
+/// that moves the version moves the manifests' tag and version label with it.
+const IMAGE: &str = concat!("localhost/walletrelay:", env!("CARGO_PKG_VERSION"));
 
 /// The data directory of the image (its VOLUME).
 const DATA_DIR: &str = "/var/lib/walletrelay";
@@ -428,7 +429,13 @@ fn relay_pods_probe_the_admin_port_and_drain_before_they_stop() {
         assert_eq!(relays.len(), 1, "{overlay}: one relay workload");
         for (w, c) in relays {
             let at = format!("{overlay}: {}", id(w));
-            assert_eq!(c["image"], IMAGE, "{at}: image");
+            assert_eq!(
+                c["image"], IMAGE,
+                "{at}: image (the overlays' `images:` newTag follows the release)"
+            );
+            let sa = of_kind(&r.objects, "ServiceAccount")[0];
+            let version = &sa["metadata"]["labels"]["app.kubernetes.io/version"];
+            assert_eq!(*version, env!("CARGO_PKG_VERSION"), "base's version label");
             assert_eq!(c["command"], serde_json::json!([IMAGE_BINARY]), "{at}");
             for (k, v) in [
                 ("listen", "0.0.0.0:8080"),

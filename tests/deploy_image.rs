@@ -18,17 +18,16 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::http::get;
 use common::node;
 use common::podman::{self, Container, Net, Volume};
 use common::raw_ws::{upgrade_request, RFC_KEY};
 use common::skip::skip;
 use common::tempdir::TempDir;
-use common::wait::{poll, wait_for, wait_until, WAIT};
-use common::http::get;
+use common::wait::{wait_for, wait_until, WAIT};
 use common::ws::Ws;
 use serde_json::json;
 
@@ -104,18 +103,11 @@ fn admin_status(c: &Container, path: &str) -> u16 {
 
 #[test]
 fn the_image_runs_as_uid_10001_is_healthy_and_serves_todays_sdk() {
-    let Some(image) = image("the_image_runs_as_uid_10001_is_healthy_and_serves_todays_sdk")
-    else {
+    let Some(image) = image("the_image_runs_as_uid_10001_is_healthy_and_serves_todays_sdk") else {
         return;
     };
     // What the image says of itself.
-    let config = podman::podman_ok(&[
-        "image",
-        "inspect",
-        "--format",
-        "{{json .Config}}",
-        &image,
-    ]);
+    let config = podman::podman_ok(&["image", "inspect", "--format", "{{json .Config}}", &image]);
     let config: serde_json::Value = serde_json::from_str(&config).expect("image config");
     assert_eq!(config["User"], "10001:10001", "{config}");
     assert!(config["Volumes"].get(DATA).is_some(), "{config}");
@@ -153,7 +145,9 @@ fn the_image_runs_as_uid_10001_is_healthy_and_serves_todays_sdk() {
         &image,
     ]);
     assert!(
-        health.contains(r#""CMD","/usr/local/bin/walletrelay","probe","http://127.0.0.1:9091/ready""#),
+        health.contains(
+            r#""CMD","/usr/local/bin/walletrelay","probe","http://127.0.0.1:9091/ready""#
+        ),
         "{health}"
     );
 
@@ -179,7 +173,10 @@ fn the_image_runs_as_uid_10001_is_healthy_and_serves_todays_sdk() {
             .status()
             .is_ok_and(|s| s.success())
     };
-    assert!(wait_until(WAIT, healthy), "podman healthcheck run: not healthy");
+    assert!(
+        wait_until(WAIT, healthy),
+        "podman healthcheck run: not healthy"
+    );
 
     node::ensure_node_modules("e2e-sdk", MARKER);
     let url = format!("ws://{}", c.server.addr);
@@ -243,8 +240,7 @@ fn an_acknowledged_message_survives_a_kill_9_of_the_container() {
 
 #[test]
 fn sigterm_to_the_container_drains_closes_with_1001_and_exits_0() {
-    let Some(image) = image("sigterm_to_the_container_drains_closes_with_1001_and_exits_0")
-    else {
+    let Some(image) = image("sigterm_to_the_container_drains_closes_with_1001_and_exits_0") else {
         return;
     };
     let volume = Volume::new("data");

@@ -252,7 +252,7 @@ fn sigterm_to_the_container_drains_closes_with_1001_and_exits_0() {
     b.subscribe(&t);
     a.publish(&t, "before the stop");
     assert_eq!(b.next_push().2, "before the stop");
-    assert_eq!(admin_status(&c, "/ready"), 200);
+    assert_eq!(admin_status(&c, "/ready"), 204);
     // podman sends the image's STOPSIGNAL, and SIGKILL only after 60 s (exit code 137).
     let mut stop = podman::podman(&["stop", "-t", "60", &c.name])
         .stdout(Stdio::null())
@@ -270,7 +270,10 @@ fn sigterm_to_the_container_drains_closes_with_1001_and_exits_0() {
     // The server's log is one JSON object per line (--log-format json); podman's own
     // complaints on the same stderr (no systemd here for the health check's timer) are not.
     let mut objects = 0;
-    for line in log.lines().filter(|l| !l.starts_with("time=") && !l.is_empty()) {
+    for line in log
+        .lines()
+        .filter(|l| !l.starts_with("time=") && !l.is_empty())
+    {
         let v: serde_json::Value = serde_json::from_str(line)
             .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
         assert!(v["level"].is_string(), "{line}");

@@ -33,7 +33,9 @@
 //!   signed push, read from its source), recording the pushes it accepts;
 //! - [`relay_id`]: the relay's own key (`GET /public-key`), its `did:key`, and the check of
 //!   a JWT it signed;
-//! - [`watch`]: watch registrations as a service makes them, `/public-key`, the gauge.
+//! - [`watch`]: watch registrations as a service makes them, `/public-key`, the gauge;
+//! - [`podman`]: the image `scripts/images` builds from `./Containerfile`, run as a
+//!   container (podman, removed on drop) on a named volume, seen as a [`Server`].
 //!
 //! It must not reach into the server's code: everything goes through the binary's sockets,
 //! flags and signals (or `/proc` for its memory). Two exceptions, each said in its module:
@@ -50,6 +52,7 @@ pub mod jwt;
 pub mod metrics;
 pub mod netns;
 pub mod node;
+pub mod podman;
 pub mod push_server;
 pub mod pyvenv;
 pub mod raw_ws;

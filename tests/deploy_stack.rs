@@ -20,8 +20,9 @@
 //!   when `deploy/prometheus/rules.yml` exists;
 //! - takes the stack down (`podman-compose down -v`, then its network), also when it fails.
 //!
-//! Needs root: podman, runc and podman-compose are installed with apt-get when missing (the
-//! test is skipped, said out loud, when that cannot be done), and Node.js with npm for the SDK.
+//! Needs root: podman, runc, podman-compose, aardvark-dns and debootstrap are installed with
+//! apt-get when missing (the test is skipped, said out loud, when that cannot be done), and
+//! Node.js with npm for the SDK.
 //! Containers run with runc and the limits this machine allows, through a `containers.conf` of
 //! the test's own (`CONTAINERS_CONF`). Every wait is bounded; no timing is asserted.
 
@@ -65,24 +66,59 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// podman, runc and podman-compose on `PATH`, installed with apt-get when missing; `Err` says
-/// why they are not (the test is then skipped).
+/// The Debian packages the test needs, each with how to tell it is installed: podman and runc,
+/// podman-compose, netavark's DNS (the services find each other by name), debootstrap (for
+/// `scripts/images base` on a machine without the base image).
+const PACKAGES: [(&str, Present); 5] = [
+    ("podman", Present::Tool("podman")),
+    ("runc", Present::Tool("runc")),
+    ("podman-compose", Present::Tool("podman-compose")),
+    (
+        "aardvark-dns",
+        Present::File("/usr/lib/podman/aardvark-dns"),
+    ),
+    ("debootstrap", Present::Tool("debootstrap")),
+];
+
+/// How to tell that a package is installed.
+enum Present {
+    /// This program answers `--version`.
+    Tool(&'static str),
+    /// This file exists.
+    File(&'static str),
+}
+
+impl Present {
+    fn holds(&self) -> bool {
+        match self {
+            Present::Tool(t) => have(t),
+            Present::File(f) => Path::new(f).exists(),
+        }
+    }
+}
+
+/// The [`PACKAGES`] not installed.
+fn missing_packages() -> Vec<&'static str> {
+    PACKAGES
+        .iter()
+        .filter(|(_, present)| !present.holds())
+        .map(|(p, _)| *p)
+        .collect()
+}
+
+/// [`PACKAGES`], installed with apt-get when missing; `Err` says why they are not (the test
+/// is then skipped).
 fn ensure_tools() -> Result<(), String> {
-    let missing: Vec<&str> = ["podman", "runc", "podman-compose"]
-        .into_iter()
-        .filter(|t| !have(t))
-        .collect();
+    let missing = missing_packages();
     if missing.is_empty() {
         return Ok(());
     }
+    let install: Vec<&str> = ["install", "-y"].into_iter().chain(missing).collect();
     // SAFETY: geteuid(2) has no preconditions and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
-        return Err(format!(
-            "{} missing and not root (apt-get install -y podman runc podman-compose)",
-            missing.join(", ")
-        ));
+        return Err(format!("not root, cannot apt-get {}", install.join(" ")));
     }
-    eprintln!("deploy_stack: apt-get install -y podman runc podman-compose");
+    eprintln!("deploy_stack: apt-get {}", install.join(" "));
     let apt = |args: &[&str]| {
         Command::new("apt-get")
             .args(args)
@@ -90,18 +126,13 @@ fn ensure_tools() -> Result<(), String> {
             .status()
             .is_ok_and(|s| s.success())
     };
-    let install = ["install", "-y", "podman", "runc", "podman-compose"];
     // A fresh machine may need the package lists first.
-    let installed = apt(&install) || (apt(&["update"]) && apt(&install));
-    if !installed {
-        return Err("apt-get install -y podman runc podman-compose failed".into());
+    if !(apt(&install) || (apt(&["update"]) && apt(&install))) {
+        return Err(format!("apt-get {} failed", install.join(" ")));
     }
-    match ["podman", "runc", "podman-compose"]
-        .into_iter()
-        .find(|t| !have(t))
-    {
-        Some(t) => Err(format!("{t} still missing after apt-get")),
-        None => Ok(()),
+    match missing_packages().as_slice() {
+        [] => Ok(()),
+        left => Err(format!("still missing after apt-get: {}", left.join(", "))),
     }
 }
 

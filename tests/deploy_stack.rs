@@ -16,8 +16,9 @@
 //!   holds the most of the SDK's sockets (read from each relay's `walletrelay_connections_open`
 //!   on its admin port), and the SDK's cut clients reconnect through HAProxy to the other relay
 //!   and a second request gets its answer;
-//! - sees Prometheus mark the killed relay down and the other up, and loads the alert rules
-//!   when `deploy/prometheus/rules.yml` exists;
+//! - sees Prometheus mark the killed relay down and the other up (and Prometheus load the
+//!   alert rules when `deploy/prometheus/rules.yml` exists); the killed relay, started again,
+//!   is checked up by HAProxy again;
 //! - takes the stack down (`podman-compose down -v`, then its network), also when it fails.
 //!
 //! Needs root: podman, runc, podman-compose, aardvark-dns and debootstrap are installed with
@@ -356,6 +357,17 @@ impl Stack {
         )
     }
 
+    /// Waits (bounded) until HAProxy's checks have both relays `UP`; whether they came.
+    fn wait_both_up(&self) -> bool {
+        let both_up =
+            |s: &[(String, String)]| s.len() == 2 && s.iter().all(|(_, status)| status == "UP");
+        let every = Duration::from_millis(500);
+        poll_every(every, STACK_WAIT, || {
+            self.haproxy_servers().filter(|s| both_up(s))
+        })
+        .is_some()
+    }
+
     /// A Prometheus instant query's result vector.
     fn prometheus_query(&self, query: &str) -> Option<Vec<Value>> {
         let body = http_get(&format!(
@@ -484,12 +496,8 @@ fn sdk_session_goes_on_through_haproxy_when_one_relay_of_the_compose_stack_is_ki
     let stack = Stack::up();
 
     // Both relays up behind HAProxy (its checks on each relay's admin /ready).
-    let servers = poll_every(Duration::from_millis(500), STACK_WAIT, || {
-        let s = stack.haproxy_servers()?;
-        (s.len() == 2 && s.iter().all(|(_, st)| st == "UP")).then_some(s)
-    });
     assert!(
-        servers.is_some(),
+        stack.wait_both_up(),
         "HAProxy never saw both relays UP: {:?}\n{}",
         stack.haproxy_servers(),
         stack.logs()
@@ -585,6 +593,18 @@ fn sdk_session_goes_on_through_haproxy_when_one_relay_of_the_compose_stack_is_ki
         seen.is_some(),
         "Prometheus never showed {victim} down and {survivor} up: up = {:?}",
         stack.prometheus_up()
+    );
+
+    // The killed relay started again rejoins: HAProxy finds it (through the network's DNS,
+    // at whatever address it got) and checks it up.
+    run(
+        stack.podman().args(["start", &stack.container(victim)]),
+        &format!("podman start {victim}"),
+    );
+    assert!(
+        stack.wait_both_up(),
+        "HAProxy never saw {victim} UP again after its restart: {:?}",
+        stack.haproxy_servers()
     );
 
     let mut stack = stack;

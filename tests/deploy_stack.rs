@@ -7,15 +7,17 @@
 //!   registry is reachable here);
 //! - starts the file under a project name of its own, with an override that only names the
 //!   walletrelay image and the host ports (free loopback ports, through the file's
-//!   `*_PUBLISH` variables); the stack's own network, DNS, volumes and health checks are the
-//!   file's;
-//! - waits until HAProxy reports both relays up (its checks on `/ready`), the compose health
-//!   checks (`walletrelay probe`) pass and Prometheus has scraped both relays;
+//!   `*_PUBLISH` variables); the stack's network, DNS, volumes and health checks are the
+//!   file's (the relays': the image's);
+//! - waits until HAProxy reports both relays up (its checks on `/ready`), the services' health
+//!   checks (`walletrelay probe`, `redis-cli ping`) pass and Prometheus has scraped both relays;
 //! - runs today's SDK (sign-client 2.25.0, `tests/e2e-sdk/sdk.mjs` SCENARIO=failover) through
-//!   HAProxy's port: pairing and a request; then kills (`podman kill`, SIGKILL) the relay that
-//!   holds the most of the SDK's sockets (read from each relay's `walletrelay_connections_open`
-//!   on its admin port), and the SDK's cut clients reconnect through HAProxy to the other relay
-//!   and a second request gets its answer;
+//!   HAProxy's port: pairing and a request; then, reading which relay holds the most of the
+//!   SDK's sockets from each relay's `walletrelay_connections_open` on its admin port, it
+//!   `podman stop`s that relay (SIGTERM: the drain, its clients closed with 1001, exit 0), and
+//!   later, with it started again, `podman kill`s (SIGKILL) the one holding the sockets then;
+//!   each time the SDK's cut clients reconnect through HAProxy to the other relay and one more
+//!   request gets its answer;
 //! - sees Prometheus mark the killed relay down and the other up (and Prometheus load the
 //!   alert rules when `deploy/prometheus/rules.yml` exists); the killed relay, started again,
 //!   is checked up by HAProxy again;
@@ -368,6 +370,20 @@ impl Stack {
         .is_some()
     }
 
+    /// Starts `relay`'s stopped container again and waits until HAProxy finds it (through the
+    /// network's DNS, at whatever address it got) and checks it up.
+    fn restart(&self, relay: &str) {
+        run(
+            self.podman().args(["start", &self.container(relay)]),
+            &format!("podman start {relay}"),
+        );
+        assert!(
+            self.wait_both_up(),
+            "HAProxy never saw {relay} UP again after its restart: {:?}",
+            self.haproxy_servers()
+        );
+    }
+
     /// A Prometheus instant query's result vector.
     fn prometheus_query(&self, query: &str) -> Option<Vec<Value>> {
         let body = http_get(&format!(
@@ -393,6 +409,22 @@ impl Stack {
             .collect();
         up.sort_by(|a, b| a.0.cmp(&b.0));
         up
+    }
+
+    /// The relay holding the most of the SDK's sockets (its `walletrelay_connections_open`);
+    /// fails the test when neither holds one.
+    fn busiest(&self) -> &'static str {
+        let open: Vec<(&'static str, f64)> = ["relay-1", "relay-2"]
+            .into_iter()
+            .map(|s| (s, self.connections_open(s)))
+            .collect();
+        eprintln!("deploy_stack: the SDK's sockets per relay: {open:?}");
+        let (busiest, n) =
+            open.iter()
+                .copied()
+                .fold(("relay-1", -1.0), |a, b| if b.1 > a.1 { b } else { a });
+        assert!(n >= 1.0, "no relay holds an SDK socket: {open:?}");
+        busiest
     }
 
     /// The sum of `walletrelay_connections_open` on `service`'s admin address.
@@ -486,7 +518,7 @@ fn encode(s: &str) -> String {
 }
 
 #[test]
-fn sdk_session_goes_on_through_haproxy_when_one_relay_of_the_compose_stack_is_killed() {
+fn sdk_session_goes_on_through_haproxy_when_a_relay_of_the_compose_stack_is_stopped_or_killed() {
     const TEST: &str = "deploy_stack";
     if let Err(why) = ensure_tools() {
         skip(TEST, &why);
@@ -537,39 +569,59 @@ fn sdk_session_goes_on_through_haproxy_when_one_relay_of_the_compose_stack_is_ki
         );
     }
 
-    // The SDK through HAProxy; at READY_FOR_KILL the relay with most of its sockets is killed.
+    // The SDK through HAProxy. Round 1: the relay holding most of its sockets is stopped
+    // (SIGTERM: the drain, then its clients closed with 1001); round 2: that relay is started
+    // again and the one holding the sockets now is killed (SIGKILL).
     let url = format!("ws://127.0.0.1:{}", stack.relay_port);
-    let mut killed: Option<&str> = None;
+    let (mut stopped, mut killed): (Option<&str>, Option<&str>) = (None, None);
     node::run_script_interactive(
         "e2e-sdk",
         "sdk.mjs",
-        &[("SCENARIO", "failover"), ("RELAY_URL", url.as_str())],
+        &[
+            ("SCENARIO", "failover"),
+            ("FAILOVER_ROUNDS", "2"),
+            ("RELAY_URL", url.as_str()),
+        ],
         SCRIPT_DEADLINE,
         &format!(
             "SCENARIO=failover through HAProxy at {url}, image {}",
             stack.image
         ),
-        |line| {
-            if line.trim() != "READY_FOR_KILL" || killed.is_some() {
-                return None;
+        |line| match line.trim() {
+            "READY_FOR_KILL 1" if stopped.is_none() => {
+                let victim = stack.busiest();
+                let id = stack.container(victim);
+                run(
+                    stack.podman().args(["stop", "-t", "30", &id]),
+                    &format!("podman stop {victim}"),
+                );
+                let code = run(
+                    stack
+                        .podman()
+                        .args(["inspect", "--format", "{{.State.ExitCode}}", &id]),
+                    "podman inspect",
+                );
+                assert_eq!(
+                    String::from_utf8_lossy(&code.stdout).trim(),
+                    "0",
+                    "{victim} did not exit 0 after SIGTERM (the drain)"
+                );
+                eprintln!("deploy_stack: {victim} stopped (SIGTERM, drained, exit 0)");
+                stopped = Some(victim);
+                Some("KILLED 1".to_string())
             }
-            let open: Vec<(&str, f64)> = ["relay-1", "relay-2"]
-                .into_iter()
-                .map(|s| (s, stack.connections_open(s)))
-                .collect();
-            eprintln!("deploy_stack: the SDK's sockets per relay: {open:?}");
-            let (victim, n) =
-                open.iter()
-                    .copied()
-                    .fold(("relay-1", -1.0), |a, b| if b.1 > a.1 { b } else { a });
-            assert!(n >= 1.0, "no relay holds an SDK socket: {open:?}");
-            run(
-                stack.podman().args(["kill", &stack.container(victim)]),
-                &format!("podman kill {victim}"),
-            );
-            eprintln!("deploy_stack: {victim} killed (SIGKILL)");
-            killed = Some(victim);
-            Some("KILLED".to_string())
+            "READY_FOR_KILL 2" if killed.is_none() => {
+                stack.restart(stopped.expect("round 1 came first"));
+                let victim = stack.busiest();
+                run(
+                    stack.podman().args(["kill", &stack.container(victim)]),
+                    &format!("podman kill {victim}"),
+                );
+                eprintln!("deploy_stack: {victim} killed (SIGKILL)");
+                killed = Some(victim);
+                Some("KILLED 2".to_string())
+            }
+            _ => None,
         },
     );
     let victim = killed.expect("the script never asked for the kill");
@@ -595,17 +647,8 @@ fn sdk_session_goes_on_through_haproxy_when_one_relay_of_the_compose_stack_is_ki
         stack.prometheus_up()
     );
 
-    // The killed relay started again rejoins: HAProxy finds it (through the network's DNS,
-    // at whatever address it got) and checks it up.
-    run(
-        stack.podman().args(["start", &stack.container(victim)]),
-        &format!("podman start {victim}"),
-    );
-    assert!(
-        stack.wait_both_up(),
-        "HAProxy never saw {victim} UP again after its restart: {:?}",
-        stack.haproxy_servers()
-    );
+    // The killed relay started again rejoins.
+    stack.restart(victim);
 
     let mut stack = stack;
     let left = stack.down_quietly();

@@ -536,40 +536,44 @@ async function scenarioRestart(dapp, wallet) {
 
 /**
  * Both clients on one URL (a load balancer in front of several relays): session and a
- * request; `READY_FOR_KILL` on stdout, then the test kills the relay (or relays) holding the
- * clients' sockets and writes `KILLED`; every client whose socket was cut must reconnect (a
- * `relayer_connect` after its `relayer_disconnect`), and a second request gets its answer.
+ * request, then `FAILOVER_ROUNDS` (default 1) rounds of: `READY_FOR_KILL <round>` on stdout,
+ * the test stops or kills the relay (or relays) holding the clients' sockets and writes
+ * `KILLED <round>`; every client whose socket was cut must reconnect (a `relayer_connect`
+ * after its `relayer_disconnect`), and a further request gets its answer.
  */
 async function scenarioFailover(dapp, wallet) {
   const topic = await makeSession(dapp, wallet);
   await roundTrip(dapp, wallet, topic, 1);
-  begin("a relay is killed under the session");
-  const from = Date.now();
-  console.log("READY_FOR_KILL");
-  await readLine("KILLED", 120000);
-  log("test", "the relay was killed");
-  begin("the cut clients reconnect through the load balancer");
-  const cut = () =>
-    [dapp, wallet].filter((c) =>
-      c.transport.some((t) => t.at >= from && t.ev === "relayer_disconnect"),
-    );
-  const back = (c) => {
-    const down = c.transport.findLast((t) => t.at >= from && t.ev === "relayer_disconnect");
-    return c.transport.some((t) => t.ev === "relayer_connect" && t.at >= down.at);
-  };
-  const end = Date.now() + 30000;
-  while (cut().length === 0) {
-    if (Date.now() > end) throw new Error("no client saw its socket closed after the kill");
-    await sleep(50);
-  }
-  while (!cut().every(back)) {
-    if (Date.now() > end) {
-      throw new Error(`not reconnected within 30 s: ${cut().filter((c) => !back(c)).map((c) => c.role)}`);
+  const rounds = Number(process.env.FAILOVER_ROUNDS || 1);
+  for (let round = 1; round <= rounds; round++) {
+    begin(`round ${round}: a relay is stopped or killed under the session`);
+    const from = Date.now();
+    console.log(`READY_FOR_KILL ${round}`);
+    await readLine(`KILLED ${round}`, 120000);
+    log("test", "the relay is gone");
+    begin(`round ${round}: the cut clients reconnect through the load balancer`);
+    const cut = () =>
+      [dapp, wallet].filter((c) =>
+        c.transport.some((t) => t.at >= from && t.ev === "relayer_disconnect"),
+      );
+    const back = (c) => {
+      const down = c.transport.findLast((t) => t.at >= from && t.ev === "relayer_disconnect");
+      return c.transport.some((t) => t.ev === "relayer_connect" && t.at >= down.at);
+    };
+    const end = Date.now() + 30000;
+    while (cut().length === 0) {
+      if (Date.now() > end) throw new Error("no client saw its socket closed");
+      await sleep(50);
     }
-    await sleep(50);
+    while (!cut().every(back)) {
+      if (Date.now() > end) {
+        throw new Error(`not reconnected within 30 s: ${cut().filter((c) => !back(c)).map((c) => c.role)}`);
+      }
+      await sleep(50);
+    }
+    log("test", `round ${round}: reconnected: ${cut().map((c) => c.role).join(", ")}`);
+    await roundTrip(dapp, wallet, topic, round + 1);
   }
-  log("test", `reconnected after the kill: ${cut().map((c) => c.role).join(", ")}`);
-  await roundTrip(dapp, wallet, topic, 2);
 }
 
 async function scenarioCluster(dapp, wallet) {

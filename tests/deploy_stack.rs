@@ -14,7 +14,9 @@
 //! - runs today's SDK (sign-client 2.25.0, `tests/e2e-sdk/sdk.mjs` SCENARIO=failover) through
 //!   HAProxy's port: pairing and a request; then, reading which relay holds the most of the
 //!   SDK's sockets from each relay's `walletrelay_connections_open` on its admin port, it
-//!   `podman stop`s that relay (SIGTERM: the drain, its clients closed with 1001, exit 0), and
+//!   drains that relay (`walletrelay drain` in its container: HAProxy marks it down while it
+//!   still serves the SDK's socket, a new connection goes to the other relay), `podman stop`s
+//!   it (SIGTERM: its clients closed with 1001, exit 0), and
 //!   later, with it started again, `podman kill`s (SIGKILL) the one holding the sockets then;
 //!   each time the SDK's cut clients reconnect through HAProxy to the other relay and one more
 //!   request gets its answer;
@@ -370,6 +372,69 @@ impl Stack {
         .is_some()
     }
 
+    /// The drain of a deploy, without a timing: `walletrelay drain` (`POST /drain`, what a
+    /// `preStop` hook runs) in `relay`'s container; HAProxy then marks it down while it still
+    /// serves the SDK's sockets, and a new connection through HAProxy goes to the other relay.
+    fn drain(&self, relay: &str) {
+        let other = if relay == "relay-1" {
+            "relay-2"
+        } else {
+            "relay-1"
+        };
+        let held = self.connections_open(relay);
+        run(
+            self.podman().args([
+                "exec",
+                &self.container(relay),
+                "/usr/local/bin/walletrelay",
+                "drain",
+                "127.0.0.1:9091",
+            ]),
+            &format!("walletrelay drain in {relay}"),
+        );
+        let down = poll_every(Duration::from_millis(500), STACK_WAIT, || {
+            let servers = self.haproxy_servers()?;
+            servers
+                .iter()
+                .any(|(s, st)| s == relay && st == "DOWN")
+                .then_some(servers)
+        });
+        assert!(
+            down.is_some(),
+            "HAProxy never marked the draining {relay} down: {:?}",
+            self.haproxy_servers()
+        );
+        assert_eq!(
+            self.connections_open(relay),
+            held,
+            "the draining {relay} no longer serves the SDK's sockets"
+        );
+        let before = self.connections_open(other);
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.relay_port))
+            .expect("connect through HAProxy");
+        conn.set_read_timeout(Some(common::READ_TIMEOUT)).unwrap();
+        std::io::Write::write_all(&mut conn, common::http::get("/health").as_bytes()).unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while common::http::head_end(&head).is_none() {
+            let n = std::io::Read::read(&mut conn, &mut buf).expect("read through HAProxy");
+            assert!(
+                n > 0,
+                "HAProxy closed a new connection while {relay} drained"
+            );
+            head.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(
+            self.connections_open(other),
+            before + 1.0,
+            "a new connection through HAProxy did not go to {other} while {relay} drained"
+        );
+        eprintln!(
+            "deploy_stack: {relay} draining: HAProxy marked it down, it still holds {held} \
+             socket(s), a new connection went to {other}"
+        );
+    }
+
     /// Starts `relay`'s stopped container again and waits until HAProxy finds it (through the
     /// network's DNS, at whatever address it got) and checks it up.
     fn restart(&self, relay: &str) {
@@ -590,6 +655,7 @@ fn sdk_session_goes_on_through_haproxy_when_a_relay_of_the_compose_stack_is_stop
         |line| match line.trim() {
             "READY_FOR_KILL 1" if stopped.is_none() => {
                 let victim = stack.busiest();
+                stack.drain(victim);
                 let id = stack.container(victim);
                 run(
                     stack.podman().args(["stop", "-t", "30", &id]),

@@ -7,7 +7,7 @@
 //   SCENARIO=session RELAY_URL=ws://127.0.0.1:PORT node sdk.mjs
 //
 // Scenarios (SCENARIO, default "session": session, offline, restart, cluster, idle,
-// unsubscribe), the environment (RELAY_URL, PROJECT_ID, E2E_TIMEOUT_MS, WC_LOG_LEVEL,
+// unsubscribe, failover), the environment (RELAY_URL, PROJECT_ID, E2E_TIMEOUT_MS, WC_LOG_LEVEL,
 // WIRE_LOG, IDLE_SECONDS) and what every scenario checks besides (nothing fetched outside
 // loopback, unhandled rejections counted): README.md.
 //
@@ -106,11 +106,11 @@ const { fetched, unhandled } = offline(log);
 const require = createRequire(import.meta.url);
 const { wireTrouble, tagged } = watchWire({ log, wireLog: WIRE_LOG, t0: T0 });
 
-// stdin, for SCENARIO=restart: lines are kept from the start so that none is missed.
+// stdin, for SCENARIO=restart and failover: lines are kept from the start so that none is missed.
 const stdinLines = [];
 const stdinWaiters = [];
 let stdinClosed = false;
-if (SCENARIO === "restart") {
+if (SCENARIO === "restart" || SCENARIO === "failover") {
   const rl = readline.createInterface({ input: process.stdin });
   const wake = () => stdinWaiters.splice(0).forEach((w) => w());
   rl.on("line", (line) => {
@@ -386,7 +386,7 @@ async function offlineRequest(dapp, wallet, topic, whileOffline) {
   log("dapp", "got the result of the request made while the wallet was offline");
 }
 
-/** Resolves when a line `expected` came on stdin (read only in SCENARIO=restart). */
+/** Resolves when a line `expected` came on stdin (read only in SCENARIO=restart, failover). */
 function readLine(expected, ms) {
   const p = new Promise((resolve, reject) => {
     const check = () => {
@@ -534,6 +534,48 @@ async function scenarioRestart(dapp, wallet) {
   });
 }
 
+/**
+ * Both clients on one URL (a load balancer in front of several relays): session and a
+ * request, then `FAILOVER_ROUNDS` (default 1) rounds of: `READY_FOR_KILL <round>` on stdout,
+ * the test stops or kills the relay (or relays) holding the clients' sockets and writes
+ * `KILLED <round>`; every client whose socket was cut must reconnect (a `relayer_connect`
+ * after its `relayer_disconnect`), and a further request gets its answer.
+ */
+async function scenarioFailover(dapp, wallet) {
+  const topic = await makeSession(dapp, wallet);
+  await roundTrip(dapp, wallet, topic, 1);
+  const rounds = Number(process.env.FAILOVER_ROUNDS || 1);
+  for (let round = 1; round <= rounds; round++) {
+    begin(`round ${round}: a relay is stopped or killed under the session`);
+    const from = Date.now();
+    console.log(`READY_FOR_KILL ${round}`);
+    await readLine(`KILLED ${round}`, 120000);
+    log("test", "the relay is gone");
+    begin(`round ${round}: the cut clients reconnect through the load balancer`);
+    const cut = () =>
+      [dapp, wallet].filter((c) =>
+        c.transport.some((t) => t.at >= from && t.ev === "relayer_disconnect"),
+      );
+    const back = (c) => {
+      const down = c.transport.findLast((t) => t.at >= from && t.ev === "relayer_disconnect");
+      return c.transport.some((t) => t.ev === "relayer_connect" && t.at >= down.at);
+    };
+    const end = Date.now() + 30000;
+    while (cut().length === 0) {
+      if (Date.now() > end) throw new Error("no client saw its socket closed");
+      await sleep(50);
+    }
+    while (!cut().every(back)) {
+      if (Date.now() > end) {
+        throw new Error(`not reconnected within 30 s: ${cut().filter((c) => !back(c)).map((c) => c.role)}`);
+      }
+      await sleep(50);
+    }
+    log("test", `round ${round}: reconnected: ${cut().map((c) => c.role).join(", ")}`);
+    await roundTrip(dapp, wallet, topic, round + 1);
+  }
+}
+
 async function scenarioCluster(dapp, wallet) {
   const topic = await makeSession(dapp, wallet);
   await roundTrip(dapp, wallet, topic, 1);
@@ -559,6 +601,7 @@ const SCENARIOS = {
   cluster: scenarioCluster,
   idle: scenarioIdle,
   unsubscribe: scenarioUnsubscribe,
+  failover: scenarioFailover,
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@
 //!
 //! Lock-free and bounded: one atomic word per slot (32 bits of the key, 32 of the stamp). A
 //! slot taken by a later publish before its message came back, or a message published by
-//! another node, just gets no stamp: no sample, never a wrong one (but for a 32-bit key
+//! another node (looked for all the same: the cluster's node id is not the relay's
+//! `Origin::node`), just gets no stamp: no sample, never a wrong one (but for a 32-bit key
 //! collision).
 //!
 //! Owns the table only; what a stamp is belongs to `metrics::latency`.
@@ -43,7 +44,7 @@ impl std::fmt::Debug for Arrivals {
 impl Arrivals {
     /// The slot and key of a message.
     fn place(&self, origin: Origin, body: &[u8]) -> (usize, u64) {
-        let h = self.hasher.hash_one((origin.conn, body));
+        let h = self.hasher.hash_one((origin.node, origin.conn, body));
         ((h as usize) % SLOTS, h >> 32)
     }
 

@@ -357,11 +357,8 @@ fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
     } else {
         let stored = Body::from_stored(ArcBuf::copy_from_slice(&m.data));
         // Published on this node: its arrival stamp, kept while it went through Redis.
-        let mine = m.origin.node == sh.ctx.node;
-        let Some(body) = stored.map(|b| match mine {
-            true => b.arrived_at(sh.ctx.arrivals.take(m.origin, &m.data)),
-            false => b,
-        }) else {
+        let Some(body) = stored.map(|b| b.arrived_at(sh.ctx.arrivals.take(m.origin, &m.data)))
+        else {
             log::warn!(shard = sh.ctx.idx, addr:% = sh.ctx.addr;
                 "redis shard {}: a message on a channel is not a stored message body",
                 sh.ctx.addr

@@ -7,9 +7,9 @@
 //! `expr` (with the dashboard's variables put in as Grafana would: `$job`, `$instance` = All,
 //! `$__rate_interval`) is run through `/api/v1/query` and must return at least one series; the
 //! template variables' own queries must list the job and both instances; every recording rule
-//! must evaluate to a series, and every rule must report `health: ok`. No real Grafana runs
-//! here: what Grafana would ask Prometheus is asked directly. Nothing is timed beyond bounded
-//! waits.
+//! must evaluate to a series (the quantiles of the three histograms to a number), every rule
+//! must report `health: ok`, and no alert may fire. No real Grafana runs here: what Grafana
+//! would ask Prometheus is asked directly. Nothing is timed beyond bounded waits.
 //!
 //! Needs `prometheus` and `redis-server` (installed with apt-get when missing and running as
 //! root; otherwise skipped, see `common::skip`), and builds `loadtest` if needed.
@@ -371,8 +371,10 @@ fn every_dashboard_panel_and_recording_rule_returns_series_from_a_real_prometheu
             .max(Duration::from_secs(1));
         // The p50s and p99s of what a user feels must be numbers too (not NaN: samples in
         // the window), for some engine.
-        let felt =
-            expr.contains("histogram_quantile") && HISTOGRAMS.iter().any(|h| expr.contains(h));
+        let quantile = ["histogram_quantile", ":p50_", ":p99_"]
+            .iter()
+            .any(|q| expr.contains(q));
+        let felt = quantile && HISTOGRAMS.iter().any(|h| expr.contains(h));
         let found = poll_every(Duration::from_millis(500), left, || {
             let r = prom.query(&expr);
             let finite = r.iter().any(|s| {
@@ -403,4 +405,17 @@ fn every_dashboard_panel_and_recording_rule_returns_series_from_a_real_prometheu
     for r in &all {
         assert_eq!(r["health"], "ok", "rule {} : {}", r["name"], r["lastError"]);
     }
+    // And no alert fires on two healthy relays (pending ones are only listed).
+    let alerts = prom.api("/api/v1/alerts")["alerts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for a in &alerts {
+        eprintln!("alert {}: {}", a["labels"]["alertname"], a["state"]);
+    }
+    let firing: Vec<&Value> = alerts.iter().filter(|a| a["state"] == "firing").collect();
+    assert!(
+        firing.is_empty(),
+        "alerts firing on healthy relays: {firing:?}"
+    );
 }

@@ -259,6 +259,24 @@ fn check_shape(dash: &Value) {
             "no row {want}: {rows:?}"
         );
     }
+    // On Grafana's 24-column grid, no two panels overlap.
+    let cells = |p: &Value| {
+        let g = &p["gridPos"];
+        let n = |k: &str| {
+            g[k].as_u64()
+                .unwrap_or_else(|| panic!("{}: gridPos.{k}", p["title"]))
+        };
+        (n("x"), n("y"), n("w"), n("h"))
+    };
+    for (i, a) in panels.iter().enumerate() {
+        let (ax, ay, aw, ah) = cells(a);
+        assert!(ax + aw <= 24, "{} is wider than the grid", a["title"]);
+        for b in &panels[i + 1..] {
+            let (bx, by, bw, bh) = cells(b);
+            let apart = ax + aw <= bx || bx + bw <= ax || ay + ah <= by || by + bh <= ay;
+            assert!(apart, "{} and {} overlap", a["title"], b["title"]);
+        }
+    }
     for p in panels.iter().filter(|p| p["type"] != "row") {
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
         for t in p["targets"].as_array().into_iter().flatten() {

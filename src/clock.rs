@@ -1,7 +1,7 @@
 //! The server's monotonic clock in milliseconds since start: the one time base for cache
 //! expiry, deadlines and the heartbeat, so that all of them compare plain integers; the
-//! wall clock for dates; and a per-thread coarse reading of both ([`coarse`]) for the
-//! publish path.
+//! wall clock for dates; a per-thread coarse reading of both ([`coarse`]) for the publish
+//! path; and the microsecond stamps of the latency histograms ([`stamp`]).
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -81,6 +81,13 @@ pub fn coarse() -> (u64, u64) {
         c.set(r);
         (r.mono, r.unix)
     })
+}
+
+/// `at` as a latency stamp (`metrics::Stamp`): microseconds since start, modulo 2^32, never
+/// 0 (which means "not stamped").
+#[inline]
+pub fn stamp(at: Instant) -> u32 {
+    (at.saturating_duration_since(start()).as_micros() as u32).max(1)
 }
 
 #[cfg(test)]

@@ -221,13 +221,25 @@ mod next_buf {
 pub use next_buf::recycle;
 
 /// A message's content, encoded once (see the module documentation).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Body {
     /// The `irn` object, closed.
     json: ArcBuf,
     /// Bytes of `json` before [`TAIL_START`]: the beta object without its closing `}`.
     beta_len: u32,
+    /// When its publish arrived on this server (`clock::stamp`; 0: read back from a store),
+    /// for the latency histograms (`metrics::latency`). Not part of the content: equality
+    /// ignores it. It fills what was padding: a body is no larger for it.
+    arrived: u32,
 }
+
+impl PartialEq for Body {
+    fn eq(&self, other: &Body) -> bool {
+        self.json == other.json && self.beta_len == other.beta_len
+    }
+}
+
+impl Eq for Body {}
 
 impl Body {
     /// Encodes a publish's content, in place, into the buffer that holds it from then on.
@@ -246,7 +258,11 @@ impl Body {
         });
         next_buf::prepare(need);
         match built {
-            Some(json) => Body { json, beta_len },
+            Some(json) => Body {
+                json,
+                beta_len,
+                arrived: 0,
+            },
             // Escapes made it longer than `need`: written again where it may grow.
             None => {
                 let mut v = Vec::with_capacity(need * 2);
@@ -254,6 +270,7 @@ impl Body {
                 Body {
                     json: ArcBuf::from(v),
                     beta_len,
+                    arrived: 0,
                 }
             }
         }
@@ -292,7 +309,11 @@ impl Body {
         if json.last() != Some(&b'}') {
             return None;
         }
-        Some(Body { json, beta_len })
+        Some(Body {
+            json,
+            beta_len,
+            arrived: 0,
+        })
     }
 
     /// A body stored by a build before `irn` (`{"topic":T,"message":M}`), given the
@@ -306,13 +327,31 @@ impl Body {
         Some(Body {
             json: ArcBuf::from(v),
             beta_len,
+            arrived: 0,
         })
     }
 
     /// A body from its two parts as [`Body::beta_len`] and [`Body::irn`] gave them (a cache
     /// keeps them apart); `None` when `beta_len` does not fit in `json`.
     pub fn from_parts(json: ArcBuf, beta_len: u32) -> Option<Body> {
-        (beta_len > 0 && (beta_len as usize) < json.len()).then_some(Body { json, beta_len })
+        (beta_len > 0 && (beta_len as usize) < json.len()).then_some(Body {
+            json,
+            beta_len,
+            arrived: 0,
+        })
+    }
+
+    /// The body stamped with its publish's arrival (`clock::stamp`).
+    #[inline]
+    pub fn arrived_at(mut self, at: u32) -> Body {
+        self.arrived = at;
+        self
+    }
+
+    /// When its publish arrived (`clock::stamp`), 0 when not known.
+    #[inline]
+    pub fn arrived(&self) -> u32 {
+        self.arrived
     }
 
     /// See [`Body::beta`].
@@ -401,6 +440,7 @@ impl Body {
         Body {
             json: ArcBuf::copy_from_slice(&self.json),
             beta_len: self.beta_len,
+            arrived: self.arrived,
         }
     }
 }

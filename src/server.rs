@@ -320,7 +320,7 @@ impl Server {
             None => None,
         };
         let drain = Arc::new(Drain::new(config.admin.drain()));
-        let metrics = Metrics::new(n);
+        let metrics = Metrics::of_engine(n, engines::label(&config));
 
         let (polls, bells) = polls_and_bells(n)?;
         let (controls, inboxes): (Vec<_>, Vec<_>) = bells

@@ -21,11 +21,12 @@
 
 mod common;
 
+use common::apt::tool;
 use common::tls::TlsSetup;
 use common::{node, skip, Server, TempDir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Upper bound for one run of the driver (it has its own timeout of 60 s).
@@ -33,55 +34,6 @@ const DEADLINE: Duration = Duration::from_secs(90);
 
 /// The example, relative to `tests/` (how `node::ensure_node_modules` names directories).
 const EXAMPLE: &str = "../examples/dapp";
-
-/// The directory of an executable called `name` on `PATH`, if any.
-fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// `bin` on `PATH`, or installed from Debian's package `package` (apt-get, only as root);
-/// `Err` says why not. One install at a time (apt holds a lock).
-fn tool(bin: &str, package: &str) -> Result<PathBuf, String> {
-    static APT: Mutex<()> = Mutex::new(());
-    let _apt = APT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = on_path(bin) {
-        return Ok(p);
-    }
-    // SAFETY: geteuid(2) takes nothing and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || on_path("apt-get").is_none() {
-        return Err(format!(
-            "`{bin}` is not installed and cannot be installed here (needs root and apt-get: \
-             apt-get install {package})"
-        ));
-    }
-    eprintln!("browser: `{bin}` not found; running apt-get install -y {package}");
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .map_err(|e| format!("could not run apt-get: {e}"))
-            .and_then(|o| {
-                if o.status.success() {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "apt-get {} failed ({}): {}",
-                        args.join(" "),
-                        o.status,
-                        String::from_utf8_lossy(&o.stderr)
-                    ))
-                }
-            })
-    };
-    apt(&["update", "-qq"])?;
-    apt(&["install", "-y", "-qq", package])?;
-    on_path(bin).ok_or_else(|| format!("apt-get installed {package} but `{bin}` is not on PATH"))
-}
 
 /// Chromium, looked for (and installed) once per test binary.
 fn chromium() -> Result<PathBuf, String> {

@@ -151,6 +151,9 @@ pub(crate) struct ShardCtx {
     /// A Redis Cluster shard's slot map, as its command thread last read it (for its
     /// subscriber, `sharded`); unused on other shards.
     pub map: Arc<super::slots::MapCell>,
+    /// This node's publishes' arrival stamps, noted as they are sent, taken back as their
+    /// live messages come (`arrivals`).
+    pub arrivals: Arc<super::arrivals::Arrivals>,
 }
 
 impl ShardCtx {

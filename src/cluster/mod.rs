@@ -33,6 +33,7 @@
 
 pub mod addr;
 mod alive;
+mod arrivals;
 pub mod clients;
 mod command;
 mod handle;
@@ -161,6 +162,7 @@ impl Cluster {
         let node = node_id();
         let per_shard = cfg.max_webhooks.div_ceil(addrs.len()) as u64;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let arrivals = Arc::new(arrivals::Arrivals::default());
         let mut conns = Vec::new();
         for (i, addr) in addrs.iter().enumerate() {
             let ctx = command::ShardCtx {
@@ -176,6 +178,7 @@ impl Cluster {
                 commands_back: crossbeam_channel::bounded(1),
                 tls: tls.clone(),
                 map: Arc::default(),
+                arrivals: Arc::clone(&arrivals),
             };
             let started = match addr.kind {
                 addr::Kind::Cluster => multi::check(&ctx).map(Started::Cluster),

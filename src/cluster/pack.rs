@@ -74,6 +74,8 @@ pub(crate) fn pack_batch<'c>(
     };
     for c in batch {
         if let Command::Publish { req, .. } = c {
+            let body = &req.body;
+            ctx.arrivals.note(req.origin, body.irn(), body.arrived());
             if keys.tagged {
                 let slot = topic_slot(req.topic.as_bytes());
                 if group_slot != Some(slot) {

@@ -307,6 +307,14 @@ impl Runner {
         if !confirmed {
             self.ctx.stats.wait_timeouts.inc();
         }
+        // The store's write as this engine does it: a round of publishes (and its `WAIT`).
+        if round
+            .cmds
+            .iter()
+            .any(|c| matches!(c, Command::Publish { .. }))
+        {
+            self.ctx.cfg.writes.observe(round.t0.elapsed());
+        }
         let mut cmds = round.cmds.into_iter().peekable();
         for (slot, v) in replies.drain(..) {
             let counted = match cmds.peek() {

@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use crate::event::Event;
 use crate::message::Body;
+use crate::metrics::StoreWrites;
 
 /// Where a cluster answer or a live message goes: `(worker index, event)`. Called on the
 /// cluster's own threads; it must not block (a `try_send` + wake).
@@ -84,6 +85,9 @@ pub struct ClusterConfig {
     pub mailbox_ttl: Duration,
     /// `--max-mailbox-topics`: the topics one client id keeps, in the whole cluster.
     pub max_mailbox_topics: usize,
+    /// Where the command threads time each round trip of publishes
+    /// (`walletrelay_store_write_seconds`).
+    pub writes: Arc<StoreWrites>,
 }
 
 /// A password: shown as `***` by `Debug`.
@@ -123,6 +127,7 @@ impl Default for ClusterConfig {
             wait_timeout: Duration::from_millis(1000),
             mailbox_ttl: Duration::from_secs(7 * 24 * 3600),
             max_mailbox_topics: 1000,
+            writes: Arc::default(),
         }
     }
 }

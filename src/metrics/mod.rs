@@ -4,7 +4,8 @@
 //! their own families with it): [`Cell`] (one writer), [`Counter`] (any writer),
 //! [`Histogram`] (latency buckets named by a [`Bounds`]), [`family`] (a family's `# HELP`
 //! and `# TYPE` lines, of a [`Kind`]), and the labels of the families rendered here
-//! ([`DropReason`], [`LimitKind`]). A leaf: it imports nothing of the crate.
+//! ([`DropReason`], [`LimitKind`]), and the latency a user feels ([`latency`]: publish to
+//! acknowledgement, to delivery, the store's write). A leaf: it imports nothing of the crate.
 //!
 //! The workers' figures: each worker owns one [`CoreMetrics`] and is its only writer, so a
 //! counter update is a relaxed load and store (no locked instruction, no shared cache line
@@ -13,13 +14,15 @@
 mod counter;
 mod family;
 mod histogram;
+pub mod latency;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 pub use counter::{Cell, Counter};
 pub use family::{family, labelled, single, Kind};
-pub use histogram::{Bounds, Histogram, MAX_BOUNDS};
+pub use histogram::{render_sum, Bounds, Histogram, Tally, MAX_BOUNDS};
+pub use latency::{Latency, Pending, Stamp, StoreWrites};
 
 /// Why a message was not delivered to a subscriber or not kept.
 #[derive(Debug, Clone, Copy)]
@@ -198,6 +201,8 @@ pub struct CoreMetrics {
     /// iteration): an idle worker still turns at every timer tick (`timer::TICK_MS`), so
     /// one that has not turned for seconds is wedged (`/live` on the admin address).
     pub last_turn_ms: Cell,
+    /// Publish to acknowledgement and to delivery, as this worker wrote them.
+    pub latency: Latency,
 }
 
 impl CoreMetrics {
@@ -213,13 +218,25 @@ impl CoreMetrics {
 pub struct Metrics {
     /// One entry per worker, indexed by worker id.
     pub cores: Vec<CoreMetrics>,
+    /// The engine this node runs (`memory`, `journal`, `redis`): the `engine` label of the
+    /// latency families.
+    pub engine: &'static str,
+    /// The store's writes, timed by the engine's helper threads.
+    pub store_writes: Arc<StoreWrites>,
 }
 
 impl Metrics {
-    /// Metrics for `n` workers.
+    /// Metrics for `n` workers of the in-memory engine.
     pub fn new(n: usize) -> Arc<Metrics> {
+        Metrics::of_engine(n, "memory")
+    }
+
+    /// Metrics for `n` workers of `engine` (`memory`, `journal`, `redis`).
+    pub fn of_engine(n: usize, engine: &'static str) -> Arc<Metrics> {
         Arc::new(Metrics {
             cores: (0..n).map(|_| CoreMetrics::default()).collect(),
+            engine,
+            store_writes: Arc::default(),
         })
     }
 
@@ -441,6 +458,8 @@ impl Metrics {
             c.loop_iteration
                 .render(&mut s, "walletrelay_loop_iteration_seconds", &core);
         }
+        let cores = self.cores.iter().map(|c| &c.latency);
+        latency::render(&mut s, self.engine, cores, &self.store_writes);
         let dropped = DropReason::ALL.map(DropReason::label);
         self.summed_by_label(
             &mut s,

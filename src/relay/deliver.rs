@@ -89,8 +89,14 @@ impl Relay {
         match q.event {
             Event::Live { topic, msg } => self.deliver_live(q.slot, &topic, msg, to),
             Event::Published { ticket, result } => {
-                if let Some(Waiter::Publish { conn, answer }) = self.waiter(ticket) {
+                if let Some(Waiter::Publish {
+                    conn,
+                    answer,
+                    arrived,
+                }) = self.waiter(ticket)
+                {
                     to.answer(conn, answer, result.map(|_| ()));
+                    self.latency.ack(arrived);
                 }
             }
             Event::History { ticket, result } => match self.waiter(ticket) {
@@ -167,10 +173,12 @@ impl Relay {
         // One id for every subscriber of the message (DECISIONS 13: a receipt names it).
         let push_id = msg.body.message_id(msg.pos.seq);
         let notify = &*self.notify;
+        let latency = &mut self.latency;
         let again = t
             .feed
             .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
                 to.push(s.conn, &s.id, s.dialect, &m.body, push_id, kind);
+                latency.delivered(m.body.arrived(), 1);
                 if let Some(c) = &s.client {
                     let watched = notify.watching() && notify.watched(&c.id);
                     let u = Unacked {

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use slab::Slab;
 
 use crate::config::Limits;
-use crate::metrics::{CoreMetrics, Metrics};
+use crate::metrics::{CoreMetrics, Metrics, Pending, Stamp};
 
 pub use crate::engine::{
     ClientRef, Done, Engine, Event, Message, Origin, Position, PublishReq, RelayError, Stored,
@@ -107,8 +107,12 @@ pub enum PushKind {
 /// What a ticket of this worker waits for.
 #[derive(Debug)]
 enum Waiter {
-    /// A connection's `waku_publish`.
-    Publish { conn: ConnRef, answer: u64 },
+    /// A connection's `waku_publish`, read when `arrived` (`metrics::Stamp`).
+    Publish {
+        conn: ConnRef,
+        answer: u64,
+        arrived: Stamp,
+    },
     /// A read of the topic for the subscriptions syncing on this ticket.
     Read { topic: Arc<str> },
     /// A connection's `POST /subscribe`.
@@ -178,6 +182,9 @@ pub struct Relay {
     metrics: Arc<Metrics>,
     /// Who is told about client ids' messages (their acknowledgements: `client_subs.rs`).
     notify: Arc<dyn crate::notice::Notify>,
+    /// The round's stamp, and the acks and pushes it made until the worker wrote them
+    /// (`metrics::latency`).
+    latency: Pending,
 }
 
 impl Relay {
@@ -209,6 +216,23 @@ impl Relay {
             limits,
             metrics,
             notify: engine_notify,
+            latency: Pending::default(),
+        }
+    }
+
+    /// A worker round begins: what it reads is stamped `at` (`clock::stamp`).
+    #[inline]
+    pub fn begin_round(&mut self, at: Stamp) {
+        self.latency.begin(at);
+    }
+
+    /// The round's output is on the sockets at `now` (`clock::stamp`): its acks and pushes
+    /// become samples of the worker's latency histograms.
+    #[inline]
+    pub fn written(&mut self, now: Stamp) {
+        if !self.latency.is_empty() {
+            let m = &self.metrics.cores[usize::from(self.me)];
+            self.latency.written(now, &m.latency);
         }
     }
 
@@ -389,7 +413,8 @@ impl Relay {
         // The engine starts loading what the store will touch, then the body is encoded
         // while those lines arrive.
         let hash = self.engine.prepare_publish(&topic, message);
-        let body = Body::encode(&topic, message, meta);
+        let arrived = self.latency.round();
+        let body = Body::encode(&topic, message, meta).arrived_at(arrived);
         // The hash is of `message` as it is: it is the body's when JSON wrote it verbatim.
         let verbatim = body.is_verbatim(&topic, message);
         let req = PublishReq {
@@ -407,9 +432,16 @@ impl Relay {
         let entry = self.waiters.vacant_entry();
         let ticket = entry.key() as Ticket;
         let done = match self.engine.publish(req, ticket, &mut self.events) {
-            Done::Now(r) => Done::Now(r.map(|_| ())),
+            Done::Now(r) => {
+                self.latency.ack(arrived);
+                Done::Now(r.map(|_| ()))
+            }
             Done::Later => {
-                entry.insert(Waiter::Publish { conn, answer });
+                entry.insert(Waiter::Publish {
+                    conn,
+                    answer,
+                    arrived,
+                });
                 Done::Later
             }
         };

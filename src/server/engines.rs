@@ -4,7 +4,19 @@
 //! mailboxes, helper threads, recovery, webhook pool, `/health` and `/metrics` parts); a new
 //! engine is one more line here.
 
+use crate::config::Config;
 use crate::engine::{local, redis, BuildError, Built, Setup};
+
+/// The engine the flags pick, as the `engine` label of `/metrics` names it.
+pub fn label(config: &Config) -> &'static str {
+    if !config.redis.is_empty() {
+        "redis"
+    } else if config.data_dir().is_some() {
+        "journal"
+    } else {
+        "memory"
+    }
+}
 
 /// Builds one engine per worker, of the kind the flags ask for.
 pub fn build(setup: &Setup) -> Result<Built, BuildError> {

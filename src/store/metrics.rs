@@ -118,7 +118,7 @@ pub fn render(out: &mut String, logs: &[(&str, &StoreMetrics)], recovered: &Reco
         }
     }
     render_histograms(out, logs);
-    let once: [(&str, &str, u64); 7] = [
+    let once: [(&str, &str, u64); 6] = [
         (
             "recovered_records",
             "Records read back at start",
@@ -149,16 +149,20 @@ pub fn render(out: &mut String, logs: &[(&str, &StoreMetrics)], recovered: &Reco
             "Whole records at start whose entry did not decode (not replayed)",
             recovered.undecodable_records,
         ),
-        (
-            "recovery_ms",
-            "Milliseconds spent reading the logs at start",
-            recovered.millis,
-        ),
     ];
     for (name, help, v) in once {
         let name = format_args!("walletrelay_store_{name}");
         single(out, name, Kind::Gauge, format_args!("{help}."), v);
     }
+    // Seconds, as Prometheus wants durations (the millisecond count shown as a fraction).
+    let secs = recovered.millis as f64 / 1000.0;
+    single(
+        out,
+        "walletrelay_store_recovery_seconds",
+        Kind::Gauge,
+        "Seconds spent reading the logs at start.",
+        secs,
+    );
 }
 
 fn render_histograms(out: &mut String, logs: &[(&str, &StoreMetrics)]) {
@@ -193,5 +197,6 @@ mod tests {
         assert!(s.contains("walletrelay_store_sync_seconds_bucket{log=\"w0\",le=\"+Inf\"} 5\n"));
         assert!(s.contains("walletrelay_store_sync_seconds_count{log=\"w0\"} 5\n"));
         assert!(s.contains("walletrelay_store_skipped_records 0\n"));
+        assert!(s.contains("walletrelay_store_recovery_seconds 0\n"));
     }
 }

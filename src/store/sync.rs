@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use super::files::sync_dir;
 use super::metrics::StoreMetrics;
 use super::types::{SegmentId, StoreError};
+use crate::metrics::StoreWrites;
 
 /// When records reach stable storage (DECISIONS §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -96,6 +97,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 struct Inner {
     mode: FsyncMode,
+    /// Every sync round that made records durable is timed here (`store_write_seconds`).
+    writes: Arc<StoreWrites>,
     wake: Mutex<Wake>,
     cv: Condvar,
     slots: Mutex<Vec<Arc<Slot>>>,
@@ -136,8 +139,14 @@ pub(crate) struct SyncHandle {
 impl Syncer {
     /// Starts the thread.
     pub fn start(mode: FsyncMode) -> Result<Syncer, StoreError> {
+        Syncer::start_timed(mode, Arc::default())
+    }
+
+    /// Starts the thread, timing into `writes` each sync round that made records durable.
+    pub fn start_timed(mode: FsyncMode, writes: Arc<StoreWrites>) -> Result<Syncer, StoreError> {
         let inner = Arc::new(Inner {
             mode,
+            writes,
             wake: Mutex::new(Wake::default()),
             cv: Condvar::new(),
             slots: Mutex::new(Vec::new()),
@@ -247,7 +256,7 @@ impl SyncHandle {
 
     /// A full sync round on the caller's thread (start-up, tests); callbacks run here.
     pub(crate) fn sync_now(&self) -> Result<(), StoreError> {
-        sync_slot(&self.slot, true);
+        sync_slot(&self.slot, true, &self.inner.writes);
         match self.error() {
             None => Ok(()),
             Some(e) => Err(StoreError::io(
@@ -296,7 +305,7 @@ fn run(inner: &Inner) {
         let full = inner.mode == FsyncMode::Always || periodic || shutdown;
         let slots = lock(&inner.slots).clone();
         for slot in &slots {
-            sync_slot(slot, full);
+            sync_slot(slot, full, &inner.writes);
         }
         if shutdown {
             return;
@@ -316,7 +325,7 @@ fn batch_policy() {
 
 /// One sync round of one log. `full`: sync whatever was written; otherwise only what a
 /// pending delete waits for.
-fn sync_slot(slot: &Slot, full: bool) {
+fn sync_slot(slot: &Slot, full: bool, writes: &StoreWrites) {
     let (target, files, dir_dirty) = {
         let mut st = lock(&slot.state);
         let forced = std::mem::take(&mut st.forced);
@@ -346,9 +355,13 @@ fn sync_slot(slot: &Slot, full: bool) {
     if result.is_ok() && dir_dirty {
         result = sync_dir(&slot.dir);
     }
+    let took = t0.elapsed();
     slot.metrics
         .sync_latency
-        .observe_us(t0.elapsed().as_micros() as u64);
+        .observe_us(took.as_micros() as u64);
+    if !files.is_empty() {
+        writes.observe(took);
+    }
     slot.metrics.syncs.add(1);
     let advanced = {
         let mut st = lock(&slot.state);

@@ -316,6 +316,7 @@ impl Worker {
             Early::Held => self.m().round_flushes_held.inc(),
         }
         let handoff = self.write_out();
+        self.relay.written(crate::clock::stamp(Instant::now()));
         self.round.handoff = self.round.handoff.and(handoff);
     }
 

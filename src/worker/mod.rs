@@ -284,6 +284,7 @@ impl Worker {
         m.last_turn_ms.set(self.clock.now);
         self.iteration.begin(began, m);
         self.round.begin(began, self.conns.len());
+        self.relay.begin_round(crate::clock::stamp(began));
         self.m().loop_iterations.inc();
         true
     }
@@ -324,11 +325,14 @@ impl Worker {
         }
     }
 
-    /// Ends the loop iteration: timed into `walletrelay_loop_iteration_seconds`, a long one
-    /// counted, and described in the log at most every `stall::LOG_EVERY_MS`.
+    /// Ends the loop iteration: its output written, the round's acks and pushes become
+    /// latency samples (`metrics::latency`); timed into `walletrelay_loop_iteration_seconds`,
+    /// a long one counted, and described in the log at most every `stall::LOG_EVERY_MS`.
     fn end_iteration(&mut self) {
+        let now = Instant::now();
+        self.relay.written(crate::clock::stamp(now));
         let m = &self.shared.metrics.cores[self.id];
-        if let Some(line) = self.iteration.end(Instant::now(), self.clock.now, m) {
+        if let Some(line) = self.iteration.end(now, self.clock.now, m) {
             match self.iteration.run_delay_since_last() {
                 Some(ns) => log::warn!(worker = self.id, waited_us = ns / 1_000;
                     "worker {}: {line}; {} µs waiting for the CPU since the last such line",

@@ -6,6 +6,7 @@
 //!   [`tempdir::Tmpfs`], a small tmpfs on one for the full-disk tests;
 //! - [`wait`]: the one wait-until helper (poll a condition until it holds or time is up);
 //! - [`skip`]: a test that cannot set up what it needs says so (counted as skipped);
+//! - [`apt`]: tools from Debian's packages, installed with apt-get when missing (as root);
 //! - [`tls`]: TLS connections to its TLS listener, with a test CA ([`tls_pki`]);
 //! - [`ws::Ws`]: a normal WebSocket client (tungstenite);
 //! - [`raw_ws::RawWs`]: the one raw WebSocket client, that controls every byte;
@@ -43,6 +44,7 @@
 //! [`cluster`] asks it which shard a topic lives on.
 #![allow(dead_code)]
 
+pub mod apt;
 pub mod checks;
 pub mod cluster;
 pub mod durability;

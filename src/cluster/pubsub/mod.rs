@@ -355,7 +355,10 @@ fn forward(sh: &Shared, routes: &Routes, chan: &[u8], payload: Vec<u8>) {
     let msg = if *ns == NS_V1 {
         None
     } else {
-        let Some(body) = Body::from_stored(ArcBuf::copy_from_slice(&m.data)) else {
+        let stored = Body::from_stored(ArcBuf::copy_from_slice(&m.data));
+        // Published on this node: its arrival stamp, kept while it went through Redis.
+        let Some(body) = stored.map(|b| b.arrived_at(sh.ctx.arrivals.take(m.origin, &m.data)))
+        else {
             log::warn!(shard = sh.ctx.idx, addr:% = sh.ctx.addr;
                 "redis shard {}: a message on a channel is not a stored message body",
                 sh.ctx.addr

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::arcbuf::ArcBuf;
+use crate::metrics::StoreWrites;
 
 use super::{Cancels, Journal};
 use crate::config::{Config, Fsync};
@@ -204,6 +205,8 @@ pub struct Settings {
     pub mode: FsyncMode,
     /// Each worker's log (`--segment-bytes`).
     pub log: LogConfig,
+    /// Where the sync threads time their rounds (`Metrics::store_writes`).
+    pub writes: Arc<StoreWrites>,
 }
 
 impl Settings {
@@ -219,6 +222,7 @@ impl Settings {
                 segment_bytes: config.segment_bytes,
                 ..LogConfig::default()
             },
+            writes: Arc::default(),
         }
     }
 }
@@ -348,7 +352,7 @@ pub fn open_journal(
     on_sync: OnSync,
     health: &Arc<Health>,
 ) -> Result<(Journal, (String, Arc<StoreMetrics>)), BuildError> {
-    let syncer = Syncer::start(settings.mode)?;
+    let syncer = Syncer::start_timed(settings.mode, settings.writes.clone())?;
     let log = Log::open(dir, &owner(i), settings.log.clone(), &syncer, on_sync)?;
     let journal = Journal::new(log, syncer, health.clone());
     let figures = (owner(i), journal.metrics());

@@ -47,7 +47,10 @@ fn durable(setup: &Setup, dir: &Path) -> Result<Built, BuildError> {
         .unwrap_or_else(|| Placement::new(1, seeds));
     let back = recover::read_back(dir, engines.len(), &placement)?;
     let health = Arc::new(Health::default());
-    let settings = Settings::of(setup.config);
+    let settings = Settings {
+        writes: setup.metrics.store_writes.clone(),
+        ..Settings::of(setup.config)
+    };
     let mut logs = Vec::with_capacity(engines.len());
     for (i, engine) in engines.iter_mut().enumerate() {
         // The sync thread's reports go to this worker's engine; it may wait for room (a

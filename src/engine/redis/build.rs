@@ -36,6 +36,7 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
         v1_pending_ttl: std::time::Duration::from_secs(u64::from(limits.v1_pending_ttl)),
         mailbox_ttl: std::time::Duration::from_secs(limits.mailbox_ttl),
         max_mailbox_topics: limits.max_mailbox_topics,
+        writes: setup.metrics.store_writes.clone(),
         ..ClusterConfig::default()
     };
     // Each event is one message (a batch of one) in its worker's engine mailbox.

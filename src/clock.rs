@@ -51,14 +51,22 @@ pub fn refresh() -> (u64, u64) {
 /// [`refresh`] with the monotonic clock as read at `at` (a reading the caller also uses:
 /// a worker times its loop iterations with it).
 pub fn refresh_at(at: Instant) -> (u64, u64) {
+    let (mono, unix, _) = refresh_stamped(at);
+    (mono, unix)
+}
+
+/// [`refresh_at`], with `at` as a latency stamp too ([`stamp`]): the clock's difference is
+/// taken once for both.
+pub fn refresh_stamped(at: Instant) -> (u64, u64, u32) {
+    let since = at.saturating_duration_since(start());
     let r = Reading {
-        mono: at.saturating_duration_since(start()).as_millis() as u64 + 1,
+        mono: since.as_millis() as u64 + 1,
         unix: unix_ms(),
         left: COARSE_USES,
         rounds: true,
     };
     LAST.with(|c| c.set(r));
-    (r.mono, r.unix)
+    (r.mono, r.unix, stamp_of(since))
 }
 
 /// Both clocks (`now_ms`, `unix_ms`) as this thread last read them, on a thread that calls
@@ -87,7 +95,12 @@ pub fn coarse() -> (u64, u64) {
 /// 0 (which means "not stamped").
 #[inline]
 pub fn stamp(at: Instant) -> u32 {
-    (at.saturating_duration_since(start()).as_micros() as u32).max(1)
+    stamp_of(at.saturating_duration_since(start()))
+}
+
+/// A stamp `since` the start.
+fn stamp_of(since: std::time::Duration) -> u32 {
+    (since.as_micros() as u32).max(1)
 }
 
 #[cfg(test)]

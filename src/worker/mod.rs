@@ -201,6 +201,7 @@ impl Worker {
                 now,
                 date: String::new(),
                 date_sec: u64::MAX,
+                stamp: 0,
             },
             stop_at: None,
             out,
@@ -284,7 +285,7 @@ impl Worker {
         m.last_turn_ms.set(self.clock.now);
         self.iteration.begin(began, m);
         self.round.begin(began, self.conns.len());
-        self.relay.begin_round(crate::clock::stamp(began));
+        self.relay.begin_round(self.clock.stamp);
         self.m().loop_iterations.inc();
         true
     }
@@ -329,10 +330,12 @@ impl Worker {
     /// latency samples (`metrics::latency`); timed into `walletrelay_loop_iteration_seconds`,
     /// a long one counted, and described in the log at most every `stall::LOG_EVERY_MS`.
     fn end_iteration(&mut self) {
-        let now = Instant::now();
-        self.relay.written(crate::clock::stamp(now));
+        let took = self.iteration.since_start(Instant::now());
+        // The round's output is on the sockets: its stamp and the time it took.
+        let written = self.clock.stamp.wrapping_add(took.as_micros() as u32);
+        self.relay.written(written);
         let m = &self.shared.metrics.cores[self.id];
-        if let Some(line) = self.iteration.end(now, self.clock.now, m) {
+        if let Some(line) = self.iteration.end_after(took, self.clock.now, m) {
             match self.iteration.run_delay_since_last() {
                 Some(ns) => log::warn!(worker = self.id, waited_us = ns / 1_000;
                     "worker {}: {line}; {} µs waiting for the CPU since the last such line",
@@ -353,13 +356,16 @@ struct Clock {
     date: String,
     /// The second `date` is of.
     date_sec: u64,
+    /// The round's start as a latency stamp (`clock::stamp`).
+    stamp: u32,
 }
 
 impl Clock {
     /// Read at `at`.
     fn tick(&mut self, at: Instant) {
-        let (now, unix) = crate::clock::refresh_at(at);
+        let (now, unix, stamp) = crate::clock::refresh_stamped(at);
         self.now = now;
+        self.stamp = stamp;
         let sec = unix / 1000;
         if sec != self.date_sec {
             self.date_sec = sec;

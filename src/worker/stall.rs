@@ -85,10 +85,21 @@ impl Iterations {
         self.mail_at_start = m.core_messages_in.get();
     }
 
-    /// The iteration ends at `now`: recorded in `m`; a long one is counted and kept to be
-    /// described. Returns the line to log, if one is due at `now_ms` (worker clock).
+    /// [`Iterations::end_after`] at `now`.
+    #[cfg(test)]
     pub fn end(&mut self, now: Instant, now_ms: u64, m: &CoreMetrics) -> Option<String> {
-        let took = now.saturating_duration_since(self.started);
+        self.end_after(self.since_start(now), now_ms, m)
+    }
+
+    /// How long the iteration has lasted at `now`.
+    pub fn since_start(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.started)
+    }
+
+    /// The iteration ends, having lasted `took` ([`Iterations::since_start`]): recorded in
+    /// `m`; a long one is counted and kept to be described. Returns the line to log, if one
+    /// is due at `now_ms` (worker clock).
+    pub fn end_after(&mut self, took: Duration, now_ms: u64, m: &CoreMetrics) -> Option<String> {
         m.loop_iteration.observe(took);
         if took < LONG_ITERATION {
             return None;

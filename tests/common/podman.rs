@@ -64,35 +64,12 @@ pub fn available() -> Result<(), String> {
     if !is_root() {
         return Err("building and running the image here needs root (rootful podman)".into());
     }
-    let have = |tool: &str| {
-        Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if have("podman") && have("runc") && have("debootstrap") {
-        return Ok(());
-    }
-    eprintln!("podman: apt-get install -y podman runc debootstrap");
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .map_err(|e| format!("apt-get: {e}"))
-    };
-    let mut out = apt(&["install", "-y", "podman", "runc", "debootstrap"])?;
-    if !out.status.success() {
-        apt(&["update"])?;
-        out = apt(&["install", "-y", "podman", "runc", "debootstrap"])?;
-    }
-    if !out.status.success() || !have("podman") {
-        return Err(format!(
-            "podman could not be installed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
+    for (bin, package) in [
+        ("podman", "podman"),
+        ("runc", "runc"),
+        ("debootstrap", "debootstrap"),
+    ] {
+        super::apt::tool(bin, package)?;
     }
     Ok(())
 }

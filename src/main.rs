@@ -2,7 +2,8 @@
 //! defaults), starts the server, and runs it until SIGTERM (after the drain) or SIGINT
 //! (SIGHUP reloads the TLS certificate, the registry directory, the project allow-list and
 //! what the file says of them). Its first argument may instead name a subcommand, run
-//! before any flag is parsed: `probe URL` and `drain ADMIN_ADDR` (`admin::client`).
+//! before any flag is parsed: `probe URL`, `drain ADMIN_ADDR` and `switch-layout
+//! ADMIN_ADDR` (`admin::client`).
 
 use std::io::Write;
 
@@ -119,6 +120,13 @@ fn subcommand() -> Option<i32> {
                     address (--admin-listen, e.g. 127.0.0.1:9091), then wait until the drain \
                     time it answers has passed; exit 0 then, 1 when the node could not be asked."
         }
+        "switch-layout" => {
+            "usage: walletrelay switch-layout ADMIN_ADDR\n\nPOST /layout/switch to a node's \
+                    admin address: the Redis cluster writes this build's newest data layout \
+                    from now on, and nodes of the older one can no longer join (run it once \
+                    every node runs this build; docs/UPGRADING.md). Exit 0 with the answer on \
+                    stdout, 1 otherwise."
+        }
         _ => return None,
     };
     let [arg] = rest else {
@@ -131,6 +139,7 @@ fn subcommand() -> Option<i32> {
     }
     Some(match name.as_str() {
         "probe" => probe(arg),
+        "switch-layout" => switch_layout(arg),
         _ => drain(arg),
     })
 }
@@ -147,6 +156,20 @@ fn probe(url: &str) -> i32 {
         }
         Err(e) => {
             eprintln!("walletrelay probe: {e}");
+            1
+        }
+    }
+}
+
+/// `walletrelay switch-layout ADMIN_ADDR`.
+fn switch_layout(admin: &str) -> i32 {
+    match walletrelay::admin::client::switch_layout(admin) {
+        Ok(body) => {
+            println!("{body}");
+            0
+        }
+        Err(e) => {
+            eprintln!("walletrelay switch-layout: {e}");
             1
         }
     }

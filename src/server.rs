@@ -331,7 +331,9 @@ impl Server {
 
         let notifier =
             Arc::new(crate::notify::Notifier::build(&config).map_err(StartError::Notify)?);
+        let layouts = Arc::new(crate::layout::Current::default());
         let built = engines::build(&Setup {
+            layouts: &layouts,
             config: &config,
             bells: &bells,
             metrics: &metrics,
@@ -365,6 +367,8 @@ impl Server {
                 })
             },
             health: built.health,
+            layouts,
+            layout_switch: built.layout_switch,
             drain: drain.clone(),
             exporters: {
                 let mut e = built.exporters;

@@ -313,6 +313,21 @@ pub fn drain(admin: &str) -> Result<DrainAnswer, ClientError> {
     })
 }
 
+/// `walletrelay switch-layout ADMIN_ADDR`: `POST /layout/switch`; the answer's body on
+/// 200, else why not.
+pub fn switch_layout(admin: &str) -> Result<String, ClientError> {
+    let target = Target::parse_admin(admin, "/layout/switch")?;
+    let a = request("POST", &target)?;
+    let body = String::from_utf8_lossy(&a.body).trim().to_string();
+    if a.status != 200 {
+        return Err(ClientError::BadAnswer {
+            target: target.authority_text(),
+            why: format!("{} {body}", a.status_line),
+        });
+    }
+    Ok(body)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

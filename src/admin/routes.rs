@@ -9,6 +9,7 @@
 //! | `GET /live` | 204 while every worker's loop turned within [`LIVE_WITHIN_MS`]; 503 naming the others |
 //! | `GET /ready` | 204, or 503 `draining`, or 503 with the `/health` reasons |
 //! | `POST /drain` | begins the drain: 202 `{"draining":true,"drain_seconds":N,"remaining_ms":M}` |
+//! | `POST /layout/switch` | moves the Redis cluster to this build's newest data layout: 200 `{"redis":{"before":[4,4],"writes":5}}`; 409 without Redis, 503 when a shard could not be moved |
 //! | `GET /status` | [`STATUS_PAGE`] |
 
 use crate::conn::http::{health_answer, metrics_text, ready_answer, METRICS_TYPE};
@@ -38,6 +39,8 @@ pub enum AdminRoute {
     Ready,
     /// `POST /drain`
     Drain,
+    /// `POST /layout/switch`
+    LayoutSwitch,
     /// `GET /status`
     Status,
     /// Known path, wrong method; the value is the `Allow` header.
@@ -54,12 +57,13 @@ pub fn route(method: Method, path: &str) -> AdminRoute {
         "/live" => ("GET, HEAD", AdminRoute::Live),
         "/ready" => ("GET, HEAD", AdminRoute::Ready),
         "/drain" => ("POST", AdminRoute::Drain),
+        "/layout/switch" => ("POST", AdminRoute::LayoutSwitch),
         "/status" => ("GET, HEAD", AdminRoute::Status),
         _ => return AdminRoute::NotFound,
     };
     match (method, r) {
-        (Method::Post, AdminRoute::Drain) => r,
-        (_, AdminRoute::Drain) => AdminRoute::MethodNotAllowed(allow),
+        (Method::Post, AdminRoute::Drain | AdminRoute::LayoutSwitch) => r,
+        (_, AdminRoute::Drain | AdminRoute::LayoutSwitch) => AdminRoute::MethodNotAllowed(allow),
         (Method::Get | Method::Head, _) => r,
         _ => AdminRoute::MethodNotAllowed(allow),
     }
@@ -80,6 +84,10 @@ pub fn answer(req: &Request<'_>, raw: &[u8], shared: &Shared, now_ms: u64) -> Re
             Response::json_error(403, "POST /drain from another site's page refused")
         }
         AdminRoute::Drain => drain(shared, now_ms),
+        AdminRoute::LayoutSwitch if cross_site(raw) => {
+            Response::json_error(403, "POST /layout/switch from another site's page refused")
+        }
+        AdminRoute::LayoutSwitch => layout_switch(shared),
         AdminRoute::Status => Response::new(200, "text/html; charset=utf-8", STATUS_PAGE)
             .with_header("X-Content-Type-Options", "nosniff"),
         AdminRoute::MethodNotAllowed(allow) => {
@@ -131,6 +139,37 @@ fn drain(shared: &Shared, now_ms: u64) -> Response {
         d.remaining_ms
     );
     Response::new(202, JSON, body)
+}
+
+/// `POST /layout/switch`: the Redis cluster writes this build's newest layout from now on
+/// (docs/UPGRADING.md). Idempotent; blocks this admin thread for the shards' round trips.
+fn layout_switch(shared: &Shared) -> Response {
+    let Some(switch) = &shared.layout_switch else {
+        return Response::json_error(
+            409,
+            "no layout to switch: this node keeps its data in no Redis (--redis)",
+        );
+    };
+    match switch() {
+        Ok(before) => {
+            let list: Vec<String> = before.iter().map(u32::to_string).collect();
+            log::info!(before:? = before, writes = crate::layout::REDIS;
+                "POST /layout/switch: the cluster writes data layout {} (shards were on {})",
+                crate::layout::REDIS,
+                list.join(",")
+            );
+            let body = format!(
+                "{{\"redis\":{{\"before\":[{}],\"writes\":{}}}}}",
+                list.join(","),
+                crate::layout::REDIS
+            );
+            Response::new(200, JSON, body)
+        }
+        Err(why) => {
+            log::error!("POST /layout/switch: {why}");
+            Response::json_error(503, &why)
+        }
+    }
 }
 
 /// Seconds as a JSON number: whole ones without a fraction (`30`, `2.5`).

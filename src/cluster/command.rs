@@ -60,6 +60,9 @@ pub(crate) enum Command {
     /// `ROLE`: how many replicas the primary has now, for the automatic `WAIT` (sent with
     /// the heartbeat; no answer).
     Role,
+    /// `GET wr:ring`: the layout the shard's cluster writes, which `walletrelay layout
+    /// switch` moves while the node runs (sent with the heartbeat; no answer).
+    Ring,
     /// The node's liveness refresh in one hash slot of a Redis Cluster, where it has v1
     /// subscribers (sent with the heartbeat; no answer).
     AliveIn(u16),
@@ -102,7 +105,7 @@ impl Command {
                 ..
             } => 2 * topic.len() + client.len() + project.len() + 256,
             Command::Mailbox { topic, client, .. } => topic.len() + client.len() + 96,
-            Command::Alive | Command::Role | Command::AliveIn(_) => 64,
+            Command::Alive | Command::Role | Command::AliveIn(_) | Command::Ring => 64,
         }
     }
 }
@@ -114,6 +117,9 @@ pub(crate) struct Health {
     pub command: Mutex<Option<String>>,
     /// Why the subscriber connection is down (`None`: up).
     pub pubsub: Mutex<Option<String>>,
+    /// Why the shard's fingerprint keeps this node out since it connected (another layout
+    /// that this build does not read; `None`: it does not).
+    pub ring: Mutex<Option<String>>,
 }
 
 /// Sets a health slot (a poisoned lock still holds a usable value).

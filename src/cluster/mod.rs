@@ -125,6 +125,8 @@ impl SubRun {
 
 /// One shard's running parts.
 struct ShardRun {
+    /// What its threads share (`switch_layout` connects with it).
+    ctx: command::ShardCtx,
     addr: ShardAddr,
     health: Arc<command::Health>,
     subscriber: SubRun,
@@ -203,6 +205,7 @@ impl Cluster {
                 Arc::clone(&ctx.health),
                 ctx.addr.clone(),
             );
+            let ctx_copy = ctx.clone();
             let (subscriber, watch) = match conn {
                 Started::Cluster(_) => {
                     let (s, w) = sharded::ShardedSubscriber::start(ctx.clone())?;
@@ -223,6 +226,7 @@ impl Cluster {
                 stats,
             });
             shards.push(ShardRun {
+                ctx: ctx_copy,
                 addr,
                 health,
                 subscriber,
@@ -264,6 +268,28 @@ impl Cluster {
         self.shards.len()
     }
 
+    /// `walletrelay switch-layout`: moves every shard's fingerprint to this build's newest
+    /// layout (`layout::REDIS`), in shard order, each on a connection of its own (this is
+    /// an admin thread's call: it blocks). Returns each shard's layout before; the first
+    /// shard that cannot be moved stops it (the ones before stay moved: running it again
+    /// finishes the switch).
+    pub fn switch_layout(&self) -> Result<Vec<u32>, ClusterError> {
+        let to = crate::layout::REDIS;
+        let mut before = Vec::with_capacity(self.shards.len());
+        for (i, s) in self.shards.iter().enumerate() {
+            let r = match s.addr.kind {
+                addr::Kind::Cluster => multi::switch(&s.ctx, to),
+                _ => setup::switch(&s.ctx, to),
+            };
+            before.push(r.map_err(|source| ClusterError::Shard {
+                shard: i,
+                addr: s.addr.to_string(),
+                source,
+            })?);
+        }
+        Ok(before)
+    }
+
     /// `Ok` when every shard's command and subscriber connections are up; else the reasons
     /// (for `/health`: 503 with this text).
     pub fn healthy(&self) -> Result<(), String> {
@@ -272,6 +298,7 @@ impl Cluster {
             for (what, slot) in [
                 ("commands", &s.health.command),
                 ("pub/sub", &s.health.pubsub),
+                ("layout", &s.health.ring),
             ] {
                 if let Some(e) = slot.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                     why.push(format!("redis shard {i} ({}) {what}: {e}", s.addr));

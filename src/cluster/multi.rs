@@ -99,26 +99,35 @@ fn read_map(ctx: &ShardCtx, known: &[Endpoint]) -> Result<SlotMap, LinkError> {
     )))
 }
 
-/// Checks (or writes) the shard-list fingerprint on the node serving its key; returns the
-/// map. Called once at start, so a wrong list refuses the start as on other shards.
-pub(crate) fn check(ctx: &ShardCtx) -> Result<SlotMap, ConnectError> {
+/// A connection to the node serving the fingerprint's key, with the slot map it was found
+/// in.
+fn ring_link(ctx: &ShardCtx) -> Result<(SlotMap, Link), ConnectError> {
     let map = read_map(ctx, &[])?;
     let slot = super::slots::key_slot(script::RING_KEY);
     let owner = map
         .owner(slot)
         .ok_or(ConnectError::Setup("no node serves the fingerprint's slot"))?;
-    let mut link = Link::open(&map.nodes[owner], &login(ctx))?;
-    link.query(&[b"SET", script::RING_KEY, ctx.fingerprint.as_bytes(), b"NX"])?;
+    let link = Link::open(&map.nodes[owner], &login(ctx))?;
+    Ok((map, link))
+}
+
+/// Checks (or writes) the shard-list fingerprint on the node serving its key; returns the
+/// map. Called once at start, so a wrong list refuses the start as on other shards.
+pub(crate) fn check(ctx: &ShardCtx) -> Result<SlotMap, ConnectError> {
+    let (map, mut link) = ring_link(ctx)?;
+    let offer = super::setup::ring_offer(ctx);
+    link.query(&[b"SET", script::RING_KEY, offer.as_bytes(), b"NX"])?;
     let theirs = link
         .query(&[b"GET", script::RING_KEY])
         .map(|v| text(&v).unwrap_or_default())?;
-    if theirs != ctx.fingerprint {
-        return Err(ConnectError::Mismatch {
-            ours: ctx.fingerprint.clone(),
-            theirs,
-        });
-    }
+    super::setup::check_ring(ctx, theirs)?;
     Ok(map)
+}
+
+/// Moves the fingerprint of a Redis Cluster shard to layout `to` (`setup::switch_ring`).
+pub(crate) fn switch(ctx: &ShardCtx, to: u32) -> Result<u32, ConnectError> {
+    let (_, mut link) = ring_link(ctx)?;
+    super::setup::switch_ring(ctx, &mut link, to)
 }
 
 /// Starts the command thread of a Redis Cluster shard. It ends when `stop` is closed.
@@ -188,6 +197,7 @@ impl Multi {
             if self.alive_at.elapsed() >= self.ctx.cfg.heartbeat {
                 self.alive_at = Instant::now();
                 self.take(Command::Alive);
+                self.take(Command::Ring);
                 for slot in self.alive.slots() {
                     self.take(Command::AliveIn(slot));
                 }

@@ -37,6 +37,7 @@ pub(crate) fn command_slot(c: &Command, node: u64) -> Option<u16> {
         Command::Mailbox { client, .. } => client,
         Command::Alive => return Some(super::slots::key_slot(&v1::node_key(node))),
         Command::AliveIn(slot) => return Some(*slot),
+        Command::Ring => return Some(super::slots::key_slot(script::RING_KEY)),
         Command::Role => return None,
     };
     Some(topic_slot(topic.as_bytes()))
@@ -59,6 +60,7 @@ pub(crate) fn pack_batch<'c>(
     let client_args = script::ClientArgs {
         mailbox_ttl_ms: u64::try_from(cfg.mailbox_ttl.as_millis()).unwrap_or(u64::MAX),
         alive_ms: u64::try_from(cfg.node_alive.as_millis()).unwrap_or(u64::MAX),
+        mixed: cfg.layouts.redis_mixed(),
     };
     let mut group: Vec<PublishArgs<'c>> = Vec::with_capacity(group_max);
     let mut group_slot = None;
@@ -206,6 +208,12 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
         Command::AliveIn(slot) => v1::pack_alive_in(buf, ctx.node, *slot),
         Command::Role => {
             script::Packer::new(buf).cmd(1).arg(b"ROLE");
+        }
+        Command::Ring => {
+            script::Packer::new(buf)
+                .cmd(2)
+                .arg(b"GET")
+                .arg(script::RING_KEY);
         }
     }
 }

@@ -71,6 +71,9 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
             "redis shard {}: liveness refresh: {e:?}", ctx.addr
         );
     }
+    if let Command::Ring = c {
+        return ring_seen(ctx, v);
+    }
     if let Command::Alive | Command::Role | Command::AliveIn(_) = c {
         return;
     }
@@ -155,7 +158,8 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
         | Command::V1Sub { .. }
         | Command::Alive
         | Command::Role
-        | Command::AliveIn(_) => return,
+        | Command::AliveIn(_)
+        | Command::Ring => return,
     };
     if let Event::Engine(
         Followup::Page { result: Err(_), .. }
@@ -166,6 +170,37 @@ fn answer(ctx: &ShardCtx, c: Command, v: Value) {
         ctx.stats.unavailable.inc();
     }
     (ctx.events)(ev.0, ev.1);
+}
+
+/// The shard's fingerprint as the heartbeat read it: the layout its cluster writes (moved
+/// by `walletrelay layout switch`), or why it keeps this node out (`/health` fails).
+fn ring_seen(ctx: &ShardCtx, v: Value) {
+    let Value::BulkString(b) = v else {
+        // Nil: the shard lost its data (the next connect offers the fingerprint again);
+        // an error: the connection's own failure path reports it.
+        return;
+    };
+    let theirs = String::from_utf8_lossy(&b).into_owned();
+    let before = ctx.cfg.layouts.redis_writes();
+    let problem = match super::setup::check_ring(ctx, theirs) {
+        Ok(v) => {
+            let now = ctx.cfg.layouts.redis_writes();
+            if now != before {
+                log::info!(shard = ctx.idx, addr:% = ctx.addr, layout = v;
+                    "redis shard {}: the cluster writes data layout {v} now", ctx.addr);
+            }
+            None
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    let slot = &ctx.health.ring;
+    let mut cur = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if *cur != problem {
+        if let Some(p) = &problem {
+            log::error!(shard = ctx.idx, addr:% = ctx.addr; "redis shard {}: {p}", ctx.addr);
+        }
+        *cur = problem;
+    }
 }
 
 /// Answers a publish with its outcome.
@@ -197,7 +232,7 @@ fn bad(ctx: &ShardCtx, e: script::BadReply) -> Unavailable {
 
 /// Answers a command `Unavailable`.
 pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
-    if let Command::Alive | Command::Role | Command::AliveIn(_) = c {
+    if let Command::Alive | Command::Role | Command::AliveIn(_) | Command::Ring = c {
         return;
     }
     ctx.stats.unavailable.inc();
@@ -249,7 +284,8 @@ pub(crate) fn unavailable(ctx: &ShardCtx, c: Command) {
         | Command::V1Sub { .. }
         | Command::Alive
         | Command::Role
-        | Command::AliveIn(_) => return,
+        | Command::AliveIn(_)
+        | Command::Ring => return,
     };
     (ctx.events)(worker, Event::Engine(ev));
 }

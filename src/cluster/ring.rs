@@ -63,7 +63,7 @@ pub fn shard_of(topic: &[u8], shards: usize) -> usize {
 /// The fingerprint of a shard list: the placement version and each shard's `host:port/db`
 /// in order (no password). Readable on purpose: a refusal quotes both lists.
 pub fn fingerprint(shards: &[ShardAddr]) -> String {
-    let mut s = format!("walletrelay-ring v{RING_VERSION}:");
+    let mut s = format!("{PREFIX}{RING_VERSION}:");
     for (i, a) in shards.iter().enumerate() {
         if i > 0 {
             s.push(',');
@@ -71,6 +71,47 @@ pub fn fingerprint(shards: &[ShardAddr]) -> String {
         s.push_str(&a.to_string());
     }
     s
+}
+
+/// What every fingerprint starts with, before its layout version.
+const PREFIX: &str = "walletrelay-ring v";
+
+/// The layout version a fingerprint names and its shard list (`None`: not a fingerprint).
+pub fn parse(fp: &str) -> Option<(u32, &str)> {
+    let rest = fp.strip_prefix(PREFIX)?;
+    let (v, list) = rest.split_once(':')?;
+    Some((v.parse().ok()?, list))
+}
+
+/// `fp` (a fingerprint) with layout version `version` instead of its own.
+pub fn at_version(fp: &str, version: u32) -> String {
+    let list = parse(fp).map_or("", |(_, l)| l);
+    format!("{PREFIX}{version}:{list}")
+}
+
+/// Why a shard's fingerprint keeps this node out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Another shard list (or not a fingerprint at all).
+    OtherList,
+    /// The same list, in a layout this build does not read.
+    Unreadable(u32),
+}
+
+/// The layout a shard's cluster writes, from the fingerprint found there (`theirs`) and this
+/// node's own (`ours`): the same shard list in a version this build reads
+/// (`layout::REDIS_OLDEST..=layout::REDIS`).
+pub fn accept(ours: &str, theirs: &str) -> Result<u32, Refusal> {
+    let (Some((_, mine)), Some((v, list))) = (parse(ours), parse(theirs)) else {
+        return Err(Refusal::OtherList);
+    };
+    if list != mine {
+        return Err(Refusal::OtherList);
+    }
+    match (crate::layout::REDIS_OLDEST..=RING_VERSION).contains(&v) {
+        true => Ok(v),
+        false => Err(Refusal::Unreadable(v)),
+    }
 }
 
 #[cfg(test)]
@@ -120,5 +161,26 @@ mod tests {
             f,
             "walletrelay-ring v5:localhost:7000/3,h2:6379/0,sentinel:m/0"
         );
+    }
+
+    #[test]
+    fn a_shard_of_the_previous_layout_is_joined_and_others_refused() {
+        let ours = "walletrelay-ring v5:a:6379/0,b:6379/0";
+        assert_eq!(accept(ours, ours), Ok(5));
+        assert_eq!(accept(ours, "walletrelay-ring v4:a:6379/0,b:6379/0"), Ok(4));
+        assert_eq!(
+            accept(ours, "walletrelay-ring v3:a:6379/0,b:6379/0"),
+            Err(Refusal::Unreadable(3))
+        );
+        assert_eq!(
+            accept(ours, "walletrelay-ring v6:a:6379/0,b:6379/0"),
+            Err(Refusal::Unreadable(6))
+        );
+        assert_eq!(
+            accept(ours, "walletrelay-ring v4:a:6379/0"),
+            Err(Refusal::OtherList)
+        );
+        assert_eq!(accept(ours, "garbage"), Err(Refusal::OtherList));
+        assert_eq!(at_version(ours, 4), "walletrelay-ring v4:a:6379/0,b:6379/0");
     }
 }

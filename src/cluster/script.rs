@@ -144,6 +144,10 @@ pub struct ClientArgs {
     pub mailbox_ttl_ms: u64,
     /// A node counts while its liveness key was refreshed within this, ms.
     pub alive_ms: u64,
+    /// The cluster writes an older layout than this build's (`layout::Current`): nodes of
+    /// layout 4 may be running, whose publish script drops the meta's field `c` when it
+    /// starts a new epoch, so the script looks for the clients hash itself.
+    pub mixed: bool,
 }
 
 /// The dedup digest of a message: xxh3-128 of its bytes, 16 bytes big-endian (binary: a
@@ -174,7 +178,7 @@ pub fn pack_publish_group(
         .map(|a| 3 + usize::from(a.prompt))
         .sum::<usize>();
     let mut pk = Packer::new(buf);
-    pk.cmd(3 + nkeys + 7 + 8 * msgs.len())
+    pk.cmd(3 + nkeys + 8 + 8 * msgs.len())
         .arg(b"EVALSHA")
         .arg(shas.0[0].as_bytes())
         .num(nkeys as u64);
@@ -194,7 +198,8 @@ pub fn pack_publish_group(
         .num(clients.mailbox_ttl_ms.clamp(1, 1 << 40))
         .arg(super::keys::NODE_PREFIX)
         .num(super::keys::forget_ms())
-        .num(clients.alive_ms.min(super::keys::forget_ms()));
+        .num(clients.alive_ms.min(super::keys::forget_ms()))
+        .arg(if clients.mixed { b"1" } else { b"0" });
     for a in msgs {
         pk.arg(a.body.irn())
             .num(a.ttl_ms)

@@ -20,6 +20,7 @@ fn args<'a>(topic: &'a [u8], body: &'a Body) -> PublishArgs<'a> {
 const CLIENTS: ClientArgs = ClientArgs {
     mailbox_ttl_ms: 60_000,
     alive_ms: 3000,
+    mixed: false,
 };
 
 #[test]

@@ -28,6 +28,14 @@ pub enum ConnectError {
         /// The one found in the shard.
         theirs: String,
     },
+    /// The shard's cluster writes a data layout this build does not read.
+    #[error("this shard's cluster writes Redis data layout {version} ({theirs:?}); this build reads layouts {oldest}-{newest}: upgrade (or go back) through a build that reads both (docs/UPGRADING.md)", oldest = crate::layout::REDIS_OLDEST, newest = crate::layout::REDIS)]
+    Layout {
+        /// The layout it names.
+        version: u32,
+        /// The fingerprint found in the shard.
+        theirs: String,
+    },
     /// A reply of an unexpected shape during setup.
     #[error("unexpected reply during setup: {0}")]
     Setup(&'static str),
@@ -66,6 +74,64 @@ fn wait_replicas(ctx: &ShardCtx, replicas: u32) -> u32 {
     1
 }
 
+/// The fingerprint a shard without one is given: this node's list, in the layout the
+/// cluster writes now.
+pub(crate) fn ring_offer(ctx: &ShardCtx) -> String {
+    let v = ctx
+        .cfg
+        .layouts
+        .redis_writes()
+        .unwrap_or(crate::layout::REDIS);
+    super::ring::at_version(&ctx.fingerprint, v)
+}
+
+/// Checks the fingerprint found in the shard (`theirs`) against this node's and notes the
+/// layout it names (`layout::Current`): the same shard list, in a layout this build reads.
+pub(crate) fn check_ring(ctx: &ShardCtx, theirs: String) -> Result<u32, ConnectError> {
+    match super::ring::accept(&ctx.fingerprint, &theirs) {
+        Ok(v) => {
+            ctx.cfg.layouts.note_shard(ctx.idx, v);
+            Ok(v)
+        }
+        Err(super::ring::Refusal::OtherList) => Err(ConnectError::Mismatch {
+            ours: ctx.fingerprint.clone(),
+            theirs,
+        }),
+        Err(super::ring::Refusal::Unreadable(version)) => {
+            Err(ConnectError::Layout { version, theirs })
+        }
+    }
+}
+
+/// Moves the shard's fingerprint to layout `to` on `link` (a connection of its own, for
+/// `walletrelay switch-layout`): from any layout this build reads; the same again is a
+/// no-op. Returns the layout it named before. Nodes of the old layout then refuse to
+/// (re)join the shard, and running nodes of this build read the move with their next
+/// heartbeat (`Command::Ring`).
+pub(crate) fn switch_ring(ctx: &ShardCtx, link: &mut Link, to: u32) -> Result<u32, ConnectError> {
+    let theirs = match link.query(&[b"GET", script::RING_KEY])? {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        _ => return Err(ConnectError::Setup("the shard holds no fingerprint")),
+    };
+    let from = check_ring(ctx, theirs)?;
+    if from != to {
+        let next = super::ring::at_version(&ctx.fingerprint, to);
+        link.query(&[b"SET", script::RING_KEY, next.as_bytes(), b"XX"])?;
+        log::warn!(shard = ctx.idx, addr:% = ctx.addr, from, to;
+            "redis shard {}: data layout switched from {from} to {to}: nodes of layout {from} can no longer join",
+            ctx.addr
+        );
+    }
+    ctx.cfg.layouts.note_shard(ctx.idx, to);
+    Ok(from)
+}
+
+/// Moves a standalone or Sentinel shard's fingerprint to layout `to` (`switch_ring`).
+pub(crate) fn switch(ctx: &ShardCtx, to: u32) -> Result<u32, ConnectError> {
+    let mut p = primary::connect(&ctx.reach())?;
+    switch_ring(ctx, &mut p.link, to)
+}
+
 /// Finds the primary, connects, loads the scripts and checks (or writes) the fingerprint.
 pub(crate) fn connect(ctx: &ShardCtx) -> Result<Conn, ConnectError> {
     let p = primary::connect(&ctx.reach())?;
@@ -84,11 +150,13 @@ pub(crate) fn connect(ctx: &ShardCtx) -> Result<Conn, ConnectError> {
             .arg(b"LOAD")
             .arg(s.as_bytes());
     }
+    // A shard that holds no fingerprint yet joins the layout the cluster writes (this
+    // build's newest when none is known).
     script::Packer::new(&mut buf)
         .cmd(4)
         .arg(b"SET")
         .arg(script::RING_KEY)
-        .arg(ctx.fingerprint.as_bytes())
+        .arg(ring_offer(ctx).as_bytes())
         .arg(b"NX");
     script::Packer::new(&mut buf)
         .cmd(2)
@@ -118,12 +186,7 @@ pub(crate) fn connect(ctx: &ShardCtx) -> Result<Conn, ConnectError> {
     if let Value::ServerError(e) = con.recv()? {
         return Err(LinkError::server(&e).into());
     }
-    if theirs != ctx.fingerprint {
-        return Err(ConnectError::Mismatch {
-            ours: ctx.fingerprint.clone(),
-            theirs,
-        });
-    }
+    check_ring(ctx, theirs)?;
     Ok(Conn {
         link: con,
         shas,

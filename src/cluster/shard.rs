@@ -124,7 +124,7 @@ fn not_connected() -> LinkError {
 pub(crate) fn writes(c: &Command) -> bool {
     !matches!(
         c,
-        Command::Read { .. } | Command::Alive | Command::Role | Command::AliveIn(_)
+        Command::Read { .. } | Command::Alive | Command::Role | Command::AliveIn(_) | Command::Ring
     )
 }
 
@@ -183,6 +183,7 @@ impl Runner {
             if self.alive_at.elapsed() >= self.ctx.cfg.heartbeat {
                 self.alive_at = Instant::now();
                 self.batch.push(Command::Alive);
+                self.batch.push(Command::Ring);
                 if self.ctx.cfg.wait_replicas.is_none() && self.ctx.addr.fails_over() {
                     self.batch.push(Command::Role);
                 }
@@ -247,7 +248,12 @@ impl Runner {
         // The liveness refresh is the node's own business: not a command in the metrics.
         let counted = cmds
             .iter()
-            .filter(|c| !matches!(c, Command::Alive | Command::Role | Command::AliveIn(_)))
+            .filter(|c| {
+                !matches!(
+                    c,
+                    Command::Alive | Command::Role | Command::AliveIn(_) | Command::Ring
+                )
+            })
             .count();
         self.ctx.stats.in_flight.add(counted as u64);
         // Queued before writing, so a failed write answers them too.
@@ -318,7 +324,7 @@ impl Runner {
         let mut cmds = round.cmds.into_iter().peekable();
         for (slot, v) in replies.drain(..) {
             let counted = match cmds.peek() {
-                Some(Command::Alive) => 0,
+                Some(Command::Alive | Command::Ring) => 0,
                 Some(Command::Role) => {
                     cmds.next();
                     self.follow_replicas(&v);

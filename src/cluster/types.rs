@@ -88,6 +88,8 @@ pub struct ClusterConfig {
     /// Where the command threads time each round trip of publishes
     /// (`walletrelay_store_write_seconds`).
     pub writes: Arc<StoreWrites>,
+    /// The Redis layout the cluster writes now (read from the shards' fingerprints).
+    pub layouts: Arc<crate::layout::Current>,
 }
 
 /// A password: shown as `***` by `Debug`.
@@ -128,6 +130,7 @@ impl Default for ClusterConfig {
             mailbox_ttl: Duration::from_secs(7 * 24 * 3600),
             max_mailbox_topics: 1000,
             writes: Arc::default(),
+            layouts: Arc::default(),
         }
     }
 }

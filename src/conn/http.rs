@@ -141,11 +141,16 @@ pub const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// `/health` (public port and admin address): 204, or 503 with the reasons (DECISIONS §6,
 /// §7).
 pub fn health_answer(shared: &Shared) -> Response {
-    match shared.health.problem() {
+    let r = match shared.health.problem() {
         None => Response::empty(204),
         Some(why) => Response::json_error(503, &why),
-    }
+    };
+    r.with_header(LAYOUTS_HEADER, &shared.layouts.describe())
 }
+
+/// The header of `/health` naming the data layouts the node reads and writes now
+/// (`layout::Current::describe`).
+pub const LAYOUTS_HEADER: &str = "Walletrelay-Layouts";
 
 /// Why the node should get no new clients now (`/ready`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,7 +197,7 @@ pub fn metrics_text(shared: &Shared) -> String {
             s,
             "walletrelay_build_info",
             Kind::Gauge,
-            "What this build is: its version, commit and the data layouts it writes (always 1).",
+            "What this build is: its version, commit and the newest data layouts it writes (always 1).",
         );
         let _ = writeln!(
             s,
@@ -200,6 +205,20 @@ pub fn metrics_text(shared: &Shared) -> String {
             crate::version::VERSION,
             crate::version::COMMIT,
             crate::layout::REDIS,
+            crate::layout::JOURNAL
+        );
+        family(
+            s,
+            "walletrelay_layout_writes",
+            Kind::Gauge,
+            "The data layout the node writes now, per layout (redis: its cluster's, from the shards' fingerprints; absent without Redis).",
+        );
+        if let Some(v) = shared.layouts.redis_writes() {
+            let _ = writeln!(s, "walletrelay_layout_writes{{layout=\"redis\"}} {v}");
+        }
+        let _ = writeln!(
+            s,
+            "walletrelay_layout_writes{{layout=\"journal\"}} {}",
             crate::layout::JOURNAL
         );
         single(

@@ -64,6 +64,10 @@ pub struct Shared {
     pub hello: Response,
     /// What `/health` reports.
     pub health: Arc<crate::health::Health>,
+    /// The data layouts the process writes now (`/health`'s `Walletrelay-Layouts`).
+    pub layouts: Arc<crate::layout::Current>,
+    /// `POST /layout/switch` on the admin address (the Redis engine's; `None` otherwise).
+    pub layout_switch: Option<crate::engine::LayoutSwitch>,
     /// The drain (`--drain`): begun, `/ready` answers 503.
     pub drain: Arc<crate::drain::Drain>,
     /// More `/metrics` text (the engines' figures), each appending its own lines.

@@ -143,6 +143,8 @@ impl Bench {
                 watch_reply: Arc::new(|_, _, _, _| {}),
                 hello: Response::new(200, TEXT, "Hello World, this is WalletRelay v2.0"),
                 health: Arc::default(),
+                layouts: Arc::default(),
+                layout_switch: None,
                 drain: Arc::new(crate::drain::Drain::new(std::time::Duration::ZERO)),
                 exporters: Vec::new(),
                 limit_policy: crate::limits::Policy::new(&config.limits, 1),

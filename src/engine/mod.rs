@@ -208,6 +208,11 @@ pub trait Engine: Send {
 /// Renders an engine's own figures into `/metrics`.
 pub type Exporter = Box<dyn Fn(&mut String) + Send + Sync>;
 
+/// `POST /layout/switch` (the Redis engine's): moves the cluster to this build's newest
+/// data layout; each shard's layout before, or why it could not. Blocks (an admin thread
+/// calls it).
+pub type LayoutSwitch = Arc<dyn Fn() -> Result<Vec<u32>, String> + Send + Sync>;
+
 /// What an engine is built from.
 pub struct Setup<'a> {
     /// The flags.
@@ -221,6 +226,8 @@ pub struct Setup<'a> {
     /// Who is told about client ids' messages (watch events, pushes; `notice::Silent`
     /// where nobody is).
     pub notify: Arc<dyn crate::notice::Notify>,
+    /// The layouts the process writes now (the Redis engine notes its cluster's).
+    pub layouts: &'a Arc<crate::layout::Current>,
 }
 
 impl Setup<'_> {
@@ -253,6 +260,8 @@ pub struct Built {
     pub on_stop: Option<Box<dyn FnOnce() + Send>>,
     /// Held for the process lifetime (the data directory's lock).
     pub lock: Option<crate::store::DirLock>,
+    /// The layout switch, where the engine's data is shared with nodes of other builds.
+    pub layout_switch: Option<LayoutSwitch>,
 }
 
 /// Why an engine could not be built.

@@ -15,8 +15,10 @@
 --   holds the id. ARGV[3] the command that sends live messages: PUBLISH, or SPUBLISH on a
 --   Redis Cluster (sharded pub/sub: the message crosses only its slot's nodes). ARGV[4]
 --   the mailbox ttl ms, 5 the node liveness key prefix, 6 its lifetime ms, 7 how recent a
---   refresh keeps a node alive, ms (the client ids' sockets count on live nodes only). Per
---   message 8: data (a message::Body), ttl ms, origin (16
+--   refresh keeps a node alive, ms (the client ids' sockets count on live nodes only), 8
+--   "1" while the cluster still writes layout 4 (docs/UPGRADING.md): a layout-4 node's
+--   publish drops the meta's field `c` when it starts a new epoch, so a meta without it is
+--   checked against the clients hash (one EXISTS) and mended. Per message 8: data (a message::Body), ttl ms, origin (16
 --   bytes), prompt ("1"/"0"), digest of the body's beta part (xxh3-128, 16 bytes; a hint
 --   only: a hit is confirmed by comparing the first n bytes of both), n (the beta part's
 --   length, decimal), the publisher's client id ("" when none), the node key suffix ("",
@@ -36,6 +38,7 @@ local term = ARGV[2]
 local publish_cmd = ARGV[3]
 local mttl, node_prefix = tonumber(ARGV[4]), ARGV[5]
 local forget, alive = tonumber(ARGV[6]), tonumber(ARGV[7])
+local mixed = ARGV[8] == '1'
 local JUMP = 1048576
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -105,6 +108,10 @@ local function publish(meta, stream, hooks, ckey, data, ttl, origin, digest, bet
   local m = redis.call('HMGET', meta, 'e', 's', 'f', 'x', digest, 'r', 'c')
   local epoch, seq, hit = m[1], tonumber(m[2]), m[5]
   local extra = nil -- meta fields other than s and the digest, rarely written
+  if mixed and epoch and not m[7] and redis.call('EXISTS', ckey) == 1 then
+    m[7] = '1'
+    redis.call('HSET', meta, 'c', '1')
+  end
   if epoch then
     if hit then
       local e = redis.call('XRANGE', stream, hit, hit)
@@ -190,7 +197,7 @@ local function publish(meta, stream, hooks, ckey, data, ttl, origin, digest, bet
   end
 end
 
-local k, a = 1, 8
+local k, a = 1, 9
 while a <= #ARGV do
   local hooks, nk = nil, 3
   if ARGV[a + 3] == '1' then hooks, nk = KEYS[k + 3], 4 end

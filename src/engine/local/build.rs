@@ -28,6 +28,7 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
             exporters: Vec::new(),
             on_stop: None,
             lock: None,
+            layout_switch: None,
         });
     };
     durable(setup, &dir)
@@ -83,6 +84,7 @@ fn durable(setup: &Setup, dir: &Path) -> Result<Built, BuildError> {
         exporters,
         on_stop: None,
         lock: Some(d.lock),
+        layout_switch: None,
     })
 }
 

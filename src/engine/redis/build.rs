@@ -37,6 +37,7 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
         mailbox_ttl: std::time::Duration::from_secs(limits.mailbox_ttl),
         max_mailbox_topics: limits.max_mailbox_topics,
         writes: setup.metrics.store_writes.clone(),
+        layouts: setup.layouts.clone(),
         ..ClusterConfig::default()
     };
     // Each event is one message (a batch of one) in its worker's engine mailbox.
@@ -79,6 +80,9 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
     let c = cluster.clone();
     health.add_check(Box::new(move || c.healthy()));
     let c = cluster.clone();
+    let layout_switch: crate::engine::LayoutSwitch =
+        Arc::new(move || c.switch_layout().map_err(|e| e.to_string()));
+    let c = cluster.clone();
     let exporters: Vec<Exporter> = vec![Box::new(move |s: &mut String| c.render_metrics(s))];
     log::info!(engine = "redis", shards = cluster.shards();
         "cluster mode: state on {} Redis server(s)",
@@ -91,5 +95,6 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
         exporters,
         on_stop: Some(Box::new(move || cluster.shutdown())),
         lock: None,
+        layout_switch: Some(layout_switch),
     })
 }

@@ -75,6 +75,7 @@ pub mod ws;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -183,7 +184,24 @@ impl Server {
     /// Starts the binary (see [`Server::start`]) with its stderr handled as `stderr` says,
     /// the limits per client at their defaults if `limited`, and `env` set.
     fn spawn(args: &[&str], stderr: Stderr, limited: bool, env: &[(&str, &str)]) -> Server {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_walletrelay"));
+        Server::spawn_bin(
+            Path::new(env!("CARGO_BIN_EXE_walletrelay")),
+            args,
+            stderr,
+            limited,
+            env,
+        )
+    }
+
+    /// [`Server::spawn`] of the binary at `bin`.
+    fn spawn_bin(
+        bin: &Path,
+        args: &[&str],
+        stderr: Stderr,
+        limited: bool,
+        env: &[(&str, &str)],
+    ) -> Server {
+        let mut cmd = Command::new(bin);
         cmd.envs(env.iter().copied());
         if limited {
             for (k, _) in LIMITS_OFF {
@@ -323,6 +341,12 @@ impl Server {
         let mut out = Vec::new();
         let _ = s.read_to_end(&mut out);
         out
+    }
+
+    /// Starts the binary at `bin` (another build: the previous layout's, or this one under
+    /// `faketime`) like [`Server::start_logged`], with `env` set.
+    pub fn start_binary(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn_bin(bin, args, Stderr::KeepAndShow, false, env)
     }
 
     /// The server process must still be running.

@@ -26,6 +26,13 @@ impl AuthClient {
         }
     }
 
+    /// The key of a 32-byte seed (the same client id on every run).
+    pub fn from_seed(seed: &[u8; 32]) -> AuthClient {
+        AuthClient {
+            key: Ed25519KeyPair::from_seed_unchecked(seed).unwrap(),
+        }
+    }
+
     /// Its client id.
     pub fn id(&self) -> String {
         let pk: [u8; 32] = self.key.public_key().as_ref().try_into().unwrap();
@@ -38,6 +45,12 @@ impl AuthClient {
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_secs();
+        self.token_at(now)
+    }
+
+    /// A token issued at `now` (Unix seconds: a server whose clock is not this one's),
+    /// valid for a day.
+    pub fn token_at(&self, now: u64) -> String {
         let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
         let header = b64(br#"{"alg":"EdDSA","typ":"JWT"}"#);
         let claims = json!({"iss": self.id(), "sub": "ab".repeat(32), "aud": "ws://relay",
@@ -49,8 +62,13 @@ impl AuthClient {
 
     /// A WebSocket to `addr` as this client (project `p`).
     pub fn connect(&self, addr: SocketAddr) -> Ws {
+        self.connect_with(addr, &self.token())
+    }
+
+    /// A WebSocket to `addr` as this client with `token`.
+    pub fn connect_with(&self, addr: SocketAddr, token: &str) -> Ws {
         let stream = super::tcp_to(addr);
-        let url = format!("ws://{addr}/?auth={}&projectId=p", self.token());
+        let url = format!("ws://{addr}/?auth={token}&projectId=p");
         Ws::handshake(stream, &url)
     }
 }

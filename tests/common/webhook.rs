@@ -52,7 +52,13 @@ pub struct Receiver {
 impl Receiver {
     /// Starts a receiver answering its n-th request (0-based) with `reply(n)`.
     pub fn start(reply: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind receiver");
+        Receiver::start_on("127.0.0.1:0", reply)
+    }
+
+    /// [`Receiver::start`] on the address `at` (a webhook URL stored by another run, as in
+    /// the layout fixtures).
+    pub fn start_on(at: &str, reply: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Receiver {
+        let listener = TcpListener::bind(at).unwrap_or_else(|e| panic!("bind receiver {at}: {e}"));
         let addr = listener.local_addr().expect("receiver address");
         let (tx, seen) = mpsc::channel();
         let hits = Arc::new(AtomicUsize::new(0));

@@ -546,3 +546,55 @@ fn sdk_2_25_0_wallet_gets_each_message_once_on_redis() {
 fn sdk_2_17_1_wallet_gets_each_message_once_on_redis() {
     sdk_reconnect_on_redis("2.17.1");
 }
+
+/// A cluster still on layout 4 (a rolling upgrade: docs/UPGRADING.md): a layout-4 node's
+/// publish that starts a new epoch drops the meta's field `c` (it knows no client ids), so a
+/// node of this build looks for the clients hash itself while the cluster writes layout 4,
+/// and the client id with no socket is still pushed and `queued`.
+#[test]
+fn a_client_is_still_pushed_after_a_layout_4_node_rewrote_the_topic_s_meta() {
+    let setup = RedisSetup::start(RedisKind::Standalone);
+    let Topology::Standalone(r) = &setup.shards[0] else {
+        unreachable!()
+    };
+    let mut conn = r.conn();
+    let _: () = redis::cmd("SET")
+        .arg("wr:ring")
+        .arg(format!("walletrelay-ring v4:127.0.0.1:{}/0", r.port))
+        .query(&mut conn)
+        .unwrap();
+    let push = PushServer::start();
+    let args = setup.redis_args();
+    let purl = push.url();
+    let n = nodes_args(2, &args, &["--push-url", &purl]);
+    let (a, b) = (&n[0], &n[1]);
+    let key = relay_id::public_key_hex(a);
+    push.set_relay_public_key(&key);
+    let wallet = Signer::random();
+    push.register(&wallet.did(), "noop", "token", true);
+    let t = topic();
+    let mut w = connect(&wallet, a);
+    w.call("irn_subscribe", json!({ "topic": t }));
+    let mut dapp = b.ws();
+    publish(&mut dapp, &t, "m1");
+    assert_eq!(next_message(&mut w), "m1");
+    close(a, w, 1.0);
+    close_reached_redis(&setup, &t, &wallet.did(), false);
+    // What a layout-4 node's new epoch leaves: the meta without `c`.
+    let meta = format!("wr:2:m:{t}");
+    let _: i64 = redis::cmd("HDEL")
+        .arg(&meta)
+        .arg("c")
+        .query(&mut conn)
+        .unwrap();
+    let r = publish_raw(&mut dapp, &t, "m2", Some(true));
+    assert_eq!(r["result"], true, "{r}");
+    let got = push.wait_push(&wallet.did(), Duration::from_secs(10));
+    assert!(got.is_some(), "the client id with no socket was not pushed");
+    let c: Option<String> = redis::cmd("HGET")
+        .arg(&meta)
+        .arg("c")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(c.as_deref(), Some("1"), "the meta's field c is mended");
+}

@@ -563,3 +563,89 @@ fn write_fixtures() {
     )
     .unwrap();
 }
+
+// ---- the fingerprint as the cluster's record of its layout ----
+
+fn set_ring(conn: &mut redis::Connection, version: u32, port: u16) {
+    let _: () = redis::cmd("SET")
+        .arg("wr:ring")
+        .arg(format!("walletrelay-ring v{version}:127.0.0.1:{port}/0"))
+        .query(conn)
+        .unwrap();
+}
+
+/// A node follows the layout the shards name while it runs (another node's switch), fails
+/// `/health` on one it does not read (and starts serving again when that is undone), and
+/// refuses to start on one.
+#[test]
+fn the_shards_fingerprint_decides_what_a_node_writes_and_whether_it_runs() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    set_ring(&mut conn, 4, redis.port);
+    let args = redis_args(&redis.url());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let node = Server::start(&argv);
+    assert!(layouts_header(&node).contains("writes 4"));
+
+    // Another node's switch, read with the heartbeat.
+    set_ring(&mut conn, 5, redis.port);
+    let followed = common::wait::wait_until(Duration::from_secs(10), || {
+        layouts_header(&node).contains("writes 5")
+    });
+    assert!(followed, "{}", layouts_header(&node));
+
+    // A layout this build does not read: /health fails, naming it.
+    set_ring(&mut conn, 6, redis.port);
+    let health = |s: &Server| {
+        let raw = s.raw_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        String::from_utf8_lossy(&raw).to_string()
+    };
+    let failed = common::wait::poll(Duration::from_secs(10), || {
+        let h = health(&node);
+        h.starts_with("HTTP/1.1 503").then_some(h)
+    })
+    .expect("/health stayed 204 with a shard on layout 6");
+    assert!(failed.contains("writes Redis data layout 6"), "{failed}");
+    assert!(failed.contains("reads layouts 4-5"), "{failed}");
+    set_ring(&mut conn, 5, redis.port);
+    let healthy = common::wait::wait_until(Duration::from_secs(10), || {
+        health(&node).starts_with("HTTP/1.1 204")
+    });
+    assert!(healthy, "{}", health(&node));
+    drop(node);
+
+    // Starting on a layout it does not read (older than the previous one) is refused.
+    set_ring(&mut conn, 3, redis.port);
+    let refused = common::cluster::refused_start(&["--redis".to_string(), redis.url()], &[]);
+    assert!(!refused.status.success());
+    assert!(
+        refused
+            .stderr
+            .contains("this shard's cluster writes Redis data layout 3"),
+        "{}",
+        refused.stderr
+    );
+}
+
+/// `POST /layout/switch` on a node without Redis: 409, said why; `GET` is 405.
+#[test]
+fn a_node_without_redis_has_no_layout_to_switch() {
+    let node = Server::start(&["--admin-listen", "127.0.0.1:0"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walletrelay"))
+        .arg("switch-layout")
+        .arg(node.admin_addr.unwrap().to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("409"), "{err}");
+    assert!(err.contains("no Redis"), "{err}");
+    let mut s = node.admin_tcp();
+    use std::io::{Read, Write};
+    s.write_all(b"GET /layout/switch HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    assert!(raw.starts_with("HTTP/1.1 405"), "{raw}");
+    assert!(raw.contains("Allow: POST"), "{raw}");
+}

@@ -221,6 +221,18 @@ pub fn metrics_text(shared: &Shared) -> String {
             "walletrelay_layout_writes{{layout=\"journal\"}} {}",
             crate::layout::JOURNAL
         );
+        family(
+            s,
+            "walletrelay_layout_newest",
+            Kind::Gauge,
+            "The newest data layout this build writes, per layout (walletrelay_layout_writes below it: the cluster waits for walletrelay switch-layout).",
+        );
+        let _ = writeln!(
+            s,
+            "walletrelay_layout_newest{{layout=\"redis\"}} {}\nwalletrelay_layout_newest{{layout=\"journal\"}} {}",
+            crate::layout::REDIS,
+            crate::layout::JOURNAL
+        );
         single(
             s,
             "walletrelay_ready",

@@ -183,7 +183,19 @@ impl Server {
     /// Starts the binary (see [`Server::start`]) with its stderr handled as `stderr` says,
     /// the limits per client at their defaults if `limited`, and `env` set.
     fn spawn(args: &[&str], stderr: Stderr, limited: bool, env: &[(&str, &str)]) -> Server {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_walletrelay"));
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_walletrelay"));
+        Server::spawn_bin(bin, args, stderr, limited, env)
+    }
+
+    /// [`Server::spawn`] of the binary at `bin`.
+    fn spawn_bin(
+        bin: &std::path::Path,
+        args: &[&str],
+        stderr: Stderr,
+        limited: bool,
+        env: &[(&str, &str)],
+    ) -> Server {
+        let mut cmd = Command::new(bin);
         cmd.envs(env.iter().copied());
         if limited {
             for (k, _) in LIMITS_OFF {
@@ -335,6 +347,12 @@ impl Server {
     /// Resident memory of the server process, in KiB.
     pub fn rss_kib(&self) -> u64 {
         rss_kib(self.child.id())
+    }
+
+    /// Like [`Server::start_logged`] with `env` set, of the binary at `bin` (another build,
+    /// e.g. the previous layout's from `scripts/previous-build`).
+    pub fn start_binary(bin: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn_bin(bin, args, Stderr::KeepAndShow, false, env)
     }
 }
 

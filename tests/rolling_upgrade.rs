@@ -22,8 +22,10 @@
 //! - a client id's mailbox: an authenticated client subscribes, goes away; what is published
 //!   meanwhile (on the old build, in the mixed cluster) is served to it when it subscribes
 //!   again after the switch (what 2.25.0 does on reconnect);
-//! - a webhook registered on the old build (`POST /subscribe`) is still called after the
-//!   switch;
+//! - a webhook registered on the old build (`POST /subscribe`) is still called in the mixed
+//!   cluster and after the switch; a watch of a client's publishes (`irn_watchRegister`)
+//!   registered on the old build (which stores registrations but sends no events) gets its
+//!   events from the new nodes, signed by the key the old build showed;
 //! - in the mixed cluster, what is published through the old node is delivered by the new one
 //!   and the other way round, and a late subscriber on either gets the cache;
 //! - each new node says `writes 4` (`/health`'s `Walletrelay-Layouts`) until the switch, then
@@ -56,9 +58,11 @@ use tungstenite::Message;
 
 use common::cluster::{read_json, refused_start_binary};
 use common::durability::body;
+use common::jwt::Signer;
 use common::redis_topo::{free_port, RedisKind, RedisSetup};
 use common::relay_auth::AuthClient;
 use common::wait::{poll, wait_until};
+use common::watch::{connect_as, Filter, Service};
 use common::webhook::{Receiver, Reply};
 use common::{http, node, Server, TempDir, Ws};
 
@@ -927,6 +931,27 @@ fn upgrade(kind: RedisKind, rollback: bool) {
     );
     let mut hooked = 0;
     webhook_called(&hook, &hook_topic, lb.addr, "before", &mut hooked);
+    // ... and a watch of a client's publishes, registered on the old build (which keeps
+    // registrations in Redis but sends no events yet: that came after it), called by the
+    // new nodes; its events are JWTs checked against the old build's `/public-key` (the key
+    // the cluster shares).
+    let watch = Service::ok(a.server());
+    let watched = Signer::random();
+    let publisher = Filter {
+        typ: "publisher",
+        sts: &["accepted"],
+        tag: &[],
+    };
+    watch.register(&mut a.server().ws(), &watched, 0, publisher);
+    let watch_topic = common::topic();
+    for s in [&a, &b] {
+        let known = wait_until(STEP, || s.metric("walletrelay_watches") == Some(1.0));
+        assert!(
+            known,
+            "{what}: {} does not have the watch registration",
+            s.name
+        );
+    }
 
     // (b) Raw load through HAProxy, subscribers on each node's own address.
     let topics = |_| {
@@ -975,6 +1000,7 @@ fn upgrade(kind: RedisKind, rollback: bool) {
     more_load("after a old -> new");
     mixed_checks(&what, &a, &b, lb.addr, &mbox, "mbox-3");
     webhook_called(&hook, &hook_topic, lb.addr, "a new, b old", &mut hooked);
+    watch_event(&watch, &watched, &a, &watch_topic, "a new, b old: on a");
 
     if rollback {
         // Back: A new -> old (before the switch nothing is lost), then forward again.
@@ -1049,6 +1075,8 @@ fn upgrade(kind: RedisKind, rollback: bool) {
     cross_check("switched", &b, &a);
     sdk.reply("SWITCHED");
     webhook_called(&hook, &hook_topic, lb.addr, "after the switch", &mut hooked);
+    watch_event(&watch, &watched, &a, &watch_topic, "after the switch: on a");
+    watch_event(&watch, &watched, &b, &watch_topic, "after the switch: on b");
 
     // The mailbox: subscribing again (2.25.0's reconnect) serves what came while it was away
     // (on layout 4 the cluster kept no client-id subscription: the cache serves it, mbox-1
@@ -1199,6 +1227,32 @@ fn webhook_called(hook: &Receiver, topic: &str, at: SocketAddr, when: &str, n: &
             return;
         }
     }
+}
+
+/// `c` publishes on `topic` through `s`; its watch's service gets the `accepted` event.
+fn watch_event(svc: &Service, c: &Signer, s: &Slot, topic: &str, when: &str) {
+    // The node has the registration (taken by another node, or loaded at its start).
+    let known = wait_until(STEP, || s.metric("walletrelay_watches") == Some(1.0));
+    assert!(
+        known,
+        "{when}: {} does not have the watch registration",
+        s.name
+    );
+    let m = format!("watched {when}").replace([' ', ':', ','], "-");
+    let r = connect_as(s.server(), c).call(
+        "irn_publish",
+        json!({"topic": topic, "message": m, "ttl": 3600, "tag": 1100}),
+    );
+    assert_eq!(r["result"], true, "{when}: {r}");
+    let ev = svc.hook.next(STEP).unwrap_or_else(|| {
+        panic!("the watch registered on the previous build got no event {when}")
+    });
+    let ev = svc.check(&ev);
+    assert_eq!(
+        (ev.status(), ev.message()),
+        ("accepted", m.as_str()),
+        "{when}"
+    );
 }
 
 /// The mixed cluster (a new, b old): across both ways, live and cached; a's `/health`

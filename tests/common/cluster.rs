@@ -159,7 +159,7 @@ impl Sent {
 
 /// Reads the next text message within the socket's timeout: `Ok(None)` on a timeout,
 /// `Err` when the connection is gone.
-fn read_json(ws: &mut Ws) -> Result<Option<Value>, String> {
+pub fn read_json(ws: &mut Ws) -> Result<Option<Value>, String> {
     match ws.sock.read() {
         Ok(tungstenite::Message::Text(t)) => serde_json::from_str(t.as_str())
             .map(Some)
@@ -431,9 +431,15 @@ pub struct Refused {
 /// exit within [`WAIT`] without listening. Fails the test if it listens (it is killed) or
 /// never exits.
 pub fn refused_start(args: &[String], extra: &[&str]) -> Refused {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_walletrelay"));
+    refused_start_binary(bin, args, extra)
+}
+
+/// [`refused_start`] of the binary at `bin` (another build).
+pub fn refused_start_binary(bin: &std::path::Path, args: &[String], extra: &[&str]) -> Refused {
     use std::io::Read;
     use std::process::{Command, Stdio};
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_walletrelay"));
+    let mut cmd = Command::new(bin);
     super::limits_off(&mut cmd);
     let mut child = cmd
         .args(["--listen", "127.0.0.1:0", "--data-dir", "none"])

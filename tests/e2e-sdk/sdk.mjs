@@ -7,7 +7,7 @@
 //   SCENARIO=session RELAY_URL=ws://127.0.0.1:PORT node sdk.mjs
 //
 // Scenarios (SCENARIO, default "session": session, offline, restart, cluster, idle,
-// unsubscribe, failover), the environment (RELAY_URL, PROJECT_ID, E2E_TIMEOUT_MS, WC_LOG_LEVEL,
+// unsubscribe, failover, upgrade), the environment (RELAY_URL, PROJECT_ID, E2E_TIMEOUT_MS, WC_LOG_LEVEL,
 // WIRE_LOG, IDLE_SECONDS) and what every scenario checks besides (nothing fetched outside
 // loopback, unhandled rejections counted): README.md.
 //
@@ -106,11 +106,12 @@ const { fetched, unhandled } = offline(log);
 const require = createRequire(import.meta.url);
 const { wireTrouble, tagged } = watchWire({ log, wireLog: WIRE_LOG, t0: T0 });
 
-// stdin, for SCENARIO=restart and failover: lines are kept from the start so that none is missed.
+// stdin, for SCENARIO=restart, failover and upgrade: lines are kept from the start so that
+// none is missed.
 const stdinLines = [];
 const stdinWaiters = [];
 let stdinClosed = false;
-if (SCENARIO === "restart" || SCENARIO === "failover") {
+if (SCENARIO === "restart" || SCENARIO === "failover" || SCENARIO === "upgrade") {
   const rl = readline.createInterface({ input: process.stdin });
   const wake = () => stdinWaiters.splice(0).forEach((w) => w());
   rl.on("line", (line) => {
@@ -168,11 +169,25 @@ async function makeClient(role, relayUrl) {
     client.core.relayer.on(ev, (e) => {
       c.transport.push({ ev, at: Date.now() });
       log(role, `relayer ${ev}${e?.message ? `: ${e.message}` : ""}`);
+      if (SCENARIO === "upgrade" && ev === "relayer_connect") reportReconnect(c);
     });
   }
   clients.push(c);
   log(role, `SignClient ready, relayUrl ${relayUrl}, client id ${await client.core.crypto.getClientId()}`);
   return c;
+}
+
+/**
+ * SCENARIO=upgrade: a line `RECONNECTED <role> <ms>` on stdout when a client is connected
+ * again after its socket was cut (not after the wallet's own transportClose): the time from
+ * the cut to the new connection.
+ */
+function reportReconnect(c) {
+  const t = c.transport;
+  const down = t.slice(0, -1).findLast((e) => e.ev === "relayer_disconnect");
+  if (!down || t.slice(t.indexOf(down) + 1, -1).some((e) => e.ev === "relayer_connect")) return;
+  if (c.closedByTest && c.closedByTest >= down.at - 1000) return;
+  console.log(`RECONNECTED ${c.role} ${t[t.length - 1].at - down.at}`);
 }
 
 function push(c, ev, payload) {
@@ -366,13 +381,14 @@ function publishAcked(c, tag, ms = 30000) {
 /** The request while the wallet is offline; `whileOffline` runs once the relay has it. */
 async function offlineRequest(dapp, wallet, topic, whileOffline) {
   begin("wallet goes offline (transportClose)");
+  wallet.closedByTest = Date.now();
   await within(wallet.client.core.relayer.transportClose(), 10000, "wallet transportClose()");
   await sleep(500);
   begin("dApp sends a request while the wallet is offline");
   const message = hexMessage("walletrelay sdk e2e request while the wallet is offline");
   const sig = SIGNATURE.slice(0, -2) + "ff";
   const acked = publishAcked(dapp, 1108);
-  const resultP = within(sendRequest(dapp, topic, message), 120000, "dApp's offline request");
+  const resultP = within(sendRequest(dapp, topic, message), OFFLINE_MS, "dApp's offline request");
   resultP.catch(() => {});
   await acked;
   log("dapp", "request publish acknowledged by the relay");
@@ -386,7 +402,10 @@ async function offlineRequest(dapp, wallet, topic, whileOffline) {
   log("dapp", "got the result of the request made while the wallet was offline");
 }
 
-/** Resolves when a line `expected` came on stdin (read only in SCENARIO=restart, failover). */
+/** How long the offline request may wait for its answer (OFFLINE_MS, default 120 s). */
+const OFFLINE_MS = Number(process.env.OFFLINE_MS || 120000);
+
+/** Resolves when a line `expected` came on stdin (read in SCENARIO=restart, failover, upgrade). */
 function readLine(expected, ms) {
   const p = new Promise((resolve, reject) => {
     const check = () => {
@@ -576,6 +595,30 @@ async function scenarioFailover(dapp, wallet) {
   }
 }
 
+/**
+ * Both clients on one URL (a load balancer in front of relays the test upgrades one by one):
+ * session and a request; the wallet goes offline, the dApp sends a request, `WALLET_OFFLINE`
+ * on stdout; the test replaces the relays (the dApp's socket is cut on the way: a line
+ * `RECONNECTED dapp <ms>` each time it is connected again) and writes `UPGRADED`; the wallet
+ * comes back and gets the request, a second request round-trips; `READY_FOR_SWITCH`, the test
+ * switches the cluster's data layout and writes `SWITCHED`; a third request round-trips.
+ */
+async function scenarioUpgrade(dapp, wallet) {
+  const topic = await makeSession(dapp, wallet);
+  await roundTrip(dapp, wallet, topic, 1);
+  await offlineRequest(dapp, wallet, topic, async () => {
+    begin("the relays are upgraded while the wallet is offline");
+    console.log("WALLET_OFFLINE");
+    await readLine("UPGRADED", OFFLINE_MS);
+    log("test", "the relays were upgraded");
+  });
+  await roundTrip(dapp, wallet, topic, 2);
+  begin("the cluster's data layout is switched");
+  console.log("READY_FOR_SWITCH");
+  await readLine("SWITCHED", 120000);
+  await roundTrip(dapp, wallet, topic, 3);
+}
+
 async function scenarioCluster(dapp, wallet) {
   const topic = await makeSession(dapp, wallet);
   await roundTrip(dapp, wallet, topic, 1);
@@ -602,6 +645,7 @@ const SCENARIOS = {
   idle: scenarioIdle,
   unsubscribe: scenarioUnsubscribe,
   failover: scenarioFailover,
+  upgrade: scenarioUpgrade,
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -359,3 +359,30 @@ fn the_old_process_keeps_serving_when_the_new_one_gives_up_mid_handover() {
     let mut kept = new.ws();
     still_serving(&new, &mut kept);
 }
+
+#[test]
+fn the_tls_listeners_are_handed_over_too() {
+    let tls = common::tls::TlsSetup::new();
+    let dir = TempDir::new("handover-tls");
+    let sock = dir.join("handover.sock");
+    let extra = [
+        "--threads",
+        "2",
+        "--handover-socket",
+        sock.to_str().unwrap(),
+    ];
+    let mut old = tls.start(&extra);
+    let client = tls.client();
+    let mut kept = old.wss(&client);
+    kept.subscribe(&topic());
+    let new = tls.start(&taking_over(&extra));
+    assert_eq!(new.tls_addr, old.tls_addr);
+    assert_eq!(new.addr, old.addr);
+    assert_eq!(kept.close_code(), 1001);
+    assert_eq!(exited(&mut old).code(), Some(0));
+    let mut sub = new.wss(&client);
+    let t = topic();
+    sub.subscribe(&t);
+    new.ws().publish(&t, "over TLS, from the new process");
+    assert_eq!(sub.next_push().2, "over TLS, from the new process");
+}

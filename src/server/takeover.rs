@@ -180,11 +180,19 @@ pub(super) fn before_engine(
     let Some(dir) = config.data_dir().filter(|_| config.redis.is_empty()) else {
         return Ok(Some(t));
     };
-    t.stop()?;
-    log::info!(
-        handover = "stopped", old_pid = t.pid();
-        "told process {} to stop; waiting for it to release {}", t.pid(), dir.display()
-    );
+    match t.stop() {
+        Ok(()) => log::info!(
+            handover = "stopped", old_pid = t.pid();
+            "told process {} to stop; waiting for it to release {}", t.pid(), dir.display()
+        ),
+        // It may have stopped on its own (a SIGTERM meanwhile): then the directory is free
+        // soon; if it goes on serving, the wait below ends in a clear error.
+        Err(e) => log::warn!(
+            "process {} did not answer stop ({e}); waiting for it to release {}",
+            t.pid(),
+            dir.display()
+        ),
+    }
     let wait = Duration::from_millis(config.limits.exit_deadline_ms)
         .max(config.limits.shutdown_grace() + super::BACKSTOP_MARGIN)
         + LOCK_MARGIN;

@@ -25,6 +25,7 @@ pub mod conn;
 pub mod drain;
 pub mod engine;
 pub mod event;
+pub mod handover;
 pub mod health;
 pub mod http;
 pub mod identity;

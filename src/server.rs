@@ -6,7 +6,10 @@
 //! files and the registry (`reload`); starts the admin thread (`--admin-listen`, `admin`);
 //! on SIGTERM drains (`--drain`: `/ready` 503 while the node keeps serving, `drain`), then,
 //! as at once on SIGINT or a second SIGTERM, tells every worker to close its connections
-//! (WebSocket close 1001) and waits for them within the grace period.
+//! (WebSocket close 1001) and waits for them within the grace period. With
+//! `--handover-socket` it offers its listening sockets to the process that replaces it and
+//! shuts down (no drain) once that one has them; with `--take-over` it starts from the
+//! sockets of the process it replaces (`handover`, `server/takeover.rs`).
 
 use std::io;
 use std::net::SocketAddr;
@@ -21,6 +24,7 @@ use crate::config::{Config, ConfigError};
 use crate::conn::Shared;
 use crate::drain::Drain;
 use crate::engine::{BuildError, Setup};
+use crate::handover::{HandoverError, Listeners, Offer};
 use crate::http::response::{Response, TEXT};
 use crate::mailbox::{self, Doorbell, Mailbox};
 use crate::metrics::Metrics;
@@ -33,9 +37,11 @@ use crate::worker::{Control, Serving, Worker, WAKER};
 
 mod engines;
 mod host;
+mod takeover;
 
 pub use host::{
-    attach_cpu_steering, disable_huge_pages, raise_nofile_limit, set_busy_poll, set_notsent_lowat,
+    attach_cpu_steering, detach_cpu_steering, disable_huge_pages, raise_nofile_limit,
+    set_busy_poll, set_notsent_lowat,
 };
 
 /// Why the server could not start.
@@ -59,6 +65,24 @@ pub enum StartError {
     /// The TLS certificate or key is missing or bad (the message names the file).
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    /// The handover from the old process (`--take-over`) or the handover socket failed.
+    #[error("handover: {0}")]
+    Handover(#[from] HandoverError),
+    /// `--take-over`: the old process did not release the data directory in time.
+    #[error(
+        "--take-over: {dir} is still locked (by pid {holder}) {secs} s after the old process \
+         was told to stop",
+        dir = .dir.display(),
+        holder = .pid.map_or("?".to_string(), |p| p.to_string())
+    )]
+    StillLocked {
+        /// The data directory.
+        dir: std::path::PathBuf,
+        /// Its holder, as its lock file names it.
+        pid: Option<u32>,
+        /// How long this process waited.
+        secs: u64,
+    },
     /// A socket, poll or thread could not be created.
     #[error("{what}: {source}")]
     Io {
@@ -98,6 +122,22 @@ pub struct Server {
     limits: crate::config::Limits,
     /// Watches and pushes (their pool stops at shutdown; `--push-urls` reloads on SIGHUP).
     notifier: Arc<crate::notify::Notifier>,
+    /// `--handover-socket`: offers the listeners to the next process.
+    offer: Option<Offer>,
+    /// The signals, and the handover thread's word that the next process took over.
+    events: (
+        crossbeam_channel::Sender<Event>,
+        crossbeam_channel::Receiver<Event>,
+    ),
+}
+
+/// What the signal thread waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    /// A signal (SIGTERM, SIGINT, SIGHUP).
+    Signal(libc::c_int),
+    /// The process of this pid took the listeners over and said `stop`.
+    HandedOver(u32),
 }
 
 /// A listener of the `SO_REUSEPORT` group. The options every accepted connection needs
@@ -109,20 +149,27 @@ fn bind(addr: SocketAddr, config: &Config) -> io::Result<std::net::TcpListener> 
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
+    set_options(&s, config)?;
+    s.bind(&addr.into())?;
+    s.listen(config.backlog)?;
+    Ok(s.into())
+}
+
+/// The options a listener hands down to the connections it accepts (see [`bind`]); also
+/// set again on the listeners a process takes over, whose options its predecessor set.
+fn set_options(s: &Socket, config: &Config) -> io::Result<()> {
     s.set_nonblocking(true)?;
     s.set_nodelay(true)?;
     if config.sndbuf > 0 {
         s.set_send_buffer_size(config.sndbuf)?;
     }
     if config.notsent_lowat > 0 {
-        set_notsent_lowat(&s, config.notsent_lowat);
+        set_notsent_lowat(s, config.notsent_lowat);
     }
     if config.busy_poll_us > 0 {
-        set_busy_poll(&s, config.busy_poll_us);
+        set_busy_poll(s, config.busy_poll_us);
     }
-    s.bind(&addr.into())?;
-    s.listen(config.backlog)?;
-    Ok(s.into())
+    Ok(())
 }
 
 /// The `n` sockets of one `SO_REUSEPORT` group at `addr` (the first one picks the port
@@ -148,12 +195,14 @@ struct Edge {
     addr: Option<SocketAddr>,
     tls: Vec<std::net::TcpListener>,
     tls_addr: Option<SocketAddr>,
+    admin: Option<std::net::TcpListener>,
     loader: Option<TlsLoader>,
     tls_config: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Edge {
-    fn open(config: &Config, n: usize) -> Result<Edge, StartError> {
+    /// Binds the listeners, or (`--take-over`) starts from the old process's, `taken`.
+    fn open(config: &Config, n: usize, taken: Option<takeover::Taken>) -> Result<Edge, StartError> {
         // The certificate and key, when TLS is on (clap makes the three flags go together).
         let files = config.tls_listen.and_then(|_| {
             Some(TlsFiles {
@@ -175,15 +224,40 @@ impl Edge {
                 .map_err(io_err(what)),
             None => Ok((Vec::new(), None)),
         };
-        let (plain, addr) = group(config.listen, "binding the listener")?;
-        let (tls, tls_addr) = group(config.tls_listen, "binding the TLS listener")?;
+        let ((plain, addr), (tls, tls_addr), admin) = match taken {
+            Some(t) => t.into_groups(config, n)?,
+            None => (
+                group(config.listen, "binding the listener")?,
+                group(config.tls_listen, "binding the TLS listener")?,
+                match config.admin.admin_listen {
+                    Some(a) => Some(
+                        std::net::TcpListener::bind(a)
+                            .map_err(io_err("binding the admin listener"))?,
+                    ),
+                    None => None,
+                },
+            ),
+        };
         Ok(Edge {
             plain,
             addr,
             tls,
             tls_addr,
+            admin,
             loader,
             tls_config,
+        })
+    }
+
+    /// Copies of its sockets, for the handover socket to offer.
+    fn copies(&self) -> io::Result<Listeners> {
+        let dup = |g: &[std::net::TcpListener]| -> io::Result<Vec<_>> {
+            g.iter().map(|l| l.try_clone()).collect()
+        };
+        Ok(Listeners {
+            plain: dup(&self.plain)?,
+            tls: dup(&self.tls)?,
+            admin: self.admin.as_ref().map(|l| l.try_clone()).transpose()?,
         })
     }
 }
@@ -312,13 +386,15 @@ impl Server {
             &config.image_base,
         )?);
         let n = config.worker_count();
-        let edge = Edge::open(&config, n)?;
-        let admin_listener = match config.admin.admin_listen {
-            Some(a) => {
-                Some(std::net::TcpListener::bind(a).map_err(io_err("binding the admin listener"))?)
-            }
+        let mut taken = takeover::begin(&config)?;
+        let handover = taken.as_mut().map(|t| t.handover.take());
+        let edge = Edge::open(&config, n, taken)?;
+        let offered = match config.admin.handover_socket {
+            Some(_) => Some(edge.copies().map_err(io_err("copying the listeners"))?),
             None => None,
         };
+        // The old process lets go of the data directory before the engine opens it.
+        let handover = takeover::before_engine(&config, handover.flatten())?;
         let drain = Arc::new(Drain::new(config.admin.drain()));
         let metrics = Metrics::of_engine(n, engines::label(&config));
 
@@ -390,6 +466,7 @@ impl Server {
             addr,
             tls,
             tls_addr,
+            admin: admin_listener,
             loader,
             tls_config,
         } = edge;
@@ -429,6 +506,25 @@ impl Server {
             broadcast,
         )
         .with_projects(config.project_ids.clone(), projects);
+        // Every worker accepts now: the old process may stop (without a data directory; with
+        // one it stopped before the engine opened it).
+        takeover::after_start(handover);
+        let events = crossbeam_channel::bounded(16);
+        let offer = match (&config.admin.handover_socket, offered) {
+            (Some(path), Some(listeners)) => {
+                let tx = events.0.clone();
+                let stopped = Box::new(move |pid| {
+                    let _ = tx.send(Event::HandedOver(pid));
+                });
+                Some(Offer::start(
+                    path,
+                    config.admin.take_over,
+                    listeners,
+                    stopped,
+                )?)
+            }
+            _ => None,
+        };
         Ok(Server {
             addr,
             tls_addr,
@@ -443,12 +539,27 @@ impl Server {
             _lock: built.lock,
             limits: config.limits.clone(),
             notifier,
+            offer,
+            events,
         })
     }
 
     /// Stops accepting, closes every connection (WebSocket close 1001), waits for the
     /// workers (each gives up after the grace period) and the webhook pool.
     pub fn shutdown(self) {
+        self.finish(false);
+    }
+
+    /// [`Server::shutdown`]; after a handover the admin thread stops first (its address
+    /// is the next process's now) and the handover socket is the next process's.
+    fn finish(mut self, handed_over: bool) {
+        if handed_over {
+            if let Some(admin) = self.admin.take() {
+                admin.stop();
+            }
+        } else if let Some(offer) = &self.offer {
+            offer.remove();
+        }
         // The webhook pool finishes its calls in flight while the workers close.
         let pool = self.webhooks.clone();
         let grace = Duration::from_millis(self.limits.webhook_shutdown_ms);
@@ -501,21 +612,28 @@ impl Server {
     /// Reloads on SIGHUP (on this thread, one at a time); on SIGTERM drains, then shuts
     /// down; on SIGINT, or a second SIGTERM during the drain, shuts down at once.
     pub fn run_until_signal(mut self, signals: signal_hook::iterator::Signals) -> io::Result<()> {
-        let signals = forward(signals)?;
+        let events = self.events.1.clone();
+        forward(signals, self.events.0.clone())?;
         let first = loop {
-            match signals.recv() {
-                Ok(signal_hook::consts::SIGHUP) => {
+            match events.recv() {
+                Ok(Event::Signal(signal_hook::consts::SIGHUP)) => {
                     log::info!(signal = "SIGHUP"; "SIGHUP: reloading");
                     self.reload();
                 }
-                Ok(sig) => break sig,
+                Ok(e) => break e,
                 Err(_) => return Err(io::Error::other("the signal thread ended")),
             }
         };
-        if first == signal_hook::consts::SIGTERM {
-            self.drain_until_over(&signals);
-        } else {
-            log::info!(signal = signal_name(first); "signal {first}: shutting down");
+        let mut handed_over = matches!(first, Event::HandedOver(_));
+        match first {
+            Event::Signal(signal_hook::consts::SIGTERM) => {
+                handed_over = self.drain_until_over(&events);
+            }
+            Event::Signal(sig) => {
+                log::info!(signal = signal_name(sig); "signal {sig}: shutting down")
+            }
+            // The next process serves the address: no drain, the clients reconnect to it.
+            Event::HandedOver(_) => {}
         }
         let started = std::time::Instant::now();
         // Whatever happens, exit soon after the drain (`Limits::exit_deadline_ms`, and never
@@ -530,19 +648,20 @@ impl Server {
             );
             std::process::exit(0);
         });
-        self.shutdown();
+        self.finish(handed_over);
         let ms = started.elapsed().as_millis() as u64;
         log::info!(took_ms = ms; "shut down");
         Ok(())
     }
 
     /// After the first SIGTERM: begins the drain (unless `POST /drain` did) and waits for
-    /// what is left of it, reloading on SIGHUP; a SIGTERM or SIGINT ends it at once.
-    fn drain_until_over(&mut self, signals: &crossbeam_channel::Receiver<i32>) {
+    /// what is left of it, reloading on SIGHUP; a SIGTERM or SIGINT ends it at once, and so
+    /// does a handover (then it returns true).
+    fn drain_until_over(&mut self, events: &crossbeam_channel::Receiver<Event>) -> bool {
         let d = self.drain.begin(crate::clock::now_ms());
         if d.remaining_ms == 0 {
             log::info!(signal = "SIGTERM"; "SIGTERM: shutting down");
-            return;
+            return false;
         }
         if d.began_now {
             log::info!(
@@ -564,19 +683,20 @@ impl Server {
             let left = end.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 log::info!(drain = "over"; "drain over: shutting down");
-                return;
+                return false;
             }
-            match signals.recv_timeout(left) {
-                Ok(signal_hook::consts::SIGHUP) => {
+            match events.recv_timeout(left) {
+                Ok(Event::Signal(signal_hook::consts::SIGHUP)) => {
                     log::info!(signal = "SIGHUP"; "SIGHUP: reloading");
                     self.reload();
                 }
-                Ok(sig) => {
+                Ok(Event::Signal(sig)) => {
                     log::info!(signal = signal_name(sig), drain = "ended early"; "signal {sig}: drain ended early; shutting down");
-                    return;
+                    return false;
                 }
+                Ok(Event::HandedOver(_)) => return true,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return false,
             }
         }
     }
@@ -586,18 +706,18 @@ impl Server {
 /// the next one with a timeout.
 fn forward(
     mut signals: signal_hook::iterator::Signals,
-) -> io::Result<crossbeam_channel::Receiver<i32>> {
-    let (tx, rx) = crossbeam_channel::bounded(16);
+    tx: crossbeam_channel::Sender<Event>,
+) -> io::Result<()> {
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             for sig in signals.forever() {
-                if tx.send(sig).is_err() {
+                if tx.send(Event::Signal(sig)).is_err() {
                     return;
                 }
             }
         })?;
-    Ok(rx)
+    Ok(())
 }
 
 /// The name of a signal the server handles, for the log.

@@ -141,33 +141,6 @@ fn client_that_keeps_sending_requests_but_never_pongs_stays_open() {
 // ------------------------------------------------------------------------------------------
 // Shutdown
 
-/// Reads until the close frame; returns its code. Then completes the close handshake.
-fn close_code(ws: &mut common::Ws) -> u16 {
-    ws.sock
-        .get_ref()
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let code = loop {
-        match ws.sock.read() {
-            Ok(tungstenite::Message::Close(Some(f))) => break u16::from(f.code),
-            Ok(tungstenite::Message::Close(None)) => panic!("close frame without a code"),
-            Ok(tungstenite::Message::Text(t)) => panic!("unexpected message {t}"),
-            Ok(_) => continue,
-            Err(e) => panic!("no close frame: {e}"),
-        }
-    };
-    // tungstenite answers the close; the server then ends the connection.
-    loop {
-        match ws.sock.read() {
-            Ok(_) => continue,
-            Err(tungstenite::Error::ConnectionClosed) => break,
-            Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::ConnectionReset => break,
-            Err(e) => panic!("after the close handshake: {e}"),
-        }
-    }
-    code
-}
-
 #[test]
 fn sigterm_closes_websockets_with_1001_and_exits_0() {
     let mut s = Server::start(&["--threads", "2"]);
@@ -179,8 +152,8 @@ fn sigterm_closes_websockets_with_1001_and_exits_0() {
 
     signal(&s, libc::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(5);
-    assert_eq!(close_code(&mut subscribed), 1001);
-    assert_eq!(close_code(&mut plain), 1001);
+    assert_eq!(subscribed.close_code(), 1001);
+    assert_eq!(plain.close_code(), 1001);
     let st = wait_exit(&mut s, deadline);
     assert_eq!(st.code(), Some(0), "exit status {st:?}");
 }
@@ -193,7 +166,7 @@ fn sigint_exits_0() {
     let mut ws = s.ws();
     signal(&s, libc::SIGINT);
     let deadline = Instant::now() + Duration::from_secs(5);
-    assert_eq!(close_code(&mut ws), 1001);
+    assert_eq!(ws.close_code(), 1001);
     let st = wait_exit(&mut s, deadline);
     assert_eq!(st.code(), Some(0), "exit status {st:?}");
 }

@@ -3,6 +3,7 @@
 //! apart from the clients, and how long the node keeps serving once told to stop.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Longest drain accepted, in seconds (a day: longer is a typo, not a plan).
@@ -29,6 +30,19 @@ pub struct AdminOptions {
         value_parser = parse_drain
     )]
     pub drain: f64,
+
+    /// Unix socket (created at start, mode 0600) on which this node hands its listening
+    /// sockets to the process that replaces it (`--take-over`), so that a restart refuses
+    /// no connection (docs/DEPLOY.md, "Restarting a node"). Unset: no handover.
+    #[arg(long, env = "WALLETRELAY_HANDOVER_SOCKET", value_name = "PATH")]
+    pub handover_socket: Option<PathBuf>,
+
+    /// Start by taking over from the node at `--handover-socket`: take its listening sockets
+    /// (connections wait in their queues, none is refused), tell it to close its clients
+    /// (1001) and exit, wait for its `--data-dir`, then serve. Fails, leaving the old node
+    /// serving, when nothing or something else answers there.
+    #[arg(long, env = "WALLETRELAY_TAKE_OVER", requires = "handover_socket")]
+    pub take_over: bool,
 }
 
 impl AdminOptions {

@@ -24,6 +24,7 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         }
     };
     ctx.metrics().http_requests.inc();
+    conn.marks.answered = true;
     // Behind a trusted proxy each request says whose it is (DECISIONS §11).
     if conn.limit.proxied() {
         if let Err(kind) =
@@ -39,7 +40,7 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         }
     }
     let head_only = req.method == Method::Head;
-    let close = req.close;
+    let close = req.close || ctx.tools.stopping;
     let echo = ctx.shared.config.ws_echo;
     let route = http::route(req.method, req.path, echo);
     // DECISIONS §3: an upgrade anywhere but the relay's address is refused before

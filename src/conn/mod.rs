@@ -155,6 +155,10 @@ pub struct Marks {
     pub ready: bool,
     /// In the close list (no more work of any kind).
     pub closed: bool,
+    /// One of its HTTP requests was read: from then on an idle connection is one that
+    /// waits between requests, which a shutdown closes; a connection not yet answered
+    /// is still sending its first request, which a shutdown answers first.
+    pub answered: bool,
 }
 
 /// One connection in a worker's slab. `S` is its socket (the protocol state never touches
@@ -342,6 +346,8 @@ pub struct Tools {
     pub gate: crate::auth::Gate,
     /// The worker's limits per address and client (DECISIONS §11).
     pub limits: crate::limits::Limiter,
+    /// The worker is shutting down: every HTTP answer closes its connection.
+    pub stopping: bool,
 }
 
 impl Ctx<'_> {

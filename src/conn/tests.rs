@@ -167,6 +167,7 @@ impl Bench {
                     &crate::config::Limits::default(),
                     1,
                 )),
+                stopping: false,
             },
             turn: usize::MAX,
         }

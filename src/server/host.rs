@@ -60,17 +60,31 @@ pub fn set_notsent_lowat(sock: &impl AsRawFd, bytes: u32) {
 
 /// `setsockopt` of one `c_int` (values above `i32::MAX` are clamped); errors are ignored.
 fn set_int_opt(sock: &impl AsRawFd, level: libc::c_int, name: libc::c_int, value: u32) {
-    let v: libc::c_int = value.min(i32::MAX as u32) as libc::c_int;
+    let _ = setsockopt_int(sock, level, name, value.min(i32::MAX as u32) as libc::c_int);
+}
+
+/// `setsockopt` of one `c_int`.
+fn setsockopt_int(
+    sock: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a pointer to a live local
     // c_int; the fd is owned by `sock`, which outlives the call.
-    unsafe {
+    let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             level,
             name,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -123,5 +137,17 @@ pub fn attach_cpu_steering(sock: &impl AsRawFd, worker_cpus: &[usize]) -> io::Re
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// Takes a `--cpu-steering` program off a `SO_REUSEPORT` group (a process taking over the
+/// group from one that steered, without `--cpu-steering` itself); none attached is fine.
+pub fn detach_cpu_steering(sock: &impl AsRawFd) -> io::Result<()> {
+    // From <asm-generic/socket.h>.
+    const SO_DETACH_REUSEPORT_BPF: libc::c_int = 68;
+    // The option ignores its value.
+    match setsockopt_int(sock, libc::SOL_SOCKET, SO_DETACH_REUSEPORT_BPF, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        done => done,
     }
 }

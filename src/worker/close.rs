@@ -55,6 +55,27 @@ impl Worker {
         m.websockets_open.sub(websockets);
     }
 
+    /// During the shutdown: a connection upgraded since it began (its first request was
+    /// an upgrade) is closed at once (1001), like the others were.
+    pub(super) fn close_late_upgrades(&mut self) {
+        let now = self.clock.now;
+        let late: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.phase, Phase::Ws(_)) && !c.marks.closed)
+            .map(|(k, _)| k)
+            .collect();
+        for key in late {
+            self.conns[key].ws_close(
+                close::GOING_AWAY,
+                "server shutting down",
+                now,
+                self.out.close_ms,
+            );
+            self.mark_dirty(key);
+        }
+    }
+
     /// Stops accepting and starts closing every connection.
     pub(super) fn begin_shutdown(&mut self) {
         if self.stop_at.is_some() {
@@ -68,6 +89,7 @@ impl Worker {
         }
         let now = self.clock.now;
         self.stop_at = Some(now + self.shared.config.limits.shutdown_grace().as_millis() as u64);
+        self.tools.stopping = true;
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
             let c = &mut self.conns[key];
@@ -81,7 +103,11 @@ impl Worker {
                     );
                     self.mark_dirty(key);
                 }
-                Phase::Http(_) if c.out.is_empty() => self.close_now(key),
+                Phase::Http(_) if c.out.is_empty() && c.marks.answered => self.close_now(key),
+                // Accepted, its first request not read yet (it may be on its way: a
+                // connection accepted this round has not been read at all): answered
+                // first, then closed (`Tools::stopping`), or closed at its head deadline.
+                Phase::Http(crate::conn::HttpWait::Nothing) if !c.marks.answered => {}
                 _ => {
                     c.begin_close(now, self.out.close_ms);
                     self.mark_dirty(key);

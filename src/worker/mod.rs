@@ -195,6 +195,7 @@ impl Worker {
                 deflate: DeflateKit::default(),
                 gate,
                 limits: crate::limits::Limiter::new(policy),
+                stopping: false,
             },
             round,
             clock: Clock {
@@ -242,6 +243,9 @@ impl Worker {
             self.deliver();
             if orders == Orders::ShutDown {
                 self.begin_shutdown();
+            }
+            if self.stop_at.is_some() {
+                self.close_late_upgrades();
             }
             self.iteration.work.timers += self.fire_timers();
             self.iteration.work.writes += self.round.dirty.len() as u32;

@@ -209,4 +209,34 @@ impl<S: Stream> Ws<S> {
             p["data"]["message"].as_str().unwrap().to_string(),
         )
     }
+
+    /// Reads until the server's close frame (other messages are skipped) and returns its
+    /// code, then completes the close handshake and reads until the connection ends.
+    pub fn close_code(&mut self) -> u16 {
+        use std::io::ErrorKind;
+        self.sock
+            .get_ref()
+            .tcp()
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let code = loop {
+            match self.sock.read() {
+                Ok(tungstenite::Message::Close(Some(f))) => break u16::from(f.code),
+                Ok(tungstenite::Message::Close(None)) => panic!("close frame without a code"),
+                Ok(tungstenite::Message::Text(t)) => panic!("unexpected message {t}"),
+                Ok(_) => continue,
+                Err(e) => panic!("no close frame: {e}"),
+            }
+        };
+        // tungstenite answers the close; the server then ends the connection.
+        loop {
+            match self.sock.read() {
+                Ok(_) => continue,
+                Err(tungstenite::Error::ConnectionClosed) => break,
+                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("after the close handshake: {e}"),
+            }
+        }
+        code
+    }
 }

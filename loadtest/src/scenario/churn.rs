@@ -6,6 +6,12 @@
 //! to the cycle's topic as soon as the subscription is confirmed (the relay never echoes a
 //! publish back to its own connection).
 //!
+//! Connection attempts are counted apart (`connects`): refused (`ECONNREFUSED`, nothing
+//! listens) and failed (anything else before the upgrade answer: reset, closed, timed out),
+//! in total and per second of the run (`connect_failures_by_second`), which is what a
+//! restart of the server under churn costs its clients (docs/DEPLOY.md, "Restarting a
+//! node"). The feeder reconnects when the server closes it.
+//!
 //! With `--auth`, each cycle makes a fresh key pair and token just before it connects (the
 //! signing is not in the cycle's time; the server's verifying is); `--auth-reuse` presents one
 //! token, made at setup, on every connection (what the server's verified-token cache saves).
@@ -78,6 +84,10 @@ struct ChurnHandler<'a> {
     feeder: Option<Key>,
     feeder_ready: bool,
     feeder_seq: u64,
+    /// When to connect the feeder again after the server closed it.
+    feeder_retry: u64,
+    /// The feeder's upgrade query (with `--auth`).
+    feeder_query: Option<String>,
     cls: Classifier,
     measuring: bool,
     t_warm: u64,
@@ -91,9 +101,60 @@ struct ChurnHandler<'a> {
     failures: Counts,
     errors: Counts,
     anomalies: Counts,
+    connects: ConnectTally,
+}
+
+/// The cycles' connection attempts (from the end of the warm-up on).
+#[derive(Default)]
+struct ConnectTally {
+    /// Attempted.
+    attempts: u64,
+    /// Refused (`ECONNREFUSED`).
+    refused: u64,
+    /// Failed otherwise before the upgrade answer.
+    failed: u64,
+    /// Refused and failed by second of the run: `0007s:refused`.
+    by_second: Counts,
+}
+
+/// What became of a connection attempt that did not upgrade.
+#[derive(Clone, Copy)]
+enum Unconnected {
+    Refused,
+    Failed,
 }
 
 impl ChurnHandler<'_> {
+    /// Counts a connection attempt that did not reach the upgrade.
+    fn unconnected(&mut self, how: Unconnected, now: u64) {
+        if now < self.t_warm {
+            return;
+        }
+        let label = match how {
+            Unconnected::Refused => {
+                self.connects.refused += 1;
+                "refused"
+            }
+            Unconnected::Failed => {
+                self.connects.failed += 1;
+                "failed"
+            }
+        };
+        let sec = (now - self.t_warm) / 1_000_000_000;
+        bump(&mut self.connects.by_second, &format!("{sec:04}s:{label}"));
+    }
+
+    /// Connects the feeder again (the server closed it), at most every 100 ms.
+    fn reconnect_feeder(&mut self, io: &mut Io, now: u64) {
+        if self.feeder.is_some() || now < self.feeder_retry {
+            return;
+        }
+        self.feeder_retry = now + 100_000_000;
+        if let Ok(k) = io.connect_with(FEEDER, Proto::Ws, self.feeder_query.as_deref()) {
+            self.feeder = Some(k);
+        }
+    }
+
     fn start(&mut self, io: &mut Io, slot: usize, now: u64) {
         if now >= self.t_end || self.budget == 0 {
             self.slots[slot].stage = Stage::Idle(u64::MAX);
@@ -124,6 +185,9 @@ impl ChurnHandler<'_> {
         );
         // After the signing: a cycle's time is what the server makes it.
         s.started = if query.is_some() { io.now_ns() } else { now };
+        if now >= self.t_warm {
+            self.connects.attempts += 1;
+        }
         match io.connect_with(slot as u32, Proto::Ws, query) {
             Ok(k) => {
                 s.key = Some(k);
@@ -134,6 +198,11 @@ impl ChurnHandler<'_> {
                 if now >= self.t_warm {
                     bump(&mut self.failures, &format!("connect:{:?}", e.kind()));
                 }
+                let how = match e.kind() {
+                    std::io::ErrorKind::ConnectionRefused => Unconnected::Refused,
+                    _ => Unconnected::Failed,
+                };
+                self.unconnected(how, now);
             }
         }
     }
@@ -213,7 +282,8 @@ impl Handler for ChurnHandler<'_> {
                         },
                     );
                 }
-                let fed = match self.feeder.and_then(|f| io.out(f)) {
+                let feeder = self.feeder.filter(|_| self.feeder_ready);
+                let fed = match feeder.and_then(|f| io.out(f)) {
                     Some(out) => {
                         self.feeder_seq += 1;
                         tmpl.write(
@@ -278,6 +348,7 @@ impl Handler for ChurnHandler<'_> {
     fn on_closed(&mut self, io: &mut Io, key: Key, tag: u32, why: &CloseWhy, now: u64) {
         if tag == FEEDER {
             self.feeder = None;
+            self.feeder_ready = false;
             bump(&mut self.failures, &format!("feeder:{}", why.label()));
             return;
         }
@@ -285,6 +356,15 @@ impl Handler for ChurnHandler<'_> {
         if self.slots[slot].key != Some(key) {
             // Abandoned by the timeout sweep, already counted.
             return;
+        }
+        if self.slots[slot].stage == Stage::Connecting {
+            let how = match why {
+                CloseWhy::ConnectFailed(std::io::ErrorKind::ConnectionRefused) => {
+                    Unconnected::Refused
+                }
+                _ => Unconnected::Failed,
+            };
+            self.unconnected(how, self.slots[slot].started);
         }
         let ok = match (self.slots[slot].stage, why) {
             (Stage::Closing, CloseWhy::Normal | CloseWhy::ServerClose(1000) | CloseWhy::Eof) => {
@@ -304,6 +384,7 @@ impl Handler for ChurnHandler<'_> {
         }
         if now >= self.last_sweep + 1_000_000 {
             self.last_sweep = now;
+            self.reconnect_feeder(io, now);
             for slot in 0..self.slots.len() {
                 match self.slots[slot].stage {
                     Stage::Idle(at) if at <= now => self.start(io, slot, now),
@@ -313,6 +394,9 @@ impl Handler for ChurnHandler<'_> {
                             if let Some(k) = self.slots[slot].key {
                                 // on_closed will not count it: mark the slot first.
                                 let name = stage_name(self.slots[slot].stage);
+                                if self.slots[slot].stage == Stage::Connecting {
+                                    self.unconnected(Unconnected::Failed, self.slots[slot].started);
+                                }
                                 self.slots[slot].stage = Stage::Idle(now);
                                 self.slots[slot].key = None;
                                 io.abort(k, true);
@@ -355,6 +439,7 @@ struct ChurnOut {
     failures: Counts,
     errors: Counts,
     anomalies: Counts,
+    connects: ConnectTally,
 }
 
 /// Run `churn` and build its report.
@@ -401,6 +486,8 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
             feeder: None,
             feeder_ready: false,
             feeder_seq: 0,
+            feeder_retry: 0,
+            feeder_query: None,
             cls: Classifier::new(o.protocol.rpc()),
             measuring: false,
             t_warm: u64::MAX,
@@ -414,6 +501,7 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
             failures: Counts::new(),
             errors: Counts::new(),
             anomalies: Counts::new(),
+            connects: ConnectTally::default(),
         };
         let feeder_query = match &auth {
             Auth::Off => None,
@@ -423,6 +511,7 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
             }
         };
         h.feeder = Some(io.connect_with(FEEDER, Proto::Ws, feeder_query.as_deref())?);
+        h.feeder_query = feeder_query;
         let start = io.now_ns();
         net::run(
             &mut io,
@@ -450,13 +539,19 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
             failures: h.failures,
             errors: h.errors,
             anomalies: h.anomalies,
+            connects: h.connects,
         })
     })?;
     let mut cycles = Lat::new();
     let mut upgrade = Lat::new();
     let mut completed = 0;
     let (mut failures, mut errors, mut anomalies) = (Counts::new(), Counts::new(), Counts::new());
+    let mut connects = ConnectTally::default();
     for x in &outs {
+        connects.attempts += x.connects.attempts;
+        connects.refused += x.connects.refused;
+        connects.failed += x.connects.failed;
+        merge_counts(&mut connects.by_second, &x.connects.by_second);
         cycles.merge(&x.cycles);
         upgrade.merge(&x.upgrade);
         completed += x.completed;
@@ -483,10 +578,14 @@ pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
         .int("cycles_completed", completed)
         .float("cycles_per_s", completed as f64 / secs, 0)
         .int("cycles_failed", failures.values().sum())
+        .int("connects", connects.attempts)
+        .int("connects_refused", connects.refused)
+        .int("connects_failed", connects.failed)
         .lat("cycle", &cycles)
         .lat("connect_to_upgraded", &upgrade)
         .counts("failures", &failures)
         .counts("error_codes", &errors)
-        .counts("anomalies", &anomalies);
+        .counts("anomalies", &anomalies)
+        .counts("connect_failures_by_second", &connects.by_second);
     Ok(r)
 }

@@ -151,6 +151,9 @@ pub struct Marks {
     pub ready: bool,
     /// In the close list (no more work of any kind).
     pub closed: bool,
+    /// Its upgrade request waits for the round's token checks, already counted: read again,
+    /// it is not counted twice.
+    pub auth_pending: bool,
 }
 
 /// One connection in a worker's slab. `S` is its socket (the protocol state never touches

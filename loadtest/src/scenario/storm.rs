@@ -88,26 +88,58 @@ struct StormHandler<'a> {
     limit: usize,
     phase: Phase,
     cls: Classifier,
+    /// The batch of topics being written (reused).
+    topics: Vec<String>,
+    t: Tally,
+}
+
+/// What one thread counted; merged over the threads for the report.
+#[derive(Default)]
+struct Tally {
     held: usize,
     gone: usize,
     cut: usize,
     back: usize,
+    /// Times, ns since the epoch (0: not yet).
     first_cut: u64,
     /// The first upgrade after the cut: the new server is serving.
     first_open: u64,
     last_back: u64,
-    now: u64,
     setup_lat: Lat,
     /// The cut (its close seen) -> subscribed again.
     cut_to_back: Lat,
     /// Start of the attempt that succeeded -> subscribed again.
     attempt_to_back: Lat,
+    /// Connects started since the hold began.
     attempts: u64,
     setup_failures: Counts,
     failures: Counts,
     cut_closes: Counts,
     anomalies: Counts,
-    topics: Vec<String>,
+}
+
+impl Tally {
+    fn merge(&mut self, o: &Tally) {
+        self.held += o.held;
+        self.gone += o.gone;
+        self.cut += o.cut;
+        self.back += o.back;
+        let earliest = |a: u64, b: u64| match (a, b) {
+            (0, x) | (x, 0) => x,
+            (a, b) => a.min(b),
+        };
+        self.first_cut = earliest(self.first_cut, o.first_cut);
+        self.first_open = earliest(self.first_open, o.first_open);
+        self.last_back = self.last_back.max(o.last_back);
+        self.setup_lat.merge(&o.setup_lat);
+        self.cut_to_back.merge(&o.cut_to_back);
+        self.attempt_to_back.merge(&o.attempt_to_back);
+        self.attempts += o.attempts;
+        merge_counts(&mut self.setup_failures, &o.setup_failures);
+        merge_counts(&mut self.failures, &o.failures);
+        merge_counts(&mut self.cut_closes, &o.cut_closes);
+        merge_counts(&mut self.anomalies, &o.anomalies);
+    }
 }
 
 impl StormHandler<'_> {
@@ -150,12 +182,12 @@ impl StormHandler<'_> {
         let query = match self.take_query(slot) {
             Ok(q) => q,
             Err(e) => {
-                bump(&mut self.failures, &e);
+                bump(&mut self.t.failures, &e);
                 self.failed(slot, now);
                 return;
             }
         };
-        self.attempts += 1;
+        self.t.attempts += 1;
         self.slots[slot].attempt_at = now;
         match io.connect_with(slot as u32, Proto::Ws, query.as_deref()) {
             Ok(k) => {
@@ -174,8 +206,8 @@ impl StormHandler<'_> {
 
     fn count_failure(&mut self, label: &str) {
         match self.phase {
-            Phase::Setup => bump(&mut self.setup_failures, label),
-            _ => bump(&mut self.failures, label),
+            Phase::Setup => bump(&mut self.t.setup_failures, label),
+            _ => bump(&mut self.t.failures, label),
         }
     }
 
@@ -205,13 +237,14 @@ impl StormHandler<'_> {
         s.stage = Stage::Held;
         s.failed = 0;
         if self.phase == Phase::Setup {
-            self.held += 1;
-            self.setup_lat.record_ns(now.saturating_sub(s.attempt_at));
+            self.t.held += 1;
+            self.t.setup_lat.record_ns(now.saturating_sub(s.attempt_at));
         } else if s.cut_at > 0 {
-            self.back += 1;
-            self.last_back = now;
-            self.cut_to_back.record_ns(now.saturating_sub(s.cut_at));
-            self.attempt_to_back
+            self.t.back += 1;
+            self.t.last_back = now;
+            self.t.cut_to_back.record_ns(now.saturating_sub(s.cut_at));
+            self.t
+                .attempt_to_back
                 .record_ns(now.saturating_sub(s.attempt_at));
         }
     }
@@ -220,8 +253,8 @@ impl StormHandler<'_> {
 impl Handler for StormHandler<'_> {
     fn on_open(&mut self, io: &mut Io, key: Key, tag: u32, now: u64) {
         let slot = tag as usize;
-        if self.phase == Phase::Storm && self.first_open == 0 {
-            self.first_open = now;
+        if self.phase == Phase::Storm && self.t.first_open == 0 {
+            self.t.first_open = now;
         }
         self.slots[slot].stage = Stage::Subscribing;
         self.topics_of(slot);
@@ -275,7 +308,7 @@ impl Handler for StormHandler<'_> {
                 }
             }
             (Stage::Held, Incoming::Delivery { .. }) => {}
-            _ => bump(&mut self.anomalies, "unexpected_message"),
+            _ => bump(&mut self.t.anomalies, "unexpected_message"),
         }
     }
 
@@ -289,11 +322,11 @@ impl Handler for StormHandler<'_> {
             Stage::Held if self.phase != Phase::Setup => {
                 if self.phase == Phase::Hold {
                     self.phase = Phase::Storm;
-                    self.first_cut = now;
+                    self.t.first_cut = now;
                 }
-                bump(&mut self.cut_closes, &why.label());
+                bump(&mut self.t.cut_closes, &why.label());
                 self.slots[slot].cut_at = now;
-                self.cut += 1;
+                self.t.cut += 1;
                 let at = match self.o.reconnect {
                     Reconnect::Now => now,
                     Reconnect::Sdk => now + 100 * MS,
@@ -302,10 +335,10 @@ impl Handler for StormHandler<'_> {
             }
             Stage::Held => {
                 // Closed during setup after it was held: it is not held any more.
-                bump(&mut self.setup_failures, &format!("held:{}", why.label()));
-                self.held -= 1;
+                bump(&mut self.t.setup_failures, &format!("held:{}", why.label()));
+                self.t.held -= 1;
                 self.slots[slot].stage = Stage::Gone;
-                self.gone += 1;
+                self.t.gone += 1;
             }
             stage => {
                 self.count_failure(&format!("{}:{}", stage_name(stage), why.label()));
@@ -315,7 +348,6 @@ impl Handler for StormHandler<'_> {
     }
 
     fn tick(&mut self, io: &mut Io, now: u64) -> Option<u64> {
-        self.now = now;
         while self.in_progress < self.limit {
             match self.due.peek() {
                 Some(Reverse((at, slot))) if *at <= now => {
@@ -334,31 +366,18 @@ impl Handler for StormHandler<'_> {
 
     fn done(&self) -> bool {
         match self.phase {
-            Phase::Setup => self.held + self.gone >= self.slots.len(),
+            Phase::Setup => self.t.held + self.t.gone >= self.slots.len(),
             Phase::Hold => false,
-            Phase::Storm => self.cut >= self.held && self.back >= self.cut,
+            Phase::Storm => self.t.cut >= self.t.held && self.t.back >= self.t.cut,
         }
     }
 }
 
 struct StormOut {
-    held: usize,
-    cut: usize,
-    back: usize,
+    t: Tally,
     setup_ns: u64,
-    first_cut: Option<u64>,
-    first_open: Option<u64>,
-    last_back: Option<u64>,
-    setup_lat: Lat,
-    cut_to_back: Lat,
-    attempt_to_back: Lat,
-    attempts: u64,
     /// This process's CPU seconds when the hold began.
     cpu_at_hold: f64,
-    setup_failures: Counts,
-    failures: Counts,
-    cut_closes: Counts,
-    anomalies: Counts,
 }
 
 fn read_pid(path: &std::path::Path) -> Option<u32> {
@@ -436,22 +455,7 @@ pub fn run(target: &Target, o: &StormOpts) -> Result<Report, RunError> {
             limit: common.connect_concurrency.max(1),
             phase: Phase::Setup,
             cls: Classifier::new(o.protocol.rpc()),
-            held: 0,
-            gone: 0,
-            cut: 0,
-            back: 0,
-            first_cut: 0,
-            first_open: 0,
-            last_back: 0,
-            now: 0,
-            setup_lat: Lat::new(),
-            cut_to_back: Lat::new(),
-            attempt_to_back: Lat::new(),
-            attempts: 0,
-            setup_failures: Counts::new(),
-            failures: Counts::new(),
-            cut_closes: Counts::new(),
-            anomalies: Counts::new(),
+            t: Tally::default(),
             topics: Vec::with_capacity(o.topics),
         };
         let setup_ns = super::run_setup(&mut io, &mut h, &common)?;
@@ -470,37 +474,24 @@ pub fn run(target: &Target, o: &StormOpts) -> Result<Report, RunError> {
         let cpu_at_hold = cpu_self();
         if t == 0 {
             if let Some(p) = &o.ready_file {
-                let total = h.held; // this thread's; the file only signals the moment
+                let total = h.t.held; // this thread's; the file only signals the moment
                 std::fs::write(p, format!("held {total}\n"))?;
             }
         }
         // Every reconnect goes at once: the storm is not paced by the client.
         h.limit = usize::MAX;
         h.phase = Phase::Hold;
-        h.attempts = 0;
+        h.t.attempts = 0;
         let t_hold = io.now_ns();
         net::run(&mut io, &mut h, t_hold + o.cut_timeout.as_nanos() as u64)?;
         if h.phase == Phase::Storm {
-            let until = h.first_cut + o.storm_timeout.as_nanos() as u64;
+            let until = h.t.first_cut + o.storm_timeout.as_nanos() as u64;
             net::run(&mut io, &mut h, until)?;
         }
         Ok(StormOut {
-            held: h.held,
-            cut: h.cut,
-            back: h.back,
+            t: h.t,
             setup_ns,
-            first_cut: (h.cut > 0).then_some(h.first_cut),
-            first_open: (h.first_open > 0).then_some(h.first_open),
-            last_back: (h.back > 0).then_some(h.last_back),
-            setup_lat: h.setup_lat,
-            cut_to_back: h.cut_to_back,
-            attempt_to_back: h.attempt_to_back,
-            attempts: h.attempts,
             cpu_at_hold,
-            setup_failures: h.setup_failures,
-            failures: h.failures,
-            cut_closes: h.cut_closes,
-            anomalies: h.anomalies,
         })
     });
     let cpu_end = cpu_self();
@@ -512,35 +503,29 @@ pub fn run(target: &Target, o: &StormOpts) -> Result<Report, RunError> {
         .and_then(|p| sys::cpu_seconds(p).ok());
     let client_cpu = cpu_end - outs.first().map_or(cpu_end, |x| x.cpu_at_hold);
 
-    let (mut held, mut cut, mut back, mut setup_ns, mut attempts) = (0, 0, 0, 0, 0);
-    let (mut first_cut, mut first_open, mut last_back) = (u64::MAX, u64::MAX, 0);
-    let (mut setup_lat, mut cut_to_back, mut attempt_to_back) =
-        (Lat::new(), Lat::new(), Lat::new());
-    let (mut setup_failures, mut failures, mut cut_closes, mut anomalies) =
-        (Counts::new(), Counts::new(), Counts::new(), Counts::new());
+    let mut t = Tally::default();
+    let mut setup_ns = 0;
     for x in &outs {
-        held += x.held;
-        cut += x.cut;
-        back += x.back;
-        attempts += x.attempts;
+        t.merge(&x.t);
         setup_ns = setup_ns.max(x.setup_ns);
-        if let Some(f) = x.first_cut {
-            first_cut = first_cut.min(f);
-        }
-        if let Some(f) = x.first_open {
-            first_open = first_open.min(f);
-        }
-        if let Some(l) = x.last_back {
-            last_back = last_back.max(l);
-        }
-        setup_lat.merge(&x.setup_lat);
-        cut_to_back.merge(&x.cut_to_back);
-        attempt_to_back.merge(&x.attempt_to_back);
-        merge_counts(&mut setup_failures, &x.setup_failures);
-        merge_counts(&mut failures, &x.failures);
-        merge_counts(&mut cut_closes, &x.cut_closes);
-        merge_counts(&mut anomalies, &x.anomalies);
     }
+    let Tally {
+        held,
+        cut,
+        back,
+        first_cut,
+        first_open,
+        last_back,
+        attempts,
+        setup_lat,
+        cut_to_back,
+        attempt_to_back,
+        setup_failures,
+        failures,
+        cut_closes,
+        anomalies,
+        ..
+    } = t;
     // Refused with no listener: the restart's own gap, not the new server refusing.
     let no_listener: u64 = failures
         .iter()

@@ -359,6 +359,75 @@ fn bad_tokens_are_refused_with_401_or_close_3000() {
 }
 
 #[test]
+fn upgrades_that_arrive_together_are_each_answered_as_their_own_token_deserves() {
+    use std::io::Write;
+    // One worker: the upgrades land in as few rounds as the kernel hands them over, so their
+    // new tokens are verified in batches (a reconnect storm's shape); one forged and one
+    // expired among them must not change what the others get, nor be let in.
+    let s = Server::start(&["--threads", "1"]);
+    let now = now_ms() / 1000;
+    let n = 48;
+    let (forged_at, expired_at, pipelined_at) = (7, 13, 21);
+    let mut socks = Vec::new();
+    for i in 0..n {
+        let c = Client::new();
+        let token = if i == forged_at {
+            let mut t = c.fresh_token();
+            t.replace_range(t.len() - 4.., "AAAA");
+            t
+        } else if i == expired_at {
+            c.token(now - 90_000, now - 3_600)
+        } else {
+            c.fresh_token()
+        };
+        let mut req =
+            upgrade_request(&format!("/?auth={token}&projectId=p"), RFC_KEY, "").into_bytes();
+        if i == pipelined_at {
+            // A subscribe right behind the upgrade, in the same write.
+            let sub = common::raw_ws::rpc_request(5, "irn_subscribe", json!({"topic": topic()}));
+            req.extend(common::raw_ws::client_frame(true, 1, sub.as_bytes()));
+        }
+        socks.push((s.tcp(), req));
+    }
+    for (sock, req) in socks.iter_mut() {
+        sock.write_all(req).unwrap();
+    }
+    for (i, (sock, _)) in socks.into_iter().enumerate() {
+        if i == forged_at || i == expired_at {
+            use std::io::Read;
+            let mut sock = sock;
+            let mut ans = String::new();
+            let _ = sock.read_to_string(&mut ans);
+            assert!(ans.starts_with("HTTP/1.1 401"), "{i}: {ans}");
+            let why = if i == forged_at {
+                "invalid signature"
+            } else {
+                "token expired"
+            };
+            assert!(ans.contains(why), "{i}: {ans}");
+            continue;
+        }
+        let mut ws = common::raw_ws::RawWs::expect_101(sock);
+        if i == pipelined_at {
+            let answer = ws.recv_json();
+            assert_eq!(answer["id"], 5, "{answer}");
+            assert!(answer["result"].is_string(), "{answer}");
+        }
+    }
+    let (_, metrics) = s.get("/metrics");
+    let metrics = String::from_utf8_lossy(&metrics);
+    let counted = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    // Each refusal and each request counted once, however often its upgrade was read.
+    assert_eq!(counted("walletrelay_auth_refused_total"), 2, "{metrics}");
+}
+
+#[test]
 fn project_ids_are_an_allow_list_reread_on_sighup() {
     let dir = common::TempDir::new("projects");
     let file = dir.join("ids");

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::cache::Check;
 use super::{AuthConfig, ClientKey, ProjectIds, TokenCache, UpgradeAuth};
 
 /// What the door says about one upgrade.
@@ -17,6 +18,8 @@ pub enum Verdict {
     Open(Option<Arc<ClientKey>>),
     /// Refused with this HTTP status (401, 403) and reason.
     Refused(u16, &'static str),
+    /// The token waits for the round's batch ([`Gate::settle`]): ask again after it.
+    Pending,
 }
 
 /// One worker's relay-auth state.
@@ -83,11 +86,42 @@ impl Gate {
     /// (Unix seconds): the token first (a bad one is refused even when not required),
     /// then the project.
     pub fn check(&mut self, up: &UpgradeAuth<'_>, now_s: u64) -> Verdict {
+        self.decide(up, now_s, false)
+    }
+
+    /// [`Gate::check`], except that a token this worker has not verified yet is queued
+    /// ([`Verdict::Pending`]) to be verified with the round's others in [`Gate::settle`].
+    pub fn check_or_queue(&mut self, up: &UpgradeAuth<'_>, now_s: u64) -> Verdict {
+        self.decide(up, now_s, true)
+    }
+
+    /// Verifies the tokens queued this round (one batch), so that their upgrades, asked
+    /// again, are answered from the cache.
+    pub fn settle(&mut self, now_s: u64) {
+        if self.cache.has_queued() {
+            self.cache.settle(now_s, &self.cfg);
+        }
+    }
+
+    /// Batches of upgrade tokens verified so far, and the tokens they held.
+    pub fn batches(&self) -> (u64, u64) {
+        self.cache.batches()
+    }
+
+    fn decide(&mut self, up: &UpgradeAuth<'_>, now_s: u64, queue: bool) -> Verdict {
         let client = match up.token.as_deref() {
-            Some(token) => match self.cache.check(token, now_s, &self.cfg) {
-                Ok(id) => Some(id),
-                Err(e) => return Verdict::Refused(401, e.reason()),
-            },
+            Some(token) => {
+                let checked = if queue {
+                    self.cache.check_or_queue(token, now_s, &self.cfg)
+                } else {
+                    Check::Done(self.cache.check(token, now_s, &self.cfg))
+                };
+                match checked {
+                    Check::Queued => return Verdict::Pending,
+                    Check::Done(Ok(id)) => Some(id),
+                    Check::Done(Err(e)) => return Verdict::Refused(401, e.reason()),
+                }
+            }
             None if self.require => return Verdict::Refused(401, "missing auth token"),
             None => None,
         };

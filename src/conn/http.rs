@@ -23,7 +23,9 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
             return input.len();
         }
     };
-    ctx.metrics().http_requests.inc();
+    if !std::mem::take(&mut conn.marks.auth_pending) {
+        ctx.metrics().http_requests.inc();
+    }
     conn.marks.answered = true;
     // Behind a trusted proxy each request says whose it is (DECISIONS §11).
     if conn.limit.proxied() {
@@ -68,10 +70,14 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
             }
         },
         Route::Relay | Route::Echo => {
-            return if upgrade::upgrade(conn, &req, route == Route::Echo, ctx) {
-                n
-            } else {
-                input.len()
+            return match upgrade::upgrade(conn, &req, route == Route::Echo, ctx) {
+                upgrade::Upgraded::Open => n,
+                upgrade::Upgraded::Refused => input.len(),
+                // Read again, whole, once its token is verified.
+                upgrade::Upgraded::Pending => {
+                    conn.marks.auth_pending = true;
+                    0
+                }
             };
         }
         other => fixed_answer(other, ctx),

@@ -159,6 +159,9 @@ pub struct Marks {
     /// waits between requests, which a shutdown closes; a connection not yet answered
     /// is still sending its first request, which a shutdown answers first.
     pub answered: bool,
+    /// Its upgrade request waits for the round's token checks, already counted: read again,
+    /// it is not counted twice.
+    pub auth_pending: bool,
 }
 
 /// One connection in a worker's slab. `S` is its socket (the protocol state never touches

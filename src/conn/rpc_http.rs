@@ -38,7 +38,10 @@ pub fn request<S>(
         .check_http(&up, crate::clock::unix_ms() / 1000)
     {
         Verdict::Open(Some(c)) => c,
-        Verdict::Open(None) => return Some(Response::json_error(401, "missing auth token")),
+        // `check_http` verifies at once; it never answers `Pending`.
+        Verdict::Open(None) | Verdict::Pending => {
+            return Some(Response::json_error(401, "missing auth token"))
+        }
         Verdict::Refused(status, reason) => {
             ctx.metrics().auth_refused.inc();
             log::debug!(

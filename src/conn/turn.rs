@@ -22,13 +22,16 @@ pub enum Step {
     Blocked,
     /// It is closing: the rest of its input is discarded.
     Closed,
+    /// Its upgrade's token waits for the round's batch of token checks: the upgrade is
+    /// read again once they are verified (`auth::Gate::settle`).
+    AuthPending,
 }
 
 impl Step {
     /// It stopped with input that no event will announce again: the worker resumes it
     /// after the other connections (and the round's deliveries).
     pub fn yields(self) -> bool {
-        matches!(self, Step::TurnOver | Step::FanoutFull)
+        matches!(self, Step::TurnOver | Step::FanoutFull | Step::AuthPending)
     }
 }
 
@@ -40,6 +43,8 @@ pub struct Turn {
     left: usize,
     /// Pushes the round's queued deliveries may reach before input processing pauses.
     fanout: usize,
+    /// Its upgrade waits for the round's token checks.
+    auth_pending: bool,
 }
 
 impl Turn {
@@ -49,7 +54,13 @@ impl Turn {
         Turn {
             left: messages,
             fanout,
+            auth_pending: false,
         }
+    }
+
+    /// Its upgrade's token was queued for the round's batch: stop until it is verified.
+    pub fn auth_pending(&mut self) {
+        self.auth_pending = true;
     }
 
     /// One message handled.
@@ -70,7 +81,9 @@ impl Turn {
     /// Why `conn` must stop before its next message, if it must: its turn is over, the
     /// round's fan-out budget is reached, or it waits for its answers.
     pub fn stop<S>(&self, conn: &Conn<S>, relay: &Relay, max_pending: usize) -> Option<Step> {
-        if self.over() {
+        if self.auth_pending {
+            Some(Step::AuthPending)
+        } else if self.over() {
             Some(Step::TurnOver)
         } else if self.fanout_full(relay) {
             Some(Step::FanoutFull)

@@ -12,14 +12,25 @@ use crate::ws;
 /// events (DECISIONS §10; the SDK stops on it instead of reconnecting).
 pub const CLOSE_AUTH: u16 = 3000;
 
-/// Answers a WebSocket upgrade request; `false` when it was refused (and the connection is
-/// closing).
+/// What became of an upgrade request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upgraded {
+    /// Upgraded: the connection speaks WebSocket.
+    Open,
+    /// Refused: the connection is closing.
+    Refused,
+    /// Nothing done yet: its token waits for the round's batch of checks; the request is
+    /// read again after it.
+    Pending,
+}
+
+/// Answers a WebSocket upgrade request.
 pub fn upgrade<S>(
     conn: &mut Conn<S>,
     req: &http::Request<'_>,
     echo: bool,
     ctx: &mut Ctx<'_>,
-) -> bool {
+) -> Upgraded {
     // RFC 6455 §4.1: the handshake is a GET of HTTP/1.1 or later; a HEAD at `/` gets what
     // a GET that is no upgrade gets, without the body.
     let refusal = if !req.upgrade_websocket || req.method != http::Method::Get {
@@ -49,18 +60,27 @@ pub fn upgrade<S>(
         let head_only = req.method == http::Method::Head;
         response::write(&mut conn.out, &resp, ctx.time.date, head_only, true);
         conn.begin_close(ctx.time.ms, ctx.close_ms());
-        return false;
+        return Upgraded::Refused;
     }
     // Relay auth (DECISIONS §10): refused before the upgrade, or, for a client that asked
     // for close events (the SDK then stops instead of retrying), upgraded and closed with
-    // 3000 and the reason.
+    // 3000 and the reason. A token not seen before is verified with the round's others
+    // (one batch: a reconnect storm brings thousands at once).
     let up = UpgradeAuth::from_request(req.query, req.authorization);
     let (client, refused) = if echo {
         (None, None)
     } else {
-        match ctx.tools.gate.check(&up, crate::clock::unix_ms() / 1000) {
+        match ctx
+            .tools
+            .gate
+            .check_or_queue(&up, crate::clock::unix_ms() / 1000)
+        {
             Verdict::Open(client) => (client, None),
             Verdict::Refused(status, reason) => (None, Some((status, reason))),
+            Verdict::Pending => {
+                ctx.turn.auth_pending();
+                return Upgraded::Pending;
+            }
         }
     };
     if let Some((status, reason)) = refused {
@@ -74,7 +94,7 @@ pub fn upgrade<S>(
             let resp = Response::json_error(status, reason);
             response::write(&mut conn.out, &resp, ctx.time.date, false, true);
             conn.begin_close(ctx.time.ms, ctx.close_ms());
-            return false;
+            return Upgraded::Refused;
         }
     }
     let accept = ws::accept_key(req.ws_key.unwrap_or_default());
@@ -121,7 +141,7 @@ pub fn upgrade<S>(
     ctx.metrics().websockets_open.inc();
     if let Some((_, reason)) = refused {
         conn.ws_close(CLOSE_AUTH, reason, ctx.time.ms, ctx.close_ms());
-        return false;
+        return Upgraded::Refused;
     }
-    true
+    Upgraded::Open
 }

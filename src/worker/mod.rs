@@ -238,6 +238,9 @@ impl Worker {
                     }
                 }
             }
+            // The upgrades of this round's events whose tokens are new wait on the ready list:
+            // their tokens are verified together, then the upgrades are read again.
+            self.tools.gate.settle(crate::clock::unix_ms() / 1000);
             self.resume_ready();
             let orders = self.take_mail();
             self.deliver();

@@ -29,6 +29,9 @@ pub enum Command {
     Idle(IdleOpts),
     /// Connect, upgrade, subscribe, publish, receive, close: as fast as possible.
     Churn(ChurnOpts),
+    /// N authenticated, subscribed connections held until the server restarts, then all
+    /// reconnecting and subscribing again: how long until every one is back, what failed.
+    Storm(StormOpts),
     /// Registry requests over keep-alive connections, at a fixed rate or flat out.
     Http(HttpOpts),
     /// Honest pairs at a steady rate beside one abuser (publish flood, subscribe flood,
@@ -278,6 +281,59 @@ pub struct IdleOpts {
     /// Server process id, for VmRSS from /proc/<pid>/status.
     #[arg(long)]
     pub server_pid: Option<u32>,
+}
+
+/// When a `storm` connection reconnects after its close.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconnect {
+    /// At once, and again 100 ms after each failed attempt: every client at the same moment.
+    Now,
+    /// As @walletconnect/core 2.25.0 does: 100 ms after the close, then after a failed
+    /// attempt k, k seconds later (at most 5); a refused subscribe restarts at once.
+    Sdk,
+}
+
+/// `storm` flags.
+#[derive(Args, Debug, Clone)]
+pub struct StormOpts {
+    /// Common flags (`--setup-timeout` bounds the first setup, whose failed connects and
+    /// subscribes are tried again each second; `--duration` is unused).
+    #[command(flatten)]
+    pub common: Common,
+    /// Connections to open, subscribe and hold.
+    #[arg(long, default_value_t = 1000)]
+    pub connections: usize,
+    /// Topics per connection, all in one `*_batchSubscribe` (the SDK's pairing and session
+    /// topics: 2). 1 to 500.
+    #[arg(long, default_value_t = 2)]
+    pub topics: usize,
+    /// Relay protocol: `waku` or `irn`.
+    #[arg(long, value_enum, default_value_t = RelayProtocol::Irn)]
+    pub protocol: RelayProtocol,
+    /// How connections reconnect after the cut.
+    #[arg(long, value_enum, default_value_t = Reconnect::Now)]
+    pub reconnect: Reconnect,
+    /// After each subscribe, a `*_batchFetchMessages` of the same topics (sign-client 2.25.0
+    /// does not send one on reconnect; off by default).
+    #[arg(long)]
+    pub fetch: bool,
+    /// Reconnect with the token of the first connect (the server's verified-token cache
+    /// hits) instead of a fresh one signed by the same key, as the SDK does.
+    #[arg(long)]
+    pub reuse_token: bool,
+    /// Written (`held N`) once setup is over: the moment to restart the server.
+    #[arg(long)]
+    pub ready_file: Option<std::path::PathBuf>,
+    /// A file holding the pid of the server that serves the storm (read when the storm
+    /// ends): its CPU time (user + system) is reported.
+    #[arg(long)]
+    pub server_pid_file: Option<std::path::PathBuf>,
+    /// Give up waiting for the cut after this long.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub cut_timeout: Duration,
+    /// Give up on the connections not back this long after the first close.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub storm_timeout: Duration,
 }
 
 /// `churn` flags.

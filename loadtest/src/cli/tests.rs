@@ -69,3 +69,17 @@ fn durations() {
     assert!(parse_duration("-1s").is_err());
     assert!(parse_duration("abc").is_err());
 }
+
+#[test]
+fn storm_defaults_are_the_sdk_shape() {
+    let cli = Cli::try_parse_from(["loadtest", "storm", "--auth", "--reconnect", "sdk"]).unwrap();
+    let Command::Storm(o) = cli.cmd else {
+        panic!("not storm");
+    };
+    assert!(o.common.auth);
+    assert_eq!(o.protocol, RelayProtocol::Irn);
+    assert_eq!(o.topics, 2);
+    assert_eq!(o.reconnect, Reconnect::Sdk);
+    assert!(!o.fetch && !o.reuse_token);
+    assert!(Cli::try_parse_from(["loadtest", "storm", "--reconnect", "later"]).is_err());
+}

@@ -227,9 +227,19 @@ pub fn write_subscribe(out: &mut Vec<u8>, rpc: Rpc, id: u64, topic: &str) {
 
 /// Append a masked `waku_batchSubscribe` or `irn_batchSubscribe` of `topics` (1 to 500).
 pub fn write_batch_subscribe(out: &mut Vec<u8>, rpc: Rpc, id: u64, topics: &[String]) {
+    write_batch(out, rpc, "batchSubscribe", id, topics);
+}
+
+/// Append a masked `waku_batchFetchMessages` or `irn_batchFetchMessages` of `topics` (1 to
+/// 500).
+pub fn write_batch_fetch(out: &mut Vec<u8>, rpc: Rpc, id: u64, topics: &[String]) {
+    write_batch(out, rpc, "batchFetchMessages", id, topics);
+}
+
+fn write_batch(out: &mut Vec<u8>, rpc: Rpc, method: &str, id: u64, topics: &[String]) {
     let p = rpc.prefix();
     let mut json = format!(
-        "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"{p}_batchSubscribe\",\"params\":{{\"topics\":["
+        "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"{p}_{method}\",\"params\":{{\"topics\":["
     );
     for (i, t) in topics.iter().enumerate() {
         if i > 0 {

@@ -324,4 +324,10 @@ fn batch_subscribe_frame() {
         String::from_utf8(unmasked_payload(&out)).unwrap(),
         r#"{"id":7,"jsonrpc":"2.0","method":"irn_batchSubscribe","params":{"topics":["aa","bb"]}}"#
     );
+    let mut out = Vec::new();
+    write_batch_fetch(&mut out, Rpc::Waku, 2, &topics[..1]);
+    assert_eq!(
+        String::from_utf8(unmasked_payload(&out)).unwrap(),
+        r#"{"id":2,"jsonrpc":"2.0","method":"waku_batchFetchMessages","params":{"topics":["aa"]}}"#
+    );
 }

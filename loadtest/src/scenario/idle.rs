@@ -151,13 +151,7 @@ pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
             closes: Counts::new(),
             anomalies: Counts::new(),
         };
-        let start = io.now_ns();
-        net::run(
-            &mut io,
-            &mut h,
-            start + common.setup_timeout.as_nanos() as u64,
-        )?;
-        let setup_ns = io.now_ns() - start;
+        let setup_ns = super::run_setup(&mut io, &mut h, &common)?;
         merge_counts(&mut h.setup_errors, &h.connector.failed_now.clone());
         // Partial setups still hold what they have: the figure per connection stays valid.
         let t0 = ctx.sync_setup(true).unwrap_or(0);

@@ -11,6 +11,7 @@ pub mod idle;
 pub mod loopback;
 pub mod pairs;
 pub mod stalled;
+pub mod storm;
 pub mod topics;
 
 use std::collections::VecDeque;
@@ -140,6 +141,17 @@ impl<'a> Ctx<'a> {
             Some(self.start_ns.load(Ordering::SeqCst))
         }
     }
+}
+
+/// Runs `h`'s setup phase on `io` for at most `--setup-timeout`; returns how long it took (ns).
+pub fn run_setup<H: crate::net::Handler>(
+    io: &mut Io,
+    h: &mut H,
+    common: &Common,
+) -> std::io::Result<u64> {
+    let start = io.now_ns();
+    crate::net::run(io, h, start + common.setup_timeout.as_nanos() as u64)?;
+    Ok(io.now_ns() - start)
 }
 
 /// The part of `0..n` that thread `t` of `threads` owns.

@@ -102,8 +102,9 @@ fn a_publish_group_packs_as_resp_and_parses_back() {
             _ => panic!(),
         })
         .collect();
-    // 4 keys for the prompt message, 3 for the quiet one; 7 global arguments, 8 each.
-    assert_eq!(s.len(), 3 + 7 + 7 + 16);
+    // 4 keys for the prompt message, 3 for the quiet one; 8 global arguments (the last: "0",
+    // the cluster is not mixed), 8 each.
+    assert_eq!(s.len(), 3 + 7 + 8 + 16);
     assert_eq!(s[0], b"EVALSHA");
     assert_eq!(s[2], b"7");
     assert_eq!(s[3], b"wr:2:m:t\r\n");
@@ -123,15 +124,16 @@ fn a_publish_group_packs_as_resp_and_parses_back() {
     assert_eq!(s[12], b"PUBLISH");
     assert_eq!(s[13], b"60000");
     assert_eq!(s[14], b"wr:node:");
-    assert_eq!(s[17], &b1.irn()[..]);
-    assert_eq!(s[18], b"5000");
-    assert_eq!(s[19], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
-    assert_eq!(s[20], b"1");
-    assert_eq!(s[21], digest(br#"{"topic":"t","message":"{}""#));
-    assert_eq!(s[22], b1.beta_len().to_string().as_bytes());
-    assert_eq!((&s[23][..], &s[24][..]), (&b""[..], &b""[..]));
-    assert_eq!(s[25], &b2.irn()[..]);
-    assert_eq!(s[28], b"0");
+    assert_eq!(s[17], b"0");
+    assert_eq!(s[18], &b1.irn()[..]);
+    assert_eq!(s[19], b"5000");
+    assert_eq!(s[20], [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
+    assert_eq!(s[21], b"1");
+    assert_eq!(s[22], digest(br#"{"topic":"t","message":"{}""#));
+    assert_eq!(s[23], b1.beta_len().to_string().as_bytes());
+    assert_eq!((&s[24][..], &s[25][..]), (&b""[..], &b""[..]));
+    assert_eq!(s[26], &b2.irn()[..]);
+    assert_eq!(s[29], b"0");
 }
 
 #[test]

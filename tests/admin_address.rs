@@ -474,7 +474,7 @@ fn version_names_the_version_the_commit_and_the_data_layouts() {
     );
     assert_eq!(
         lines[1],
-        "data layouts: redis 5 (reads 5, writes 5), journal 1 (reads 1, writes 1)"
+        "data layouts: redis 5 (reads 4-5, writes 4-5), journal 1 (reads 1, writes 1)"
     );
     // The numbers are the ones the code writes.
     assert_eq!(

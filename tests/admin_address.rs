@@ -485,7 +485,9 @@ fn version_names_the_version_the_commit_and_the_data_layouts() {
     // `--help` names the subcommands; the server's flags parse as before.
     let help = String::from_utf8(walletrelay(&["--help"]).stdout).unwrap();
     assert!(
-        help.contains("walletrelay probe URL") && help.contains("walletrelay drain ADMIN_ADDR")
+        help.contains("walletrelay probe URL")
+            && help.contains("walletrelay drain ADMIN_ADDR")
+            && help.contains("walletrelay switch-layout ADMIN_ADDR")
     );
     assert!(help.contains("--admin-listen <ADDR>") && help.contains("--drain <SECONDS>"));
     let printed = walletrelay(&["--print-config", "--admin-listen", "127.0.0.1:9091"]);

@@ -274,7 +274,10 @@ Subcommands (no flags, no configuration file):
   walletrelay probe URL         one HTTP/1.1 GET of URL (http:// only, 2 s timeout); exit 0 on
                                 a 2xx answer, 1 otherwise (health checks without curl)
   walletrelay drain ADMIN_ADDR  POST /drain to the admin address (--admin-listen), then wait
-                                until the node's drain time has passed (a preStop hook)";
+                                until the node's drain time has passed (a preStop hook)
+  walletrelay switch-layout ADMIN_ADDR
+                                POST /layout/switch: the Redis cluster writes this build's
+                                newest data layout from now on (docs/UPGRADING.md)";
 
 /// `--fsync` (DECISIONS §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

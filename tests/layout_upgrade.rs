@@ -390,30 +390,10 @@ fn libfaketime() -> PathBuf {
     lib.to_path_buf()
 }
 
-/// `FAKETIME` for a clock at Unix ms `at`, ticking from there.
+/// `FAKETIME` for a clock at Unix ms `at` now, ticking from there: an offset from this
+/// clock in seconds (libfaketime's `-N` form).
 fn faketime_at(at_ms: u64) -> String {
-    format!("@{}", time_text(at_ms / 1000))
-}
-
-/// `YYYY-MM-DD HH:MM:SS` (UTC) of Unix seconds `t`.
-fn time_text(t: u64) -> String {
-    let (days, rem) = (t / 86400, t % 86400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("-{}", unix_ms().saturating_sub(at_ms) / 1000)
 }
 
 fn copy_dir(from: &Path, to: &Path) {

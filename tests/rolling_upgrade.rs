@@ -71,6 +71,10 @@ const MARKER: &str = "@walletconnect/sign-client";
 
 /// Upper bound for a step that waits on HAProxy, a node's start or stop, or a delivery.
 const STEP: Duration = Duration::from_secs(60);
+/// The whole scenario's bound (the previous build's compilation included), far above what it
+/// takes on a loaded 2-core machine (about 5 minutes): a wait that never ends fails the
+/// suite rather than holding CI.
+const OVERALL: Duration = Duration::from_secs(25 * 60);
 
 /// Topics of each raw publisher.
 const TOPICS_EACH: usize = 4;
@@ -515,12 +519,21 @@ impl Publisher {
                         "params": params});
                     out.sent[t].push(msg.clone());
                     if ws.sock.send(Message::text(req.to_string())).is_err() {
+                        std::thread::sleep(Duration::from_millis(100));
                         continue 'connect;
                     }
+                    // A live connection answers within STEP (the server's pings do not
+                    // count); past it the publish is reported, never waited for forever.
+                    let asked = Instant::now();
                     let answer = loop {
                         match read_json(&mut ws) {
                             Ok(Some(v)) if v["id"] == id => break v,
-                            Ok(_) => {}
+                            Ok(_) if asked.elapsed() < STEP => {}
+                            Ok(_) => {
+                                out.errors
+                                    .push(json!({"unanswered": req, "within": STEP.as_secs()}));
+                                continue 'connect;
+                            }
                             Err(_) => continue 'connect, // no answer: not acknowledged
                         }
                     };
@@ -874,6 +887,7 @@ impl Sdk {
 // The scenario
 
 fn upgrade(kind: RedisKind, rollback: bool) {
+    let _bound = common::wait::watchdog(OVERALL, &format!("rolling_upgrade {kind:?}"));
     let old_bin = previous_build();
     let new_bin = new_build();
     let what = format!("{kind:?}");
@@ -1182,9 +1196,11 @@ fn mailbox_serves(
         "params": {"topics": [topic]}}),
     );
     let mut got = Vec::new();
+    let end = Instant::now() + STEP;
     while !want.iter().all(|m| got.iter().any(|g: &String| g == m)) {
-        let m = w.recv_within(STEP.as_millis() as u64).unwrap_or_else(|| {
-            panic!("{what}: the mailbox served only {got:?} of {want:?} (LOST)")
+        let left = end.saturating_duration_since(Instant::now());
+        let m = w.recv_within(left.as_millis() as u64).unwrap_or_else(|| {
+            panic!("{what}: the mailbox served only {got:?} of {want:?} within {STEP:?} (LOST)")
         });
         if m["id"] == 7 {
             assert!(m["result"].is_array(), "{what}: irn_batchSubscribe: {m}");

@@ -46,3 +46,31 @@ pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub fn wait_for(what: &str, cond: impl FnMut() -> bool) {
     assert!(wait_until(WAIT, cond), "timed out waiting for {what}");
 }
+
+/// A bound on a whole test that drives many waits (each bounded on its own): if the test is
+/// still running after `limit`, the process says which test overran and exits (status 101,
+/// a failed test's), so a wait that never ends fails the suite instead of holding it until
+/// CI's own limit. Dropping the guard (the test's end) disarms it.
+pub struct Watchdog {
+    done: Option<std::sync::mpsc::Sender<()>>,
+}
+
+pub fn watchdog(limit: Duration, what: &str) -> Watchdog {
+    let (done, rx) = std::sync::mpsc::channel::<()>();
+    let what = what.to_string();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            eprintln!("test {what} still running after {limit:?}: stopping the test process");
+            std::process::exit(101);
+        }
+    });
+    Watchdog { done: Some(done) }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(d) = self.done.take() {
+            let _ = d.send(());
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! plain TCP or TLS (any [`Stream`]).
 
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::tls::Stream;
 use super::{Server, READ_TIMEOUT};
@@ -134,14 +134,20 @@ impl<S: Stream> Ws<S> {
         }
     }
 
-    /// Receives the next message if one comes within `ms`.
+    /// Receives the next message if one comes within `ms` (in all: the server's pings on
+    /// the way do not extend the wait).
     pub fn recv_within(&mut self, ms: u64) -> Option<serde_json::Value> {
-        self.sock
-            .get_ref()
-            .tcp()
-            .set_read_timeout(Some(Duration::from_millis(ms)))
-            .unwrap();
+        let end = Instant::now() + Duration::from_millis(ms);
         let r = loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break None;
+            }
+            self.sock
+                .get_ref()
+                .tcp()
+                .set_read_timeout(Some(left))
+                .unwrap();
             match self.sock.read() {
                 Ok(tungstenite::Message::Text(t)) => {
                     break Some(serde_json::from_str(t.as_str()).unwrap())

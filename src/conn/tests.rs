@@ -68,8 +68,8 @@ impl Engine for Later {
         !self.inbox.is_empty()
     }
     fn tick(&mut self, _: u64, _: &mut Events) {}
-    fn flush(&mut self, _: &mut Events) -> bool {
-        false
+    fn flush(&mut self, _: &mut Events) -> crate::engine::Handoff {
+        crate::engine::Handoff::Done
     }
 }
 

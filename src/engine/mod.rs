@@ -92,6 +92,26 @@ pub struct V1Publish {
     pub self_subscribed: bool,
 }
 
+/// Whether an engine handed all of a round's work on ([`Engine::flush`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handoff {
+    /// Everything went on.
+    Done,
+    /// Some waits for room (a full queue to another worker): the worker polls again within
+    /// a millisecond.
+    Waiting,
+}
+
+impl Handoff {
+    /// `Waiting` if either waits.
+    pub fn and(self, other: Handoff) -> Handoff {
+        match (self, other) {
+            (Handoff::Done, Handoff::Done) => Handoff::Done,
+            _ => Handoff::Waiting,
+        }
+    }
+}
+
 /// A request's answer: now, or later as an [`Event`] with the request's [`Ticket`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Done<T> {
@@ -166,9 +186,9 @@ pub trait Engine: Send {
     fn tick(&mut self, now: u64, out: &mut Events);
 
     /// End of a loop iteration, before any socket is written: hand this iteration's work on
-    /// (records to the kernel, batches to other workers or helper threads). Returns `true`
-    /// when something waits for room and the worker should come back within a millisecond.
-    fn flush(&mut self, out: &mut Events) -> bool;
+    /// (records to the kernel, batches to other workers or helper threads), or say what
+    /// waits for room.
+    fn flush(&mut self, out: &mut Events) -> Handoff;
 
     /// A client id's subscription of `topic` changed (DECISIONS 13): sent to the topic's
     /// home in the same queue as `watch` and `read`. A subscription past

@@ -36,7 +36,7 @@ pub use deliver::EARLY_DELIVERY_BYTES;
 pub use subs::{ConnRef, SubId};
 
 use feed::{Follow, SubState};
-use subs::{LocalSub, Removed, Subscriptions};
+use subs::{Added, LocalSub, Removed, Subscriptions};
 
 /// What a worker does with the relay's deliveries: its connections, seen from the relay.
 /// Every call names the connection by [`ConnRef`]; a connection that is gone (or not in a
@@ -295,7 +295,8 @@ impl Relay {
             follow,
             client: client.clone(),
         };
-        let (slot, first) = self.subs.add(topic, name, sub);
+        let added = self.subs.add(topic, name, sub);
+        let slot = added.slot();
         let name = self
             .subs
             .get(slot)
@@ -303,7 +304,7 @@ impl Relay {
         entry.insert(Waiter::Read {
             topic: name.clone(),
         });
-        if first {
+        if let Added::FirstHere(_) = added {
             self.engine.watch(&name, &mut self.events);
         }
         match &client {
@@ -503,10 +504,10 @@ impl Relay {
 
     /// End of the loop iteration, before sockets are written: the engine hands its work on.
     /// Returns `true` when something waits for room (come back within a millisecond).
-    pub fn flush(&mut self) -> bool {
-        let waiting = self.engine.flush(&mut self.events);
+    pub fn flush(&mut self) -> crate::engine::Handoff {
+        let handoff = self.engine.flush(&mut self.events);
         self.absorb();
-        waiting
+        handoff
     }
 
     /// Turns the engine's events into deliveries.

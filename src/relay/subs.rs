@@ -146,6 +146,25 @@ impl V1Subscriptions {
     }
 }
 
+/// Where [`Subscriptions::add`] put a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// The topic's first subscription on this worker (the engine is to send it the topic),
+    /// in this slot.
+    FirstHere(u32),
+    /// The topic had subscriptions here already; this slot.
+    Another(u32),
+}
+
+impl Added {
+    /// The topic's slot.
+    pub fn slot(self) -> u32 {
+        match self {
+            Added::FirstHere(s) | Added::Another(s) => s,
+        }
+    }
+}
+
 /// What [`Subscriptions::remove`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Removed {
@@ -198,10 +217,10 @@ impl Subscriptions {
         Some((name.clone(), slot))
     }
 
-    /// Adds a subscription; returns the topic's slot and whether it is the topic's first
-    /// on this worker. A new topic takes `name` as its name when given (the allocation the
-    /// engine was already handed: its home then finds the topic by that very `Arc`).
-    pub fn add(&mut self, topic: &str, name: Option<&Arc<str>>, sub: LocalSub) -> (u32, bool) {
+    /// Adds a subscription: the topic's slot, and whether it is the topic's first on this
+    /// worker. A new topic takes `name` as its name when given (the allocation the engine
+    /// was already handed: its home then finds the topic by that very `Arc`).
+    pub fn add(&mut self, topic: &str, name: Option<&Arc<str>>, sub: LocalSub) -> Added {
         let slot = match self.index.get(topic) {
             Some(&s) => s,
             None => {
@@ -222,7 +241,11 @@ impl Subscriptions {
         };
         let t = &mut self.topics[slot as usize];
         t.subs.push(sub);
-        (slot, t.subs.len() == 1)
+        if t.subs.len() == 1 {
+            Added::FirstHere(slot)
+        } else {
+            Added::Another(slot)
+        }
     }
 
     /// Removes `conn`'s subscription on `slot`.
@@ -299,10 +322,10 @@ mod tests {
     #[test]
     fn a_topic_leaves_with_its_last_subscription() {
         let mut t = Subscriptions::default();
-        let (slot, first) = t.add("a", None, sub(1));
-        assert!(first);
-        let (again, first) = t.add("a", None, sub(2));
-        assert_eq!((again, first), (slot, false));
+        let Added::FirstHere(slot) = t.add("a", None, sub(1)) else {
+            panic!("the topic's first subscription here")
+        };
+        assert_eq!(t.add("a", None, sub(2)), Added::Another(slot));
         assert_eq!(
             t.remove(slot, ConnRef { key: 9, uid: 1 }),
             Removed::NotFound
@@ -318,10 +341,10 @@ mod tests {
     fn a_new_topic_takes_the_name_it_is_given() {
         let mut t = Subscriptions::default();
         let name: Arc<str> = Arc::from("n");
-        let (slot, _) = t.add("n", Some(&name), sub(1));
+        let slot = t.add("n", Some(&name), sub(1)).slot();
         assert!(Arc::ptr_eq(&t.get(slot).unwrap().name, &name));
         let other: Arc<str> = Arc::from("x");
-        let (slot, _) = t.add("m", Some(&other), sub(2));
+        let slot = t.add("m", Some(&other), sub(2)).slot();
         assert_eq!(&*t.get(slot).unwrap().name, "m");
     }
 
@@ -329,8 +352,8 @@ mod tests {
     fn a_topic_is_found_by_name_whatever_was_found_before() {
         let mut t = Subscriptions::default();
         assert_eq!(t.name_and_slot("a"), None);
-        let (a, _) = t.add("a", None, sub(1));
-        let (b, _) = t.add("b", None, sub(2));
+        let a = t.add("a", None, sub(1)).slot();
+        let b = t.add("b", None, sub(2)).slot();
         for (topic, slot) in [("a", a), ("a", a), ("b", b), ("a", a), ("b", b), ("b", b)] {
             let (name, found) = t.name_and_slot(topic).unwrap();
             assert_eq!((&*name, found), (topic, slot));
@@ -342,7 +365,7 @@ mod tests {
             Removed::Last(_)
         ));
         assert_eq!(t.name_and_slot("b"), None);
-        let (c, _) = t.add("c", None, sub(3));
+        let c = t.add("c", None, sub(3)).slot();
         assert_eq!(c, b);
         assert_eq!(t.name_and_slot("b"), None);
         assert_eq!(

@@ -3,7 +3,6 @@
 //! receives a stale event. Also the worker's shutdown: stop accepting, close every
 //! connection (WebSocket close 1001), exit when they are gone or the grace period ends.
 
-use super::round::Handoff;
 use super::Worker;
 use crate::conn::Phase;
 use crate::relay::ConnRef;
@@ -47,7 +46,7 @@ impl Worker {
             // A client id's `-1 socket` leaves now, not a round later, and before the
             // connection counts as gone: a reconnect reaches the topic's home after it
             // (DECISIONS 13), unless the home's queue is full.
-            let handoff = Handoff::from_waiting(self.relay.flush());
+            let handoff = self.relay.flush();
             self.round.handoff = self.round.handoff.and(handoff);
         }
         let m = &self.shared.metrics.cores[self.id];

@@ -324,7 +324,7 @@ impl Worker {
     /// socket (a client that sees `true` finds its message where the engine promised it),
     /// then what is queued is delivered and every connection with output is written.
     pub(super) fn write_out(&mut self) -> Handoff {
-        let mut waiting = self.relay.flush();
+        let first = self.relay.flush();
         self.deliver();
         self.flush_dirty();
         // Slow or not is judged after the socket took what it could.
@@ -332,9 +332,9 @@ impl Worker {
             self.check_outbound(k);
         }
         self.flush_dirty();
-        waiting |= self.relay.flush();
+        let again = self.relay.flush();
         self.round.written();
-        Handoff::from_waiting(waiting)
+        first.and(again)
     }
 
     fn deliver_as(&mut self, within_round: bool) {

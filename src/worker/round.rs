@@ -42,32 +42,8 @@ pub enum Early {
     Held,
 }
 
-/// Whether the engine handed all its work on ([`Relay::flush`]) at the last write-out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handoff {
-    /// Everything went on.
-    Done,
-    /// Some waits for room (a full queue to another worker): poll again within 1 ms.
-    Waiting,
-}
-
-impl Handoff {
-    /// `Waiting` if the engine says work waits (`Relay::flush`'s answer).
-    pub fn from_waiting(waiting: bool) -> Handoff {
-        match waiting {
-            true => Handoff::Waiting,
-            false => Handoff::Done,
-        }
-    }
-
-    /// `Waiting` if either waits.
-    pub fn and(self, other: Handoff) -> Handoff {
-        match (self, other) {
-            (Handoff::Done, Handoff::Done) => Handoff::Done,
-            _ => Handoff::Waiting,
-        }
-    }
-}
+/// Whether the engine handed all its work on at the last write-out (`Engine::flush`).
+pub use crate::engine::Handoff;
 
 /// A worker's round: its lists and its budgets.
 pub struct Round {

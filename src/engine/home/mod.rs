@@ -497,14 +497,18 @@ impl HomeTopics {
         }
     }
 
-    /// Registers a webhook (the same address twice keeps one). `Ok(true)`: a new one.
-    pub fn add_webhook(&mut self, topic: &Arc<str>, url: Arc<str>) -> Result<bool, RelayError> {
+    /// Registers a webhook (the same address twice keeps one).
+    pub fn add_webhook(
+        &mut self,
+        topic: &Arc<str>,
+        url: Arc<str>,
+    ) -> Result<WebhookAdded, RelayError> {
         let slot = self.slot_of(topic);
         let per_topic = self.limits.max_webhooks_per_topic;
         let global = self.limits.max_webhooks;
         let t = &mut self.topics[slot as usize];
         let res = if t.webhooks.iter().any(|w| *w.url == *url) {
-            Ok(false)
+            Ok(WebhookAdded::Exists)
         } else if t.webhooks.len() >= per_topic {
             Err(RelayError::TooManyWebhooksForTopic)
         } else if self.webhook_count.fetch_add(1, Ordering::Relaxed) >= global {
@@ -512,7 +516,7 @@ impl HomeTopics {
             Err(RelayError::TooManyWebhooks)
         } else {
             t.webhooks.push(Webhook { url, record: None });
-            Ok(true)
+            Ok(WebhookAdded::New)
         };
         self.gc(slot);
         res
@@ -530,21 +534,48 @@ impl HomeTopics {
         }
     }
 
-    /// Forgets a webhook; `Some(its record)` if it was registered.
-    pub fn remove_webhook(&mut self, topic: &str, url: &str) -> Option<Option<Loc>> {
-        let slot = self.find(topic)?;
+    /// Forgets a webhook.
+    pub fn remove_webhook(&mut self, topic: &str, url: &str) -> WebhookRemoved {
+        let Some(slot) = self.find(topic) else {
+            return WebhookRemoved::NotThere;
+        };
         let t = &mut self.topics[slot as usize];
-        let i = t.webhooks.iter().position(|w| &*w.url == url)?;
+        let Some(i) = t.webhooks.iter().position(|w| &*w.url == url) else {
+            return WebhookRemoved::NotThere;
+        };
         let w = t.webhooks.swap_remove(i);
         self.webhook_count.fetch_sub(1, Ordering::Relaxed);
         self.gc(slot);
-        Some(w.record)
+        match w.record {
+            Some(loc) => WebhookRemoved::Recorded(loc),
+            None => WebhookRemoved::Unrecorded,
+        }
     }
 
     /// Takes the records of what was removed since the last call.
     pub fn take_released(&mut self, into: &mut Vec<Loc>) {
         into.append(&mut self.released);
     }
+}
+
+/// What registering a webhook did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookAdded {
+    /// A new registration.
+    New,
+    /// The topic had it already (one is kept).
+    Exists,
+}
+
+/// What forgetting a webhook did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookRemoved {
+    /// The topic had no such registration.
+    NotThere,
+    /// Forgotten; it had no record in the durable log (memory only, or not written yet).
+    Unrecorded,
+    /// Forgotten; its record in the durable log, to cancel.
+    Recorded(Loc),
 }
 
 #[cfg(test)]

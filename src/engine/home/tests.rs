@@ -142,14 +142,23 @@ fn webhooks_are_kept_once_and_bounded() {
         ..Limits::default()
     });
     let t: Arc<str> = Arc::from("t");
-    assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(true));
-    assert_eq!(h.add_webhook(&t, Arc::from("http://a/")), Ok(false));
+    assert_eq!(
+        h.add_webhook(&t, Arc::from("http://a/")),
+        Ok(WebhookAdded::New)
+    );
+    assert_eq!(
+        h.add_webhook(&t, Arc::from("http://a/")),
+        Ok(WebhookAdded::Exists)
+    );
     assert_eq!(
         h.add_webhook(&t, Arc::from("http://b/")),
         Err(RelayError::TooManyWebhooksForTopic)
     );
-    assert_eq!(h.remove_webhook("t", "http://a/"), Some(None));
-    assert_eq!(h.remove_webhook("t", "http://a/"), None);
+    assert_eq!(
+        h.remove_webhook("t", "http://a/"),
+        WebhookRemoved::Unrecorded
+    );
+    assert_eq!(h.remove_webhook("t", "http://a/"), WebhookRemoved::NotThere);
     assert_eq!(h.find("t"), None, "nothing left: forgotten");
 }
 

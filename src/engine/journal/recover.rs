@@ -19,7 +19,7 @@ use crate::metrics::StoreWrites;
 
 use super::{Cancels, Journal};
 use crate::config::{Config, Fsync};
-use crate::engine::home::HomeTopics;
+use crate::engine::home::{HomeTopics, WebhookAdded, WebhookRemoved};
 use crate::engine::placement::Placement;
 use crate::engine::{BuildError, Message, Origin, Position};
 use crate::health::Health;
@@ -454,12 +454,12 @@ fn restore_webhooks(
     for op in ops {
         match op {
             WebhookOp::Add(topic, url, loc) => {
-                if home.add_webhook(&topic, url.clone()) == Ok(true) {
+                if home.add_webhook(&topic, url.clone()) == Ok(WebhookAdded::New) {
                     live.insert((topic, url), loc);
                 }
             }
             WebhookOp::Remove(topic, url, loc) => {
-                if home.remove_webhook(&topic, &url).is_some() {
+                if home.remove_webhook(&topic, &url) != WebhookRemoved::NotThere {
                     let cancels = live.remove(&(topic.clone(), url.clone()));
                     // The tombstone stays live while the record it cancels is on disk.
                     if let (true, Some(c)) = (keep, cancels) {

@@ -190,7 +190,10 @@ fn while_the_disk_fails_records_are_deferred_then_written_by_the_repair() {
     assert!(!r.j.refuses(), "everysec keeps taking publishes");
     // Kept in memory only while the disk fails.
     assert!(!r.publish("two", 2));
-    assert_eq!(r.home.add_webhook(&r.topic, url.clone()), Ok(true));
+    assert_eq!(
+        r.home.add_webhook(&r.topic, url.clone()),
+        Ok(crate::engine::home::WebhookAdded::New)
+    );
     assert!(r.j.webhook_add(&r.topic, &url).is_none());
     assert_eq!(r.j.metrics().records_deferred.get(), 2);
     r.flush();

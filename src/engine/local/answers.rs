@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::LocalEngine;
+use crate::engine::home::{WebhookAdded, WebhookRemoved};
 use crate::engine::journal::{Held, Journal};
 use crate::engine::RelayError;
 use crate::engine::{Event, Events, Stored, Ticket};
@@ -40,7 +41,7 @@ impl LocalEngine {
             return self.report(core, Event::WebhookAdded { ticket, result }, out);
         }
         let added = self.home.add_webhook(topic, url.clone());
-        if let (Ok(true), Some(j)) = (&added, self.journal.as_mut()) {
+        if let (Ok(WebhookAdded::New), Some(j)) = (&added, self.journal.as_mut()) {
             if let Some(a) = j.webhook_add(topic, &url) {
                 self.home.set_webhook_record(topic, &url, a.loc);
                 if j.answers_after_sync() {
@@ -54,7 +55,7 @@ impl LocalEngine {
 
     /// Home side of forgetting a webhook (and its record).
     pub(super) fn unregister_here(&mut self, topic: &Arc<str>, url: &Arc<str>) {
-        if let (Some(Some(record)), Some(j)) =
+        if let (WebhookRemoved::Recorded(record), Some(j)) =
             (self.home.remove_webhook(topic, url), self.journal.as_mut())
         {
             j.webhook_remove(topic, url, record);

@@ -506,7 +506,7 @@ impl Engine for LocalEngine {
         self.shared.notify.clone()
     }
 
-    fn flush(&mut self, out: &mut Events) -> bool {
+    fn flush(&mut self, out: &mut Events) -> crate::engine::Handoff {
         // Records reach the kernel before any answer leaves: to a socket of this worker
         // (the worker writes sockets after this), or to another worker (sent below).
         if let Some(j) = self.journal.as_mut() {

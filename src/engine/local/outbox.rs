@@ -4,6 +4,7 @@
 //! its topic owed one `Resync` there; answers and control messages always stay (each
 //! answers a ticket somebody waits for).
 
+use crate::engine::Handoff;
 use std::sync::Arc;
 
 use super::msg::HomeMsg;
@@ -49,9 +50,9 @@ impl Outboxes {
 
     /// Sends every waiting batch; a batch that finds its queue full is kept (within the
     /// bound) for the next round. Returns `true` when something is still waiting.
-    pub fn flush(&mut self, peers: &Peers, m: &CoreMetrics, out: &mut Events) -> bool {
+    pub fn flush(&mut self, peers: &Peers, m: &CoreMetrics, out: &mut Events) -> Handoff {
         if !self.any {
-            return false;
+            return Handoff::Done;
         }
         let mut waiting = false;
         for to in 0..self.batches.len() {
@@ -74,7 +75,11 @@ impl Outboxes {
         }
         // What `shed` kept or owes is in `batches` / `resync_owed` again: look next round.
         self.any = waiting;
-        waiting
+        if waiting {
+            Handoff::Waiting
+        } else {
+            Handoff::Done
+        }
     }
 
     /// Makes a batch that found its queue full fit the bound.

@@ -410,8 +410,8 @@ impl Engine for RedisEngine {
         }
     }
 
-    fn flush(&mut self, _out: &mut Events) -> bool {
-        false
+    fn flush(&mut self, _out: &mut Events) -> crate::engine::Handoff {
+        crate::engine::Handoff::Done
     }
 
     fn client(

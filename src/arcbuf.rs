@@ -5,8 +5,7 @@
 //! makes once and the cache, the pushes and the log share. A `bytes::Bytes` made from a
 //! `Vec` keeps its count in a header of its own, allocated apart: at saturation that header
 //! is cold by the time the cache evicts the body, and dropping it is a wait of its own, its
-//! allocation a second one per body (figures:
-//! docs/perf-log/2026-11-26-where-the-time-goes-at-saturation.md). Here the count sits in
+//! allocation a second one per body. Here the count sits in
 //! the allocation's first line, which the eviction asks for ahead anyway.
 //!
 //! At the edges where another type is wanted: a v1 frame taken from the cache leaves as a

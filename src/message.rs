@@ -132,8 +132,7 @@ const ATTESTATION_FRAMING: usize = 17;
 /// the worker does other work (its decode, its store, its delivery), not while the body is
 /// written. At saturation an allocation's memory is cold (the cache's evicted bodies are
 /// what it reuses), and writing a body into cold memory waits for each of its lines in
-/// turn; asked for ahead, those misses overlap other work (figures:
-/// docs/perf-log/2026-11-26-where-the-time-goes-at-saturation.md).
+/// turn; asked for ahead, those misses overlap other work.
 ///
 /// One per thread, for bodies up to [`next_buf::MAX`]; sized for the last body, taken when
 /// the next one fits it closely (within an eighth), so a body never holds much more than
@@ -204,8 +203,7 @@ mod next_buf {
     /// larger than [`MAX`], for the next body of about its size: at saturation every
     /// publish evicts one, and taking its buffer back spares the allocator a free and an
     /// allocation, each of which touches the evicted body's page's bookkeeping, cold by
-    /// then (docs/perf-log/2026-11-27-stalls-taken-out.md). One is kept per thread; an
-    /// earlier one is freed.
+    /// then. One is kept per thread; an earlier one is freed.
     pub fn recycle(data: crate::arcbuf::ArcBuf) {
         if data.capacity() > MAX {
             return;

@@ -116,8 +116,7 @@ pub fn upgrade<S>(
     conn.out.extend(&head);
     // The first ping comes a random half to whole interval after the upgrade, so that
     // connections opened together (a reconnect storm after a restart) are not all pinged
-    // in one loop iteration every interval (docs/PERFORMANCE.md, "Heartbeats no longer come
-    // in one burst").
+    // in one loop iteration every interval.
     let interval = ctx.shared.config.limits.ping_interval().as_millis() as u64;
     let first_ping = ctx.time.ms + interval - ctx.tools.ids.next_u64() % (interval / 2 + 1);
     let max = ctx.shared.config.limits.max_message;

@@ -12,7 +12,7 @@
 //!   its size stays within about twice what it holds. The compaction never stops the
 //!   worker: a fresh heap is built from the slab a few dozen slots per cache operation,
 //!   while the old one still answers (see `Expiry`): rebuilding it at once would stall the
-//!   worker (docs/PERFORMANCE.md, "The expiry heap compacts without stopping the worker").
+//!   worker for milliseconds.
 //!
 //! The per-topic order (a `VecDeque` of keys) and the per-topic dedup filter (content hash
 //! -> count) are kept by the caller (`engine::home`), which also owns the topics themselves: a
@@ -157,11 +157,10 @@ pub struct Cache {
 impl Cache {
     /// A cache with room for `n` messages before any of its tables grows. Growing one of
     /// them past a few hundred thousand entries copies it all at once, which stalls a
-    /// worker for milliseconds (docs/PERFORMANCE.md, "The cache's tables never grow while
-    /// serving"). The memory is reserved, not touched:
-    /// the tables fill from their start. Each of the two expiry heaps gets room for twice
-    /// `n` (plus what a compaction adds while it runs): the heap holds stale entries until
-    /// they outnumber the live ones.
+    /// worker for milliseconds. The memory is reserved, not touched: the tables fill from
+    /// their start. Each of the two expiry heaps gets room for twice `n` (plus what a
+    /// compaction adds while it runs): the heap holds stale entries until they outnumber the
+    /// live ones.
     pub fn with_capacity(n: usize) -> Cache {
         let heap_room = 2 * n + n / COMPACT_STEP + 2048;
         Cache {
@@ -455,11 +454,10 @@ impl Expiry {
 
 /// Messages a worker's cache makes room for at start, for a budget of `bytes`: as many as
 /// the budget can ever hold, so that no table of the cache grows while serving (a growth
-/// past a million entries copies or rehashes it all at once: a stall of tens of ms,
-/// docs/PERFORMANCE.md "The cache's tables never grow while serving"). The cost is address
-/// space, not memory. Under strict overcommit (`vm.overcommit_memory=2`) reserved address
-/// space counts against the commit limit: there the room is one message per KiB of budget,
-/// at most a million, and the tables may grow beyond it.
+/// past a million entries copies or rehashes it all at once: a stall of tens of ms). The
+/// cost is address space, not memory. Under strict overcommit (`vm.overcommit_memory=2`)
+/// reserved address space counts against the commit limit: there the room is one message
+/// per KiB of budget, at most a million, and the tables may grow beyond it.
 pub fn cache_presize(bytes: usize, strict_overcommit: bool) -> usize {
     if strict_overcommit {
         (bytes / 1024).min(1 << 20)

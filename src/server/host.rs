@@ -31,8 +31,8 @@ pub fn raise_nofile_limit() -> Option<u64> {
 /// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`). The kernel
 /// checks the flag at each page fault, so later faults in memory mapped before the call are
 /// covered too; pages already faulted stay as they are. A huge page is cleared whole on its
-/// first touch, which stalls the faulting worker, and a growing message cache does that
-/// many times a second (docs/PERFORMANCE.md, "Huge pages were the p99 tail").
+/// first touch, which stalls the faulting worker for milliseconds, and a growing message
+/// cache does that many times a second: with huge pages, those stalls are the p99 tail.
 pub fn disable_huge_pages() -> io::Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes plain integers (no pointers); the call changes a
     // flag of this process's memory map and touches no memory of ours.

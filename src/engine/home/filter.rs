@@ -1,16 +1,15 @@
 //! A home topic's dedup filter: which content hashes its cached messages have, as a
 //! multiset of 32-bit fingerprints in one flat array (open addressing, linear probing,
 //! backward-shift deletion). An answer of "absent" is certain; "present" may rarely be
-//! another hash with the same fingerprint, and the caller then compares bytes, as it did for
-//! a 64-bit hash collision.
+//! another hash with the same fingerprint, and the caller then compares bytes, as it would
+//! for a 64-bit hash collision.
 //!
-//! Why not a `HashMap<u64, u32>` (what it replaced): at saturation every publish checks and
-//! adds its hash and the evicted message removes its own, in tables that are cold by then (a
-//! thousand topics of a thousand messages each). A SwissTable keeps its control bytes and its
-//! entries in different cache lines, so each of those steps misses the cache twice (a tenth
-//! of a saturated core: docs/perf-log/2026-11-26-where-the-time-goes-at-saturation.md).
-//! Here a probe, the insert after it and a removal each stay within one line most of the
-//! time, and the array is a quarter of the size.
+//! Why not a `HashMap<u64, u32>`: at saturation every publish checks and adds its hash and
+//! the evicted message removes its own, in tables that are cold by then (a thousand topics of
+//! a thousand messages each). A SwissTable keeps its control bytes and its entries in
+//! different cache lines, so each of those steps misses the cache twice (about a tenth of a
+//! saturated core in all). Here a probe, the insert after it and a removal each stay within
+//! one line most of the time, and the array is a quarter of the size.
 //!
 //! Pure data structure of `engine::home`, with no clock, no I/O and no `unsafe`.
 

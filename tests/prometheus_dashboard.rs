@@ -58,33 +58,6 @@ impl Drop for Killed {
     }
 }
 
-/// `target/debug/loadtest`, built (`cargo build -p loadtest`, the test profile's
-/// dependencies already built) when missing or out of date: 100 publishes/s need no release
-/// build.
-fn loadtest() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    // Without the variables cargo set for this test (some reach build scripts' fingerprints:
-    // with them, ring would be rebuilt here and again by the next `cargo test`).
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().into_owned();
-        let keep = ["CARGO_HOME", "CARGO_TARGET_DIR"].contains(&k.as_str());
-        if (k.starts_with("CARGO_") && !keep) || k == "OUT_DIR" || k.starts_with("RUST_") {
-            cmd.env_remove(k);
-        }
-    }
-    let st = cmd
-        .args(["build", "--locked", "-p", "loadtest"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo build -p loadtest");
-    assert!(st.success(), "cargo build -p loadtest failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo("target"));
-    target.join("debug").join("loadtest")
-}
-
 /// `loadtest pairs` against `s`: 10 pairs, 100 publishes/s in all, for [`LOAD`].
 fn load(loadtest: &Path, s: &Server) -> Killed {
     let url = format!("ws://{}/", s.addr);
@@ -319,7 +292,7 @@ fn every_dashboard_panel_and_recording_rule_returns_series_from_a_real_prometheu
         return skip::skip(test, &reason);
     }
     let t0 = Instant::now();
-    let loadtest = loadtest();
+    let loadtest = common::loadtest_bin::loadtest();
     eprintln!("loadtest ready after {:?}", t0.elapsed());
     let dir = TempDir::new("dashboard-journal");
     let admin = ["--admin-listen", "127.0.0.1:0", "--threads", "2"];

@@ -6,14 +6,48 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use hdrhistogram::serialization::{Deserializer, Serializer as _, V2Serializer};
 use hdrhistogram::Histogram;
 
 /// Highest latency recorded exactly: one hour, in µs. Larger values saturate.
 const MAX_US: u64 = 3_600_000_000;
 
-/// A latency histogram in microseconds.
+/// Length of one interval of a [`Lat`]'s timeline: a whole second of Unix time, so that the
+/// intervals of every generator started with the same `--start-at` line up exactly.
+pub const INTERVAL_NS: u64 = 1_000_000_000;
+
+/// Most intervals a timeline keeps (a day of seconds and then some); later ones are counted
+/// in the total only.
+const MAX_INTERVALS: usize = 100_000;
+
+/// A latency histogram in microseconds, and the same values per [`INTERVAL_NS`] of Unix
+/// time in which they were recorded (the timeline an HdrHistogram interval log holds).
+///
+/// Closed intervals are kept as V2-encoded bytes (hundreds of bytes each instead of the
+/// 190 KB of a histogram's counts), so a long run's timeline stays small.
 #[derive(Clone, Debug)]
-pub struct Lat(Histogram<u64>);
+pub struct Lat {
+    /// Every value recorded.
+    all: Histogram<u64>,
+    /// The interval being recorded.
+    cur: Option<Box<Current>>,
+    /// Closed intervals: Unix second, encoded histogram. Unordered, possibly several per
+    /// second (one per thread merged in).
+    done: Vec<(u64, Vec<u8>)>,
+    /// Values left out of the timeline (past [`MAX_INTERVALS`], or not encodable).
+    dropped: u64,
+}
+
+/// The open interval of a timeline.
+#[derive(Clone, Debug)]
+struct Current {
+    /// Unix second it covers.
+    sec: u64,
+    /// Its bounds, ns since the process's epoch (`crate::clock`).
+    from: u64,
+    to: u64,
+    h: Histogram<u64>,
+}
 
 impl Default for Lat {
     fn default() -> Self {
@@ -21,41 +55,165 @@ impl Default for Lat {
     }
 }
 
+/// An empty histogram with the bounds every [`Lat`] has (3 significant digits, 1 µs to 1 h).
+pub fn empty_hist() -> Histogram<u64> {
+    match Histogram::new_with_bounds(1, MAX_US, 3) {
+        Ok(h) => h,
+        Err(e) => unreachable!("constant histogram bounds are valid: {e}"),
+    }
+}
+
 impl Lat {
     /// An empty histogram (3 significant digits, 1 µs to 1 h).
     pub fn new() -> Self {
-        match Histogram::new_with_bounds(1, MAX_US, 3) {
-            Ok(h) => Lat(h),
-            Err(e) => unreachable!("constant histogram bounds are valid: {e}"),
+        Lat {
+            all: empty_hist(),
+            cur: None,
+            done: Vec::new(),
+            dropped: 0,
         }
     }
 
-    /// Record a duration given in nanoseconds (rounded to the nearest µs).
-    pub fn record_ns(&mut self, ns: u64) {
-        self.0.saturating_record((ns + 500) / 1000);
+    /// Record a duration given in nanoseconds (rounded to the nearest µs), seen at `at_ns`
+    /// (ns since the process's epoch: the event loop's `now`), into the total and the
+    /// interval of `at_ns`.
+    pub fn record(&mut self, ns: u64, at_ns: u64) {
+        let us = (ns + 500) / 1000;
+        self.all.saturating_record(us);
+        let open = match &self.cur {
+            Some(c) => at_ns >= c.from && at_ns < c.to,
+            None => false,
+        };
+        if !open && !self.roll(at_ns) {
+            self.dropped += 1;
+            return;
+        }
+        if let Some(c) = self.cur.as_mut() {
+            c.h.saturating_record(us);
+        }
     }
 
-    /// Add another histogram's counts.
+    /// Close the open interval and open the one of `at_ns`; false if the timeline is full.
+    fn roll(&mut self, at_ns: u64) -> bool {
+        self.close_current();
+        if self.done.len() >= MAX_INTERVALS {
+            return false;
+        }
+        let base = crate::clock::epoch_unix_ns();
+        let sec = (base + at_ns) / INTERVAL_NS;
+        let from = (sec * INTERVAL_NS).saturating_sub(base);
+        let to = ((sec + 1) * INTERVAL_NS).saturating_sub(base);
+        match self.cur.as_mut() {
+            Some(c) => {
+                c.h.reset();
+                (c.sec, c.from, c.to) = (sec, from, to);
+            }
+            None => {
+                self.cur = Some(Box::new(Current {
+                    sec,
+                    from,
+                    to,
+                    h: empty_hist(),
+                }))
+            }
+        }
+        true
+    }
+
+    /// Move the open interval, if it holds anything, to the closed ones.
+    fn close_current(&mut self) {
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        if c.h.is_empty() {
+            return;
+        }
+        let mut bytes = Vec::new();
+        match V2Serializer::new().serialize(&c.h, &mut bytes) {
+            Ok(_) => self.done.push((c.sec, bytes)),
+            Err(_) => self.dropped += c.h.len(),
+        }
+        c.h.reset();
+    }
+
+    /// Record a duration in ns into the total only (no timeline), for unit tests.
+    #[cfg(test)]
+    pub fn record_ns(&mut self, ns: u64) {
+        self.all.saturating_record((ns + 500) / 1000);
+    }
+
+    /// Add another histogram's counts (and its timeline).
     pub fn merge(&mut self, other: &Lat) {
         // Both have the same bounds, so adding cannot fail.
-        let _ = self.0.add(&other.0);
+        let _ = self.all.add(&other.all);
+        let mut o = other.clone();
+        o.close_current();
+        self.done.append(&mut o.done);
+        self.dropped += o.dropped;
+    }
+
+    /// Add one interval read from a log: `h`, decoded from `encoded` (V2 or V2 deflate),
+    /// recorded in Unix second `sec`. False if `h` holds values beyond 1 h.
+    pub fn add_interval(&mut self, sec: u64, h: &Histogram<u64>, encoded: Vec<u8>) -> bool {
+        if self.all.add(h).is_err() {
+            return false;
+        }
+        self.done.push((sec, encoded));
+        true
+    }
+
+    /// Every value recorded.
+    pub fn hist(&self) -> &Histogram<u64> {
+        &self.all
+    }
+
+    /// The timeline in order: `f(unix_second, histogram of that second)` for every second
+    /// in which something was recorded (threads' shares added up). One histogram is
+    /// decoded at a time.
+    pub fn for_each_interval<E>(
+        &self,
+        mut f: impl FnMut(u64, &Histogram<u64>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut me = self.clone();
+        me.close_current();
+        me.done.sort_by_key(|(sec, _)| *sec);
+        let mut acc = empty_hist();
+        let mut i = 0;
+        while i < me.done.len() {
+            let sec = me.done[i].0;
+            acc.reset();
+            while i < me.done.len() && me.done[i].0 == sec {
+                let decoded: Option<Histogram<u64>> =
+                    Deserializer::new().deserialize(&mut &me.done[i].1[..]).ok();
+                if let Some(h) = decoded {
+                    let _ = acc.add(&h);
+                }
+                i += 1;
+            }
+            f(sec, &acc)?;
+        }
+        Ok(())
     }
 
     /// The quantiles we report.
     pub fn summary(&self) -> LatSummary {
-        let h = &self.0;
-        if h.is_empty() {
-            return LatSummary::default();
-        }
-        LatSummary {
-            count: h.len(),
-            mean: h.mean(),
-            p50: h.value_at_quantile(0.50),
-            p90: h.value_at_quantile(0.90),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-        }
+        summarize(&self.all)
+    }
+}
+
+/// The quantiles we report of any histogram in µs.
+pub fn summarize(h: &Histogram<u64>) -> LatSummary {
+    if h.is_empty() {
+        return LatSummary::default();
+    }
+    LatSummary {
+        count: h.len(),
+        mean: h.mean(),
+        p50: h.value_at_quantile(0.50),
+        p90: h.value_at_quantile(0.90),
+        p99: h.value_at_quantile(0.99),
+        p999: h.value_at_quantile(0.999),
+        max: h.max(),
     }
 }
 
@@ -104,6 +262,8 @@ pub struct Report {
     scenario: String,
     rows: Vec<(String, Val)>,
     lats: Vec<(String, LatSummary)>,
+    /// The histograms behind `lats`, for `--hlog`.
+    hists: Vec<(String, Lat)>,
     counts: Vec<(String, Counts)>,
     notes: Vec<String>,
 }
@@ -115,6 +275,7 @@ impl Report {
             scenario: scenario.to_string(),
             rows: Vec::new(),
             lats: Vec::new(),
+            hists: Vec::new(),
             counts: Vec::new(),
             notes: Vec::new(),
         }
@@ -141,7 +302,13 @@ impl Report {
     /// A latency histogram.
     pub fn lat(&mut self, key: &str, lat: &Lat) -> &mut Self {
         self.lats.push((key.to_string(), lat.summary()));
+        self.hists.push((key.to_string(), lat.clone()));
         self
+    }
+
+    /// The latency histograms, in the order added (the first is the headline).
+    pub fn hists(&self) -> &[(String, Lat)] {
+        &self.hists
     }
 
     /// A table of labelled counts (always included, possibly empty).

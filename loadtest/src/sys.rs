@@ -264,3 +264,62 @@ mod tests {
         assert_eq!(source_ip(&t6, 3, 0), None);
     }
 }
+
+/// A one-shot `timerfd` on `CLOCK_MONOTONIC` (the clock `Instant` reads): the event loop's
+/// wake-up when its next send is closer than epoll's whole milliseconds, instead of spinning.
+#[derive(Debug)]
+pub struct Timer {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Timer {
+    /// A disarmed timer, non-blocking, close-on-exec.
+    pub fn new() -> io::Result<Timer> {
+        // SAFETY: timerfd_create takes two integers and returns a new descriptor or -1.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by timerfd_create and is owned by nothing else.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(Timer { fd })
+    }
+
+    /// The descriptor, for registering with the poll.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.fd)
+    }
+
+    /// Fire once, `after` from now (at least 1 ns: zero would disarm it).
+    pub fn arm(&self, after: std::time::Duration) -> io::Result<()> {
+        let after = after.max(std::time::Duration::from_nanos(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                tv_nsec: after.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: `spec` is a valid itimerspec we own; the old value is not asked for (null).
+        let r = unsafe { libc::timerfd_settime(self.raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Let this thread's timers fire within `ns` of when they are due (the default slack is
+/// 50 µs), so a timed wake-up is a send on time.
+pub fn set_timer_slack_ns(ns: u64) {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes integers and changes only this thread's slack.
+    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+}

@@ -15,6 +15,7 @@
 //! - [`gzip`]: the one gzip decoder of the tests (the registry's unit tests include it too);
 //! - [`jwt`]: relay-auth JWTs signed by a client key of the test's;
 //! - [`metrics`]: `/metrics` scraping;
+//! - [`loadtest_bin`]: the real `loadtest` binary, built when missing;
 //! - [`checks`]: "the server still serves" assertions;
 //! - [`rng::Rng`]: a seeded RNG for reproducible "random" input;
 //! - [`node`]: Node.js scripts (the real WalletConnect clients from npm) against the binary;
@@ -51,6 +52,7 @@ pub mod durability;
 pub mod gzip;
 pub mod http;
 pub mod jwt;
+pub mod loadtest_bin;
 pub mod metrics;
 pub mod netns;
 pub mod node;

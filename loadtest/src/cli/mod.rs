@@ -1,7 +1,8 @@
 //! Command line: subcommands, their flags, and the target address.
 //!
-//! Owns flag parsing and the loopback-only rule for `--url`. It must not open sockets: the
-//! scenarios get a validated [`Target`] and typed option structs.
+//! Owns flag parsing and the address rule for `--url` (loopback, or any address literal with
+//! `--allow-remote`). It must not open sockets: the scenarios get a validated [`Target`] and
+//! typed option structs.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -9,7 +10,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use thiserror::Error;
 
-/// Load generator for the walletrelay WebSocket relay and HTTP registry (loopback only).
+/// Load generator for the walletrelay WebSocket relay and HTTP registry (loopback unless
+/// `--allow-remote`).
 #[derive(Parser, Debug)]
 #[command(name = "loadtest", version, about)]
 pub struct Cli {
@@ -44,6 +46,49 @@ pub enum Command {
     /// Not a load: a trivial forwarder that `pairs` can run against (each publish written
     /// to its pair, and acknowledged; nothing else), this machine's floor for the relay.
     Forwarder(ForwarderOpts),
+    /// No load: add up the `--hlog` interval logs of several generators (processes or
+    /// machines) into one table, one JSON line and one log, exactly (histograms summed).
+    Merge(MergeOpts),
+    /// No load: one self-contained HTML page (inline SVG) of one or more runs' `--hlog`
+    /// logs: percentile spectrum, latency and throughput over time, parameters, the
+    /// generator's own figures.
+    Report(ReportOpts),
+}
+
+/// `merge` flags.
+#[derive(Args, Debug, Clone)]
+pub struct MergeOpts {
+    /// Interval logs written by `--hlog` (or `merge --out`), one per generator.
+    #[arg(required = true)]
+    pub logs: Vec<std::path::PathBuf>,
+    /// Write the merged interval log here.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Append the JSON line to this file too.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// `report` flags.
+#[derive(Args, Debug, Clone)]
+pub struct ReportOpts {
+    /// Runs to show, each an interval log, as `LABEL=FILE` or `FILE` (labelled by its file
+    /// name); several logs of one run are merged first with `loadtest merge`.
+    #[arg(required = true)]
+    pub runs: Vec<String>,
+    /// The HTML file to write.
+    #[arg(long, default_value = "loadtest-report.html")]
+    pub out: std::path::PathBuf,
+    /// Also write the percentile spectrum chart alone as an SVG file (for documents).
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
+    /// The page's title.
+    #[arg(long, default_value = "loadtest report")]
+    pub title: String,
+    /// Which latency to chart (a histogram name of the runs' reports, e.g.
+    /// `publish_delivery`); default: each run's headline (its first).
+    #[arg(long)]
+    pub latency: Option<String>,
 }
 
 /// `forwarder` flags.
@@ -89,9 +134,24 @@ pub struct LoopbackOpts {
 /// Flags every subcommand takes.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
-    /// Server address; loopback only (127.0.0.0/8, localhost, [::1]).
+    /// Server address; loopback only (127.0.0.0/8, localhost, [::1]) unless --allow-remote.
     #[arg(long, default_value = "ws://127.0.0.1:8080/")]
     pub url: String,
+    /// Accept a `--url` whose host is any IP address literal, not only loopback (names are
+    /// still not resolved): for a benchmark from client machines. The run first prints what
+    /// it will send where.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Begin (warm-up, then measurement) at this wall-clock time, Unix seconds with an
+    /// optional fraction (`date -d '+20 sec' +%s`), after setup: several generators given
+    /// the same time measure the same window. Refused if more than 1 s in the past.
+    #[arg(long, value_parser = crate::clock::parse_start_at)]
+    pub start_at: Option<u64>,
+    /// Write the latencies as an HdrHistogram interval log (one histogram per second per
+    /// latency, the headline untagged, the others tagged; values in µs) to this file, for
+    /// `loadtest merge`, `loadtest report` and HdrHistogram's own tools.
+    #[arg(long)]
+    pub hlog: Option<std::path::PathBuf>,
     /// Measured time (e.g. 10s, 500ms, 1m).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
@@ -502,7 +562,16 @@ pub struct AbuseOpts {
     pub rounds: usize,
 }
 
-/// A validated loopback target.
+/// Which addresses `--url` may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// 127.0.0.0/8, `localhost`, `[::1]`.
+    Loopback,
+    /// Any unicast IP address literal (`--allow-remote`).
+    Remote,
+}
+
+/// A validated target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// Where to connect.
@@ -528,14 +597,20 @@ pub enum UrlError {
     /// Malformed host or port.
     #[error("bad host or port in {0:?}")]
     Malformed(String),
+    /// `--allow-remote` takes addresses, not names (no DNS answer picks the target).
+    #[error("refusing host name {0:?}: give the server's IP address")]
+    Name(String),
+    /// Not an address one connects to (0.0.0.0, multicast, broadcast).
+    #[error("refusing {0:?}: not a unicast address")]
+    NotUnicast(String),
 }
 
 /// Parse `ws://host[:port][/path]` (or `http://`, `wss://`, `https://`) and accept only
-/// loopback hosts.
+/// loopback hosts, or with [`Reach::Remote`] any unicast address literal.
 ///
 /// Names other than `localhost` are refused rather than resolved, so no DNS answer can send
 /// load elsewhere.
-pub fn parse_target(url: &str) -> Result<Target, UrlError> {
+pub fn parse_target(url: &str, reach: Reach) -> Result<Target, UrlError> {
     let (rest, default_port, tls) = if let Some(r) = url.strip_prefix("ws://") {
         (r, 80, false)
     } else if let Some(r) = url.strip_prefix("http://") {
@@ -574,15 +649,17 @@ pub fn parse_target(url: &str) -> Result<Target, UrlError> {
     let ip: IpAddr = if host.eq_ignore_ascii_case("localhost") {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     } else {
-        host.parse()
-            .map_err(|_| UrlError::NotLoopback(host.to_string()))?
+        host.parse().map_err(|_| match reach {
+            Reach::Loopback => UrlError::NotLoopback(host.to_string()),
+            Reach::Remote => UrlError::Name(host.to_string()),
+        })?
     };
-    let loopback = match ip {
-        IpAddr::V4(v4) => v4.octets()[0] == 127,
-        IpAddr::V6(v6) => v6.is_loopback(),
-    };
-    if !loopback {
-        return Err(UrlError::NotLoopback(host.to_string()));
+    if !is_loopback(ip) {
+        match reach {
+            Reach::Loopback => return Err(UrlError::NotLoopback(host.to_string())),
+            Reach::Remote if !is_unicast(ip) => return Err(UrlError::NotUnicast(host.to_string())),
+            Reach::Remote => {}
+        }
     }
     Ok(Target {
         addr: SocketAddr::new(ip, port),
@@ -590,6 +667,22 @@ pub fn parse_target(url: &str) -> Result<Target, UrlError> {
         path,
         tls_name: tls.then(|| host.to_string()),
     })
+}
+
+/// 127.0.0.0/8 or ::1.
+pub fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.octets()[0] == 127,
+        IpAddr::V6(v6) => v6.is_loopback(),
+    }
+}
+
+/// An address a connection can go to.
+fn is_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => !(v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()),
+        IpAddr::V6(v6) => !(v6.is_unspecified() || v6.is_multicast()),
+    }
 }
 
 fn parse_port(p: Option<&str>, url: &str) -> Result<u16, UrlError> {

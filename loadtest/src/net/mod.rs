@@ -50,9 +50,13 @@ pub const MAX_BACKLOG: usize = 64 * 1024 * 1024;
 const KEEP_OUT_CAPACITY: usize = 64 * 1024;
 /// Events handled between two calls of [`Handler::tick`] inside one poll batch.
 const TICK_EVERY: usize = 128;
-/// When the next wanted wake-up is nearer than this, poll without sleeping (epoll timeouts
-/// are whole milliseconds, so sleeping would make sends up to a millisecond late).
+/// When the next wanted wake-up is nearer than this, sleep on the loop's timerfd, which has
+/// ns resolution (epoll timeouts are whole milliseconds, so they would make sends up to a
+/// millisecond late); without a timerfd, poll without sleeping.
 const SPIN_BELOW: Duration = Duration::from_millis(2);
+
+/// The poll token of the loop's [`sys::Timer`] (slab keys never reach it).
+const TIMER: Token = Token(usize::MAX);
 
 /// What the connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +243,9 @@ pub struct Io {
     /// [`Io::time_turns`]'s window: the generator's own stalls.
     pub turns: crate::stats::Lat,
     turns_window: (u64, u64),
+    /// Wakes the loop for a due time closer than [`SPIN_BELOW`] (`None`: spin instead, where
+    /// no timerfd could be made).
+    timer: Option<sys::Timer>,
 }
 
 impl Io {
@@ -253,8 +260,20 @@ impl Io {
         thread: usize,
         threads: usize,
     ) -> io::Result<Io> {
+        let poll = Poll::new()?;
+        // A timed wake-up in place of spinning: the generator's CPU goes to messages.
+        let timer = sys::Timer::new().ok().filter(|t| {
+            poll.registry()
+                .register(
+                    &mut mio::unix::SourceFd(&t.raw_fd()),
+                    TIMER,
+                    Interest::READABLE,
+                )
+                .is_ok()
+        });
+        sys::set_timer_slack_ns(1);
         Ok(Io {
-            poll: Poll::new()?,
+            poll,
             conns: Slab::new(),
             dirty: Vec::new(),
             dead: Vec::new(),
@@ -279,6 +298,7 @@ impl Io {
             stats: IoStats::default(),
             turns: crate::stats::Lat::new(),
             turns_window: (u64::MAX, u64::MAX),
+            timer,
         })
     }
 
@@ -444,14 +464,18 @@ pub fn run<H: Handler>(io: &mut Io, h: &mut H, until_ns: u64) -> io::Result<()> 
             Duration::ZERO
         } else {
             let d = Duration::from_nanos(wake - now);
-            if d < SPIN_BELOW {
+            let timed = d < SPIN_BELOW && io.timer.as_ref().is_some_and(|t| t.arm(d).is_ok());
+            if timed {
+                // Sleep until the timer fires (or a socket is ready) instead of spinning.
+                SPIN_BELOW
+            } else if d < SPIN_BELOW {
                 Duration::ZERO
             } else {
                 d - Duration::from_millis(1)
             }
         };
         if turn_began >= io.turns_window.0 && turn_began < io.turns_window.1 {
-            io.turns.record_ns(now.saturating_sub(turn_began));
+            io.turns.record(now.saturating_sub(turn_began), now);
         }
         match io.poll.poll(&mut events, Some(timeout)) {
             Ok(()) => {}
@@ -460,6 +484,11 @@ pub fn run<H: Handler>(io: &mut Io, h: &mut H, until_ns: u64) -> io::Result<()> 
         }
         turn_began = io.now_ns();
         for (i, ev) in events.iter().enumerate() {
+            if ev.token() == TIMER {
+                // Edge-triggered: each expiry is an event, re-arming resets the count, so
+                // the expiry need not be read (a syscall per wake-up saved).
+                continue;
+            }
             let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
             io.on_event(h, ev.token().0, readable, ev.is_writable() || ev.is_error());
             // A large batch (a fanout's thousands of readable sockets) must not delay

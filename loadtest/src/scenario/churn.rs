@@ -213,7 +213,7 @@ impl ChurnHandler<'_> {
         if started >= self.t_warm && started < self.t_end {
             match ok {
                 Ok(()) => {
-                    self.cycles.record_ns(now - started);
+                    self.cycles.record(now - started, now);
                     self.completed += 1;
                     self.budget = self.budget.saturating_sub(1);
                 }
@@ -232,7 +232,7 @@ impl Handler for ChurnHandler<'_> {
         }
         let s = &mut self.slots[tag as usize];
         if s.started >= self.t_warm {
-            self.upgrade.record_ns(now - s.started);
+            self.upgrade.record(now - s.started, now);
         }
         s.stage = Stage::Subscribing;
         if let Some(out) = io.out(key) {

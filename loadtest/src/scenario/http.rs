@@ -188,7 +188,7 @@ impl Handler for HttpHandler<'_> {
             return;
         };
         if sched >= self.t_warm && sched < self.t_end {
-            self.lat.record_ns(now.saturating_sub(sched));
+            self.lat.record(now.saturating_sub(sched), now);
             bump(&mut self.statuses, &resp.status.to_string());
             self.body_bytes += resp.body_len as u64;
             self.budget = self.budget.saturating_sub(1);

@@ -53,7 +53,7 @@ impl Handler for IdleHandler {
                 self.n_ready += 1;
                 self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
                 self.setup_lat
-                    .record_ns(now.saturating_sub(self.opened_at[local]));
+                    .record(now.saturating_sub(self.opened_at[local]), now);
             }
             Incoming::Error { code, .. } if !self.ready[local] => {
                 bump(&mut self.setup_errors, &format!("rpc_error:{code:?}"));

@@ -69,7 +69,7 @@ impl<'a> Ctx<'a> {
         Ctx {
             target,
             common,
-            epoch: Instant::now(),
+            epoch: crate::clock::epoch(),
             nonce: t ^ ((std::process::id() as u64) << 40),
             barrier: Barrier::new(common.threads.max(1)),
             setup_failed: AtomicBool::new(false),
@@ -132,7 +132,20 @@ impl<'a> Ctx<'a> {
         }
         if self.barrier.wait().is_leader() {
             let now = self.epoch.elapsed().as_nanos() as u64;
-            self.start_ns.store(now + 1_000_000, Ordering::SeqCst);
+            let mut start = now + 1_000_000;
+            if let Some(at) = self.common.start_at {
+                let at = crate::clock::since_epoch(at);
+                if at >= start {
+                    start = at;
+                } else {
+                    eprintln!(
+                        "loadtest: setup ended {:.1} ms after --start-at: starting now, out of \
+                         step with the other generators",
+                        (start - at) as f64 / 1e6
+                    );
+                }
+            }
+            self.start_ns.store(start, Ordering::SeqCst);
         }
         self.barrier.wait();
         if self.setup_failed.load(Ordering::SeqCst) {

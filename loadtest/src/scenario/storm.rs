@@ -238,14 +238,16 @@ impl StormHandler<'_> {
         s.failed = 0;
         if self.phase == Phase::Setup {
             self.t.held += 1;
-            self.t.setup_lat.record_ns(now.saturating_sub(s.attempt_at));
+            self.t
+                .setup_lat
+                .record(now.saturating_sub(s.attempt_at), now);
         } else if s.cut_at > 0 {
             self.t.back += 1;
             self.t.last_back = now;
-            self.t.cut_to_back.record_ns(now.saturating_sub(s.cut_at));
+            self.t.cut_to_back.record(now.saturating_sub(s.cut_at), now);
             self.t
                 .attempt_to_back
-                .record_ns(now.saturating_sub(s.attempt_at));
+                .record(now.saturating_sub(s.attempt_at), now);
         }
     }
 }

@@ -104,7 +104,7 @@ impl<'a> TopicsHandler<'a> {
                 *o += self.shape.expected() as u64;
             }
             if self.load.rate > 0 {
-                self.stats.send_lag.record_ns(now.saturating_sub(sched));
+                self.stats.send_lag.record(now.saturating_sub(sched), now);
             }
         }
     }
@@ -158,7 +158,7 @@ impl<'a> TopicsHandler<'a> {
         if st.sched_ns >= self.t_warm && st.sched_ns < self.t_end {
             self.stats
                 .delivery
-                .record_ns(now.saturating_sub(st.sched_ns));
+                .record(now.saturating_sub(st.sched_ns), now);
             self.got += 1;
         }
         // Closed loop, pairs: the receiver answers.
@@ -202,7 +202,7 @@ impl<'a> TopicsHandler<'a> {
                         }
                         self.senders[local].acked.set(p.seq);
                         if p.in_window {
-                            self.stats.ack.record_ns(now.saturating_sub(p.sched_ns));
+                            self.stats.ack.record(now.saturating_sub(p.sched_ns), now);
                             self.window_acked += 1;
                         }
                         if now >= self.t_warm && now < self.t_end {

@@ -194,9 +194,26 @@ pub struct Common {
     /// measured phase (`churn`: made inside each cycle; see `--auth-reuse`).
     #[arg(long)]
     pub auth: bool,
+    /// How the event loop waits for a send due in less than 2 ms: `spin` (poll without
+    /// sleeping: sends and receive times exact to a few µs, the generator's core always
+    /// busy) or `sleep` (on a timerfd: CPU in proportion to the messages, for generator
+    /// threads that share cores, at the price of a wake-up, tens of µs on a VM, in every
+    /// latency).
+    #[arg(long, value_enum, default_value = "spin")]
+    pub wait: Wait,
     /// The TLS client built from the flags above (set by `main` for wss:// and https://).
     #[arg(skip)]
     pub tls: Option<crate::tls::Client>,
+}
+
+/// How the event loop waits for a near send ([`Common::wait`]).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// Poll without sleeping.
+    #[default]
+    Spin,
+    /// Sleep on a timerfd.
+    Sleep,
 }
 
 /// Which relay protocol the WebSocket scenarios speak.

@@ -102,20 +102,16 @@ fn remote_needs_the_flag_and_an_address() {
         parse_target("ws://example.com/", Reach::Remote),
         Err(UrlError::Name(_))
     ));
-    for url in [
+    let accepted: Vec<&str> = [
         "ws://0.0.0.0/",
         "ws://224.0.0.1/",
         "ws://255.255.255.255/",
         "ws://[::]/",
-    ] {
-        assert!(
-            matches!(
-                parse_target(url, Reach::Remote),
-                Err(UrlError::NotUnicast(_))
-            ),
-            "{url}"
-        );
-    }
+    ]
+    .into_iter()
+    .filter(|u| !matches!(parse_target(u, Reach::Remote), Err(UrlError::NotUnicast(_))))
+    .collect();
+    assert!(accepted.is_empty(), "{accepted:?}");
 }
 
 #[test]

@@ -160,26 +160,30 @@ pub fn spectrum(title: &str, runs: &[Run]) -> Chart {
     }
 }
 
-/// p50, p99 and max per second of every run.
-fn over_time(runs: &[Run]) -> Chart {
+/// The time axis of the per-second charts: up to the last second of any run.
+fn time_axis(runs: &[Run]) -> Axis {
     let t_max = runs
         .iter()
         .filter_map(|r| r.seconds.last().map(|s| s.t))
         .fold(1.0, f64::max);
-    let lo = runs
-        .iter()
-        .flat_map(|r| r.seconds.iter().map(|s| s.p50))
-        .min()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let hi = runs
-        .iter()
-        .flat_map(|r| r.seconds.iter().map(|s| s.max))
-        .max()
-        .unwrap_or(10) as f64;
+    Axis::linear("seconds since the run's first", 0.0, t_max, fmt_num)
+}
+
+/// `f` of every second of every run.
+fn every_second(runs: &[Run], f: fn(&Second) -> u64) -> impl Iterator<Item = u64> + '_ {
+    runs.iter().flat_map(move |r| r.seconds.iter().map(f))
+}
+
+/// A per-second figure as a line: its name, its dash pattern, how to read it.
+type Metric = (&'static str, Option<&'static str>, fn(&Second) -> u64);
+
+/// p50, p99 and max per second of every run.
+fn over_time(runs: &[Run]) -> Chart {
+    let lo = every_second(runs, |s| s.p50).min().unwrap_or(1).max(1) as f64;
+    let hi = every_second(runs, |s| s.max).max().unwrap_or(10) as f64;
     let mut lines = Vec::new();
     for (i, r) in runs.iter().enumerate() {
-        let metrics: [(&str, Option<&'static str>, fn(&Second) -> u64); 3] = [
+        let metrics: [Metric; 3] = [
             ("p50", None, |s| s.p50),
             ("p99", Some("6 3"), |s| s.p99),
             ("max", Some("2 3"), |s| s.max),
@@ -195,7 +199,7 @@ fn over_time(runs: &[Run]) -> Chart {
     }
     Chart {
         title: "latency per second: p50, p99, max".into(),
-        x: Axis::linear("seconds since the run's first", 0.0, t_max, fmt_num),
+        x: time_axis(runs),
         y: Axis::log("latency", lo, hi, fmt_us),
         lines,
     }
@@ -203,15 +207,7 @@ fn over_time(runs: &[Run]) -> Chart {
 
 /// Values recorded per second of every run.
 fn throughput(runs: &[Run]) -> Chart {
-    let t_max = runs
-        .iter()
-        .filter_map(|r| r.seconds.last().map(|s| s.t))
-        .fold(1.0, f64::max);
-    let hi = runs
-        .iter()
-        .flat_map(|r| r.seconds.iter().map(|s| s.count))
-        .max()
-        .unwrap_or(1) as f64;
+    let hi = every_second(runs, |s| s.count).max().unwrap_or(1) as f64;
     let secs = INTERVAL_NS as f64 / 1e9;
     let lines = runs
         .iter()
@@ -229,7 +225,7 @@ fn throughput(runs: &[Run]) -> Chart {
         .collect();
     Chart {
         title: "throughput per second".into(),
-        x: Axis::linear("seconds since the run's first", 0.0, t_max, fmt_num),
+        x: time_axis(runs),
         y: Axis::linear("per second", 0.0, hi / secs * 1.05, fmt_num),
         lines,
     }
@@ -269,7 +265,7 @@ pub fn html(title: &str, runs: &[Run]) -> String {
     }
     s.push_str("</table>\n");
     for c in [spectrum(title, runs), over_time(runs), throughput(runs)] {
-        let _ = write!(s, "<figure>{}</figure>\n", c.svg());
+        let _ = writeln!(s, "<figure>{}</figure>", c.svg());
     }
     generator_figures(&mut s, runs);
     parameters(&mut s, runs);
@@ -318,7 +314,7 @@ fn generator_figures(s: &mut String, runs: &[Run]) {
         };
         let cpu = sum("generator_cpu_ms");
         let per_msg = cpu
-            .filter(|_| r.total.len() > 0)
+            .filter(|_| !r.total.is_empty())
             .map(|c| format!("{:.2}", c * 1000.0 / r.total.len() as f64))
             .unwrap_or_else(|| "-".into());
         let show = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));

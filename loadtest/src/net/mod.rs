@@ -50,9 +50,9 @@ pub const MAX_BACKLOG: usize = 64 * 1024 * 1024;
 const KEEP_OUT_CAPACITY: usize = 64 * 1024;
 /// Events handled between two calls of [`Handler::tick`] inside one poll batch.
 const TICK_EVERY: usize = 128;
-/// When the next wanted wake-up is nearer than this, sleep on the loop's timerfd, which has
-/// ns resolution (epoll timeouts are whole milliseconds, so they would make sends up to a
-/// millisecond late); without a timerfd, poll without sleeping.
+/// When the next wanted wake-up is nearer than this, poll without sleeping, or with
+/// `--wait sleep` sleep on the loop's timerfd, which has ns resolution (epoll timeouts are
+/// whole milliseconds, so they would make sends up to a millisecond late).
 const SPIN_BELOW: Duration = Duration::from_millis(2);
 
 /// The poll token of the loop's [`sys::Timer`] (slab keys never reach it).
@@ -243,8 +243,8 @@ pub struct Io {
     /// [`Io::time_turns`]'s window: the generator's own stalls.
     pub turns: crate::stats::Lat,
     turns_window: (u64, u64),
-    /// Wakes the loop for a due time closer than [`SPIN_BELOW`] (`None`: spin instead, where
-    /// no timerfd could be made).
+    /// Wakes the loop for a due time closer than [`SPIN_BELOW`] with `--wait sleep` (`None`:
+    /// spin instead).
     timer: Option<sys::Timer>,
 }
 
@@ -260,20 +260,8 @@ impl Io {
         thread: usize,
         threads: usize,
     ) -> io::Result<Io> {
-        let poll = Poll::new()?;
-        // A timed wake-up in place of spinning: the generator's CPU goes to messages.
-        let timer = sys::Timer::new().ok().filter(|t| {
-            poll.registry()
-                .register(
-                    &mut mio::unix::SourceFd(&t.raw_fd()),
-                    TIMER,
-                    Interest::READABLE,
-                )
-                .is_ok()
-        });
-        sys::set_timer_slack_ns(1);
         Ok(Io {
-            poll,
+            poll: Poll::new()?,
             conns: Slab::new(),
             dirty: Vec::new(),
             dead: Vec::new(),
@@ -298,8 +286,23 @@ impl Io {
             stats: IoStats::default(),
             turns: crate::stats::Lat::new(),
             turns_window: (u64::MAX, u64::MAX),
-            timer,
+            timer: None,
         })
+    }
+
+    /// `--wait sleep`: wait for a send due in less than [`SPIN_BELOW`] on a timerfd instead
+    /// of spinning (and let this thread's timers fire within 1 ns). Called on the loop's own
+    /// thread.
+    pub fn sleep_on_timer(&mut self) -> io::Result<()> {
+        let t = sys::Timer::new()?;
+        self.poll.registry().register(
+            &mut mio::unix::SourceFd(&t.raw_fd()),
+            TIMER,
+            Interest::READABLE,
+        )?;
+        self.timer = Some(t);
+        sys::set_timer_slack_ns(1);
+        Ok(())
     }
 
     /// Time the busy part of the loop turns that begin in `from_ns..to_ns` into

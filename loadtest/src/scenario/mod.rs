@@ -79,7 +79,7 @@ impl<'a> Ctx<'a> {
 
     /// A fresh event loop for thread `t`.
     pub fn io(&self, t: usize) -> std::io::Result<Io> {
-        Io::new(
+        let mut io = Io::new(
             self.target,
             self.common.tls.clone(),
             self.common.permessage_deflate,
@@ -87,7 +87,11 @@ impl<'a> Ctx<'a> {
             self.epoch,
             t,
             self.common.threads.max(1),
-        )
+        )?;
+        if self.common.wait == crate::cli::Wait::Sleep {
+            io.sleep_on_timer()?;
+        }
+        Ok(io)
     }
 
     /// With `--auth`, `n` upgrade queries `auth=<jwt>&projectId=loadtest`, one fresh key pair

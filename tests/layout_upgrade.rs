@@ -7,9 +7,9 @@
 //! `write_fixtures` below, run by `scripts/layout-fixtures`):
 //! - `layout-4/redis.json`: every key it left in Redis, dumped key by key (type, value,
 //!   time to live), replayed here into a fresh `redis-server`. The absolute times inside
-//!   (a cached message's expiry, field `x` of the stream entries and of the meta hash) are
-//!   moved by the time since the dump, as if the upgrade happened a minute after the old
-//!   nodes stopped.
+//!   (a cached message's expiry, field `x` of the stream entries and of the meta hash; the
+//!   expiry in front of each v1 pending frame) are moved by the time since the dump, as if
+//!   the upgrade happened a minute after the old nodes stopped.
 //! - `journal-1/`: its data directory (segments, relay key, watch registrations), read by
 //!   this build under `libfaketime` a minute after the old node stopped (the segments hold
 //!   absolute expiries, and a binary format is not rewritten by a test).
@@ -212,7 +212,8 @@ fn moved(v: &[u8], shift: u64) -> Vec<u8> {
 }
 
 /// Replays `keys` (from [`dump`]) into `conn`, layout 4's absolute times moved by `shift`
-/// ms: field `x` (expiry) of a topic's stream entries and of its meta hash.
+/// ms: field `x` (expiry) of a topic's stream entries and of its meta hash, and the expiry
+/// in front of each v1 pending frame.
 fn replay(conn: &mut redis::Connection, keys: &[Value], shift: u64) {
     for k in keys {
         let key = unb64(&k["key"]);
@@ -243,9 +244,19 @@ fn replay(conn: &mut redis::Connection, keys: &[Value], shift: u64) {
                     .unwrap();
             }
             "list" => {
+                let mut items = strings(&k["value"]);
+                if key.starts_with(b"wr:1:p:") {
+                    // The v1 pending frames: `<expiry ms>:<frame>` each (`cluster::v1`).
+                    for item in items.iter_mut() {
+                        let colon = item.iter().position(|&b| b == b':').expect("expiry:frame");
+                        let mut m = moved(&item[..colon], shift);
+                        m.extend_from_slice(&item[colon..]);
+                        *item = m;
+                    }
+                }
                 let _: () = redis::cmd("RPUSH")
                     .arg(&key)
-                    .arg(strings(&k["value"]))
+                    .arg(items)
                     .query(conn)
                     .unwrap();
             }

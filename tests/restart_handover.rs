@@ -234,6 +234,10 @@ fn with_a_data_dir_what_the_old_process_acknowledged_reaches_the_new_ones_subscr
         "2",
         "--data-dir",
         data.arg(),
+        // The publisher below is not paced: more than the default 1,000 a topic keeps may be
+        // acknowledged before the handover ends, and the oldest would be dropped by design.
+        "--max-cached-per-topic",
+        "100000",
         "--handover-socket",
         sock.to_str().unwrap(),
     ];

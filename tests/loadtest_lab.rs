@@ -13,34 +13,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use common::apt::tool;
-use common::loadtest_bin::loadtest;
+use common::loadtest_bin::{json, loadtest, run, stderr};
 use common::netns::Lab;
 use common::skip::skip;
 use common::{Server, TempDir};
-use serde_json::Value;
-
-/// Runs `loadtest` with `args`; its output.
-fn run(args: &[&str]) -> Output {
-    Command::new(loadtest())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run loadtest")
-}
-
-/// The last line of stdout, the JSON line of figures.
-fn json(o: &Output) -> Value {
-    let out = String::from_utf8_lossy(&o.stdout);
-    let line = out.lines().last().unwrap_or("");
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// A short open-loop `pairs` run against `url`, its latencies written to `hlog`.
 fn pairs_args<'a>(url: &'a str, hlog: &'a str) -> Vec<&'a str> {

@@ -3,7 +3,7 @@
 //! or out of date. Modest loads (hundreds of messages a second) need no release build.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The binary's path, built once per test process.
@@ -34,4 +34,25 @@ fn build() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
     target.join("debug").join("loadtest")
+}
+
+/// Runs `loadtest` with `args` to its end; its output.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(loadtest())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run loadtest")
+}
+
+/// The last line of a run's stdout, the JSON line of figures.
+pub fn json(o: &Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().unwrap_or("");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// A run's stderr, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -227,6 +227,13 @@ pub enum RelayProtocol {
     /// Today's WalletConnect 2.x JSON-RPC (DECISIONS §10): `irn_subscribe`, `irn_publish`
     /// with `"tag":1108` and a ttl of 10 s to 30 days, pushes `irn_subscription`.
     Irn,
+    /// Today's 2.x SDK as it talks (sign-client 2.25.0, tests/e2e-sdk/WIRE.md): `irn_*`, a
+    /// relay-auth JWT per connection with the SDK's `ua` and `useOnCloseEvent` in the upgrade
+    /// query (implies `--auth`), 19-digit string request ids, an `irn_batchSubscribe` of the
+    /// pairing and the session topic at connect, every push acknowledged (implies `--ack`).
+    /// In `pairs` the dApp sends session requests (tag 1108, `prompt` true, ttl 900) and the
+    /// wallet answers each one (tag 1109); `--rate` counts requests. `pairs` and `idle` only.
+    Sdk,
     /// WalletConnect 1.0 bridge frames: `{"topic","type":"sub"|"pub","payload","silent"}`
     /// (no answers: a `sub` is known to be in place by a ping sent after it, a `pub` counts
     /// as acknowledged when sent).
@@ -234,11 +241,12 @@ pub enum RelayProtocol {
 }
 
 impl RelayProtocol {
-    /// `"waku"`, `"irn"` or `"v1"`.
+    /// `"waku"`, `"irn"`, `"sdk"` or `"v1"`.
     pub fn label(self) -> &'static str {
         match self {
             RelayProtocol::Waku => "waku",
             RelayProtocol::Irn => "irn",
+            RelayProtocol::Sdk => "sdk",
             RelayProtocol::V1 => "v1",
         }
     }
@@ -246,15 +254,15 @@ impl RelayProtocol {
     /// The JSON-RPC method family (v1 frames have none; they get `waku`'s, unused).
     pub fn rpc(self) -> crate::proto::Rpc {
         match self {
-            RelayProtocol::Irn => crate::proto::Rpc::Irn,
+            RelayProtocol::Irn | RelayProtocol::Sdk => crate::proto::Rpc::Irn,
             RelayProtocol::Waku | RelayProtocol::V1 => crate::proto::Rpc::Waku,
         }
     }
 
-    /// Refuse a publish ttl this protocol does not accept (irn: 10 s to 30 days).
+    /// Refuse a publish ttl this protocol does not accept (irn, sdk: 10 s to 30 days).
     pub fn check_ttl(self, ttl: u64) -> Result<(), String> {
         let r = crate::proto::IRN_TTL_S;
-        if self == RelayProtocol::Irn && !r.contains(&ttl) {
+        if self.rpc() == crate::proto::Rpc::Irn && !r.contains(&ttl) {
             return Err(format!(
                 "--ttl {ttl}: irn_publish takes a ttl of {} to {} seconds",
                 r.start(),
@@ -272,7 +280,8 @@ pub struct PairsOpts {
     #[command(flatten)]
     pub common: Common,
     /// Relay protocol: `waku` (v2.0-beta JSON-RPC; `v2` is the same), `irn` (today's 2.x
-    /// JSON-RPC) or `v1` (WalletConnect 1.0 bridge frames).
+    /// JSON-RPC), `sdk` (the 2.x SDK's whole shape: a dApp's requests, the wallet's answers;
+    /// loadtest/README.md) or `v1` (WalletConnect 1.0 bridge frames).
     #[arg(long, value_enum, default_value_t = RelayProtocol::Waku)]
     pub protocol: RelayProtocol,
     /// Topic pairs (two connections each). `--connections` overrides as total connections / 2.
@@ -290,9 +299,10 @@ pub struct PairsOpts {
     /// Message payload size in hex characters (>= 32).
     #[arg(long, default_value_t = 512)]
     pub size: usize,
-    /// Publish ttl in seconds (irn: 10 to 2,592,000).
-    #[arg(long, default_value_t = 21_600)]
-    pub ttl: u64,
+    /// Publish ttl in seconds (irn, sdk: 10 to 2,592,000). Default 21,600; `sdk`: 900, the
+    /// SDK's ttl of a session request.
+    #[arg(long)]
+    pub ttl: Option<u64>,
     /// Wait this long after the measurement for deliveries still in flight.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub drain: Duration,
@@ -352,7 +362,8 @@ pub struct IdleOpts {
     /// Connections to open and subscribe.
     #[arg(long, default_value_t = 1000)]
     pub connections: usize,
-    /// Relay protocol of the subscriptions: `waku` or `irn`.
+    /// Relay protocol of the subscriptions: `waku`, `irn` (one `irn_subscribe`) or `sdk` (a
+    /// JWT, and an `irn_batchSubscribe` of a pairing and a session topic, as the SDK holds).
     #[arg(long, value_enum, default_value_t = RelayProtocol::Waku)]
     pub protocol: RelayProtocol,
     /// Server process id, for VmRSS from /proc/<pid>/status.

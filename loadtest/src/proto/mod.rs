@@ -21,6 +21,18 @@ pub const STAMP_LEN: usize = 32;
 pub const IRN_TAG: u32 = 1108;
 /// The ttl an `irn_publish` may carry, seconds (DECISIONS §10: 10 s to 30 days).
 pub const IRN_TTL_S: std::ops::RangeInclusive<u64> = 10..=2_592_000;
+/// Request ids in the SDK's shape are JSON strings of 19 digits (sign-client's
+/// `getBigIntRpcId().toString()`); a publish's is this plus a counter.
+pub const SDK_ID_BASE: u64 = 1_100_000_000_000_000_000;
+/// Digits of every SDK-shaped request id.
+pub const SDK_ID_DIGITS: usize = 19;
+/// The id of the SDK-shaped `irn_batchSubscribe` every connection sends at connect.
+pub const SDK_SUB_ID: u64 = 1_000_000_000_000_000_001;
+/// The ttl of a session request and its response, seconds (sign-client 2.25.0: 900).
+pub const SDK_TTL_S: u64 = 900;
+/// What the SDK adds to the upgrade query after `auth` and `projectId` (utils
+/// `formatRelayRpcUrl`; tests/e2e-sdk/WIRE.md).
+pub const SDK_QUERY_TAIL: &str = "&ua=wc-2%2Fjs-2.25.0%2Flinux-20.20.2%2Fnode&useOnCloseEvent=true";
 
 /// The JSON-RPC method family: `waku_*` (v2.0-beta) or `irn_*` (today's 2.x SDKs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -142,8 +154,11 @@ pub struct PublishTemplate {
     frame: Vec<u8>,
     /// Offset of the payload inside `frame`: the mask phase of any payload byte.
     payload_at: usize,
-    /// Offset in `frame` of the 13-digit id (a v1 `pub` has none).
+    /// Offset in `frame` of the fixed-width id (a v1 `pub` has none).
     id_at: Option<usize>,
+    /// The id written is `id_base + n` in `id_digits` digits (13, or the SDK's 19).
+    id_base: u64,
+    id_digits: usize,
     /// Offset in `frame` of the stamp (start of the message string).
     stamp_at: usize,
 }
@@ -162,6 +177,28 @@ impl PublishTemplate {
             Rpc::Irn => format!("\",\"ttl\":{ttl},\"tag\":{IRN_TAG}}}}}"),
         };
         Self::build(&head, size, &tail, Some("{\"id\":".len()))
+    }
+
+    /// An `irn_publish` as sign-client 2.25.0 writes a session request (`answer` false: tag
+    /// 1108, `prompt` true) or the wallet's response to it (tag 1109, `prompt` false, the
+    /// result in `txHashes`): a 19-digit string id, then `topic`, `message`, `ttl`,
+    /// `prompt`, `tag` and the request's `correlationId`, `rpcMethods`, `chainId`,
+    /// `txHashes`, `contractAddresses` (tests/e2e-sdk/WIRE.md).
+    pub fn new_sdk(topic: &str, size: usize, ttl: u64, answer: bool) -> Self {
+        let head = format!(
+            "{{\"id\":\"{SDK_ID_BASE}\",\"jsonrpc\":\"2.0\",\"method\":\"irn_publish\",\"params\":{{\"topic\":\"{topic}\",\"message\":\""
+        );
+        let (prompt, tag, hashes) = match answer {
+            false => ("true", 1108, String::new()),
+            true => ("false", 1109, format!("\"0x{}\"", "ab".repeat(65))),
+        };
+        let tail = format!(
+            "\",\"ttl\":{ttl},\"prompt\":{prompt},\"tag\":{tag},\"correlationId\":1795638982221335,\"rpcMethods\":[\"personal_sign\"],\"chainId\":\"eip155:1\",\"txHashes\":[{hashes}],\"contractAddresses\":[]}}}}"
+        );
+        let mut t = Self::build(&head, size.max(STAMP_LEN), &tail, Some("{\"id\":\"".len()));
+        t.id_base = SDK_ID_BASE;
+        t.id_digits = SDK_ID_DIGITS;
+        t
     }
 
     /// A WalletConnect 1.0 `pub` of `size` hex characters, as the 1.0 client writes it:
@@ -183,6 +220,8 @@ impl PublishTemplate {
             frame,
             payload_at,
             id_at: id_in_json.map(|i| payload_at + i),
+            id_base: ID_BASE,
+            id_digits: ID_DIGITS,
             stamp_at: payload_at + stamp_in_json,
         }
     }
@@ -193,19 +232,21 @@ impl PublishTemplate {
         self.frame.len()
     }
 
-    /// Append one publish with request id `ID_BASE + n` (v2) and `stamp`.
+    /// Append one publish with request id `ID_BASE + n` (`SDK_ID_BASE + n` in the SDK's
+    /// shape) and `stamp`.
     pub fn write(&self, out: &mut Vec<u8>, n: u64, stamp: &Stamp) {
         let at = out.len();
         out.extend_from_slice(&self.frame);
         if let Some(id_at) = self.id_at {
-            let mut id = [0u8; ID_DIGITS];
-            let mut v = ID_BASE + n;
+            let mut id = [0u8; SDK_ID_DIGITS];
+            let id = &mut id[..self.id_digits];
+            let mut v = self.id_base + n;
             for b in id.iter_mut().rev() {
                 *b = b'0' + (v % 10) as u8;
                 v /= 10;
             }
-            let id_slot = &mut out[at + id_at..at + id_at + ID_DIGITS];
-            id_slot.copy_from_slice(&id);
+            let id_slot = &mut out[at + id_at..at + id_at + self.id_digits];
+            id_slot.copy_from_slice(id);
             ws::apply_mask(id_slot, MASK, id_at - self.payload_at);
         }
         let mut s = [0u8; STAMP_LEN];
@@ -227,16 +268,24 @@ pub fn write_subscribe(out: &mut Vec<u8>, rpc: Rpc, id: u64, topic: &str) {
 
 /// Append a masked `waku_batchSubscribe` or `irn_batchSubscribe` of `topics` (1 to 500).
 pub fn write_batch_subscribe(out: &mut Vec<u8>, rpc: Rpc, id: u64, topics: &[String]) {
-    write_batch(out, rpc, "batchSubscribe", id, topics);
+    write_batch(out, rpc, "batchSubscribe", &id.to_string(), topics);
+}
+
+/// Append a masked `irn_batchSubscribe` of `topics` as the SDK writes it: the id a JSON
+/// string of 19 digits ([`SDK_SUB_ID`]).
+pub fn write_sdk_batch_subscribe(out: &mut Vec<u8>, topics: &[String]) {
+    let id = format!("\"{SDK_SUB_ID}\"");
+    write_batch(out, Rpc::Irn, "batchSubscribe", &id, topics);
 }
 
 /// Append a masked `waku_batchFetchMessages` or `irn_batchFetchMessages` of `topics` (1 to
 /// 500).
 pub fn write_batch_fetch(out: &mut Vec<u8>, rpc: Rpc, id: u64, topics: &[String]) {
-    write_batch(out, rpc, "batchFetchMessages", id, topics);
+    write_batch(out, rpc, "batchFetchMessages", &id.to_string(), topics);
 }
 
-fn write_batch(out: &mut Vec<u8>, rpc: Rpc, method: &str, id: u64, topics: &[String]) {
+/// `id` is the id's JSON text (a number, or a quoted string).
+fn write_batch(out: &mut Vec<u8>, rpc: Rpc, method: &str, id: &str, topics: &[String]) {
     let p = rpc.prefix();
     let mut json = format!(
         "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"{p}_{method}\",\"params\":{{\"topics\":["
@@ -304,6 +353,8 @@ pub enum ResultValue {
     True,
     /// A string (subscribe: the subscription id).
     Str,
+    /// An array (batch subscribe: the subscription ids).
+    Array,
     /// Anything else.
     Other,
 }
@@ -410,6 +461,7 @@ impl Classifier {
             let value = match after_colon(msg, at + b"\"result\"".len()) {
                 Some(v) if v.starts_with(b"true") => ResultValue::True,
                 Some(v) if v.starts_with(b"\"") => ResultValue::Str,
+                Some(v) if v.starts_with(b"[") => ResultValue::Array,
                 _ => ResultValue::Other,
             };
             return Incoming::Result {
@@ -432,8 +484,17 @@ impl Classifier {
         None
     }
 
+    /// The request id as a number: a JSON number, or a string of digits only (the SDK's
+    /// 19-digit ids; a hex subscription id such as `"6116b8.."` is not one).
     fn numeric_id(&self, msg: &[u8]) -> Option<u64> {
-        self.numeric_id_digits(msg).and_then(|d| {
+        let digits = self.numeric_id_digits(msg).or_else(|| {
+            self.id.find_iter(msg).find_map(|at| {
+                let v = after_colon(msg, at + b"\"id\"".len())?.strip_prefix(b"\"")?;
+                let n = v.iter().take_while(|c| c.is_ascii_digit()).count();
+                (n > 0 && v.get(n) == Some(&b'"')).then_some(&v[..n])
+            })
+        });
+        digits.and_then(|d| {
             d.iter().try_fold(0u64, |acc, &c| {
                 acc.checked_mul(10)?.checked_add((c - b'0') as u64)
             })

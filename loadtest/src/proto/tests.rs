@@ -331,3 +331,64 @@ fn batch_subscribe_frame() {
         r#"{"id":2,"jsonrpc":"2.0","method":"waku_batchFetchMessages","params":{"topics":["aa"]}}"#
     );
 }
+
+#[test]
+fn sdk_frames_carry_string_ids_and_the_sdks_fields() {
+    let stamp = Stamp {
+        sched_ns: 5,
+        sender: 6,
+        seq: 7,
+    };
+    let fill = String::from_utf8_lossy(&filler(40)[32..]).into_owned();
+    let req = PublishTemplate::new_sdk("abcd", 40, SDK_TTL_S, false);
+    let mut out = Vec::new();
+    req.write(&mut out, 12, &stamp);
+    assert_eq!(out.len(), req.len());
+    assert_eq!(
+        String::from_utf8(unmasked_payload(&out)).unwrap(),
+        format!(
+            "{{\"id\":\"1100000000000000012\",\"jsonrpc\":\"2.0\",\"method\":\"irn_publish\",\"params\":{{\"topic\":\"abcd\",\"message\":\"00000000000000050000000600000007{fill}\",\"ttl\":900,\"prompt\":true,\"tag\":1108,\"correlationId\":1795638982221335,\"rpcMethods\":[\"personal_sign\"],\"chainId\":\"eip155:1\",\"txHashes\":[],\"contractAddresses\":[]}}}}"
+        )
+    );
+    let answer = PublishTemplate::new_sdk("abcd", 40, SDK_TTL_S, true);
+    let mut out = Vec::new();
+    answer.write(&mut out, 3, &stamp);
+    let json = String::from_utf8(unmasked_payload(&out)).unwrap();
+    assert!(
+        json.starts_with("{\"id\":\"1100000000000000003\","),
+        "{json}"
+    );
+    assert!(json.contains("\"prompt\":false,\"tag\":1109,"), "{json}");
+    assert!(json.contains(&format!("\"txHashes\":[\"0x{}\"]", "ab".repeat(65))));
+
+    let mut out = Vec::new();
+    write_sdk_batch_subscribe(&mut out, &["aa".to_string(), "bb".to_string()]);
+    assert_eq!(
+        String::from_utf8(unmasked_payload(&out)).unwrap(),
+        r#"{"id":"1000000000000000001","jsonrpc":"2.0","method":"irn_batchSubscribe","params":{"topics":["aa","bb"]}}"#
+    );
+}
+
+#[test]
+fn quoted_digit_ids_classify_and_array_results_are_recognised() {
+    let c = Classifier::new(Rpc::Irn);
+    assert_eq!(
+        c.classify(br#"{"id":"1000000000000000001","jsonrpc":"2.0","result":["ab12","cd34"]}"#),
+        Incoming::Result {
+            id: Some(SDK_SUB_ID),
+            value: ResultValue::Array,
+        }
+    );
+    assert_eq!(
+        c.classify(br#"{"id":"1100000000000000012","jsonrpc":"2.0","result":true}"#),
+        Incoming::Result {
+            id: Some(SDK_ID_BASE + 12),
+            value: ResultValue::True,
+        }
+    );
+    // A hex string is not a numeric id.
+    assert!(matches!(
+        c.classify(br#"{"id":"6116b8","jsonrpc":"2.0","result":true}"#),
+        Incoming::Result { id: None, .. }
+    ));
+}

@@ -444,9 +444,9 @@ struct ChurnOut {
 
 /// Run `churn` and build its report.
 pub fn run(target: &Target, o: &ChurnOpts) -> Result<Report, RunError> {
-    if o.protocol == RelayProtocol::V1 {
+    if matches!(o.protocol, RelayProtocol::V1 | RelayProtocol::Sdk) {
         return Err(RunError::Options(
-            "churn speaks --protocol waku or irn".into(),
+            "churn speaks --protocol waku or irn (sdk is for pairs and idle)".into(),
         ));
     }
     o.protocol.check_ttl(o.ttl).map_err(RunError::Options)?;

@@ -12,6 +12,11 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
     if o.subscribers == 0 {
         return Err(RunError::Options("--subscribers must be > 0".into()));
     }
+    if o.protocol == RelayProtocol::Sdk {
+        return Err(RunError::Options(
+            "fanout speaks --protocol waku, irn or v1 (sdk is for pairs and idle)".into(),
+        ));
+    }
     o.protocol.check_ttl(o.ttl).map_err(RunError::Options)?;
     let shape = Shape::Fanout {
         subs: o.subscribers,
@@ -25,6 +30,7 @@ pub fn run(target: &Target, o: &FanoutOpts) -> Result<Report, RunError> {
         ack: false,
         count: o.count,
         v1: o.protocol == RelayProtocol::V1,
+        sdk: false,
         rpc: o.protocol.rpc(),
     };
     let ctx = Ctx::new(target, &o.common);

@@ -1,6 +1,9 @@
 //! `idle`: N connections, each subscribed to its own topic, held open; reports the server's
 //! resident memory per connection from `/proc/<pid>/status`.
 //!
+//! `--protocol sdk` holds what a 2.x SDK client holds: a JWT and the SDK's upgrade query, and
+//! one `irn_batchSubscribe` of a pairing and a session topic (two subscriptions).
+//!
 //! Connections are spread over source addresses 127.0.0.2, ... (`--source-ips`, chosen
 //! automatically when not given) so more than one ephemeral port range is available.
 
@@ -17,6 +20,8 @@ const SUB_ID: u64 = 1;
 
 struct IdleHandler {
     rpc: proto::Rpc,
+    /// The SDK's shape: a batch subscribe of two topics, a string id, an array answer.
+    sdk: bool,
     base: usize,
     nonce: u64,
     keys: Vec<Option<Key>>,
@@ -36,19 +41,29 @@ struct IdleHandler {
 
 impl Handler for IdleHandler {
     fn on_open(&mut self, io: &mut Io, key: Key, tag: u32, _now: u64) {
-        let topic = proto::topic(self.nonce, 0x1d1e, (self.base + tag as usize) as u64);
+        let i = (self.base + tag as usize) as u64;
+        let topic = proto::topic(self.nonce, 0x1d1e, i);
         if let Some(out) = io.out(key) {
-            proto::write_subscribe(out, self.rpc, SUB_ID, &topic);
+            if self.sdk {
+                let pairing = proto::topic(self.nonce, 0x1d1f, i);
+                proto::write_sdk_batch_subscribe(out, &[pairing, topic]);
+            } else {
+                proto::write_subscribe(out, self.rpc, SUB_ID, &topic);
+            }
         }
     }
 
     fn on_message(&mut self, _io: &mut Io, _key: Key, tag: u32, msg: &[u8], now: u64) {
         let local = tag as usize;
+        let (want_id, want_value) = match self.sdk {
+            true => (proto::SDK_SUB_ID, ResultValue::Array),
+            false => (SUB_ID, ResultValue::Str),
+        };
         match self.cls.classify(msg) {
             Incoming::Result {
-                id: Some(SUB_ID),
-                value: ResultValue::Str,
-            } if !self.ready[local] => {
+                id: Some(id),
+                value,
+            } if id == want_id && value == want_value && !self.ready[local] => {
                 self.ready[local] = true;
                 self.n_ready += 1;
                 self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
@@ -110,10 +125,10 @@ struct IdleOut {
 pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
     if o.protocol == RelayProtocol::V1 {
         return Err(RunError::Options(
-            "idle speaks --protocol waku or irn".into(),
+            "idle speaks --protocol waku, irn or sdk".into(),
         ));
     }
-    let mut common = o.common.clone();
+    let mut common = super::sdk_common(&o.common, o.protocol);
     if common.source_ips == 0 && target.addr.is_ipv4() {
         // About 28k ephemeral ports per source address by default; keep well under.
         common.source_ips = (o.connections.div_ceil(20_000) as u32).max(1);
@@ -128,7 +143,7 @@ pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
         }
     }
     let rss_before = rss(o.server_pid);
-    let ctx = Ctx::new(target, &common);
+    let ctx = Ctx::new(target, &common).with_protocol(o.protocol);
     let outs = ctx.run_threads(|t| {
         let r = split(o.connections, threads, t);
         let n = r.len();
@@ -136,6 +151,7 @@ pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
         let mut io = ctx.io(t)?;
         let mut h = IdleHandler {
             rpc: o.protocol.rpc(),
+            sdk: o.protocol == RelayProtocol::Sdk,
             base: r.start,
             nonce: ctx.nonce,
             keys: vec![None; n],

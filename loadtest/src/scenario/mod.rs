@@ -57,6 +57,17 @@ pub struct Ctx<'a> {
     pub setup_failed: AtomicBool,
     /// The measurement's time zero, ns since epoch, agreed at the barrier.
     pub start_ns: AtomicU64,
+    /// Appended to every upgrade query ([`Ctx::with_protocol`]).
+    query_tail: &'static str,
+}
+
+/// `common` as `protocol` needs it: the SDK's shape always authenticates.
+pub fn sdk_common(common: &Common, protocol: crate::cli::RelayProtocol) -> Common {
+    let mut c = common.clone();
+    if protocol == crate::cli::RelayProtocol::Sdk {
+        c.auth = true;
+    }
+    c
 }
 
 impl<'a> Ctx<'a> {
@@ -74,7 +85,17 @@ impl<'a> Ctx<'a> {
             barrier: Barrier::new(common.threads.max(1)),
             setup_failed: AtomicBool::new(false),
             start_ns: AtomicU64::new(0),
+            query_tail: "",
         }
+    }
+
+    /// Upgrade queries as `protocol`'s client writes them: the SDK adds its `ua` and
+    /// `useOnCloseEvent` after `auth` and `projectId`.
+    pub fn with_protocol(mut self, protocol: crate::cli::RelayProtocol) -> Self {
+        if protocol == crate::cli::RelayProtocol::Sdk {
+            self.query_tail = crate::proto::SDK_QUERY_TAIL;
+        }
+        self
     }
 
     /// A fresh event loop for thread `t`.
@@ -94,14 +115,20 @@ impl<'a> Ctx<'a> {
         Ok(io)
     }
 
-    /// With `--auth`, `n` upgrade queries `auth=<jwt>&projectId=loadtest`, one fresh key pair
+    /// With `--auth`, `n` upgrade queries `auth=<jwt>&projectId=loadtest` (and the SDK's tail,
+    /// [`Ctx::with_protocol`]), one fresh key pair
     /// and token each (aud = `--url`); without, none. Made before the connections open, so
     /// signing counts in no measured time.
     pub fn auth_queries(&self, n: usize) -> Result<Vec<String>, RunError> {
         if !self.common.auth {
             return Ok(Vec::new());
         }
-        crate::jwt::fresh_queries(n, &self.common.url).map_err(|e| RunError::Setup(e.to_string()))
+        let mut q = crate::jwt::fresh_queries(n, &self.common.url)
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        for one in &mut q {
+            one.push_str(self.query_tail);
+        }
+        Ok(q)
     }
 
     /// Run `f` on each of the `threads` threads and collect the results in thread order.
@@ -359,6 +386,8 @@ impl Sender {
 pub struct MsgStats {
     /// Publishes sent in the window.
     pub sent: u64,
+    /// Of `sent`, the wallets' answers (SDK shape; the rest are requests).
+    pub answers_sent: u64,
     /// Publish acks received during the window.
     pub acked_in_window: u64,
     /// Deliveries received during the window.
@@ -480,6 +509,7 @@ impl MsgStats {
     /// Add another thread's figures.
     pub fn merge(&mut self, o: &MsgStats) {
         self.sent += o.sent;
+        self.answers_sent += o.answers_sent;
         self.acked_in_window += o.acked_in_window;
         self.delivered_in_window += o.delivered_in_window;
         self.delivery.merge(&o.delivery);

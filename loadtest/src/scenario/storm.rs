@@ -388,9 +388,9 @@ fn read_pid(path: &std::path::Path) -> Option<u32> {
 
 /// Run `storm` and build its report.
 pub fn run(target: &Target, o: &StormOpts) -> Result<Report, RunError> {
-    if o.protocol == RelayProtocol::V1 {
+    if matches!(o.protocol, RelayProtocol::V1 | RelayProtocol::Sdk) {
         return Err(RunError::Options(
-            "storm speaks --protocol waku or irn".into(),
+            "storm speaks --protocol waku or irn (sdk is for pairs and idle; storm's --reconnect sdk is the SDK's reconnect)".into(),
         ));
     }
     if !(1..=500).contains(&o.topics) {

@@ -114,8 +114,10 @@ pub fn run(target: &Target, o: &AbuseOpts) -> Result<(Vec<Report>, String), RunE
     if o.pairs == 0 || o.rate == 0 {
         return Err(RunError::Options("--pairs and --rate must be > 0".into()));
     }
-    if o.protocol == RelayProtocol::V1 {
-        return Err(RunError::Options("--protocol is waku or irn".into()));
+    if matches!(o.protocol, RelayProtocol::V1 | RelayProtocol::Sdk) {
+        return Err(RunError::Options(
+            "--protocol is waku or irn (sdk is for pairs and idle)".into(),
+        ));
     }
     if o.kinds.is_empty() || o.rounds == 0 {
         return Err(RunError::Options(
@@ -251,6 +253,7 @@ fn phase(
         ack: false,
         count: 0,
         v1: false,
+        sdk: false,
         rpc: o.protocol.rpc(),
     };
     let ctx = Ctx::new(target, common);

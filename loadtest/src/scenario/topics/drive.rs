@@ -4,10 +4,13 @@
 
 use crate::cli::Common;
 use crate::net::{self, CloseWhy, Handler, Io, Key, Proto};
-use crate::proto::{self, Classifier, Incoming, PublishTemplate, ResultValue, Stamp, ID_BASE};
+use crate::proto::{
+    self, Classifier, Incoming, PublishTemplate, ResultValue, Stamp, ID_BASE, SDK_ID_BASE,
+    SDK_SUB_ID,
+};
 
 use super::super::{bump, Connector, Ctx, MsgStats, RunError, Schedule, Sender, WindowMark};
-use super::{topic_name, Load, Shape, ThreadOut};
+use super::{pairing_topic_name, topic_name, Load, Shape, ThreadOut};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -17,6 +20,22 @@ enum Phase {
 
 /// Request id of every subscribe (publishes use ids >= ID_BASE).
 const SUB_ID: u64 = 1;
+
+impl Load {
+    /// The id of every subscribe, and the base of the publishes' ids.
+    fn ids(&self) -> (u64, u64) {
+        match self.sdk {
+            true => (SDK_SUB_ID, SDK_ID_BASE),
+            false => (SUB_ID, ID_BASE),
+        }
+    }
+
+    /// Whether global connection `g` sends on the schedule (or starts the closed loop): in
+    /// the SDK's shape only the dApps do, the wallets answer.
+    fn scheduled(&self, shape: &Shape, g: usize) -> bool {
+        shape.publishes(g) && !(self.sdk && g % 2 == 1)
+    }
+}
 
 struct TopicsHandler<'a> {
     shape: Shape,
@@ -29,7 +48,11 @@ struct TopicsHandler<'a> {
     n_failed: usize,
     connector: Connector,
     topics: Vec<String>,
+    /// SDK shape: each local topic's pairing topic (empty otherwise).
+    pairing: Vec<String>,
     templates: Vec<PublishTemplate>,
+    /// SDK shape: the wallet's answer (tag 1109) per local topic (empty otherwise).
+    answers: Vec<PublishTemplate>,
     /// Local publishing connections, in schedule order.
     publishers: Vec<usize>,
     senders: Vec<Sender>,
@@ -67,8 +90,15 @@ impl<'a> TopicsHandler<'a> {
         self.shape.topic_index(self.base + local) - self.shape.topic_index(self.base)
     }
 
+    /// Whether local connection `local` is a wallet answering in the SDK's shape.
+    fn answers(&self, local: usize) -> bool {
+        self.load.sdk && (self.base + local) % 2 == 1
+    }
+
     fn publish(&mut self, io: &mut Io, local: usize, sched: u64, now: u64) {
-        if self.budget == 0 && sched >= self.t_warm {
+        // An answer is owed to a request already counted: --count bounds the requests.
+        let answer = self.answers(local);
+        if self.budget == 0 && sched >= self.t_warm && !answer {
             return;
         }
         let in_window = sched >= self.t_warm && sched < self.t_end;
@@ -76,7 +106,10 @@ impl<'a> TopicsHandler<'a> {
             self.stats.send_refused += 1;
             return;
         };
-        let tmpl = &self.templates[self.local_topic(local)];
+        let tmpl = match answer {
+            true => &self.answers[self.local_topic(local)],
+            false => &self.templates[self.local_topic(local)],
+        };
         let Some(out) = io.out(key) else {
             self.stats.send_refused += 1;
             return;
@@ -99,7 +132,10 @@ impl<'a> TopicsHandler<'a> {
         );
         if in_window {
             self.stats.sent += 1;
-            self.budget = self.budget.saturating_sub(1);
+            match answer {
+                true => self.stats.answers_sent += 1,
+                false => self.budget = self.budget.saturating_sub(1),
+            }
             if let Some(o) = self.owed.as_mut() {
                 *o += self.shape.expected() as u64;
             }
@@ -161,7 +197,12 @@ impl<'a> TopicsHandler<'a> {
                 .record(now.saturating_sub(st.sched_ns), now);
             self.got += 1;
         }
-        // Closed loop, pairs: the receiver answers.
+        // The SDK's wallet answers every request at once, in open loop as in closed.
+        if self.phase == Phase::Measure && self.answers(local) && now < self.t_end {
+            self.publish(io, local, now, now);
+            return;
+        }
+        // Closed loop, pairs: the receiver answers (SDK: the dApp's next request).
         if self.phase == Phase::Measure && self.schedule.is_none() && now < self.t_end {
             match self.shape {
                 Shape::Pairs { .. } => self.publish(io, local, now, now),
@@ -183,19 +224,25 @@ impl<'a> TopicsHandler<'a> {
         value: ResultValue,
         now: u64,
     ) {
+        let (sub_id, id_base) = self.load.ids();
+        // A subscribe answers with its subscription id; the SDK's batch, with an array.
+        let sub_value = match self.load.sdk {
+            true => ResultValue::Array,
+            false => ResultValue::Str,
+        };
         match id {
-            Some(SUB_ID) => {
-                if value == ResultValue::Str && !self.ready[local] {
+            Some(n) if n == sub_id => {
+                if value == sub_value && !self.ready[local] {
                     self.set_ready(local);
                 } else {
                     self.stats.anomaly("subscribe_result_not_a_string");
                 }
             }
-            Some(n) if n >= ID_BASE => {
+            Some(n) if n >= id_base => {
                 if value != ResultValue::True {
                     self.stats.anomaly("publish_result_not_true");
                 }
-                match self.senders[local].answer(n - ID_BASE) {
+                match self.senders[local].answer(n - id_base) {
                     Some((p, in_order)) => {
                         if !in_order {
                             self.stats.anomaly("ack_out_of_order");
@@ -231,7 +278,11 @@ impl Handler for TopicsHandler<'_> {
         if self.shape.subscribes(self.base + local) {
             let topic = &self.topics[self.local_topic(local)];
             if let Some(out) = io.out(key) {
-                if self.load.v1 {
+                if self.load.sdk {
+                    // What the SDK holds after pairing: the pairing and the session topic.
+                    let both = [self.pairing[self.local_topic(local)].clone(), topic.clone()];
+                    proto::write_sdk_batch_subscribe(out, &both);
+                } else if self.load.v1 {
                     proto::write_v1_sub(out, topic);
                 } else {
                     proto::write_subscribe(out, self.load.rpc, SUB_ID, topic);
@@ -260,14 +311,15 @@ impl Handler for TopicsHandler<'_> {
                     &mut self.stats.errors,
                     &code.map_or("none".into(), |c| c.to_string()),
                 );
+                let (sub_id, id_base) = self.load.ids();
                 match id {
-                    Some(SUB_ID) if self.phase == Phase::Setup && !self.ready[local] => {
+                    Some(n) if n == sub_id && self.phase == Phase::Setup && !self.ready[local] => {
                         bump(&mut self.setup_errors, "subscribe_error");
                         self.n_failed += 1;
                         self.connector.in_progress = self.connector.in_progress.saturating_sub(1);
                     }
-                    Some(n) if n >= ID_BASE => {
-                        let _ = self.senders[local].answer(n - ID_BASE);
+                    Some(n) if n >= id_base => {
+                        let _ = self.senders[local].answer(n - id_base);
                     }
                     _ => {}
                 }
@@ -325,9 +377,12 @@ impl Handler for TopicsHandler<'_> {
                         let w = self.load.inflight.max(1);
                         match self.shape {
                             Shape::Pairs { .. } => {
+                                // Both sides start half the window; in the SDK's shape the
+                                // dApp sends every request.
+                                let sides = if self.load.sdk { 1 } else { 2 };
                                 for pair in 0..self.keys.len() / 2 {
                                     for k in 0..w {
-                                        self.publish(io, 2 * pair + k % 2, now, now);
+                                        self.publish(io, 2 * pair + k % sides, now, now);
                                     }
                                 }
                             }
@@ -374,7 +429,9 @@ pub fn run(
     load: &Load,
 ) -> Result<Vec<ThreadOut>, RunError> {
     let threads = common.threads.max(1);
-    let total_publishers: usize = (0..shape.conns()).filter(|&g| shape.publishes(g)).count();
+    let total_publishers: usize = (0..shape.conns())
+        .filter(|&g| load.scheduled(&shape, g))
+        .count();
     if total_publishers == 0 {
         return Err(RunError::Options("no publishers".into()));
     }
@@ -393,13 +450,26 @@ pub fn run(
             .collect();
         let templates = topics
             .iter()
-            .map(|tp| match load.v1 {
-                true => PublishTemplate::new_v1(tp, load.size),
-                false => PublishTemplate::new(load.rpc, tp, load.size, load.ttl),
+            .map(|tp| match (load.v1, load.sdk) {
+                (true, _) => PublishTemplate::new_v1(tp, load.size),
+                (false, true) => PublishTemplate::new_sdk(tp, load.size, load.ttl, false),
+                (false, false) => PublishTemplate::new(load.rpc, tp, load.size, load.ttl),
             })
             .collect();
+        let (pairing, answers) = match load.sdk {
+            true => (
+                (0..n_topics)
+                    .map(|i| pairing_topic_name(ctx, first_topic + i))
+                    .collect(),
+                topics
+                    .iter()
+                    .map(|tp| PublishTemplate::new_sdk(tp, load.size, load.ttl, true))
+                    .collect(),
+            ),
+            false => (Vec::new(), Vec::new()),
+        };
         let publishers: Vec<usize> = (0..n)
-            .filter(|&l| shape.publishes(range.start + l))
+            .filter(|&l| load.scheduled(&shape, range.start + l))
             .collect();
         let queries = ctx.auth_queries(n)?;
         let owed_known = matches!(shape, Shape::Pairs { .. }) || threads == 1;
@@ -413,7 +483,9 @@ pub fn run(
             n_failed: 0,
             connector: Connector::new(n, common.connect_concurrency).with_queries(queries),
             topics,
+            pairing,
             templates,
+            answers,
             senders: (0..n).map(|_| Sender::default()).collect(),
             recv: vec![Vec::new(); shape.conns()],
             publishers,

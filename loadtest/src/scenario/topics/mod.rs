@@ -102,6 +102,10 @@ pub struct Load {
     /// Speak WalletConnect 1.0 frames instead of waku JSON-RPC: a `sub` is ready when the
     /// pong of the ping sent after it comes; a `pub` is unanswered, counted acked when sent.
     pub v1: bool,
+    /// Pairs in the 2.x SDK's shape: string ids, an `irn_batchSubscribe` of a pairing and
+    /// the session topic, the dApp (even connection) sends requests (1108) and the wallet
+    /// (odd) answers each one (1109) at once; only the dApps follow the schedule.
+    pub sdk: bool,
     /// The JSON-RPC methods (`waku_*` or `irn_*`) when not `v1`.
     pub rpc: proto::Rpc,
 }
@@ -121,6 +125,11 @@ pub struct ThreadOut {
 /// The name of the run's topic number `i`.
 pub fn topic_name(ctx: &Ctx, i: usize) -> String {
     proto::topic(ctx.nonce, 0x70, i as u64)
+}
+
+/// The pairing topic of pair `i` in the SDK's shape (subscribed, never published on).
+pub fn pairing_topic_name(ctx: &Ctx, i: usize) -> String {
+    proto::topic(ctx.nonce, 0x71, i as u64)
 }
 
 /// Merge the threads: total figures, with loss computed over all of them.

@@ -186,9 +186,10 @@ impl<S> Caller<'_, S> {
             }
         };
         let (slot, id) = slot;
-        if conn.subs.capacity() == 0 {
-            // Most connections hold one or two subscriptions: a first push would make room
-            // for four (about 300 bytes per idle connection).
+        if conn.subs.len() == conn.subs.capacity() && conn.subs.len() < 4 {
+            // Most connections hold one or two subscriptions (the SDK: a pairing and a
+            // session topic): growing by doubling would make room for four at the first or
+            // second push, bytes every idle connection keeps.
             conn.subs.reserve_exact(1);
         }
         conn.subs.push(ConnSub { slot, id });

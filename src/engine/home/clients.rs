@@ -117,6 +117,11 @@ impl HomeTopics {
         let i = match clients.find(&client.id) {
             Some(i) => i,
             None if creating && clients.subs.len() < MAX_CLIENTS_PER_TOPIC => {
+                if clients.subs.len() == clients.subs.capacity() && clients.subs.len() < 4 {
+                    // A topic has one or two client ids (a dApp and a wallet): room for
+                    // four would be kept by every idle topic.
+                    clients.subs.reserve_exact(1);
+                }
                 clients.subs.push(ClientSub::new(client.clone()));
                 self.mail.held += 1;
                 self.mail.table.hold(&client.id, topic);

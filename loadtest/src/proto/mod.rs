@@ -28,6 +28,8 @@ pub const SDK_ID_BASE: u64 = 1_100_000_000_000_000_000;
 pub const SDK_ID_DIGITS: usize = 19;
 /// The id of the SDK-shaped `irn_batchSubscribe` every connection sends at connect.
 pub const SDK_SUB_ID: u64 = 1_000_000_000_000_000_001;
+/// The id of a scenario's own `*_subscribe` (one per connection).
+pub const SUB_ID: u64 = 1;
 /// The ttl of a session request and its response, seconds (sign-client 2.25.0: 900).
 pub const SDK_TTL_S: u64 = 900;
 /// What the SDK adds to the upgrade query after `auth` and `projectId` (utils
@@ -276,6 +278,16 @@ pub fn write_batch_subscribe(out: &mut Vec<u8>, rpc: Rpc, id: u64, topics: &[Str
 pub fn write_sdk_batch_subscribe(out: &mut Vec<u8>, topics: &[String]) {
     let id = format!("\"{SDK_SUB_ID}\"");
     write_batch(out, Rpc::Irn, "batchSubscribe", &id, topics);
+}
+
+/// The id a connection's subscribe goes with, the result it is answered with and the base
+/// of its publishes' ids: `*_subscribe` answers a subscription id (a string); the SDK's
+/// `irn_batchSubscribe` answers an array of them, and its ids are 19 digits.
+pub fn subscribe_reply(sdk: bool) -> (u64, ResultValue, u64) {
+    match sdk {
+        true => (SDK_SUB_ID, ResultValue::Array, SDK_ID_BASE),
+        false => (SUB_ID, ResultValue::Str, ID_BASE),
+    }
 }
 
 /// Append a masked `waku_batchFetchMessages` or `irn_batchFetchMessages` of `topics` (1 to

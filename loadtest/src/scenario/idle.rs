@@ -15,13 +15,12 @@ use crate::sys;
 
 use super::{bump, split, Connector, Ctx, RunError};
 
-/// Request id of every subscribe.
-const SUB_ID: u64 = 1;
-
 struct IdleHandler {
     rpc: proto::Rpc,
     /// The SDK's shape: a batch subscribe of two topics, a string id, an array answer.
     sdk: bool,
+    /// The subscribe's id and the result that answers it ([`proto::subscribe_reply`]).
+    reply: (u64, ResultValue),
     base: usize,
     nonce: u64,
     keys: Vec<Option<Key>>,
@@ -48,17 +47,14 @@ impl Handler for IdleHandler {
                 let pairing = proto::topic(self.nonce, 0x1d1f, i);
                 proto::write_sdk_batch_subscribe(out, &[pairing, topic]);
             } else {
-                proto::write_subscribe(out, self.rpc, SUB_ID, &topic);
+                proto::write_subscribe(out, self.rpc, proto::SUB_ID, &topic);
             }
         }
     }
 
     fn on_message(&mut self, _io: &mut Io, _key: Key, tag: u32, msg: &[u8], now: u64) {
         let local = tag as usize;
-        let (want_id, want_value) = match self.sdk {
-            true => (proto::SDK_SUB_ID, ResultValue::Array),
-            false => (SUB_ID, ResultValue::Str),
-        };
+        let (want_id, want_value) = self.reply;
         match self.cls.classify(msg) {
             Incoming::Result {
                 id: Some(id),
@@ -152,6 +148,10 @@ pub fn run(target: &Target, o: &IdleOpts) -> Result<Report, RunError> {
         let mut h = IdleHandler {
             rpc: o.protocol.rpc(),
             sdk: o.protocol == RelayProtocol::Sdk,
+            reply: {
+                let (id, value, _) = proto::subscribe_reply(o.protocol == RelayProtocol::Sdk);
+                (id, value)
+            },
             base: r.start,
             nonce: ctx.nonce,
             keys: vec![None; n],

@@ -4,10 +4,7 @@
 
 use crate::cli::Common;
 use crate::net::{self, CloseWhy, Handler, Io, Key, Proto};
-use crate::proto::{
-    self, Classifier, Incoming, PublishTemplate, ResultValue, Stamp, ID_BASE, SDK_ID_BASE,
-    SDK_SUB_ID,
-};
+use crate::proto::{self, Classifier, Incoming, PublishTemplate, ResultValue, Stamp, SUB_ID};
 
 use super::super::{bump, Connector, Ctx, MsgStats, RunError, Schedule, Sender, WindowMark};
 use super::{pairing_topic_name, topic_name, Load, Shape, ThreadOut};
@@ -18,18 +15,7 @@ enum Phase {
     Measure,
 }
 
-/// Request id of every subscribe (publishes use ids >= ID_BASE).
-const SUB_ID: u64 = 1;
-
 impl Load {
-    /// The id of every subscribe, and the base of the publishes' ids.
-    fn ids(&self) -> (u64, u64) {
-        match self.sdk {
-            true => (SDK_SUB_ID, SDK_ID_BASE),
-            false => (SUB_ID, ID_BASE),
-        }
-    }
-
     /// Whether global connection `g` sends on the schedule (or starts the closed loop): in
     /// the SDK's shape only the dApps do, the wallets answer.
     fn scheduled(&self, shape: &Shape, g: usize) -> bool {
@@ -40,6 +26,9 @@ impl Load {
 struct TopicsHandler<'a> {
     shape: Shape,
     load: &'a Load,
+    /// The subscribe's id, the result that answers it, the publishes' id base
+    /// ([`proto::subscribe_reply`]).
+    reply: (u64, ResultValue, u64),
     /// Global index of local connection 0.
     base: usize,
     keys: Vec<Option<Key>>,
@@ -224,12 +213,7 @@ impl<'a> TopicsHandler<'a> {
         value: ResultValue,
         now: u64,
     ) {
-        let (sub_id, id_base) = self.load.ids();
-        // A subscribe answers with its subscription id; the SDK's batch, with an array.
-        let sub_value = match self.load.sdk {
-            true => ResultValue::Array,
-            false => ResultValue::Str,
-        };
+        let (sub_id, sub_value, id_base) = self.reply;
         match id {
             Some(n) if n == sub_id => {
                 if value == sub_value && !self.ready[local] {
@@ -311,7 +295,7 @@ impl Handler for TopicsHandler<'_> {
                     &mut self.stats.errors,
                     &code.map_or("none".into(), |c| c.to_string()),
                 );
-                let (sub_id, id_base) = self.load.ids();
+                let (sub_id, _, id_base) = self.reply;
                 match id {
                     Some(n) if n == sub_id && self.phase == Phase::Setup && !self.ready[local] => {
                         bump(&mut self.setup_errors, "subscribe_error");
@@ -476,6 +460,7 @@ pub fn run(
         let mut h = TopicsHandler {
             shape,
             load,
+            reply: proto::subscribe_reply(load.sdk),
             base: range.start,
             keys: vec![None; n],
             ready: vec![false; n],

@@ -1,6 +1,8 @@
 //! Registry benches: substring search and answer assembly at 245 (the real data), 10,000
-//! and 100,000 entries (synthetic, `registry::synth`), plus the cost of sharing one
-//! registry between two cores (`Arc`) against a per-core clone.
+//! and 100,000 entries (synthetic, `registry::synth`), an answer from a worker's answer
+//! cache, plus the cost of sharing one registry between two cores (`Arc`) against a
+//! per-core clone. A search is timed as the answer of its first match (`entries=1`), so
+//! the scan dominates and the body is a few hundred bytes.
 //!
 //! `cargo bench --bench registry` (add `-- --measurement-time 2` for a quick run;
 //! `REGISTRY_BENCH_SIZES=245` limits the sizes, e.g. with a filter: `-- 'respond/245/.*gzip'`).
@@ -16,7 +18,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use walletrelay::config::Limits;
 use walletrelay::http::response::Response;
 use walletrelay::http::{parse, Request};
-use walletrelay::registry::{synth, ListKind, Registry};
+use walletrelay::registry::answers::AnswerCache;
+use walletrelay::registry::{synth, Registry};
 
 const BASE: &str = "https://registry.walletconnect.org/logo";
 const SIZES: [usize; 3] = [245, 10_000, 100_000];
@@ -103,14 +106,30 @@ const NAMED: [&str; 7] = [
     "zzqx",
 ];
 
+/// The number of matches of `q` in `/api/v1/all`, from the answer of its first match.
+fn find(r: &Registry, q: &str, limits: &Limits) -> usize {
+    let mut target = String::from("/api/v1/all?entries=1&page=1&search=");
+    for b in q.bytes() {
+        match b {
+            b' ' => target.push('+'),
+            b if b.is_ascii_alphanumeric() => target.push(char::from(b)),
+            b => target.push_str(&format!("%{b:02X}")),
+        }
+    }
+    let raw = raw(&target, false);
+    let body = r.respond(&req(&raw, limits)).body;
+    body.len()
+}
+
 fn search(c: &mut Criterion) {
+    let limits = Limits::default();
     for n in sizes() {
         let r = registry(n);
-        let idx = r.search_index(ListKind::All);
+        let idx = |q: &str| find(&r, q, &limits);
         let mut g = c.benchmark_group(format!("search/{n}"));
         for q in NAMED {
             g.bench_with_input(BenchmarkId::from_parameter(q), q, |b, q| {
-                b.iter(|| black_box(idx.find(black_box(q)).len()))
+                b.iter(|| black_box(idx(black_box(q))))
             });
         }
         let qs = queries(&r, 64);
@@ -118,7 +137,7 @@ fn search(c: &mut Criterion) {
             let mut i = 0;
             b.iter(|| {
                 i = (i + 1) % qs.len();
-                black_box(idx.find(&qs[i]).len())
+                black_box(idx(&qs[i]))
             })
         });
         g.finish();
@@ -126,9 +145,10 @@ fn search(c: &mut Criterion) {
     }
 }
 
-/// Median, 90th percentile and maximum of the mean time of each of 200 realistic queries.
+/// Median, 90th percentile and maximum of the mean time of each of 200 realistic queries
+/// (with the size of the answer's body).
 fn distribution(r: &Registry, n: usize) {
-    let idx = r.search_index(ListKind::All);
+    let limits = Limits::default();
     let qs = queries(r, 200);
     let mut times: Vec<(Duration, usize, &str)> = qs
         .iter()
@@ -137,7 +157,7 @@ fn distribution(r: &Registry, n: usize) {
             let t = Instant::now();
             let mut hits = 0;
             for _ in 0..reps {
-                hits = black_box(idx.find(black_box(q)).len());
+                hits = black_box(find(r, black_box(q), &limits));
             }
             (t.elapsed() / reps, hits, q.as_str())
         })
@@ -146,7 +166,7 @@ fn distribution(r: &Registry, n: usize) {
     let at = |p: usize| times[(times.len() - 1) * p / 100];
     let (med, p90, max) = (at(50), at(90), at(100));
     println!(
-        "search/{n}/200 realistic queries: median {:?} ({} hits), p90 {:?}, max {:?} ({:?}, {} hits)",
+        "search/{n}/200 realistic queries: median {:?} ({} B), p90 {:?}, max {:?} ({:?}, {} B)",
         med.0, med.1, p90.0, max.0, max.2, max.1
     );
 }
@@ -195,6 +215,17 @@ fn assemble(c: &mut Criterion) {
             let raw = raw(target, *gz);
             let rq = req(&raw, &limits);
             g.bench_function(*name, |b| b.iter(|| black_box(r.respond(black_box(&rq)))));
+        }
+        g.finish();
+        // The same answers from a worker's answer cache, as a repeated query is served.
+        let mut g = c.benchmark_group(format!("cached/{n}"));
+        let mut cache = AnswerCache::new(64 << 20);
+        for (name, target, gz) in &targets {
+            let raw = raw(target, *gz);
+            let rq = req(&raw, &limits);
+            g.bench_function(*name, |b| {
+                b.iter(|| black_box(cache.respond(&r, black_box(&rq))))
+            });
         }
         g.finish();
     }

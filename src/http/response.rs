@@ -17,27 +17,6 @@ pub enum Body {
     Mem(Bytes),
     /// A range of an immutable file.
     File(FileRange),
-    /// Pieces in order (an assembled registry answer: its prefix, ranges of a precomputed
-    /// list, separators).
-    Parts(Vec<Part>),
-}
-
-/// One piece of a [`Body::Parts`].
-#[derive(Debug, Clone)]
-pub enum Part {
-    /// Bytes in memory.
-    Mem(Bytes),
-    /// A range of an immutable file.
-    File(FileRange),
-}
-
-impl Part {
-    fn len(&self) -> usize {
-        match self {
-            Part::Mem(b) => b.len(),
-            Part::File(f) => f.len,
-        }
-    }
 }
 
 impl Body {
@@ -46,7 +25,6 @@ impl Body {
         match self {
             Body::Mem(b) => b.len(),
             Body::File(f) => f.len,
-            Body::Parts(p) => p.iter().map(Part::len).sum(),
         }
     }
 
@@ -60,16 +38,6 @@ impl Body {
         match self {
             Body::Mem(b) => Ok(b.to_vec()),
             Body::File(f) => f.read(),
-            Body::Parts(parts) => {
-                let mut v = Vec::with_capacity(self.len());
-                for p in parts {
-                    match p {
-                        Part::Mem(b) => v.extend_from_slice(b),
-                        Part::File(f) => v.extend_from_slice(&f.read()?),
-                    }
-                }
-                Ok(v)
-            }
         }
     }
 
@@ -78,14 +46,6 @@ impl Body {
         match self {
             Body::Mem(b) => out.push_ref(b),
             Body::File(f) => out.push_file(f.clone()),
-            Body::Parts(parts) => {
-                for p in parts {
-                    match p {
-                        Part::Mem(b) => out.push_ref(b),
-                        Part::File(f) => out.push_file(f.clone()),
-                    }
-                }
-            }
         }
     }
 }

@@ -10,12 +10,13 @@
 //! bytes once written are never written again (the cache only appends, and the file is
 //! sealed against shrinking), so a queued range always sends the bytes it named.
 //!
-//! Each worker owns its cache (no locks, no shared reference counts). What is cached: `200`
-//! answers assembled per request (not the precomputed full lists, which are in the
-//! registry's own file already) of at least [`MIN_BODY`] bytes (those under [`FILE_BODY`]
-//! in memory, counted in the same budget), for requests without
-//! `If-None-Match` (those take the registry's cheap tag check). Keys are the path, the query
-//! and whether gzip is accepted: everything an answer depends on.
+//! Each worker owns its cache (no locks, no shared reference counts). What is cached: every
+//! `200` answer assembled per request (a page or a search result, gzip-compressed on the
+//! miss; not the precomputed full lists, which are in the registry's own file already),
+//! those under [`FILE_BODY`] in memory, counted with their keys in the same budget, for
+//! requests without `If-None-Match` (those take the registry's cheap tag check, which
+//! builds nothing). Keys are the path, the query and whether gzip is accepted: everything an
+//! answer depends on.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -31,8 +32,8 @@ use crate::outbuf::FileRange;
 
 use super::Registry;
 
-/// Smallest body worth caching: below it, assembling costs about what a lookup does.
-pub const MIN_BODY: usize = 4 << 10;
+/// What an entry costs beside its body and key (the map's slot, the response's headers).
+const ENTRY_OVERHEAD: usize = 256;
 
 /// Bodies at least this large are cached in the arena file and sent with `sendfile`;
 /// smaller ones are kept in memory (one `writev` with the head beats two calls).
@@ -101,13 +102,12 @@ impl AnswerCache {
         }
         let resp = registry.respond(req);
         let cacheable = resp.status == 200
-            && matches!(resp.body, Body::Mem(_) | Body::Parts(_))
-            && resp.body.len() >= MIN_BODY
+            && matches!(resp.body, Body::Mem(_))
             && resp.body.len() <= self.capacity / 4;
         if !cacheable {
             return resp;
         }
-        match self.store(&resp.body) {
+        match self.store(&resp.body, key.path_query.len()) {
             Ok(body) => {
                 let cached = Response {
                     status: resp.status,
@@ -140,16 +140,18 @@ impl AnswerCache {
         self.generations
     }
 
-    /// Keeps `body` in this generation (a new generation, forgetting every entry, when it
-    /// does not fit): appended to the arena when large, in memory otherwise.
-    fn store(&mut self, body: &Body) -> io::Result<Body> {
+    /// Keeps `body` (of an entry whose key has `key_len` bytes) in this generation (a new
+    /// generation, forgetting every entry, when it does not fit): appended to the arena when
+    /// large, in memory otherwise.
+    fn store(&mut self, body: &Body, key_len: usize) -> io::Result<Body> {
         let bytes = body.to_vec()?;
-        if self.used + bytes.len() > self.capacity {
+        let cost = bytes.len() + key_len + ENTRY_OVERHEAD;
+        if self.used + cost > self.capacity {
             self.map.clear();
             self.arena = None;
             self.used = 0;
         }
-        self.used += bytes.len();
+        self.used += cost;
         if bytes.len() < FILE_BODY {
             return Ok(Body::Mem(Bytes::from(bytes)));
         }
@@ -230,8 +232,8 @@ mod tests {
                 assert!(same(&a, &direct(&r, t, x)), "{t} {x} round {round}");
             }
         }
-        // Cached: the assembled answers of >= 4 KiB, the large ones in the arena file; not
-        // the small page, the precomputed list or the 400.
+        // Cached: the assembled answers, the large ones in the arena file; not the
+        // precomputed list or the 400s.
         let search = answer(&mut c, &r, "/api/v1/all?search=wallet", "");
         assert!(matches!(search.body, Body::File(_)));
         let gz = answer(
@@ -270,7 +272,7 @@ mod tests {
         for (t, a) in &held {
             assert!(same(a, &direct(&r, t, "")), "{t} after newer generations");
         }
-        assert!(c.map.len() * MIN_BODY <= 1 << 20);
+        assert!(c.used <= 1 << 20);
     }
 
     #[test]

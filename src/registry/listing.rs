@@ -1,63 +1,43 @@
-//! One listings endpoint's precomputed data and the assembly of its answers.
+//! One listings endpoint: its entries in list order, the full answer built once, the search
+//! over its names, and the body of any page or search result.
 //!
-//! A [`List`] holds the full identity body of its endpoint, built once, and the byte span
-//! of every entry inside it: a page of consecutive entries is one slice of that body, a
-//! search result a few slices; the `{"count":..,"total":..,"listings":{` prefix is the only
-//! part written per request. Gzip answers are assembled from per-entry deflate fragments
-//! ([`super::gzip`]); their CRC-32 from CRC marks at both ends of every entry
-//! ([`super::crc`]), so no answer is read byte by byte. It knows the JSON layout of a
-//! listings answer and nothing of HTTP.
+//! The registry is a few hundred entries, so a search is a scan of the folded names (a
+//! `memmem` per name, microseconds) and a page or a search result is copied out of the full
+//! body entry by entry. What makes repeated answers cost nothing is the worker's answer
+//! cache ([`super::answers`]), not this file. It knows the JSON layout of a listings answer
+//! and nothing of HTTP.
 
+use std::io::Write;
 use std::ops::Range;
 
 use bytes::Bytes;
+use flate2::{Compression, GzBuilder};
+use memchr::memmem;
 
-use crate::http::response::{Body, Part};
-use crate::outbuf::FileRange;
-
-use super::crc::{Mark, Span};
 use super::data::Record;
 use super::etag::TagHasher;
-use super::gzip::{self, Member};
-use super::index::{IndexTooLarge, SearchIndex};
 
-/// Assembled bodies at least this large are gzip-compressed (from fragments) for clients
-/// that accept it; smaller ones gain too little to be worth the header.
+/// Assembled bodies at least this large are gzip-compressed for clients that accept it;
+/// smaller ones gain too little to be worth the header.
 pub const GZIP_MIN: usize = 1024;
 
-/// Runs of entries at least this long are sent from the registry's file (`sendfile`, no
-/// copy) rather than copied into the answer; shorter ones cost less to copy than a call.
-pub const FILE_RUN_MIN: usize = 8 << 10;
+/// Level of assembled answers, compressed per request on a cache miss: a page of 100 real
+/// entries (90 KB) is within 10 % of the best level's size at a fraction of its time.
+const ASSEMBLED_LEVEL: u32 = 6;
 
-/// Per-entry deflate fragments of every record, by record number.
-#[derive(Debug, Default)]
-pub(crate) struct Fragments {
-    data: Vec<u8>,
-    offs: Vec<usize>,
-}
+/// Bodies up to this size are compressed at the best level when built once at start, larger
+/// ones at the default (a 100,000-entry registry would otherwise take seconds longer to
+/// start).
+const BEST_LEVEL_MAX: usize = 4 << 20;
 
-impl Fragments {
-    /// Compresses every record's JSON member once, standalone.
-    pub fn build(records: &[Record], fr: &mut gzip::Fragmenter) -> Fragments {
-        let mut f = Fragments {
-            data: Vec::new(),
-            offs: Vec::with_capacity(records.len() + 1),
-        };
-        f.offs.push(0);
-        for r in records {
-            fr.standalone(&r.json, &mut f.data);
-            f.offs.push(f.data.len());
-        }
-        f
-    }
+/// Mixed into the tag of an assembled gzip body: its bytes are not those a build that
+/// assembled gzip from precomputed fragments sent under the same selection's tag.
+const ASSEMBLED_GZIP: u64 = 0x677a_2d66_6c61_7465;
 
-    fn get(&self, record: u32) -> &[u8] {
-        let i = record as usize;
-        match (self.offs.get(i), self.offs.get(i + 1)) {
-            (Some(&s), Some(&e)) => self.data.get(s..e).unwrap_or(&[]),
-            _ => &[],
-        }
-    }
+/// Folds `s` with Unicode simple case folding (CaseFolding.txt statuses C and S): one
+/// character to one character, so `ß` stays `ß` and `Σ`, `σ`, `ς` all become `σ`.
+pub fn fold(s: &str) -> String {
+    casefold::simple_fold(s.to_string())
 }
 
 /// Which entries of a list an answer holds, in list order.
@@ -65,7 +45,7 @@ impl Fragments {
 pub(crate) enum Selection<'a> {
     /// Consecutive positions.
     Range(Range<usize>),
-    /// Positions from the search index (sorted).
+    /// Positions a search found (sorted).
     Positions(&'a [u32]),
 }
 
@@ -78,41 +58,40 @@ impl Selection<'_> {
         }
     }
 
-    fn for_each(&self, mut f: impl FnMut(usize)) {
-        match self {
-            Selection::Range(r) => r.clone().for_each(f),
-            Selection::Positions(p) => p.iter().for_each(|&x| f(x as usize)),
-        }
-    }
-
-    /// Calls `f` with each maximal run of consecutive positions, in order: one for a range,
-    /// one per gap-free stretch of positions. A run is one slice of the list's body.
-    fn for_each_run(&self, mut f: impl FnMut(Range<usize>)) {
-        match self {
-            Selection::Range(r) if r.is_empty() => {}
-            Selection::Range(r) => f(r.clone()),
-            Selection::Positions(p) => {
-                let mut i = 0;
-                while let Some(&first) = p.get(i) {
-                    let first = first as usize;
-                    let mut j = i + 1;
-                    while p.get(j).is_some_and(|&x| x as usize == first + (j - i)) {
-                        j += 1;
-                    }
-                    f(first..first + (j - i));
-                    i = j;
-                }
-            }
-        }
+    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+        let (range, slice) = match self {
+            Selection::Range(r) => (r.clone(), &[][..]),
+            Selection::Positions(p) => (0..0, *p),
+        };
+        range.chain(slice.iter().map(|&p| p as usize))
     }
 }
 
-/// An assembled body and its representation.
-pub(crate) struct Assembled {
-    /// The body bytes.
-    pub body: Vec<u8>,
-    /// Whether `body` is gzip-compressed.
-    pub gzip: bool,
+/// The positions of the entries whose names match a search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Matches {
+    /// Every entry (no search, or an empty one): positions `0..n`.
+    All(usize),
+    /// The positions found, in list order.
+    Some(Vec<u32>),
+}
+
+impl Matches {
+    /// Number of matching entries.
+    pub fn len(&self) -> usize {
+        match self {
+            Matches::All(n) => *n,
+            Matches::Some(v) => v.len(),
+        }
+    }
+
+    /// The matches of `window` (indexes into the matches, not positions).
+    pub fn select(&self, window: Range<usize>) -> Selection<'_> {
+        match self {
+            Matches::All(_) => Selection::Range(window),
+            Matches::Some(v) => Selection::Positions(v.get(window).unwrap_or(&[])),
+        }
+    }
 }
 
 /// The precomputed data of one listings endpoint.
@@ -120,36 +99,19 @@ pub(crate) struct Assembled {
 pub(crate) struct List {
     /// `{"count":n,"total":n,"listings":{...}}` with every entry.
     pub body: Bytes,
+    /// `body` gzip-compressed.
+    pub gzip: Bytes,
     /// Byte range of each entry's `"id":{...}` member in `body`, in list order.
-    spans: Vec<(usize, usize)>,
-    /// CRC marks at the start and the end of each entry in `body`: `marks[2p]`,
-    /// `marks[2p + 1]`.
-    marks: Vec<Mark>,
-    /// The CRC span of each entry (between its two marks, made once: a search result is
-    /// mostly lone entries).
-    entries: Vec<Span>,
-    /// Record number of each position (to find its standalone gzip fragment).
-    records: Vec<u32>,
-    /// Chained gzip fragment of `,<entry>` for each position after the first, valid right
-    /// after the previous position's entry: `chain[chain_offs[p]..chain_offs[p + 1]]`, never
-    /// empty. Those of consecutive positions are consecutive.
-    chain: Vec<u8>,
-    /// Offsets into `chain`, one more than positions.
-    chain_offs: Vec<usize>,
-    /// Substring index over the entries' names.
-    pub index: SearchIndex,
+    spans: Vec<Range<usize>>,
+    /// Each entry's folded name, in list order.
+    names: Vec<Box<str>>,
     /// Seed of this list's tags (registry digest and list kind).
     seed: u64,
 }
 
 impl List {
     /// Builds the list of `positions` (record numbers, in list order) of `records`.
-    pub fn build(
-        records: &[Record],
-        positions: Vec<u32>,
-        seed: u64,
-        fr: &mut gzip::Fragmenter,
-    ) -> Result<List, IndexTooLarge> {
+    pub fn build(records: &[Record], positions: &[u32], seed: u64) -> List {
         let members: Vec<&Record> = positions
             .iter()
             .filter_map(|&r| records.get(r as usize))
@@ -165,41 +127,21 @@ impl List {
             }
             let start = body.len();
             body.extend_from_slice(&r.json);
-            spans.push((start, body.len()));
+            spans.push(start..body.len());
         }
         body.extend_from_slice(b"}}");
-        let marks = Mark::at(&body, spans.iter().flat_map(|&(s, e)| [s, e]));
-        let entries = marks
-            .chunks_exact(2)
-            .map(|m| match m {
-                [a, b] => Span::between(a, b),
-                _ => Span::EMPTY,
-            })
-            .collect();
-        let mut chain = Vec::new();
-        let mut chain_offs = Vec::with_capacity(n + 1);
-        chain_offs.push(0);
-        for (i, r) in members.iter().enumerate() {
-            if let Some(prev) = i.checked_sub(1).and_then(|p| members.get(p)) {
-                let mut data = Vec::with_capacity(r.json.len() + 1);
-                data.push(b',');
-                data.extend_from_slice(&r.json);
-                fr.chained(&prev.json, &data, &mut chain);
-            }
-            chain_offs.push(chain.len());
-        }
-        let index = SearchIndex::new(members.iter().map(|r| r.name.as_str()))?;
-        Ok(List {
+        let level = if body.len() <= BEST_LEVEL_MAX {
+            Compression::best()
+        } else {
+            Compression::default()
+        };
+        List {
+            gzip: Bytes::from(gzip(&body, level)),
             body: Bytes::from(body),
             spans,
-            marks,
-            entries,
-            records: positions,
-            chain,
-            chain_offs,
-            index,
+            names: members.iter().map(|r| fold(&r.name).into()).collect(),
             seed,
-        })
+        }
     }
 
     /// Number of entries.
@@ -207,211 +149,85 @@ impl List {
         self.spans.len()
     }
 
-    /// The tag hash of the answer holding `sel` out of `total` matches.
-    pub fn tag(&self, sel: &Selection<'_>, total: usize) -> u64 {
+    /// The entries whose folded name contains the folded `search` (`None`: all of them).
+    pub fn find(&self, search: Option<&str>) -> Matches {
+        let query = match search.map(fold) {
+            Some(q) if !q.is_empty() => q,
+            _ => return Matches::All(self.len()),
+        };
+        let finder = memmem::Finder::new(query.as_bytes());
+        let found = (0u32..)
+            .zip(&self.names)
+            .filter(|(_, name)| finder.find(name.as_bytes()).is_some())
+            .map(|(p, _)| p)
+            .collect();
+        Matches::Some(found)
+    }
+
+    /// The tag hash of the answer holding `sel` out of `total` matches, in the
+    /// representation `gzip` says (the full list's gzip body is the same in every build,
+    /// so only assembled ones are told apart).
+    pub fn tag(&self, sel: &Selection<'_>, total: usize, gzip: bool) -> u64 {
         let mut h = TagHasher::new(self.seed);
         h.word(total as u64);
         h.word(sel.len() as u64);
-        sel.for_each(|p| h.word(p as u64));
+        sel.positions().for_each(|p| h.word(p as u64));
+        if gzip && sel.len() != self.len() {
+            h.word(ASSEMBLED_GZIP);
+        }
         h.finish()
     }
 
-    /// Size of the identity body of `sel`, without building it.
-    fn identity_len(&self, sel: &Selection<'_>, total: usize) -> usize {
-        let (mut members, mut runs) = (0, 0usize);
-        sel.for_each_run(|r| {
-            members += self.run(r.start, r.end).len();
-            runs += 1;
-        });
-        // A comma between runs (those inside a run are in its slice).
-        prefix_len(sel.len(), total) + members + runs.saturating_sub(1) + 2
+    /// The length of [`List::body`] of `sel`, without building it.
+    pub fn body_len(&self, sel: &Selection<'_>, total: usize) -> usize {
+        let members: usize = sel.positions().map(|p| self.member(p).len()).sum();
+        let mut b = itoa::Buffer::new();
+        let numbers = b.format(sel.len()).len() + b.format(total).len();
+        // `{"count":` `,"total":` `,"listings":{` and `}}`, a comma between members.
+        9 + 9 + 13 + 2 + numbers + members + sel.len().saturating_sub(1)
     }
 
-    /// Size of the gzip body of `sel` assembled from fragments, without building it.
-    fn gzip_len(&self, sel: &Selection<'_>, total: usize, frags: &Fragments) -> usize {
-        let (mut frag_bytes, mut runs) = (0, 0usize);
-        sel.for_each_run(|r| {
-            frag_bytes += self.frag(r.start, frags).len() + self.chained(r.start + 1, r.end).len();
-            runs += 1;
-        });
-        let commas = runs.saturating_sub(1);
-        gzip::member_len(
-            1 + commas,
-            prefix_len(sel.len(), total) + commas,
-            frag_bytes,
-            2,
-        )
-    }
-
-    /// The size of the gzip body of `sel` if the answer is sent gzip-compressed to a client
-    /// that does or does not accept gzip: when it does, the identity body is at least
-    /// [`GZIP_MIN`] bytes and the fragments make it smaller. Decided from sizes alone, before
-    /// anything is built.
-    pub fn gzip_size(
-        &self,
-        sel: &Selection<'_>,
-        total: usize,
-        accept_gzip: bool,
-        frags: &Fragments,
-    ) -> Option<usize> {
-        if !accept_gzip {
-            return None;
-        }
-        let plain = self.identity_len(sel, total);
-        let gz = self.gzip_len(sel, total, frags);
-        (plain >= GZIP_MIN && gz < plain).then_some(gz)
-    }
-
-    /// Builds the body of `sel` (out of `total` matches): gzip-compressed if `gzip` holds
-    /// its size ([`List::gzip_size`]; only a capacity, a wrong one costs a reallocation).
-    pub fn assemble(
-        &self,
-        sel: &Selection<'_>,
-        total: usize,
-        gzip: Option<usize>,
-        frags: &Fragments,
-    ) -> Assembled {
-        if let Some(size) = gzip {
-            Assembled {
-                body: self.assemble_gzip(sel, total, size, frags),
-                gzip: true,
-            }
-        } else {
-            Assembled {
-                body: self.assemble_identity(sel, total),
-                gzip: false,
-            }
-        }
-    }
-
-    /// The identity body of `sel`: its prefix and separators in memory, each run of at
-    /// least [`FILE_RUN_MIN`] bytes as a range of `file` (this list's `body` in the
-    /// registry's file), shorter runs copied. Without a file, one buffer.
-    pub fn identity_body(
-        &self,
-        sel: &Selection<'_>,
-        total: usize,
-        file: Option<&FileRange>,
-    ) -> Body {
-        let Some(file) = file else {
-            return Body::from(self.assemble_identity(sel, total));
-        };
-        // Sized once: the prefix, the copied runs, the commas and the closing braces.
-        let (mut copied, mut runs) = (0, 0usize);
-        sel.for_each_run(|r| {
-            let (start, end) = self.run_span(r.start, r.end);
-            runs += 1;
-            if end - start < FILE_RUN_MIN {
-                copied += end - start;
-            }
-        });
-        let mut parts = Vec::new();
-        let mut buf = Vec::with_capacity(prefix_len(sel.len(), total) + copied + runs + 2);
-        write_prefix(&mut buf, sel.len(), total);
-        let mut first = true;
-        sel.for_each_run(|r| {
-            if !first {
-                buf.push(b',');
-            }
-            first = false;
-            let (start, end) = self.run_span(r.start, r.end);
-            if end - start >= FILE_RUN_MIN {
-                parts.push(Part::Mem(Bytes::from(std::mem::take(&mut buf))));
-                parts.push(Part::File(file.slice(start, end - start)));
-            } else {
-                buf.extend_from_slice(self.body.get(start..end).unwrap_or(&[]));
-            }
-        });
-        buf.extend_from_slice(b"}}");
-        if parts.is_empty() {
-            return Body::from(buf);
-        }
-        parts.push(Part::Mem(Bytes::from(buf)));
-        Body::Parts(parts)
-    }
-
-    fn assemble_identity(&self, sel: &Selection<'_>, total: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.identity_len(sel, total));
+    /// The identity body of `sel` out of `total` matches.
+    pub fn body(&self, sel: &Selection<'_>, total: usize) -> Vec<u8> {
+        let members: usize = sel.positions().map(|p| self.member(p).len() + 1).sum();
+        let mut out = Vec::with_capacity(members + 48);
         write_prefix(&mut out, sel.len(), total);
-        let mut first = true;
-        sel.for_each_run(|r| {
-            if !first {
+        for (i, p) in sel.positions().enumerate() {
+            if i > 0 {
                 out.push(b',');
             }
-            first = false;
-            out.extend_from_slice(self.run(r.start, r.end));
-        });
+            out.extend_from_slice(self.member(p));
+        }
         out.extend_from_slice(b"}}");
         out
     }
 
-    /// Each run of `sel` is the standalone fragment of its first entry and the chained
-    /// fragments of the others (one slice of `chain`); a stored comma goes between runs.
-    /// The run's uncompressed bytes are one slice of `body`, whose CRC comes from its marks.
-    fn assemble_gzip(
-        &self,
-        sel: &Selection<'_>,
-        total: usize,
-        size: usize,
-        frags: &Fragments,
-    ) -> Vec<u8> {
-        let mut prefix = Vec::with_capacity(64);
-        write_prefix(&mut prefix, sel.len(), total);
-        let mut m = Member::new(size);
-        m.stored(&prefix);
-        let mut first = true;
-        sel.for_each_run(|r| {
-            if !first {
-                m.stored(b",");
-            }
-            first = false;
-            m.fragments(self.frag(r.start, frags));
-            m.fragments(self.chained(r.start + 1, r.end));
-            m.plain(&self.span(r));
-        });
-        m.finish(b"}}")
+    fn member(&self, p: usize) -> &[u8] {
+        let span = self.spans.get(p).cloned().unwrap_or(0..0);
+        self.body.get(span).unwrap_or(&[])
     }
+}
 
-    /// The chained fragments of positions `a..b` (empty if b <= a), one after the other.
-    fn chained(&self, a: usize, b: usize) -> &[u8] {
-        match (self.chain_offs.get(a), self.chain_offs.get(b)) {
-            (Some(&s), Some(&e)) => self.chain.get(s..e).unwrap_or(&[]),
-            _ => &[],
-        }
-    }
+/// Whether an assembled body of `len` identity bytes goes gzip-compressed to a client that
+/// accepts it: from [`GZIP_MIN`] bytes on (a listings body that long always compresses, its
+/// keys and logo addresses repeat), decided from the length so that a 304 builds nothing.
+pub fn worth_gzip(len: usize) -> bool {
+    len >= GZIP_MIN
+}
 
-    /// The CRC span of the bytes of positions `r` in `body` (those of [`List::run`]).
-    fn span(&self, r: Range<usize>) -> Span {
-        if r.len() == 1 {
-            return self.entries.get(r.start).copied().unwrap_or(Span::EMPTY);
-        }
-        let start = self.marks.get(2 * r.start);
-        let end = r.end.checked_sub(1).and_then(|l| self.marks.get(2 * l + 1));
-        match (start, end) {
-            (Some(a), Some(b)) if r.end > r.start => Span::between(a, b),
-            _ => Span::EMPTY,
-        }
-    }
+/// An assembled body gzip-compressed (per request on a cache miss).
+pub fn gzip_assembled(body: &[u8]) -> Vec<u8> {
+    gzip(body, Compression::new(ASSEMBLED_LEVEL))
+}
 
-    /// The bytes of positions `a..b` (b > a) in `body`, commas between them included.
-    fn run(&self, a: usize, b: usize) -> &[u8] {
-        let (start, end) = self.run_span(a, b);
-        self.body.get(start..end).unwrap_or(&[])
-    }
-
-    /// Byte range in `body` of the entries at positions `a..b`.
-    fn run_span(&self, a: usize, b: usize) -> (usize, usize) {
-        let start = self.spans.get(a).map_or(0, |s| s.0);
-        let end = b
-            .checked_sub(1)
-            .and_then(|l| self.spans.get(l))
-            .map_or(start, |s| s.1);
-        (start, end.max(start))
-    }
-
-    fn frag<'f>(&self, p: usize, frags: &'f Fragments) -> &'f [u8] {
-        self.records.get(p).map_or(&[], |&r| frags.get(r))
-    }
+/// One gzip member of `body`: no name, no mtime, OS unknown (byte-identical everywhere).
+fn gzip(body: &[u8], level: Compression) -> Vec<u8> {
+    let mut enc = GzBuilder::new()
+        .operating_system(0xff)
+        .write(Vec::with_capacity(body.len() / 4 + 64), level);
+    // Writing into a Vec cannot fail.
+    let _ = enc.write_all(body);
+    enc.finish().unwrap_or_default()
 }
 
 fn write_prefix(out: &mut Vec<u8>, count: usize, total: usize) {
@@ -423,163 +239,122 @@ fn write_prefix(out: &mut Vec<u8>, count: usize, total: usize) {
     out.extend_from_slice(b",\"listings\":{");
 }
 
-fn prefix_len(count: usize, total: usize) -> usize {
-    let mut b = itoa::Buffer::new();
-    let c = b.format(count).len();
-    let t = b.format(total).len();
-    "{\"count\":,\"total\":,\"listings\":{".len() + c + t
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::data::{finish, parse_file, AppType};
-    use super::super::test_gzip::gunzip;
     use super::*;
+    use crate::registry::test_gzip::gunzip;
+    use proptest::prelude::*;
 
-    fn records() -> Vec<Record> {
-        let src: String = {
-            let members: Vec<String> = (0..40)
-                .map(|i| {
-                    format!(
-                        "\"id{i}\":{{\"id\":\"id{i}\",\"name\":\"Name {i}\",\"d\":\"{}\"}}",
-                        "z".repeat(i * 3)
-                    )
-                })
-                .collect();
-            format!("{{{}}}", members.join(","))
-        };
-        parse_file("t.json", src.as_bytes())
-            .unwrap()
-            .into_iter()
-            .map(|e| finish(e, AppType::Wallet, "https://i"))
-            .collect()
+    fn record(id: &str, name: &str) -> Record {
+        let json = format!(r#""{id}":{{"id":"{id}","name":{}}}"#, serde_json::json!(name));
+        Record {
+            id: id.into(),
+            name: name.into(),
+            json: json.into_bytes(),
+        }
     }
 
-    fn expected(recs: &[Record], pos: &[usize], total: usize) -> serde_json::Value {
-        let members: Vec<&[u8]> = pos.iter().map(|&p| &recs[p].json[..]).collect();
-        let s = format!(
-            "{{\"count\":{},\"total\":{total},\"listings\":{{{}}}}}",
-            pos.len(),
-            members
-                .iter()
-                .map(|m| std::str::from_utf8(m).unwrap())
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-        serde_json::from_str(&s).unwrap()
+    fn list(names: &[&str]) -> List {
+        let recs: Vec<Record> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| record(&format!("id{i}"), n))
+            .collect();
+        let pos: Vec<u32> = (0..recs.len() as u32).collect();
+        List::build(&recs, &pos, 7)
     }
 
     #[test]
     fn full_body_and_assembled_selections() {
-        let recs = records();
-        let mut fr = gzip::Fragmenter::default();
-        let frags = Fragments::build(&recs, &mut fr);
-        let list = List::build(&recs, (0..40).collect(), 7, &mut fr).unwrap();
-        let full: serde_json::Value = serde_json::from_slice(&list.body).unwrap();
-        assert_eq!(full["count"], 40);
-        assert_eq!(full["listings"].as_object().unwrap().len(), 40);
-        let cases: Vec<(Selection<'_>, Vec<usize>)> = vec![
-            (Selection::Range(0..0), vec![]),
-            (Selection::Range(3..4), vec![3]),
-            (Selection::Range(5..25), (5..25).collect()),
-            (
-                Selection::Positions(&[1, 2, 3, 7, 9, 10, 39]),
-                vec![1, 2, 3, 7, 9, 10, 39],
-            ),
-            (Selection::Positions(&[]), vec![]),
-        ];
-        for (sel, pos) in cases {
-            let want = expected(&recs, &pos, 99);
-            let id = list.assemble(&sel, 99, None, &frags);
-            assert!(!id.gzip);
-            assert_eq!(
-                serde_json::from_slice::<serde_json::Value>(&id.body).unwrap(),
-                want
-            );
-            let gz = list.assemble(&sel, 99, Some(0), &frags);
-            assert!(gz.gzip);
-            assert_eq!(gunzip(&gz.body), id.body, "{pos:?}");
-            assert_eq!(
-                list.gzip_size(&sel, 99, true, &frags),
-                (id.body.len() >= GZIP_MIN && gz.body.len() < id.body.len())
-                    .then_some(gz.body.len())
-            );
-            assert_eq!(list.identity_len(&sel, 99), id.body.len());
-            assert_eq!(list.gzip_len(&sel, 99, &frags), gz.body.len());
-        }
-    }
-
-    /// The gzip body as it was built before CRC marks: entry by entry, chained after its
-    /// predecessor, and the CRC read from the uncompressed bytes.
-    fn gzip_entry_by_entry(list: &List, pos: &[usize], total: usize, frags: &Fragments) -> Vec<u8> {
-        let mut prefix = Vec::new();
-        write_prefix(&mut prefix, pos.len(), total);
-        let mut m = Member::new(0);
-        m.stored(&prefix);
-        let mut prev: Option<usize> = None;
-        for &p in pos {
-            let plain = match prev {
-                Some(q) if q + 1 == p => {
-                    m.fragments(list.chained(p, p + 1));
-                    &list.body[list.spans[q].1..list.spans[p].1]
-                }
-                _ => {
-                    if prev.is_some() {
-                        m.stored(b",");
-                    }
-                    m.fragments(list.frag(p, frags));
-                    list.run(p, p + 1)
-                }
-            };
-            m.plain(&Span::of(plain));
-            prev = Some(p);
-        }
-        m.finish(b"}}")
+        let l = list(&["Alpha", "Beta", "Gamma", "Delta"]);
+        let full: serde_json::Value = serde_json::from_slice(&l.body).unwrap();
+        assert_eq!(full["count"], 4);
+        assert_eq!(full["total"], 4);
+        assert_eq!(gunzip(&l.gzip), l.body.to_vec());
+        assert_eq!(l.body(&Selection::Range(0..4), 4), l.body.to_vec());
+        let page = l.body(&Selection::Range(1..3), 4);
+        assert_eq!(
+            page,
+            br#"{"count":2,"total":4,"listings":{"id1":{"id":"id1","name":"Beta"},"id2":{"id":"id2","name":"Gamma"}}}"#
+        );
+        let some = l.body(&Selection::Positions(&[0, 3]), 2);
+        let v: serde_json::Value = serde_json::from_slice(&some).unwrap();
+        let keys: Vec<&String> = v["listings"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["id0", "id3"]);
+        let none = l.body(&Selection::Range(4..4), 4);
+        assert_eq!(none, br#"{"count":0,"total":4,"listings":{}}"#);
     }
 
     #[test]
-    fn gzip_bodies_of_random_selections() {
-        let recs = records();
-        let mut fr = gzip::Fragmenter::default();
-        let frags = Fragments::build(&recs, &mut fr);
-        let list = List::build(&recs, (0..40).rev().collect(), 3, &mut fr).unwrap();
-        let mut rng = super::super::tests::xorshift(0x2545_F491_4F6C_DD1D);
-        let mut next = move || rng() as usize;
-        for i in 0..300 {
-            let subset: Vec<u32>;
-            let sel = if i % 3 == 0 {
-                let a = next() % 41;
-                Selection::Range(a..a + next() % (41 - a))
-            } else {
-                // Sorted subsets, dense or sparse, down to the empty one.
-                let keep = next() % 5;
-                subset = (0..40).filter(|_| next() % 5 < keep).collect();
-                Selection::Positions(&subset)
-            };
-            let mut pos = Vec::new();
-            sel.for_each(|p| pos.push(p));
-            let id = list.assemble(&sel, 77, None, &frags).body;
-            let gz = list.assemble(&sel, 77, Some(0), &frags).body;
-            assert_eq!(gz, gzip_entry_by_entry(&list, &pos, 77, &frags), "{pos:?}");
-            let n = gz.len();
-            assert_eq!(gz[n - 8..n - 4], crc32fast::hash(&id).to_le_bytes());
-            assert_eq!(gz[n - 4..], (id.len() as u32).to_le_bytes());
-            assert_eq!(gunzip(&gz), id);
-            assert_eq!(list.gzip_len(&sel, 77, &frags), n);
-            assert_eq!(list.identity_len(&sel, 77), id.len());
-        }
+    fn folds_with_simple_case_folding() {
+        assert_eq!(fold("MetaMask"), "metamask");
+        assert_eq!(fold("ΣΑΣ"), fold("σας"));
+        assert_eq!(fold("\u{212A}"), "k");
+        assert_eq!(fold("ſ"), "s");
+        assert_ne!(fold("ß"), fold("ss"));
     }
 
     #[test]
-    fn tags_depend_on_selection_and_total() {
-        let recs = records();
-        let mut fr = gzip::Fragmenter::default();
-        let list = List::build(&recs, (0..40).collect(), 7, &mut fr).unwrap();
-        let a = list.tag(&Selection::Range(2..5), 40);
-        assert_eq!(a, list.tag(&Selection::Positions(&[2, 3, 4]), 40));
-        assert_ne!(a, list.tag(&Selection::Range(2..5), 41));
-        assert_ne!(a, list.tag(&Selection::Range(2..6), 40));
-        let other = List::build(&recs, (0..40).collect(), 8, &mut fr).unwrap();
-        assert_ne!(a, other.tag(&Selection::Range(2..5), 40));
+    fn search_matches_folded_substrings_in_list_order() {
+        let l = list(&["Trust Wallet", "MetaMask", "wallet 3", "Rainbow", "ΣWAP", "ςwap"]);
+        assert_eq!(l.find(None), Matches::All(6));
+        assert_eq!(l.find(Some("")), Matches::All(6));
+        assert_eq!(l.find(Some("WALLET")), Matches::Some(vec![0, 2]));
+        assert_eq!(l.find(Some("σwap")), Matches::Some(vec![4, 5]));
+        assert_eq!(l.find(Some(" ")), Matches::Some(vec![0, 2]));
+        assert_eq!(l.find(Some("nothing")), Matches::Some(vec![]));
+    }
+
+    #[test]
+    fn tags_depend_on_selection_total_and_assembled_gzip() {
+        let l = list(&["a", "b", "c"]);
+        let t = |s: &Selection<'_>, total, gz| l.tag(s, total, gz);
+        let r = Selection::Range(0..2);
+        let p = Selection::Positions(&[0, 1]);
+        assert_eq!(t(&r, 3, false), t(&p, 3, false), "same entries, same tag");
+        assert_ne!(t(&r, 3, false), t(&r, 2, false));
+        assert_ne!(t(&r, 3, false), t(&Selection::Range(1..3), 3, false));
+        assert_ne!(t(&r, 3, false), t(&r, 3, true));
+        let all = Selection::Range(0..3);
+        assert_eq!(t(&all, 3, false), t(&all, 3, true), "the -gz suffix tells these apart");
+    }
+
+    #[test]
+    fn body_len_is_the_built_length() {
+        let l = list(&["Alpha", "Beta", "Gamma", "Delta", "Epsilon"]);
+        for sel in [
+            Selection::Range(0..5),
+            Selection::Range(1..4),
+            Selection::Range(5..5),
+            Selection::Positions(&[0, 2, 4]),
+            Selection::Positions(&[]),
+        ] {
+            for total in [0, 3, 5, 1234] {
+                assert_eq!(l.body_len(&sel, total), l.body(&sel, total).len(), "{sel:?} {total}");
+            }
+        }
+        let big = vec![b'x'; 4096];
+        assert_eq!(gunzip(&gzip_assembled(&big)), big);
+        assert!(!worth_gzip(GZIP_MIN - 1) && worth_gzip(GZIP_MIN));
+    }
+
+    proptest! {
+        /// The scan agrees with the definition: positions, in order, of the names whose
+        /// folded text contains the folded query.
+        #[test]
+        fn search_is_the_definition(
+            names in proptest::collection::vec("[aAbBσΣςkK\u{212A}ſsß ]{0,8}", 0..40),
+            query in "[aAbBσΣςkK\u{212A}ſsß ]{1,3}",
+        ) {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let l = list(&refs);
+            let q = fold(&query);
+            let want: Vec<u32> = (0u32..)
+                .zip(&names)
+                .filter(|(_, n)| fold(n).contains(&q))
+                .map(|(i, _)| i)
+                .collect();
+            prop_assert_eq!(l.find(Some(&query)), Matches::Some(want));
+        }
     }
 }

@@ -4,18 +4,16 @@
 //!
 //! It owns no sockets and no mutable state after start: every worker holds it and answers
 //! from it without locks; each worker keeps its own cache of assembled answers
-//! ([`answers`]). Submodules: [`data`] (file format and validation), [`index`]
-//! (substring search), [`query`] (query strings), [`listing`] (answer bodies), [`gzip`],
-//! [`etag`], and [`synth`] (synthetic registries for benches and load tests).
-//! `docs/REGISTRY.md` explains the choices.
+//! ([`answers`]). Submodules: [`data`] (file format and validation), [`query`] (query
+//! strings), [`listing`] (a list's entries, its search and its answer bodies), [`etag`],
+//! [`blob`] (the sealed memory file the full answers are sent from) and [`synth`]
+//! (synthetic registries for benches and load tests). `docs/REGISTRY.md` explains the
+//! choices.
 
 pub mod answers;
 mod blob;
-mod crc;
 mod data;
 pub mod etag;
-mod gzip;
-pub mod index;
 mod listing;
 pub mod query;
 pub mod synth;
@@ -34,8 +32,8 @@ use crate::outbuf::FileRange;
 use data::{finish, parse_file, Record};
 pub use data::{logo_url, AppType, SIZES};
 use etag::TagHasher;
-use index::{IndexTooLarge, Matches};
-use listing::{Fragments, List, Selection};
+pub use listing::fold;
+use listing::{List, Selection};
 use query::ListQuery;
 
 /// The embedded default `wallets.json`.
@@ -114,14 +112,10 @@ impl ListKind {
     }
 }
 
-/// The shared, immutable part: lists, indexes, fragments.
+/// The shared, immutable part: the lists and the ids.
 #[derive(Debug)]
 struct Core {
     lists: [List; 3],
-    /// Each list's `body` as a range of the registry's sealed file (none if the file could
-    /// not be made).
-    files: [Option<FileRange>; 3],
-    frags: Fragments,
     ids: HashSet<String>,
     image_base: String,
     digest: u64,
@@ -165,7 +159,6 @@ impl Answer {
                 Err(_) => Body::File(f.clone()),
             },
             Body::Mem(b) => Body::Mem(copy(b)),
-            other => other.clone(),
         };
         Answer {
             etag: copy(&self.etag),
@@ -195,6 +188,33 @@ impl Answer {
 struct Fixed {
     identity: Answer,
     gzip: Answer,
+}
+
+impl Fixed {
+    /// The three lists' full answers, their bodies (identity, then gzip) in one sealed
+    /// memory file sent with `sendfile`, or from memory when the file cannot be made.
+    fn build(lists: &[List; 3]) -> [Fixed; 3] {
+        let bodies = [0, 1, 2].map(|i| &lists[i].body[..]);
+        let gzips = [0, 1, 2].map(|i| &lists[i].gzip[..]);
+        let all: Vec<&[u8]> = bodies.iter().chain(&gzips).copied().collect();
+        let files = blob::Blob::build(&all).unwrap_or_else(|e| {
+            log::warn!("registry: no memory file ({e}); answers are sent from memory");
+            Vec::new()
+        });
+        let body = |i: usize, mem: &Bytes| match files.get(i) {
+            Some(f) => Body::File(f.clone()),
+            None => Body::Mem(mem.clone()),
+        };
+        [0, 1, 2].map(|i| {
+            let l = &lists[i];
+            let all = Selection::Range(0..l.len());
+            let tag = l.tag(&all, l.len(), false);
+            Fixed {
+                identity: Answer::new(etag::Tag::new(tag, false), body(i, &l.body), false),
+                gzip: Answer::new(etag::Tag::new(tag, true), body(3 + i, &l.gzip), true),
+            }
+        })
+    }
 }
 
 /// The loaded registry and its precomputed answers. Immutable after [`Registry::load`].
@@ -248,9 +268,6 @@ impl Registry {
 
     /// Builds the registry from the contents of a wallets file and a dapps file, each given
     /// as `(name used in errors, bytes)`.
-    ///
-    /// Long on purpose (about 140 lines): the precomputation of every index the workers
-    /// serve from, in the order each depends on the previous, run once per load.
     pub fn from_json(
         wallets: (&str, &[u8]),
         dapps: (&str, &[u8]),
@@ -259,130 +276,64 @@ impl Registry {
         let image_base = image_base.trim_end_matches('/');
         let w = parse_file(wallets.0, wallets.1)?;
         let d = parse_file(dapps.0, dapps.1)?;
-        let wallet_ids: HashSet<&str> = w.iter().map(|e| e.id.as_str()).collect();
-        let dapp_ids: HashSet<&str> = d.iter().map(|e| e.id.as_str()).collect();
-        let w_types: Vec<AppType> = w
-            .iter()
-            .map(|e| {
-                if dapp_ids.contains(e.id.as_str()) {
-                    AppType::Hybrid
-                } else {
-                    AppType::Wallet
-                }
-            })
-            .collect();
-        let d_types: Vec<(AppType, bool)> = d
-            .iter()
-            .map(|e| {
-                let both = wallet_ids.contains(e.id.as_str());
-                (if both { AppType::Hybrid } else { AppType::Dapp }, both)
-            })
-            .collect();
-        let (nw, nd) = (w.len(), d.len());
-        let mut records: Vec<Record> = Vec::with_capacity(nw + nd);
-        records.extend(
-            w.into_iter()
-                .zip(&w_types)
-                .map(|(e, &t)| finish(e, t, image_base)),
-        );
-        records.extend(
-            d.into_iter()
-                .zip(&d_types)
-                .map(|(e, &(t, _))| finish(e, t, image_base)),
-        );
-        let too_large = |_: IndexTooLarge| RegistryError::Invalid {
-            file: format!("{} and {}", wallets.0, dapps.0),
-            msg: "too large to index".into(),
+        if w.len() + d.len() > u32::MAX as usize {
+            return Err(RegistryError::Invalid {
+                file: format!("{} and {}", wallets.0, dapps.0),
+                msg: "more than 2^32 entries".into(),
+            });
+        }
+        let (w_both, d_both) = {
+            let wallet_ids: HashSet<&str> = w.iter().map(|e| e.id.as_str()).collect();
+            let dapp_ids: HashSet<&str> = d.iter().map(|e| e.id.as_str()).collect();
+            let w_both: Vec<bool> = w.iter().map(|e| dapp_ids.contains(e.id.as_str())).collect();
+            let d_both: Vec<bool> = d.iter().map(|e| wallet_ids.contains(e.id.as_str())).collect();
+            (w_both, d_both)
         };
-        let pos = |r: std::ops::Range<usize>| -> Result<Vec<u32>, RegistryError> {
-            r.map(|i| u32::try_from(i).map_err(|_| too_large(IndexTooLarge)))
-                .collect()
-        };
-        let wallet_pos = pos(0..nw)?;
-        let dapp_pos = pos(nw..nw + nd)?;
-        let mut all_pos = wallet_pos.clone();
-        all_pos.extend(
-            dapp_pos
-                .iter()
-                .zip(&d_types)
-                .filter(|(_, t)| !t.1)
-                .map(|(&p, _)| p),
-        );
+        // Record numbers: the wallets, then the dApps; `/all` skips the hybrids' dApp records.
+        let nw = w.len() as u32;
+        let mut all_pos: Vec<u32> = (0..nw).collect();
+        let mut records: Vec<Record> = Vec::with_capacity(w.len() + d.len());
+        for (e, both) in w.into_iter().zip(w_both) {
+            let t = if both { AppType::Hybrid } else { AppType::Wallet };
+            records.push(finish(e, t, image_base));
+        }
+        for ((i, e), both) in (nw..).zip(d).zip(d_both) {
+            let t = if both {
+                AppType::Hybrid
+            } else {
+                all_pos.push(i);
+                AppType::Dapp
+            };
+            records.push(finish(e, t, image_base));
+        }
+        let wallet_pos: Vec<u32> = (0..nw).collect();
+        let dapp_pos: Vec<u32> = (nw..records.len() as u32).collect();
 
         let mut digest = TagHasher::new(0x7265_6769_7374_7279);
         for r in &records {
             digest.bytes(&r.json);
         }
-        digest.word(nw as u64);
+        digest.word(u64::from(nw));
         let digest = digest.finish();
         let seed = |k: ListKind| digest ^ (k as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        // The lists, their full gzip bodies and the fragments are independent: build them on
-        // as many threads (a 100,000-entry registry takes seconds of compression).
-        let build = |pos: Vec<u32>, kind: ListKind| {
-            let list = List::build(&records, pos, seed(kind), &mut gzip::Fragmenter::default())?;
-            let gz = Bytes::from(gzip::compress(&list.body));
-            Ok::<_, IndexTooLarge>((list, gz))
-        };
-        let (lists, frags) = std::thread::scope(|s| {
-            let w = s.spawn(|| build(wallet_pos, ListKind::Wallets));
-            let d = s.spawn(|| build(dapp_pos, ListKind::Dapps));
-            let f = s.spawn(|| Fragments::build(&records, &mut gzip::Fragmenter::default()));
-            let a = build(all_pos, ListKind::All);
-            let join = |h: std::thread::ScopedJoinHandle<'_, Result<_, IndexTooLarge>>| {
-                h.join().unwrap_or(Err(IndexTooLarge))
+        // Each list's full gzip body is compressed at the best level: one thread per list.
+        let build = |pos: &[u32], k| List::build(&records, pos, seed(k));
+        let lists = std::thread::scope(|s| {
+            let w = s.spawn(|| build(&wallet_pos, ListKind::Wallets));
+            let d = s.spawn(|| build(&dapp_pos, ListKind::Dapps));
+            let a = build(&all_pos, ListKind::All);
+            let lost = || RegistryError::Invalid {
+                file: format!("{} and {}", wallets.0, dapps.0),
+                msg: "building a list failed".into(),
             };
-            let lists = [join(w), join(d), a];
-            (lists, f.join().ok())
-        });
-        let [w, d, a] = lists;
-        let (w, d, a) = (
-            w.map_err(too_large)?,
-            d.map_err(too_large)?,
-            a.map_err(too_large)?,
-        );
-        let frags = frags.ok_or_else(|| too_large(IndexTooLarge))?;
-        let gzipped = [w.1, d.1, a.1];
-        let lists = [w.0, d.0, a.0];
+            let w = w.join().map_err(|_| lost())?;
+            let d = d.join().map_err(|_| lost())?;
+            Ok::<_, RegistryError>([w, d, a])
+        })?;
         let ids = records.iter().map(|r| r.id.clone()).collect();
-        // The three bodies, then the three full gzip bodies, in one sealed file.
-        let (files, gz_files) = match blob::Blob::build(&[
-            &lists[0].body,
-            &lists[1].body,
-            &lists[2].body,
-            &gzipped[0],
-            &gzipped[1],
-            &gzipped[2],
-        ]) {
-            Ok(r) => {
-                let f = |i: usize| r.get(i).cloned();
-                ([f(0), f(1), f(2)], [f(3), f(4), f(5)])
-            }
-            Err(e) => {
-                log::warn!("registry: no memory file ({e}); answers are sent from memory");
-                ([None, None, None], [None, None, None])
-            }
-        };
-        let body = |file: &Option<FileRange>, mem: &Bytes| match file {
-            Some(f) => Body::File(f.clone()),
-            None => Body::Mem(mem.clone()),
-        };
-        let fixed = [0, 1, 2].map(|i| {
-            let l = &lists[i];
-            let n = l.len();
-            let tag = l.tag(&Selection::Range(0..n), n);
-            Fixed {
-                identity: Answer::new(etag::Tag::new(tag, false), body(&files[i], &l.body), false),
-                gzip: Answer::new(
-                    etag::Tag::new(tag, true),
-                    body(&gz_files[i], &gzipped[i]),
-                    true,
-                ),
-            }
-        });
+        let fixed = Fixed::build(&lists);
         let core = Core {
             lists,
-            files,
-            frags,
             ids,
             image_base: image_base.to_string(),
             digest,
@@ -401,11 +352,6 @@ impl Registry {
     /// Whether a listings endpoint has no entries.
     pub fn is_empty(&self, kind: ListKind) -> bool {
         self.len(kind) == 0
-    }
-
-    /// The search index of a listings endpoint.
-    pub fn search_index(&self, kind: ListKind) -> &index::SearchIndex {
-        &self.core.lists[kind as usize].index
     }
 
     /// Answers a `GET` or `HEAD` request whose path starts with `/api/v1/`.
@@ -430,10 +376,7 @@ impl Registry {
             }
         };
         let list = &self.core.lists[kind as usize];
-        let matches = match &q.search {
-            Some(s) => list.index.find(s),
-            None => Matches::All(list.len()),
-        };
+        let matches = list.find(q.search.as_deref());
         let total = matches.len();
         let window = match q.paging {
             None => 0..total,
@@ -452,27 +395,22 @@ impl Registry {
                 f.identity.respond(req)
             };
         }
-        let sel = match &matches {
-            Matches::All(_) => Selection::Range(window),
-            Matches::Slice(s) => Selection::Positions(s.get(window).unwrap_or(&[])),
-            Matches::Owned(v) => Selection::Positions(v.get(window).unwrap_or(&[])),
-        };
-        let gz = list.gzip_size(&sel, total, req.accept_gzip, &self.core.frags);
-        let tag = etag::Tag::new(list.tag(&sel, total), gz.is_some());
+        let sel = matches.select(window);
+        let gzip = req.accept_gzip && listing::worth_gzip(list.body_len(&sel, total));
+        let tag = etag::Tag::new(list.tag(&sel, total, gzip), gzip);
         if let Some(r) = not_modified(req, &tag, true) {
             return r;
         }
-        let (body, gzip) = if gz.is_some() {
-            let a = list.assemble(&sel, total, gz, &self.core.frags);
-            (Body::from(a.body), a.gzip)
+        let body = list.body(&sel, total);
+        let body = if gzip {
+            listing::gzip_assembled(&body)
         } else {
-            let file = self.core.files[kind as usize].as_ref();
-            (list.identity_body(&sel, total, file), false)
+            body
         };
         Response {
             status: 200,
             headers: headers(Some(JSON), gzip, &tag, true),
-            body,
+            body: Body::from(body),
         }
     }
 

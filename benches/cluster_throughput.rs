@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::redis::{test_config, RedisServer};
-use walletrelay::cluster::{
+use walletrelay::engine::redis::cluster::{
     Cluster, EventSink, Followup, Origin, PublishOutcome, PublishReq, NS_V2,
 };
 use walletrelay::event::Event;

@@ -19,7 +19,6 @@ pub mod admin;
 pub mod arcbuf;
 pub mod auth;
 pub mod clock;
-pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod drain;

@@ -342,7 +342,7 @@ mod tests {
         let record = Record::builder()
             .args(msg)
             .level(Level::Warn)
-            .target("walletrelay::cluster::shard")
+            .target("walletrelay::engine::redis::cluster::shard")
             .key_values(&kvs)
             .build();
         let mut out = Vec::new();
@@ -369,7 +369,7 @@ mod tests {
         assert_eq!(
             line,
             "{\"time\":\"2026-12-02T06:13:01.123456Z\",\"level\":\"warn\",\
-             \"target\":\"walletrelay::cluster::shard\",\"message\":\"redis shard: down; \
+             \"target\":\"walletrelay::engine::redis::cluster::shard\",\"message\":\"redis shard: down; \
              reconnecting\",\"fields\":{\"shard\":2,\"addr\":\"127.0.0.1:6379/0\",\"up\":false,\
              \"ratio\":0.5,\"delta\":-3,\"bad\":\"NaN\"}}\n"
         );

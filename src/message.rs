@@ -2,7 +2,7 @@
 //! [`Position`] on its topic, who published it ([`Origin`]) and its content ([`Body`]).
 //!
 //! A leaf: it imports nothing of the relay, so `relay/` (the engines, the feed) and
-//! `cluster/` (Redis) share it without importing each other.
+//! `engine/redis/cluster/` (Redis) share it without importing each other.
 //!
 //! The content is encoded once, when the relay accepts the publish, as the JSON object the
 //! `irn_subscription` push carries and a fetch answers (DECISIONS §10):

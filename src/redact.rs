@@ -131,6 +131,21 @@ pub fn secret_param(name: &str) -> bool {
     PARAM_SECRETS.iter().any(|w| name.contains(w))
 }
 
+/// Words that mark a secret in a key's name (a value that is itself a secret; a `-file` key
+/// only names where one is kept); a URL's secrets are [`mask_url`]'s.
+const KEY_SECRETS: [&str; 3] = ["password", "secret", "token"];
+
+/// `value` of `key` with its secrets replaced by `***`: the whole value of a secret key, else
+/// [`mask_url`] (a URL's password, `redis://user:***@host`; a user part
+/// without a colon may be a token and goes whole; the value of a query parameter that names
+/// a secret, `sentinel_password=***`). The log shows addresses the same way.
+pub fn mask_setting(key: &str, value: &str) -> String {
+    if !key.ends_with("-file") && KEY_SECRETS.iter().any(|w| key.contains(w)) {
+        return "***".to_string();
+    }
+    mask_url(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

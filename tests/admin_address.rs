@@ -478,7 +478,7 @@ fn version_names_the_version_the_commit_and_the_data_layouts() {
     );
     // The numbers are the ones the code writes.
     assert_eq!(
-        walletrelay::cluster::ring::RING_VERSION,
+        walletrelay::engine::redis::cluster::ring::RING_VERSION,
         walletrelay::layout::REDIS
     );
     assert_eq!(walletrelay::store::files::FILE_MAGIC, b"walletrelay-log1");

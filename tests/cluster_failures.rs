@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::redis::{data, test_config, Node, RedisServer, WAIT};
 use common::wait::wait_until;
-use walletrelay::cluster::{
+use walletrelay::engine::redis::cluster::{
     ClusterError, ConnectError, Followup, Origin, PublishOutcome, PublishReq, NS_V2,
 };
 use walletrelay::event::Event;

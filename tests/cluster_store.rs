@@ -8,12 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::redis::{data, Node, RedisServer};
-use walletrelay::cluster::{shard_of, Followup, Origin, PublishOutcome, NS_V1, NS_V2};
+use walletrelay::engine::redis::cluster::{
+    shard_of, Followup, Origin, PublishOutcome, NS_V1, NS_V2,
+};
 use walletrelay::event::{Event, RelayError};
 
 const MIN: Duration = Duration::from_secs(60);
 
-fn stored(r: Result<PublishOutcome, walletrelay::cluster::Unavailable>) -> (u64, u64, Vec<String>) {
+fn stored(
+    r: Result<PublishOutcome, walletrelay::engine::redis::cluster::Unavailable>,
+) -> (u64, u64, Vec<String>) {
     match r {
         Ok(PublishOutcome::Stored {
             epoch,
@@ -25,7 +29,7 @@ fn stored(r: Result<PublishOutcome, walletrelay::cluster::Unavailable>) -> (u64,
     }
 }
 
-fn seqs(h: &walletrelay::cluster::History) -> Vec<u64> {
+fn seqs(h: &walletrelay::engine::redis::cluster::History) -> Vec<u64> {
     h.messages.iter().map(|m| m.seq).collect()
 }
 
@@ -263,7 +267,7 @@ fn webhooks_register_once_are_capped_and_come_back_once_per_stored_publish() {
     assert!(hooks.is_empty());
     // The same registration applies to the v1 namespace of the topic.
     let t = a.ticket();
-    let req = walletrelay::cluster::PublishReq {
+    let req = walletrelay::engine::redis::cluster::PublishReq {
         ns: NS_V1,
         topic: "u".into(),
         body: data("u", "v1"),
@@ -342,7 +346,7 @@ fn big_messages_travel_whole_in_bounded_rounds() {
     // Sent without waiting, so several are queued at once and rounds are cut by bytes.
     let msgs: Vec<String> = (0..8).map(|i| format!("{i}").repeat(1 << 20)).collect();
     for (i, m) in msgs.iter().enumerate() {
-        let req = walletrelay::cluster::PublishReq {
+        let req = walletrelay::engine::redis::cluster::PublishReq {
             ns: NS_V2,
             topic: Arc::clone(&topic),
             body: data("big", m),

@@ -529,7 +529,7 @@ fn bad_value(name: &str, values: &[String], e: &clap::Error) -> String {
     };
     // The message goes to stderr at start and to the log on SIGHUP: masked as
     // `--print-config` masks it.
-    let value = super::print::mask(name, &value);
+    let value = crate::redact::mask_setting(name, &value);
     let why = if let Some(source) = std::error::Error::source(e) {
         source.to_string()
     } else if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {

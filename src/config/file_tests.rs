@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::{Command, CommandFactory};
 
-use super::super::print::{example, mask, scalar};
+use super::super::print::{example, scalar};
 use super::super::Config;
 use super::*;
+use crate::redact::mask_setting as mask;
 
 /// A file removed on drop.
 struct TempFile(PathBuf);

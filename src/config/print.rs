@@ -96,8 +96,10 @@ fn write(cmd: &Command, m: &ArgMatches, mode: Mode<'_>) -> String {
         for key in keys.iter().filter(|k| k.table == table) {
             let arg = cmd.get_arguments().find(|a| a.get_id() == key.id.as_str());
             let raw = m.try_get_raw(&key.id).ok().flatten();
-            let raw: Option<Vec<String>> =
-                raw.map(|v| v.map(|s| mask(&key.name, &s.to_string_lossy())).collect());
+            let raw: Option<Vec<String>> = raw.map(|v| {
+                v.map(|s| crate::redact::mask_setting(&key.name, &s.to_string_lossy()))
+                    .collect()
+            });
             let value = match (key.kind, raw) {
                 (Kind::List, None) => Some("[]".to_string()),
                 (Kind::List, Some(v)) => Some(format!(
@@ -193,19 +195,4 @@ fn quote(s: &str) -> String {
     }
     out.push('"');
     out
-}
-
-/// Words that mark a secret in a key's name (a value that is itself a secret; a `-file` key
-/// only names where one is kept); a URL's secrets are [`crate::redact`]'s.
-const KEY_SECRETS: [&str; 3] = ["password", "secret", "token"];
-
-/// `value` of `key` with its secrets replaced by `***`: the whole value of a secret key, else
-/// [`crate::redact::mask_url`] (a URL's password, `redis://user:***@host`; a user part
-/// without a colon may be a token and goes whole; the value of a query parameter that names
-/// a secret, `sentinel_password=***`). The log shows addresses the same way.
-pub(super) fn mask(key: &str, value: &str) -> String {
-    if !key.ends_with("-file") && KEY_SECRETS.iter().any(|w| key.contains(w)) {
-        return "***".to_string();
-    }
-    crate::redact::mask_url(value)
 }

@@ -1,6 +1,6 @@
 //! The answers a connection owes, as they are assembled: a message's [`Parts`] (bytes known
 //! now, and [`Part::Pending`] results of stores that answer later), what each pending result
-//! folds into ([`Outcome`], a fetch's [`Fetched`]), and the encoders of the answers whose
+//! folds into ([`Gathered`], a fetch's [`Fetched`]), and the encoders of the answers whose
 //! shape is pinned (`irn_batchSubscribeBlocking`'s, a publish's). `outbound.rs` queues them.
 
 use crate::relay::{RelayError, SubId};
@@ -21,13 +21,13 @@ pub enum Part {
         /// for one read per topic).
         left: u32,
         /// What came so far.
-        outcome: Outcome,
+        outcome: Gathered,
     },
 }
 
 /// What a pending answer has gathered.
 #[derive(Debug)]
-pub enum Outcome {
+pub enum Gathered {
     /// `true` so far.
     Done,
     /// A refusal (the first one is answered).
@@ -60,7 +60,7 @@ pub struct Fetched {
 
 impl Part {
     /// A pending answer waiting for `left` results.
-    pub fn pending(answer: u64, id: Id<'static>, left: u32, outcome: Outcome) -> Part {
+    pub fn pending(answer: u64, id: Id<'static>, left: u32, outcome: Gathered) -> Part {
         Part::Pending {
             answer,
             id,
@@ -132,9 +132,9 @@ impl Parts {
                 Part::Bytes(b) => out.extend_from_slice(b),
                 Part::Pending { left: 1.., .. } => {}
                 Part::Pending { id, outcome, .. } => match outcome {
-                    Outcome::Done => write_publish_answer(out, id, &Ok(())),
-                    Outcome::Failed(e) => write_publish_answer(out, id, &Err(*e)),
-                    Outcome::Fetch(f) => {
+                    Gathered::Done => write_publish_answer(out, id, &Ok(())),
+                    Gathered::Failed(e) => write_publish_answer(out, id, &Err(*e)),
+                    Gathered::Fetch(f) => {
                         let mut r = Vec::with_capacity(f.items.len() + 40);
                         r.extend_from_slice(b"{\"messages\":[");
                         r.extend_from_slice(&f.items);
@@ -143,14 +143,14 @@ impl Parts {
                         r.push(b'}');
                         rpc::write_result(out, id, &r);
                     }
-                    Outcome::Json(r) => rpc::write_result(out, id, r),
-                    Outcome::Error(e) => rpc::write_error(out, id, e),
-                    Outcome::Subscribed(sub) => {
+                    Gathered::Json(r) => rpc::write_result(out, id, r),
+                    Gathered::Error(e) => rpc::write_error(out, id, e),
+                    Gathered::Subscribed(sub) => {
                         let mut r = [b'"'; 66];
                         r[1..65].copy_from_slice(sub.hex());
                         rpc::write_result(out, id, &r);
                     }
-                    Outcome::SubscribedEach(each) => {
+                    Gathered::SubscribedEach(each) => {
                         rpc::write_result(out, id, &subscribed_each(each));
                     }
                 },

@@ -7,12 +7,12 @@
 //! it), kept per topic in the connection's WebSocket state. Messages the connection
 //! published itself are not given back (as a subscription never gets them), but the cursor
 //! moves past them. The reads go to the topic's engine like a new subscription's; each
-//! answer is folded into the pending answer (`outbound::Outcome::Fetch`).
+//! answer is folded into the pending answer (`outbound::Gathered::Fetch`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::outbound::{Fetched, Outcome};
+use super::outbound::{Fetched, Gathered};
 use super::{Conn, Ctx};
 use crate::engine::History;
 use crate::message::{Origin, Position};
@@ -106,7 +106,7 @@ pub fn resolve<S>(
     };
     let mut last = after;
     let found = conn.resolve_with(answer, |o| {
-        if let Outcome::Fetch(f) = o {
+        if let Gathered::Fetch(f) = o {
             last = take(f, &history, after, me);
         }
     });

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-pub use super::answer::{subscribed_each, write_publish_answer, Fetched, Outcome, Part, Parts};
+pub use super::answer::{subscribed_each, write_publish_answer, Fetched, Gathered, Part, Parts};
 use super::{Conn, Phase};
 use crate::arcbuf::ArcBuf;
 use crate::message::Body;
@@ -246,15 +246,16 @@ impl<S> Conn<S> {
     /// makes the answer that error; returns whether it was found.
     pub fn resolve(&mut self, answer: u64, result: Result<(), RelayError>) -> bool {
         self.resolve_with(answer, |o| {
-            if let (Err(e), Outcome::Done | Outcome::Fetch(_) | Outcome::Json(_)) = (result, &*o) {
-                *o = Outcome::Failed(e);
+            if let (Err(e), Gathered::Done | Gathered::Fetch(_) | Gathered::Json(_)) = (result, &*o)
+            {
+                *o = Gathered::Failed(e);
             }
         })
     }
 
     /// Records one result of pending answer `answer`, as `f` folds it into what the
     /// answer gathered; returns whether it was found.
-    pub fn resolve_with(&mut self, answer: u64, f: impl FnOnce(&mut Outcome)) -> bool {
+    pub fn resolve_with(&mut self, answer: u64, f: impl FnOnce(&mut Gathered)) -> bool {
         let b = &mut self.backlog;
         // Past the items that wait for nothing: a part's count only goes down, so an item
         // that waits for nothing never waits again.

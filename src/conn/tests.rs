@@ -515,9 +515,9 @@ fn per_connection_state_stays_in_its_size_classes() {
     assert!(size_of::<crate::limits::Handle>() <= 4);
     // A pending answer's outcome stays the size of a fetch's (every queued item holds one).
     assert!(
-        size_of::<super::outbound::Outcome>() <= 40,
+        size_of::<super::outbound::Gathered>() <= 40,
         "{}",
-        size_of::<super::outbound::Outcome>()
+        size_of::<super::outbound::Gathered>()
     );
     let entry = size_of::<SlabEntry<Conn<std::os::fd::OwnedFd>>>();
     assert!(entry <= 256, "{entry}");

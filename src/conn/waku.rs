@@ -25,7 +25,7 @@ pub(super) struct Answer<'s> {
 impl Answer<'_> {
     /// An answer that comes later: its part waits for `left` results of answer number
     /// `answer`.
-    fn pending(&mut self, answer: u64, id: &Id<'_>, left: u32, outcome: outbound::Outcome) {
+    fn pending(&mut self, answer: u64, id: &Id<'_>, left: u32, outcome: outbound::Gathered) {
         if !self.cur.is_empty() {
             self.parts.push(Part::Bytes(self.cur.clone()));
             self.cur.clear();

@@ -32,14 +32,9 @@
 //! - when an engine may have lost live messages on their way (a queue overflow, a Redis
 //!   reconnect), it says [`Event::Resync`] so that subscribers re-read after their position.
 
-pub mod cache;
 pub mod clients;
-pub mod home;
-pub mod journal;
-pub mod local;
-pub mod placement;
+pub mod memory;
 pub mod redis;
-pub mod slots;
 
 use std::sync::Arc;
 
@@ -292,7 +287,7 @@ pub enum BuildError {
     Store(#[from] crate::store::StoreError),
     /// The Redis servers of `--redis` could not be used.
     #[error("{0}")]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] crate::engine::redis::cluster::ClusterError),
     /// A setting could not be used (the message names it).
     #[error("{0}")]
     Config(String),

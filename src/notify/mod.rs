@@ -135,7 +135,7 @@ impl Notifier {
         let mut n = match spec {
             // On a cluster the registrations live in Redis, for every node.
             Some(spec) => {
-                let mut link = crate::cluster::SharedLink::open(&spec)
+                let mut link = crate::engine::redis::cluster::SharedLink::open(&spec)
                     .map_err(|e| format!("watches: Redis: {e}"))?;
                 let (tx, rx) = crossbeam_channel::bounded(redis_sync::QUEUE);
                 let n = Notifier::assemble(key, max, pool, push, None, Some(tx));
@@ -390,14 +390,16 @@ impl Notify for Notifier {
 
 /// The first Redis shard as `--redis`, `--redis-password-file` and `--redis-tls-*` name it
 /// (`None`: no `--redis`).
-fn shared_spec(config: &Config) -> Result<Option<Arc<crate::cluster::SharedSpec>>, String> {
+fn shared_spec(
+    config: &Config,
+) -> Result<Option<Arc<crate::engine::redis::cluster::SharedSpec>>, String> {
     let opts = &config.redis_opts;
-    let tls = crate::cluster::tls::RedisTlsFiles {
+    let tls = crate::engine::redis::cluster::tls::RedisTlsFiles {
         ca: opts.redis_tls_ca.clone(),
         cert: opts.redis_tls_cert.clone(),
         key: opts.redis_tls_key.clone(),
     };
-    let spec = crate::cluster::SharedSpec::new(
+    let spec = crate::engine::redis::cluster::SharedSpec::new(
         &config.redis,
         opts.password()?.as_deref(),
         &tls,
@@ -411,12 +413,13 @@ fn shared_spec(config: &Config) -> Result<Option<Arc<crate::cluster::SharedSpec>
 /// <hex seed> NX` then `GET` on the first shard, whatever its kind (a blocking round trip
 /// at start, before the workers run).
 fn cluster_key(
-    spec: &Arc<crate::cluster::SharedSpec>,
+    spec: &Arc<crate::engine::redis::cluster::SharedSpec>,
 ) -> Result<RelayKey, crate::identity::KeyError> {
     use crate::identity::KeyError;
     let mine = RelayKey::random()?;
-    let seed = crate::cluster::shared_value(spec, "walletrelay:relay-key", mine.seed_hex())
-        .map_err(KeyError::Cluster)?;
+    let seed =
+        crate::engine::redis::cluster::shared_value(spec, "walletrelay:relay-key", mine.seed_hex())
+            .map_err(KeyError::Cluster)?;
     RelayKey::from_hex(&seed).ok_or_else(|| {
         KeyError::Cluster("walletrelay:relay-key is not a 64-hex-character seed".into())
     })

@@ -25,7 +25,7 @@ use redis::Value;
 use super::claims::WatchError;
 use super::store::{Done, Line};
 use super::table::{Registration, WatchHub};
-use crate::cluster::shared::{text, SharedLink, SharedSpec};
+use crate::engine::redis::cluster::shared::{text, SharedLink, SharedSpec};
 
 const CLIENTS: &str = "walletrelay:watch-clients";
 const CHANNEL: &str = "walletrelay:watch-changed";

@@ -246,7 +246,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn record(id: &str, name: &str) -> Record {
-        let json = format!(r#""{id}":{{"id":"{id}","name":{}}}"#, serde_json::json!(name));
+        let json = format!(
+            r#""{id}":{{"id":"{id}","name":{}}}"#,
+            serde_json::json!(name)
+        );
         Record {
             id: id.into(),
             name: name.into(),
@@ -296,7 +299,14 @@ mod tests {
 
     #[test]
     fn search_matches_folded_substrings_in_list_order() {
-        let l = list(&["Trust Wallet", "MetaMask", "wallet 3", "Rainbow", "ΣWAP", "ςwap"]);
+        let l = list(&[
+            "Trust Wallet",
+            "MetaMask",
+            "wallet 3",
+            "Rainbow",
+            "ΣWAP",
+            "ςwap",
+        ]);
         assert_eq!(l.find(None), Matches::All(6));
         assert_eq!(l.find(Some("")), Matches::All(6));
         assert_eq!(l.find(Some("WALLET")), Matches::Some(vec![0, 2]));
@@ -316,7 +326,11 @@ mod tests {
         assert_ne!(t(&r, 3, false), t(&Selection::Range(1..3), 3, false));
         assert_ne!(t(&r, 3, false), t(&r, 3, true));
         let all = Selection::Range(0..3);
-        assert_eq!(t(&all, 3, false), t(&all, 3, true), "the -gz suffix tells these apart");
+        assert_eq!(
+            t(&all, 3, false),
+            t(&all, 3, true),
+            "the -gz suffix tells these apart"
+        );
     }
 
     #[test]
@@ -330,7 +344,11 @@ mod tests {
             Selection::Positions(&[]),
         ] {
             for total in [0, 3, 5, 1234] {
-                assert_eq!(l.body_len(&sel, total), l.body(&sel, total).len(), "{sel:?} {total}");
+                assert_eq!(
+                    l.body_len(&sel, total),
+                    l.body(&sel, total).len(),
+                    "{sel:?} {total}"
+                );
             }
         }
         let big = vec![b'x'; 4096];

@@ -286,7 +286,10 @@ impl Registry {
             let wallet_ids: HashSet<&str> = w.iter().map(|e| e.id.as_str()).collect();
             let dapp_ids: HashSet<&str> = d.iter().map(|e| e.id.as_str()).collect();
             let w_both: Vec<bool> = w.iter().map(|e| dapp_ids.contains(e.id.as_str())).collect();
-            let d_both: Vec<bool> = d.iter().map(|e| wallet_ids.contains(e.id.as_str())).collect();
+            let d_both: Vec<bool> = d
+                .iter()
+                .map(|e| wallet_ids.contains(e.id.as_str()))
+                .collect();
             (w_both, d_both)
         };
         // Record numbers: the wallets, then the dApps; `/all` skips the hybrids' dApp records.
@@ -294,7 +297,11 @@ impl Registry {
         let mut all_pos: Vec<u32> = (0..nw).collect();
         let mut records: Vec<Record> = Vec::with_capacity(w.len() + d.len());
         for (e, both) in w.into_iter().zip(w_both) {
-            let t = if both { AppType::Hybrid } else { AppType::Wallet };
+            let t = if both {
+                AppType::Hybrid
+            } else {
+                AppType::Wallet
+            };
             records.push(finish(e, t, image_base));
         }
         for ((i, e), both) in (nw..).zip(d).zip(d_both) {

@@ -174,7 +174,7 @@ impl Relay {
             attestation,
             published_at: body.published_at(),
             tag,
-            ttl: crate::engine::home::clients::NOTICE_TTL_S,
+            ttl: crate::engine::memory::home::clients::NOTICE_TTL_S,
         });
     }
 }

@@ -5,7 +5,8 @@
 //! engine is one more line here.
 
 use crate::config::Config;
-use crate::engine::{local, redis, BuildError, Built, Setup};
+use crate::engine::memory::local;
+use crate::engine::{redis, BuildError, Built, Setup};
 
 /// The engine the flags pick, as the `engine` label of `/metrics` names it.
 pub fn label(config: &Config) -> &'static str {

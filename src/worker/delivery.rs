@@ -365,7 +365,7 @@ impl Worker {
                 if let Err(e) = result {
                     let code = crate::rpc::code::SERVER_ERROR;
                     let e = crate::rpc::RpcError::tagged(code, e.message(), e.tag());
-                    *o = conn::outbound::Outcome::Error(Box::new(e));
+                    *o = conn::outbound::Gathered::Error(Box::new(e));
                 }
             })
         });

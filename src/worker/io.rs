@@ -12,7 +12,7 @@ use mio::{Interest, Token};
 use rustls::ServerConfig;
 
 use super::round::ACCEPT_BUDGET;
-use super::Worker;
+use super::{SocketRead, Worker};
 use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase, Step};
 use crate::outbuf::Flush;
 use crate::relay::ConnRef;
@@ -228,14 +228,14 @@ impl Worker {
                 return;
             }
             let tls = self.conns[key].tls.is_some();
-            let (res, asked) = if tls {
+            let read = if tls {
                 self.read_tls(key)
             } else {
                 self.read_some(key)
             };
-            match res {
-                Ok(0) => return self.on_eof(key),
-                Ok(n) => {
+            match read {
+                SocketRead::Eof => return self.on_eof(key),
+                SocketRead::Bytes { n, all_asked } => {
                     total += n;
                     self.iteration.work.bytes_in += n as u64;
                     if tls {
@@ -251,31 +251,31 @@ impl Worker {
                         self.resume_later(key);
                         return;
                     }
-                    if n < asked && !greedy {
+                    if !all_asked && !greedy {
                         return;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return self.close_now(key),
+                SocketRead::Nothing => return,
+                SocketRead::Interrupted => continue,
+                SocketRead::Failed => return self.close_now(key),
             }
         }
     }
 
     /// One read: into the shared scratch buffer when the connection holds no partial input,
-    /// else onto the end of its own buffer. Returns the result and how much was asked.
-    fn read_some(&mut self, key: usize) -> (io::Result<usize>, usize) {
+    /// else onto the end of its own buffer.
+    fn read_some(&mut self, key: usize) -> SocketRead {
         let cap = self.rbuf_cap(key);
         let c = &mut self.conns[key];
         if c.rbuf.is_empty() {
-            return (c.sock.read(&mut self.bufs.scratch), self.bufs.scratch.len());
+            return SocketRead::of(c.sock.read(&mut self.bufs.scratch), self.bufs.scratch.len());
         }
         let len = c.rbuf.len();
         if len >= cap {
             // A head or frame larger than any limit allows cannot be pending here (parsers
             // refuse those first); treat as a protocol failure.
             self.fail_oversize(key);
-            return (Err(io::ErrorKind::WouldBlock.into()), 0);
+            return SocketRead::Nothing;
         }
         // Grow by doubling from what is held: a connection stuck on a partial head keeps a
         // few KiB, not a whole scratch buffer.
@@ -284,7 +284,7 @@ impl Worker {
         let r = c.sock.read(&mut c.rbuf[len..]);
         let got = *r.as_ref().unwrap_or(&0);
         c.rbuf.truncate(len + got);
-        (r, want)
+        SocketRead::of(r, want)
     }
 
     /// Puts a connection on the ready list (once): its input is driven again after this

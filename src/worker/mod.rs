@@ -56,6 +56,38 @@ pub const WAKER: Token = Token(usize::MAX - 2);
 /// Token of the TLS listener.
 pub const TLS_LISTENER: Token = Token(usize::MAX - 3);
 
+/// What one read of a connection's socket came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SocketRead {
+    /// `n` bytes (for TLS: of ciphertext, its plaintext in the worker's buffer), and whether
+    /// they filled what was asked (the socket may hold more).
+    Bytes { n: usize, all_asked: bool },
+    /// The peer closed its side.
+    Eof,
+    /// Nothing to read now (or the connection was just failed for oversized input).
+    Nothing,
+    /// A signal interrupted the call: read again.
+    Interrupted,
+    /// A socket or TLS error: the connection is closed.
+    Failed,
+}
+
+impl SocketRead {
+    /// The outcome of a `read` of up to `asked` bytes.
+    pub(super) fn of(r: std::io::Result<usize>, asked: usize) -> SocketRead {
+        match r {
+            Ok(0) => SocketRead::Eof,
+            Ok(n) => SocketRead::Bytes {
+                n,
+                all_asked: n >= asked,
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => SocketRead::Nothing,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => SocketRead::Interrupted,
+            Err(_) => SocketRead::Failed,
+        }
+    }
+}
+
 /// What the rest of the process tells a worker (its own mailbox; the engine has its own).
 #[derive(Debug)]
 pub enum Control {

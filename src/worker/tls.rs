@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use mio::net::TcpStream;
 
-use super::Worker;
+use super::{SocketRead, Worker};
 use crate::outbuf::{Flush, OutBuf};
 use crate::tls::{TlsScratch, TlsSession, TlsSink};
 
@@ -35,23 +35,22 @@ impl Worker {
         }
     }
 
-    /// One read of ciphertext, decrypted into `self.bufs.plain` (emptied first). Returns the
-    /// ciphertext bytes read (0: EOF) and how many were asked for; a TLS error is returned
-    /// as an `InvalidData` error once the session's alert was sent (best effort).
-    pub(super) fn read_tls(&mut self, key: usize) -> (io::Result<usize>, usize) {
+    /// One read of ciphertext, decrypted into `self.bufs.plain` (emptied first); a TLS
+    /// error is [`SocketRead::Failed`] once the session's alert was sent (best effort).
+    pub(super) fn read_tls(&mut self, key: usize) -> SocketRead {
         if self.conns[key].rbuf.len() >= self.rbuf_cap(key) {
             // As in `read_some`: the parsers refuse oversized input before this.
             self.fail_oversize(key);
-            return (Err(io::ErrorKind::WouldBlock.into()), 0);
+            return SocketRead::Nothing;
         }
         let asked = self.bufs.scratch.len();
         let c = &mut self.conns[key];
         let Some(tls) = c.tls.as_deref_mut() else {
-            return (Err(io::ErrorKind::InvalidInput.into()), 0);
+            return SocketRead::Failed;
         };
-        let n = match c.sock.read(&mut self.bufs.scratch) {
-            Ok(n) if n > 0 => n,
-            other => return (other, asked),
+        let n = match SocketRead::of(c.sock.read(&mut self.bufs.scratch), asked) {
+            SocketRead::Bytes { n, .. } => n,
+            other => return other,
         };
         let was_done = tls.handshake_done();
         self.bufs.plain.clear();
@@ -63,7 +62,7 @@ impl Worker {
                 worker = self.id, error:% = e;
                 "worker {}: TLS connection closed: {e}", self.id
             );
-            return (Err(io::Error::new(io::ErrorKind::InvalidData, e)), asked);
+            return SocketRead::Failed;
         }
         if !was_done && tls.handshake_done() {
             self.shared.metrics.cores[self.id].tls_handshakes.inc();
@@ -73,7 +72,7 @@ impl Worker {
             // are held by the session until the first answer, and go out with it).
             self.mark_dirty(key);
         }
-        (Ok(n), asked)
+        SocketRead::of(Ok(n), asked)
     }
 
     /// Processes the plaintext of the last [`Worker::read_tls`]; `false` when the peer

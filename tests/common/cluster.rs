@@ -55,7 +55,7 @@ pub fn ws_urls(nodes: &[Server]) -> String {
 pub fn topic_on(shard: usize, shards: usize) -> String {
     loop {
         let t = topic();
-        if walletrelay::cluster::shard_of(t.as_bytes(), shards) == shard {
+        if walletrelay::engine::redis::cluster::shard_of(t.as_bytes(), shards) == shard {
             return t;
         }
     }

@@ -206,22 +206,22 @@ impl Drop for RedisServer {
 /// A node's Redis side with its events collected, for tests.
 pub struct Node {
     /// The cluster side under test.
-    pub cluster: walletrelay::cluster::Cluster,
+    pub cluster: walletrelay::engine::redis::cluster::Cluster,
     rx: crossbeam_channel::Receiver<(
         usize,
-        walletrelay::event::Event<walletrelay::cluster::Followup>,
+        walletrelay::event::Event<walletrelay::engine::redis::cluster::Followup>,
     )>,
     /// Events received but not yet taken by a `wait`.
     backlog: std::cell::RefCell<
         std::collections::VecDeque<(
             usize,
-            walletrelay::event::Event<walletrelay::cluster::Followup>,
+            walletrelay::event::Event<walletrelay::engine::redis::cluster::Followup>,
         )>,
     >,
     ticket: std::cell::Cell<u64>,
 }
 
-use walletrelay::cluster::{
+use walletrelay::engine::redis::cluster::{
     Cluster, ClusterConfig, ClusterError, ClusterHandle, Followup, History, Origin, PublishOutcome,
     PublishReq, Unavailable,
 };
@@ -258,9 +258,10 @@ impl Node {
     /// Starts a node on `cfg`.
     pub fn try_start(cfg: ClusterConfig) -> Result<Node, ClusterError> {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let sink: walletrelay::cluster::EventSink = std::sync::Arc::new(move |w, ev| {
-            let _ = tx.send((w, ev));
-        });
+        let sink: walletrelay::engine::redis::cluster::EventSink =
+            std::sync::Arc::new(move |w, ev| {
+                let _ = tx.send((w, ev));
+            });
         Ok(Node {
             cluster: Cluster::start(cfg, sink)?,
             rx,
@@ -348,7 +349,7 @@ impl Node {
     ) -> Result<PublishOutcome, Unavailable> {
         let t = self.ticket();
         let req = PublishReq {
-            ns: walletrelay::cluster::NS_V2,
+            ns: walletrelay::engine::redis::cluster::NS_V2,
             topic: topic.into(),
             body: data,
             ttl,
@@ -368,8 +369,13 @@ impl Node {
     /// Reads a v2 topic's history from worker 0 and waits for it.
     pub fn read(&self, topic: &str, epoch: u64, after: u64) -> Result<History, Unavailable> {
         let t = self.ticket();
-        self.h(0)
-            .read(t, walletrelay::cluster::NS_V2, &topic.into(), epoch, after)?;
+        self.h(0).read(
+            t,
+            walletrelay::engine::redis::cluster::NS_V2,
+            &topic.into(),
+            epoch,
+            after,
+        )?;
         self.wait("history", |_, e| match e {
             Event::Engine(Followup::Page { ticket, result }) if *ticket == t => {
                 Some(result.clone())

@@ -75,7 +75,7 @@ impl<S> Caller<'_, S> {
                 fetch::start_for(self.conn, topics, self.answer, client, ctx);
             }
         }
-        let gathered = outbound::Outcome::Fetch(Default::default());
+        let gathered = outbound::Gathered::Fetch(Default::default());
         Outcome::Pending(topics.len() as u32, gathered)
     }
 }

@@ -270,7 +270,7 @@ pub(super) enum Outcome {
     Json(Vec<u8>),
     /// Answered later: this many results of the request's answer number are still to
     /// come, and what the ones known now gave.
-    Pending(u32, outbound::Outcome),
+    Pending(u32, outbound::Gathered),
 }
 
 /// The JSON-RPC error a relay refusal is answered with.

@@ -153,7 +153,7 @@ pub(super) fn publishes(results: &[Done<Result<(), RelayError>>]) -> Result<Outc
     match (later, failed) {
         (0, None) => Ok(Outcome::Done),
         (0, Some(e)) => Err(rpc_error(&e)),
-        (n, None) => Ok(Outcome::Pending(n, outbound::Outcome::Done)),
-        (n, Some(e)) => Ok(Outcome::Pending(n, outbound::Outcome::Failed(e))),
+        (n, None) => Ok(Outcome::Pending(n, outbound::Gathered::Done)),
+        (n, Some(e)) => Ok(Outcome::Pending(n, outbound::Gathered::Failed(e))),
     }
 }

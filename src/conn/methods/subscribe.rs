@@ -103,7 +103,7 @@ impl<'a> Method<'a> for SubscribeBlocking<'a> {
         let (id, slot) = c.subscribe_at(&self.topic, ctx)?;
         ctx.relay
             .when_in_place(ctx.conn_ref(c.conn), c.answer, slot);
-        let outcome = outbound::Outcome::Subscribed(Box::new(id));
+        let outcome = outbound::Gathered::Subscribed(Box::new(id));
         Ok(Outcome::Pending(1, outcome))
     }
 }
@@ -136,7 +136,7 @@ impl<'a> Method<'a> for BatchSubscribeBlocking<'a> {
                 },
             });
         }
-        let outcome = outbound::Outcome::SubscribedEach(each);
+        let outcome = outbound::Gathered::SubscribedEach(each);
         Ok(Outcome::Pending(waiting, outcome))
     }
 }

@@ -94,7 +94,7 @@ fn watch<S>(
         false => b"true".to_vec(),
     };
     Ok(match (saved, answer) {
-        (crate::notify::Saved::Later, 1..) => Outcome::Pending(1, outbound::Outcome::Json(result)),
+        (crate::notify::Saved::Later, 1..) => Outcome::Pending(1, outbound::Gathered::Json(result)),
         _ => Outcome::Json(result),
     })
 }

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use super::cluster::{Cluster, ClusterConfig, EventSink, Followup};
 use super::RedisEngine;
-use crate::cluster::{Cluster, ClusterConfig, EventSink, Followup};
 use crate::engine::{BuildError, Built, Engine, Event, Exporter, Setup};
 use crate::health::Health;
 use crate::mailbox::{self, Mailbox};
@@ -19,10 +19,10 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
     let password = opts
         .password()
         .map_err(BuildError::Config)?
-        .map(crate::cluster::Secret);
+        .map(super::cluster::Secret);
     let cfg = ClusterConfig {
         urls: config.redis.clone(),
-        tls: crate::cluster::tls::RedisTlsFiles {
+        tls: super::cluster::tls::RedisTlsFiles {
             ca: opts.redis_tls_ca.clone(),
             cert: opts.redis_tls_cert.clone(),
             key: opts.redis_tls_key.clone(),

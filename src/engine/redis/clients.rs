@@ -12,9 +12,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::cluster::clients::{ClientCmd, MailboxCmd};
+use super::cluster::{ClientRead, ClientSeen};
 use super::RedisEngine;
-use crate::cluster::clients::{ClientCmd, MailboxCmd};
-use crate::cluster::{ClientRead, ClientSeen};
 use crate::engine::clients::{ClientOp, ClientRef};
 use crate::engine::RelayError;
 use crate::engine::{Body, Events, History, Position, Ticket};
@@ -425,7 +425,7 @@ impl RedisEngine {
                     attestation,
                     published_at: m.body.published_at(),
                     tag,
-                    ttl: crate::engine::home::clients::NOTICE_TTL_S,
+                    ttl: crate::engine::memory::home::clients::NOTICE_TTL_S,
                 });
             }
         }
@@ -517,7 +517,7 @@ pub(super) struct Mail {
 impl Default for Mail {
     fn default() -> Self {
         Mail {
-            ttl_ms: crate::engine::home::clients::DEFAULT_MAILBOX_TTL_S * 1000,
+            ttl_ms: crate::engine::memory::home::clients::DEFAULT_MAILBOX_TTL_S * 1000,
             max: 1000,
             node: Arc::default(),
             notify: Arc::new(crate::notice::Silent),

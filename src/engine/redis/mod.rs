@@ -22,6 +22,7 @@
 
 mod build;
 mod clients;
+pub mod cluster;
 mod v1;
 
 use std::collections::HashMap;
@@ -31,12 +32,12 @@ use std::time::Duration;
 use super::{
     Done, Engine, Event, Events, History, Message, Position, PublishReq, Stored, Ticket, V1Publish,
 };
-use crate::cluster::{self, ClusterHandle, Followup, PublishOutcome, NS_V1, NS_V2};
 use crate::engine::RelayError;
 use crate::mailbox::Receiver;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
 pub use build::build;
 pub use clients::NodeMailboxes;
+use cluster::{ClusterHandle, Followup, PublishOutcome, NS_V1, NS_V2};
 
 /// A topic this worker watches.
 #[derive(Debug, Default)]

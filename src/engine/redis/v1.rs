@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::cluster::{self, V1PublishReq, V1Published, NS_V1};
 use super::RedisEngine;
-use crate::cluster::{self, V1PublishReq, V1Published, NS_V1};
 use crate::engine::{Event, Events, Origin, Ticket, V1Publish};
 use crate::webhook::Delivery as WebhookCall;
 

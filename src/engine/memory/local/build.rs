@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use super::outbox::Peers;
 use super::{HomeMsg, LocalEngine, LocalShared};
-use crate::engine::journal::recover::{self, Settings};
-use crate::engine::placement::Placement;
+use crate::engine::memory::journal::recover::{self, Settings};
+use crate::engine::memory::placement::Placement;
 use crate::engine::{BuildError, Built, Engine, Exporter, Setup};
 use crate::health::Health;
 use crate::mailbox::{self, Receiver};

@@ -19,8 +19,8 @@ use crate::metrics::StoreWrites;
 
 use super::{Cancels, Journal};
 use crate::config::{Config, Fsync};
-use crate::engine::home::{HomeTopics, WebhookAdded, WebhookRemoved};
-use crate::engine::placement::Placement;
+use crate::engine::memory::home::{HomeTopics, WebhookAdded, WebhookRemoved};
+use crate::engine::memory::placement::Placement;
 use crate::engine::{BuildError, Message, Origin, Position};
 use crate::health::Health;
 use crate::message::{Body, Meta};

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::home::HomeTopics;
-use super::{Position, Stored};
+use crate::engine::{Position, Stored, Ticket};
 use crate::health::Health;
 use crate::store::entry::{Entry, Ns};
 use crate::store::{FsyncMode, Loc, Log, SegmentId, StoreError, SyncEvent, Syncer};
@@ -56,7 +56,7 @@ pub struct Settled {
     /// The asking worker.
     pub core: u16,
     /// Its ticket.
-    pub ticket: super::Ticket,
+    pub ticket: Ticket,
     /// What was held.
     pub what: Held,
     /// The record is on stable storage.
@@ -141,7 +141,7 @@ pub struct Journal {
     syncer: Option<Syncer>,
     mode: FsyncMode,
     /// Answers waiting for their record's sync: (lsn, to whom, what), in lsn order.
-    held: VecDeque<(u64, u16, super::Ticket, Held)>,
+    held: VecDeque<(u64, u16, Ticket, Held)>,
     tombstones: Vec<Tombstone>,
     /// Cancellations not recorded (the disk was failing): (what, segment of the cancelled
     /// record), recorded by the repair.
@@ -419,7 +419,7 @@ impl Journal {
     }
 
     /// Holds an answer until record `lsn` is synced.
-    pub fn hold(&mut self, lsn: u64, core: u16, ticket: super::Ticket, what: Held) {
+    pub fn hold(&mut self, lsn: u64, core: u16, ticket: Ticket, what: Held) {
         self.held.push_back((lsn, core, ticket, what));
     }
 

@@ -35,17 +35,29 @@ mod msg;
 pub mod outbox;
 mod v1;
 
-use super::{
-    Done, Engine, Event, Events, Message, Position, PublishReq, Stored, Ticket, V1Publish,
-};
 use crate::config::Limits;
 use crate::engine::RelayError;
+use crate::engine::{
+    Done, Engine, Event, Events, Message, Position, PublishReq, Stored, Ticket, V1Publish,
+};
 use crate::mailbox::Receiver;
 use crate::metrics::Metrics;
 use crate::webhook::{Delivery as WebhookCall, WebhookPool};
 pub use build::build;
 pub use msg::{HomeMsg, Reply};
 use outbox::{Outboxes, Peers};
+
+/// What a publish at its home comes to: its answer now, or once the journal has synced the
+/// record it waits for.
+#[derive(Debug)]
+enum HomeStored {
+    /// Answered now: stored (in memory, or written where the policy needs no sync), a
+    /// duplicate, or refused.
+    Now(Result<Stored, RelayError>),
+    /// Stored (or a duplicate of a message still unsynced), answered once the journal has
+    /// synced the record with this log sequence number.
+    AfterSync(Stored, u64),
+}
 
 /// What every worker's in-memory engine shares.
 #[derive(Clone)]
@@ -167,23 +179,19 @@ impl LocalEngine {
     }
 
     /// Home side of a publish: store, record, fan out to the watching workers, call the
-    /// webhooks. Returns the outcome and, when the answer must wait for the disk, the log
-    /// sequence number of its record.
-    fn store_here(
-        &mut self,
-        req: PublishReq,
-        hash: u64,
-        out: &mut Events,
-    ) -> (Result<Stored, RelayError>, Option<u64>) {
+    /// webhooks. Says whether the answer is known now or waits for the disk.
+    fn store_here(&mut self, req: PublishReq, hash: u64, out: &mut Events) -> HomeStored {
         if self.journal.as_ref().is_some_and(Journal::refuses) {
-            return (Err(RelayError::StorageUnavailable), None);
+            return HomeStored::Now(Err(RelayError::StorageUnavailable));
         }
         let now = crate::clock::coarse().0;
         let o = self.home.store(&req, hash, now);
         let Stored::New(pos) = o.stored else {
             // A duplicate is as durable as its original, which may still wait for its sync.
-            let wait = self.journal.as_ref().and_then(Journal::unsynced);
-            return (Ok(o.stored), wait);
+            return match self.journal.as_ref().and_then(Journal::unsynced) {
+                Some(lsn) => HomeStored::AfterSync(o.stored, lsn),
+                None => HomeStored::Now(Ok(o.stored)),
+            };
         };
         let mut wait = None;
         if let (Some(j), Some(key)) = (self.journal.as_mut(), o.key) {
@@ -193,7 +201,7 @@ impl LocalEngine {
                 self.home.set_record(key, a.loc);
                 wait = j.answers_after_sync().then_some(a.lsn);
             } else if j.answers_after_sync() {
-                return (Err(RelayError::StorageUnavailable), None);
+                return HomeStored::Now(Err(RelayError::StorageUnavailable));
             }
         }
         self.home.client_notices(o.slot, &req, pos);
@@ -223,7 +231,10 @@ impl LocalEngine {
             topic: req.topic,
             msg,
         });
-        (Ok(o.stored), wait)
+        match wait {
+            Some(lsn) => HomeStored::AfterSync(o.stored, lsn),
+            None => HomeStored::Now(Ok(o.stored)),
+        }
     }
 
     fn on_home_msg(&mut self, msg: HomeMsg, out: &mut Events) {
@@ -311,9 +322,9 @@ impl Engine for LocalEngine {
         };
         if here {
             return match self.store_here(req, hash, out) {
-                (result, None) => Done::Now(result),
-                done => {
-                    self.answer_publish(self.me, ticket, done, out);
+                HomeStored::Now(result) => Done::Now(result),
+                later => {
+                    self.answer_publish(self.me, ticket, later, out);
                     Done::Later
                 }
             };

@@ -4,7 +4,7 @@
 //! the worker layout changed. Works on the journal's own fields and the home's cache only.
 
 use super::{Compaction, Journal, Tombstone, COMPACT_KEYS, COMPACT_SEGMENTS, REPAIR_KEYS};
-use crate::engine::home::HomeTopics;
+use crate::engine::memory::home::HomeTopics;
 use crate::store::entry::Entry;
 use crate::store::{SegmentId, StoreError};
 

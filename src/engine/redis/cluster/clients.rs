@@ -194,7 +194,7 @@ pub fn decode_mailbox(v: &Value) -> Result<Option<Vec<String>>, BadReply> {
 mod tests {
     use super::*;
 
-    use crate::cluster::resp::tests::strings;
+    use crate::engine::redis::cluster::resp::tests::strings;
 
     #[test]
     fn on_a_cluster_a_client_op_stays_in_its_topic_slot_and_the_set_in_the_clients() {

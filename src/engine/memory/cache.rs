@@ -54,7 +54,7 @@ type Due = Reverse<(u64, u64, usize)>;
 /// Fixed bytes counted for each cached message besides its payload (slab entry, indexes).
 pub const ENTRY_OVERHEAD: usize = 128;
 
-pub use super::Origin;
+pub use crate::engine::Origin;
 
 /// One cached message.
 #[derive(Debug)]

@@ -192,7 +192,7 @@ fn while_the_disk_fails_records_are_deferred_then_written_by_the_repair() {
     assert!(!r.publish("two", 2));
     assert_eq!(
         r.home.add_webhook(&r.topic, url.clone()),
-        Ok(crate::engine::home::WebhookAdded::New)
+        Ok(crate::engine::memory::home::WebhookAdded::New)
     );
     assert!(r.j.webhook_add(&r.topic, &url).is_none());
     assert_eq!(r.j.metrics().records_deferred.get(), 2);

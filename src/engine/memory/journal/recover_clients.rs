@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{Cancels, Journal};
 use crate::engine::clients::{ClientRef, ClientSub};
-use crate::engine::home::HomeTopics;
+use crate::engine::memory::home::HomeTopics;
 use crate::message::Position;
 use crate::store::entry::Entry;
 use crate::store::Loc;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{HomeMsg, LocalEngine, Reply};
 use crate::engine::clients::{ClientOp, ClientRef};
-use crate::engine::home::clients::ClientChange;
+use crate::engine::memory::home::clients::ClientChange;
 use crate::engine::RelayError;
 use crate::engine::{Event, Events, Position, Ticket};
 

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use slab::Slab;
 
 use super::cache::{Cache, Cached};
-use super::clients::TopicClients;
-use super::{new_epoch, History, Message, Origin, Position, PublishReq, Stored};
 use crate::config::Limits;
+use crate::engine::clients::TopicClients;
 use crate::engine::RelayError;
+use crate::engine::{new_epoch, History, Message, Origin, Position, PublishReq, Stored};
 use crate::metrics::{CoreMetrics, DropReason, Metrics};
 use crate::store::Loc;
 use by_name::ByName;

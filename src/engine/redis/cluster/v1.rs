@@ -183,7 +183,7 @@ pub fn decode_sub(v: Value) -> Result<Vec<Bytes>, BadReply> {
 mod tests {
     use super::*;
 
-    use crate::cluster::resp::tests::strings;
+    use crate::engine::redis::cluster::resp::tests::strings;
 
     #[test]
     fn a_pub_packs_its_keys_frame_and_channel() {

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use super::LocalEngine;
-use crate::engine::home::{WebhookAdded, WebhookRemoved};
-use crate::engine::journal::{Held, Journal};
+use super::{HomeStored, LocalEngine};
+use crate::engine::memory::home::{WebhookAdded, WebhookRemoved};
+use crate::engine::memory::journal::{Held, Journal};
 use crate::engine::RelayError;
-use crate::engine::{Event, Events, Stored, Ticket};
+use crate::engine::{Event, Events, Ticket};
 
 impl LocalEngine {
     /// Answers a publish of worker `core` (this one included), now or once its record is
@@ -16,14 +16,20 @@ impl LocalEngine {
         &mut self,
         core: u16,
         ticket: Ticket,
-        done: (Result<Stored, RelayError>, Option<u64>),
+        done: HomeStored,
         out: &mut Events,
     ) {
         match (done, self.journal.as_mut()) {
-            ((Ok(stored), Some(lsn)), Some(j)) => {
+            (HomeStored::AfterSync(stored, lsn), Some(j)) => {
                 j.hold(lsn, core, ticket, Held::Published(stored))
             }
-            ((result, _), _) => self.report(core, Event::Published { ticket, result }, out),
+            (HomeStored::AfterSync(stored, _), None) => {
+                let result = Ok(stored);
+                self.report(core, Event::Published { ticket, result }, out)
+            }
+            (HomeStored::Now(result), _) => {
+                self.report(core, Event::Published { ticket, result }, out)
+            }
         }
     }
 

@@ -16,7 +16,8 @@ use walletrelay::engine::History;
 use walletrelay::mailbox::{self, Doorbell};
 use walletrelay::metrics::Metrics;
 use walletrelay::relay::{
-    Body, ConnRef, Dialect, Done, Meta, Position, PushKind, Recipients, Relay, RelayError, SubId,
+    Body, ConnRef, Dialect, Done, Meta, Position, Publishing, PushKind, Recipients, Relay,
+    RelayError, SubId,
 };
 use walletrelay::webhook::WebhookPool;
 
@@ -47,6 +48,18 @@ impl Recipients for Count {
     fn webhook_answer(&mut self, _: ConnRef, _: Result<(), RelayError>) {}
     fn push_text(&mut self, _: ConnRef, _: &Bytes, _: PushKind) {
         self.pushes += 1;
+    }
+}
+
+/// A publish of `message` on `topic` with the bench's ttl, no prompt, no client id.
+fn publishing<'a>(topic: &'a str, message: &'a str) -> Publishing<'a> {
+    Publishing {
+        topic,
+        message,
+        meta: Meta::default(),
+        ttl: 21600,
+        prompt: false,
+        publisher: None,
     }
 }
 
@@ -122,7 +135,7 @@ fn routing(c: &mut Criterion) {
         b.iter(|| {
             i += 1;
             let m = format!("{msg}{i}");
-            let done = rs[0].publish(publisher, 1, &topic, &m, Meta::default(), 21600, false);
+            let done = rs[0].publish(publisher, 1, publishing(&topic, &m));
             assert_eq!(done, Done::Now(Ok(())));
             rs[0].deliver(&mut out);
             black_box(out.pushes);
@@ -144,7 +157,7 @@ fn routing(c: &mut Criterion) {
             let m = format!("{msg}{i}");
             let (pushes, answers) = (out.pushes, out.answers);
             assert_eq!(
-                rs[0].publish(publisher, 1, &topic, &m, Meta::default(), 21600, false),
+                rs[0].publish(publisher, 1, publishing(&topic, &m)),
                 Done::Later
             );
             pump(&mut rs, &mut out);

@@ -306,6 +306,62 @@ fn spawn_worker(
 }
 
 /// One poll instance per worker, each with its doorbell (whoever sends to the worker or
+/// How a watch registration's answer reaches its worker from the thread that made it
+/// durable: a control message to that worker.
+fn watch_reply(controls: Arc<[Mailbox<Control>]>) -> crate::conn::WatchReply {
+    Arc::new(move |worker, conn, answer, result| {
+        if let Some(c) = controls.get(worker) {
+            c.send_blocking(Control::Watched {
+                conn,
+                answer,
+                result,
+            });
+        }
+    })
+}
+
+/// SIGHUP's reloader: certificates, the registry directory and the project ids, each new
+/// set broadcast to every worker.
+fn reloader(
+    config: &Config,
+    loader: Option<crate::tls::TlsLoader>,
+    controls: Arc<[Mailbox<Control>]>,
+    projects: Option<Arc<crate::auth::ProjectIds>>,
+) -> Reloader {
+    let broadcast = Box::new(move |r: Reload| {
+        tell_all(&controls, || Control::Reload(r.clone()));
+    });
+    Reloader::new(
+        loader,
+        config.registry_dir.clone(),
+        config.image_base.clone(),
+        broadcast,
+    )
+    .with_projects(config.project_ids.clone(), projects)
+}
+
+/// With `--handover-socket`: offers this process's listeners to the next one, which tells
+/// the server's event loop when it took them (`Event::HandedOver`).
+fn offer_handover(
+    config: &Config,
+    offered: Option<crate::handover::Listeners>,
+    events: &crossbeam_channel::Sender<Event>,
+) -> Result<Option<Offer>, StartError> {
+    let (Some(path), Some(listeners)) = (&config.admin.handover_socket, offered) else {
+        return Ok(None);
+    };
+    let tx = events.clone();
+    let stopped = Box::new(move |pid| {
+        let _ = tx.send(Event::HandedOver(pid));
+    });
+    Ok(Some(Offer::start(
+        path,
+        config.admin.take_over,
+        listeners,
+        stopped,
+    )?))
+}
+
 /// its engine rings it).
 fn polls_and_bells(n: usize) -> Result<(Vec<mio::Poll>, Vec<Arc<Doorbell>>), StartError> {
     let mut polls = Vec::with_capacity(n);
@@ -430,18 +486,7 @@ impl Server {
             webhooks: webhooks.clone(),
             relay_key: notifier.key().clone(),
             notifier: notifier.clone(),
-            watch_reply: {
-                let controls = controls.clone();
-                Arc::new(move |worker, conn, answer, result| {
-                    if let Some(c) = controls.get(worker) {
-                        c.send_blocking(Control::Watched {
-                            conn,
-                            answer,
-                            result,
-                        });
-                    }
-                })
-            },
+            watch_reply: watch_reply(controls.clone()),
             health: built.health,
             layouts,
             layout_switch: built.layout_switch,
@@ -495,36 +540,12 @@ impl Server {
             ),
             None => None,
         };
-        let to_workers = controls.clone();
-        let broadcast = Box::new(move |r: Reload| {
-            tell_all(&to_workers, || Control::Reload(r.clone()));
-        });
-        let reloader = Reloader::new(
-            loader,
-            config.registry_dir.clone(),
-            config.image_base.clone(),
-            broadcast,
-        )
-        .with_projects(config.project_ids.clone(), projects);
+        let reloader = reloader(&config, loader, controls.clone(), projects);
         // Every worker accepts now: the old process may stop (without a data directory; with
         // one it stopped before the engine opened it).
         takeover::after_start(handover);
         let events = crossbeam_channel::bounded(16);
-        let offer = match (&config.admin.handover_socket, offered) {
-            (Some(path), Some(listeners)) => {
-                let tx = events.0.clone();
-                let stopped = Box::new(move |pid| {
-                    let _ = tx.send(Event::HandedOver(pid));
-                });
-                Some(Offer::start(
-                    path,
-                    config.admin.take_over,
-                    listeners,
-                    stopped,
-                )?)
-            }
-            _ => None,
-        };
+        let offer = offer_handover(&config, offered, &events.0)?;
         Ok(Server {
             addr,
             tls_addr,

@@ -96,84 +96,80 @@ impl Backlog {
     }
 }
 
+/// A push to one subscription of a connection ([`Conn::deliver`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PushTo<'a> {
+    /// The subscription.
+    pub id: &'a SubId,
+    /// The shape its pushes take.
+    pub dialect: Dialect,
+    /// The push's JSON-RPC id.
+    pub push_id: u64,
+    /// A live message (it counts against `--max-outbound` while it waits), not a replay.
+    pub live: bool,
+}
+
+/// How a push is written ([`Conn::deliver`]): into the output buffer while it holds less
+/// than `fill_mark` bytes, its shared bytes by reference from `share_min` on, encoded in
+/// the worker's `scratch`.
+#[derive(Debug)]
+pub struct Writing<'a> {
+    /// Output at which pushes wait in the backlog instead.
+    pub fill_mark: usize,
+    /// Bodies at least this long are referenced, not copied.
+    pub share_min: usize,
+    /// The worker's scratch buffer.
+    pub scratch: &'a mut Vec<u8>,
+}
+
 impl<S> Conn<S> {
     /// Bytes queued for this connection that count against `--max-outbound`.
     pub fn outbound_len(&self) -> usize {
         self.out.len() + self.backlog.live + self.tls.as_ref().map_or(0, |t| t.pending_len())
     }
 
-    /// Delivers a push of `body` in the shape of `dialect`: encoded into `out` while it
-    /// holds less than `fill_mark` bytes and nothing waits before it, else queued (by
+    /// Delivers a push of `body` in the shape of `to.dialect`: encoded into `out` while it
+    /// holds less than `w.fill_mark` bytes and nothing waits before it, else queued (by
     /// reference) in the backlog.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one push; the worker's delivery is its one caller"
-    )]
     // Inlined into its caller (one push per subscriber).
     #[inline]
-    pub fn deliver(
-        &mut self,
-        id: &SubId,
-        dialect: Dialect,
-        body: &Body,
-        push_id: u64,
-        live: bool,
-        fill_mark: usize,
-        share_min: usize,
-        scratch: &mut Vec<u8>,
-    ) {
-        let (data, len, suffix) = rpc::push_shape(body, dialect);
+    pub fn deliver(&mut self, to: PushTo<'_>, body: &Body, w: Writing<'_>) {
+        let (data, len, suffix) = rpc::push_shape(body, to.dialect);
         let q = QueuedPush {
-            id: *id,
-            push_id,
-            dialect,
+            id: *to.id,
+            push_id: to.push_id,
+            dialect: to.dialect,
             len,
             suffix,
-            live,
+            live: to.live,
             compressed: false,
         };
-        self.deliver_push(q, data, fill_mark, share_min, scratch);
+        self.deliver_push(q, data, w);
     }
 
     /// Delivers a permessage-deflate push: `z` is the push's `data` + suffix compressed once
     /// for every subscriber of its dialect on this worker (`ws::deflate::Shared`).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one push; the worker's delivery is its one caller"
-    )]
-    pub fn deliver_compressed(
-        &mut self,
-        id: &SubId,
-        dialect: Dialect,
-        z: &ArcBuf,
-        push_id: u64,
-        live: bool,
-        fill_mark: usize,
-        share_min: usize,
-        scratch: &mut Vec<u8>,
-    ) {
+    pub fn deliver_compressed(&mut self, to: PushTo<'_>, z: &ArcBuf, w: Writing<'_>) {
         let q = QueuedPush {
-            id: *id,
-            push_id,
-            dialect,
+            id: *to.id,
+            push_id: to.push_id,
+            dialect: to.dialect,
             len: z.len(),
             suffix: b"",
-            live,
+            live: to.live,
             compressed: true,
         };
-        self.deliver_push(q, z, fill_mark, share_min, scratch);
+        self.deliver_push(q, z, w);
     }
 
     /// `q` with its shared bytes `data`: written now or queued.
     #[inline]
-    fn deliver_push(
-        &mut self,
-        q: QueuedPush,
-        data: &ArcBuf,
-        fill_mark: usize,
-        share_min: usize,
-        scratch: &mut Vec<u8>,
-    ) {
+    fn deliver_push(&mut self, q: QueuedPush, data: &ArcBuf, w: Writing<'_>) {
+        let Writing {
+            fill_mark,
+            share_min,
+            scratch,
+        } = w;
         if self.backlog.is_empty() && self.out.len() < fill_mark {
             if q.compressed {
                 self.push_compressed(&q.id, q.dialect, q.push_id, data, share_min, scratch);

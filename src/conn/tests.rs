@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use clap::Parser;
 
+use super::outbound::{PushTo, Writing};
 use super::{process, Conn, Ctx, HttpWait, IdSource, Phase, Shared, Tools, Turn, WsState};
 use crate::config::Config;
 use crate::engine::{Events, History};
@@ -90,7 +91,18 @@ struct Bench {
 impl Recipients for Conn<()> {
     fn push(&mut self, _: ConnRef, id: &SubId, d: Dialect, body: &Body, n: u64, _: PushKind) {
         let mut enc = Vec::new();
-        self.deliver(id, d, body, n, true, 1 << 16, 1 << 16, &mut enc);
+        let to = PushTo {
+            id,
+            dialect: d,
+            push_id: n,
+            live: true,
+        };
+        let w = Writing {
+            fill_mark: 1 << 16,
+            share_min: 1 << 16,
+            scratch: &mut enc,
+        };
+        self.deliver(to, body, w);
     }
     fn fetched(
         &mut self,
@@ -427,16 +439,19 @@ fn input_waits_past_the_pending_answers_limit_and_a_half_close_keeps_the_answers
     b.store_answers(0, Ok(Stored::Duplicate));
     assert!(!b.conn.input_blocked(2));
     // The peer half-closes: the answers it is owed still go out, pushes do not.
-    b.conn.deliver(
-        &SubId::from_bytes(&[1; 32]),
-        Dialect::Waku,
-        &crate::message::Body::encode("t", "{}", crate::message::Meta::default()),
-        1,
-        true,
-        0,
-        0,
-        &mut Vec::new(),
-    );
+    let to = PushTo {
+        id: &SubId::from_bytes(&[1; 32]),
+        dialect: Dialect::Waku,
+        push_id: 1,
+        live: true,
+    };
+    let w = Writing {
+        fill_mark: 0,
+        share_min: 0,
+        scratch: &mut Vec::new(),
+    };
+    let body = crate::message::Body::encode("t", "{}", crate::message::Meta::default());
+    b.conn.deliver(to, &body, w);
     b.conn.finish(1, 1000);
     b.store_answers(1, Ok(Stored::Duplicate));
     let out = b.written();

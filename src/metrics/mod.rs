@@ -213,6 +213,189 @@ impl CoreMetrics {
     }
 }
 
+/// Reads one per-worker cell of a [`CoreMetrics`].
+type Get = fn(&CoreMetrics) -> &Cell;
+
+/// The per-worker families: name (after `walletrelay_`), kind, help (` (per worker).` is
+/// appended), and the cell each worker counts it in. In exposition order.
+const PER_CORE: [(&str, Kind, &str, Get); 31] = [
+    ("connections_open", Kind::Gauge, "Open connections", |c| {
+        &c.connections_open
+    }),
+    (
+        "connections_accepted_total",
+        Kind::Counter,
+        "Connections accepted",
+        |c| &c.connections_accepted,
+    ),
+    (
+        "connections_refused_total",
+        Kind::Counter,
+        "Connections refused at the limit",
+        |c| &c.connections_refused,
+    ),
+    (
+        "websockets_open",
+        Kind::Gauge,
+        "Open WebSocket connections",
+        |c| &c.websockets_open,
+    ),
+    (
+        "http_requests_total",
+        Kind::Counter,
+        "HTTP requests answered",
+        |c| &c.http_requests,
+    ),
+    ("subscriptions", Kind::Gauge, "Subscriptions held", |c| {
+        &c.subscriptions
+    }),
+    (
+        "topics",
+        Kind::Gauge,
+        "Topics with state on their home worker (cached messages, webhooks, v1 frames, \
+         subscribers on another worker)",
+        |c| &c.topics,
+    ),
+    (
+        "messages_published_total",
+        Kind::Counter,
+        "waku_publish accepted",
+        |c| &c.published,
+    ),
+    (
+        "messages_stored_total",
+        Kind::Counter,
+        "Publishes stored (not duplicates)",
+        |c| &c.stored,
+    ),
+    (
+        "messages_delivered_total",
+        Kind::Counter,
+        "waku_subscription messages queued",
+        |c| &c.delivered,
+    ),
+    ("cached_messages", Kind::Gauge, "Messages in the cache", |c| {
+        &c.cached_messages
+    }),
+    ("cached_bytes", Kind::Gauge, "Bytes in the cache", |c| {
+        &c.cached_bytes
+    }),
+    (
+        "rpc_errors_total",
+        Kind::Counter,
+        "JSON-RPC error responses",
+        |c| &c.rpc_errors,
+    ),
+    (
+        "auth_refused_total",
+        Kind::Counter,
+        "WebSocket upgrades refused by relay auth",
+        |c| &c.auth_refused,
+    ),
+    (
+        "ws_deflate_upgrades_total",
+        Kind::Counter,
+        "WebSocket upgrades that agreed on permessage-deflate",
+        |c| &c.deflate_upgrades,
+    ),
+    (
+        "protocol_closes_total",
+        Kind::Counter,
+        "Connections closed for a protocol error",
+        |c| &c.protocol_closes,
+    ),
+    (
+        "heartbeat_closes_total",
+        Kind::Counter,
+        "Connections closed as dead peers",
+        |c| &c.heartbeat_closes,
+    ),
+    (
+        "core_messages_total",
+        Kind::Counter,
+        "Cross-worker messages received",
+        |c| &c.core_messages_in,
+    ),
+    (
+        "resyncs_total",
+        Kind::Counter,
+        "Topic histories read again after missing live messages",
+        |c| &c.resyncs,
+    ),
+    (
+        "receipts_total",
+        Kind::Counter,
+        "Message receipts taken by irn_batchReceive",
+        |c| &c.receipts,
+    ),
+    (
+        "loop_iterations_total",
+        Kind::Counter,
+        "Event loop iterations",
+        |c| &c.loop_iterations,
+    ),
+    (
+        "long_loop_iterations_total",
+        Kind::Counter,
+        "Event loop iterations that kept the worker busy 1 ms or more",
+        |c| &c.long_iterations,
+    ),
+    (
+        "early_deliveries_total",
+        Kind::Counter,
+        "Deliveries carried out within a loop iteration, its queued bodies past EARLY_DELIVERY_BYTES (a saturated core)",
+        |c| &c.early_deliveries,
+    ),
+    (
+        "round_flushes_total",
+        Kind::Counter,
+        "Sockets written between two connections' events of a loop iteration, its pushes past 384 KiB (a saturated core)",
+        |c| &c.round_flushes,
+    ),
+    (
+        "round_flushes_held_total",
+        Kind::Counter,
+        "Sockets written between two connections' events of a loop iteration, its output held 200 µs or more",
+        |c| &c.round_flushes_held,
+    ),
+    (
+        "tls_handshakes_total",
+        Kind::Counter,
+        "TLS handshakes completed",
+        |c| &c.tls_handshakes,
+    ),
+    (
+        "tls_failures_total",
+        Kind::Counter,
+        "TLS connections closed for a TLS error",
+        |c| &c.tls_failures,
+    ),
+    (
+        "limit_closes_total",
+        Kind::Counter,
+        "WebSockets closed with 1013 after 100 rate-limit refusals in a row",
+        |c| &c.limit_closes,
+    ),
+    (
+        "accept_blocks_total",
+        Kind::Counter,
+        "Addresses blocked at the listener after --accept-block-after refusals at accept in a second",
+        |c| &c.accept_blocks,
+    ),
+    (
+        "blocked_addresses",
+        Kind::Gauge,
+        "Addresses blocked at the listener now",
+        |c| &c.blocked_addresses,
+    ),
+    (
+        "limit_split_accepts_total",
+        Kind::Counter,
+        "Connections counted against the worker's split share of --max-connections-per-ip and the accept rate because the shared per-address table had no room for their address",
+        |c| &c.limit_split_accepts,
+    ),
+];
+
 /// All workers' metrics, shared by `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -240,212 +423,13 @@ impl Metrics {
         })
     }
 
-    /// Renders everything in the Prometheus text exposition format (version 0.0.4).
-    ///
-    /// One long function on purpose: a flat list of metric families in exposition order,
-    /// each a few lines; splitting it would scatter the families and their HELP texts.
+    /// Renders everything in the Prometheus text exposition format (version 0.0.4): the
+    /// per-worker families ([`PER_CORE`]), the loop-iteration histogram, the latency
+    /// families, the summed ones by reason and kind, then `extra` (the engine's own).
     pub fn render(&self, extra: &dyn Fn(&mut String)) -> String {
         let mut s = String::with_capacity(4096);
-        type Get = fn(&CoreMetrics) -> &Cell;
-        let per_core: [(&str, Kind, &str, Get); 31] = [
-            ("connections_open", Kind::Gauge, "Open connections", |c| {
-                &c.connections_open
-            }),
-            (
-                "connections_accepted_total",
-                Kind::Counter,
-                "Connections accepted",
-                |c| &c.connections_accepted,
-            ),
-            (
-                "connections_refused_total",
-                Kind::Counter,
-                "Connections refused at the limit",
-                |c| &c.connections_refused,
-            ),
-            (
-                "websockets_open",
-                Kind::Gauge,
-                "Open WebSocket connections",
-                |c| &c.websockets_open,
-            ),
-            (
-                "http_requests_total",
-                Kind::Counter,
-                "HTTP requests answered",
-                |c| &c.http_requests,
-            ),
-            ("subscriptions", Kind::Gauge, "Subscriptions held", |c| {
-                &c.subscriptions
-            }),
-            (
-                "topics",
-                Kind::Gauge,
-                "Topics with state on their home worker (cached messages, webhooks, v1 frames, \
-                 subscribers on another worker)",
-                |c| &c.topics,
-            ),
-            (
-                "messages_published_total",
-                Kind::Counter,
-                "waku_publish accepted",
-                |c| &c.published,
-            ),
-            (
-                "messages_stored_total",
-                Kind::Counter,
-                "Publishes stored (not duplicates)",
-                |c| &c.stored,
-            ),
-            (
-                "messages_delivered_total",
-                Kind::Counter,
-                "waku_subscription messages queued",
-                |c| &c.delivered,
-            ),
-            ("cached_messages", Kind::Gauge, "Messages in the cache", |c| {
-                &c.cached_messages
-            }),
-            ("cached_bytes", Kind::Gauge, "Bytes in the cache", |c| {
-                &c.cached_bytes
-            }),
-            (
-                "rpc_errors_total",
-                Kind::Counter,
-                "JSON-RPC error responses",
-                |c| &c.rpc_errors,
-            ),
-            (
-                "auth_refused_total",
-                Kind::Counter,
-                "WebSocket upgrades refused by relay auth",
-                |c| &c.auth_refused,
-            ),
-            (
-                "ws_deflate_upgrades_total",
-                Kind::Counter,
-                "WebSocket upgrades that agreed on permessage-deflate",
-                |c| &c.deflate_upgrades,
-            ),
-            (
-                "protocol_closes_total",
-                Kind::Counter,
-                "Connections closed for a protocol error",
-                |c| &c.protocol_closes,
-            ),
-            (
-                "heartbeat_closes_total",
-                Kind::Counter,
-                "Connections closed as dead peers",
-                |c| &c.heartbeat_closes,
-            ),
-            (
-                "core_messages_total",
-                Kind::Counter,
-                "Cross-worker messages received",
-                |c| &c.core_messages_in,
-            ),
-            (
-                "resyncs_total",
-                Kind::Counter,
-                "Topic histories read again after missing live messages",
-                |c| &c.resyncs,
-            ),
-            (
-                "receipts_total",
-                Kind::Counter,
-                "Message receipts taken by irn_batchReceive",
-                |c| &c.receipts,
-            ),
-            (
-                "loop_iterations_total",
-                Kind::Counter,
-                "Event loop iterations",
-                |c| &c.loop_iterations,
-            ),
-            (
-                "long_loop_iterations_total",
-                Kind::Counter,
-                "Event loop iterations that kept the worker busy 1 ms or more",
-                |c| &c.long_iterations,
-            ),
-            (
-                "early_deliveries_total",
-                Kind::Counter,
-                "Deliveries carried out within a loop iteration, its queued bodies past EARLY_DELIVERY_BYTES (a saturated core)",
-                |c| &c.early_deliveries,
-            ),
-            (
-                "round_flushes_total",
-                Kind::Counter,
-                "Sockets written between two connections' events of a loop iteration, its pushes past 384 KiB (a saturated core)",
-                |c| &c.round_flushes,
-            ),
-            (
-                "round_flushes_held_total",
-                Kind::Counter,
-                "Sockets written between two connections' events of a loop iteration, its output held 200 µs or more",
-                |c| &c.round_flushes_held,
-            ),
-            (
-                "tls_handshakes_total",
-                Kind::Counter,
-                "TLS handshakes completed",
-                |c| &c.tls_handshakes,
-            ),
-            (
-                "tls_failures_total",
-                Kind::Counter,
-                "TLS connections closed for a TLS error",
-                |c| &c.tls_failures,
-            ),
-            (
-                "limit_closes_total",
-                Kind::Counter,
-                "WebSockets closed with 1013 after 100 rate-limit refusals in a row",
-                |c| &c.limit_closes,
-            ),
-            (
-                "accept_blocks_total",
-                Kind::Counter,
-                "Addresses blocked at the listener after --accept-block-after refusals at accept in a second",
-                |c| &c.accept_blocks,
-            ),
-            (
-                "blocked_addresses",
-                Kind::Gauge,
-                "Addresses blocked at the listener now",
-                |c| &c.blocked_addresses,
-            ),
-            (
-                "limit_split_accepts_total",
-                Kind::Counter,
-                "Connections counted against the worker's split share of --max-connections-per-ip and the accept rate because the shared per-address table had no room for their address",
-                |c| &c.limit_split_accepts,
-            ),
-        ];
-        for (name, kind, help, get) in per_core {
-            family(
-                &mut s,
-                format_args!("walletrelay_{name}"),
-                kind,
-                format_args!("{help} (per worker)."),
-            );
-            for (i, c) in self.cores.iter().enumerate() {
-                let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\"}} {}", get(c).get());
-            }
-            // WalletConnect 1.0 frames: the same families, labelled by protocol.
-            let v1: Option<Get> = match name {
-                "messages_published_total" => Some(|c| &c.v1_published),
-                "messages_delivered_total" => Some(|c| &c.v1_delivered),
-                _ => None,
-            };
-            if let Some(get) = v1 {
-                for (i, c) in self.cores.iter().enumerate() {
-                    let v = get(c).get();
-                    let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\",protocol=\"v1\"}} {v}");
-                }
-            }
+        for (name, kind, help, get) in PER_CORE {
+            self.per_core(&mut s, name, kind, help, get);
         }
         family(
             &mut s,
@@ -484,6 +468,32 @@ impl Metrics {
         );
         extra(&mut s);
         s
+    }
+
+    /// One per-worker family: a series per worker, and for the message counts the v1
+    /// frames' series beside them (labelled `protocol="v1"`).
+    fn per_core(&self, s: &mut String, name: &str, kind: Kind, help: &str, get: Get) {
+        family(
+            s,
+            format_args!("walletrelay_{name}"),
+            kind,
+            format_args!("{help} (per worker)."),
+        );
+        for (i, c) in self.cores.iter().enumerate() {
+            let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\"}} {}", get(c).get());
+        }
+        // WalletConnect 1.0 frames: the same families, labelled by protocol.
+        let v1: Option<Get> = match name {
+            "messages_published_total" => Some(|c| &c.v1_published),
+            "messages_delivered_total" => Some(|c| &c.v1_delivered),
+            _ => None,
+        };
+        if let Some(get) = v1 {
+            for (i, c) in self.cores.iter().enumerate() {
+                let v = get(c).get();
+                let _ = writeln!(s, "walletrelay_{name}{{core=\"{i}\",protocol=\"v1\"}} {v}");
+            }
+        }
     }
 
     /// Appends a counter family summed over the workers, one series per label value

@@ -75,6 +75,23 @@ pub trait Recipients {
     fn unacked(&mut self, _: ConnRef, _: Unacked<'_>) {}
 }
 
+/// One publish a local connection asks for ([`Relay::publish`]).
+#[derive(Debug)]
+pub struct Publishing<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The message, as the request gave it.
+    pub message: &'a str,
+    /// What the stored body carries besides (`publishedAt`, `tag`, `attestation`).
+    pub meta: Meta<'a>,
+    /// Seconds to keep it cached.
+    pub ttl: u32,
+    /// Push notifications wanted.
+    pub prompt: bool,
+    /// The publishing connection's client id, when it has one (its watches hear of it).
+    pub publisher: Option<Arc<ClientRef>>,
+}
+
 /// A push to a client id's subscription, to remember until acknowledged
 /// ([`Recipients::unacked`]).
 #[derive(Debug, Clone, Copy)]
@@ -369,42 +386,23 @@ impl Relay {
         self.absorb();
     }
 
-    /// Publishes `message` (encoded here with `meta`, once: `message::Body`) from a local
-    /// connection, whose `answer`-th reply waits for the outcome when it is not known at
-    /// once.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "a publish's fields, named at the caller"
-    )]
+    /// Publishes `p.message` (encoded here with `p.meta`, once: `message::Body`) from a
+    /// local connection, whose `answer`-th reply waits for the outcome when it is not known
+    /// at once.
     pub fn publish(
         &mut self,
         conn: ConnRef,
         answer: u64,
-        topic: &str,
-        message: &str,
-        meta: Meta<'_>,
-        ttl: u32,
-        prompt: bool,
+        p: Publishing<'_>,
     ) -> Done<Result<(), RelayError>> {
-        self.publish_as(conn, answer, topic, message, meta, ttl, prompt, None)
-    }
-
-    /// [`Relay::publish`] by a connection of client id `publisher` (its watches hear of it).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "a publish's fields, named at the caller"
-    )]
-    pub fn publish_as(
-        &mut self,
-        conn: ConnRef,
-        answer: u64,
-        topic: &str,
-        message: &str,
-        meta: Meta<'_>,
-        ttl: u32,
-        prompt: bool,
-        publisher: Option<Arc<ClientRef>>,
-    ) -> Done<Result<(), RelayError>> {
+        let Publishing {
+            topic,
+            message,
+            meta,
+            ttl,
+            prompt,
+            publisher,
+        } = p;
         self.m().published.inc();
         let (topic, hint) = match self.subs.name_and_slot(topic) {
             Some((name, slot)) => (name, Some(slot)),

@@ -11,6 +11,7 @@ use slab::Slab;
 
 use super::round::{Early, Handoff, Round};
 use super::Worker;
+use crate::conn::outbound::{PushTo, Writing};
 use crate::conn::{self, http::webhook_answer, Conn, HttpWait, Phase, Tools};
 use crate::http::response;
 use crate::metrics::CoreMetrics;
@@ -166,43 +167,38 @@ impl Recipients for Conns<'_> {
                     let shared = slot.as_mut()?;
                     shared.get(&mut kit.deflater, a.window_bits()).cloned()
                 });
+                let to = PushTo {
+                    id,
+                    dialect,
+                    push_id,
+                    live: true,
+                };
+                let w = Writing {
+                    fill_mark: fill,
+                    share_min,
+                    scratch: &mut self.tools.scratch,
+                };
                 match z {
-                    Some(z) => c.deliver_compressed(
-                        id,
-                        dialect,
-                        &z,
-                        push_id,
-                        true,
-                        fill,
-                        share_min,
-                        &mut self.tools.scratch,
-                    ),
-                    None => c.deliver(
-                        id,
-                        dialect,
-                        body,
-                        push_id,
-                        true,
-                        fill,
-                        share_min,
-                        &mut self.tools.scratch,
-                    ),
+                    Some(z) => c.deliver_compressed(to, &z, w),
+                    None => c.deliver(to, body, w),
                 }
                 c.outbound_len() > max_out
             }
             // A replay is cached data: it waits by reference in the backlog and does not
             // count as falling behind.
             PushKind::Replay => {
-                c.deliver(
+                let to = PushTo {
                     id,
                     dialect,
-                    body,
                     push_id,
-                    false,
-                    fill,
-                    SHARE_THRESHOLD,
-                    &mut self.tools.scratch,
-                );
+                    live: false,
+                };
+                let w = Writing {
+                    fill_mark: fill,
+                    share_min: SHARE_THRESHOLD,
+                    scratch: &mut self.tools.scratch,
+                };
+                c.deliver(to, body, w);
                 false
             }
         };

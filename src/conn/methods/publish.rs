@@ -9,7 +9,7 @@ use super::{rpc_error, Caller, Method, Outcome, Via};
 use crate::conn::{outbound, Ctx, Phase};
 use crate::limits::Cost;
 use crate::message::Meta;
-use crate::relay::{Done, RelayError};
+use crate::relay::{Done, Publishing, RelayError};
 use crate::rpc::params::{string_param, Rules};
 use crate::rpc::wire::{Loose, Params};
 use crate::rpc::RpcError;
@@ -58,9 +58,15 @@ impl<'a> Method<'a> for Publish<'a> {
 
     #[inline(always)]
     fn run<S>(self, c: &mut Caller<'_, S>, ctx: &mut Ctx<'_>) -> Result<Outcome, RpcError> {
-        let a = self.attestation.as_deref();
-        let (t, m) = (&*self.topic, &*self.message);
-        let done = c.publish(t, m, self.ttl, self.prompt, self.tag, a, ctx);
+        let out = Outgoing {
+            topic: &self.topic,
+            message: &self.message,
+            ttl: self.ttl,
+            prompt: self.prompt,
+            tag: self.tag,
+            attestation: self.attestation.as_deref(),
+        };
+        let done = c.publish(out, ctx);
         publishes(&[done])
     }
 }
@@ -95,23 +101,24 @@ fn attestation(v: Option<Loose<'_>>) -> Result<Option<Cow<'_, str>>, RpcError> {
     }
 }
 
+/// One message a method publishes (a session method publishes one or two).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Outgoing<'a> {
+    pub topic: &'a str,
+    pub message: &'a str,
+    pub ttl: u32,
+    pub prompt: bool,
+    pub tag: u32,
+    pub attestation: Option<&'a str>,
+}
+
 impl<S> Caller<'_, S> {
-    /// Publishes `message` on `topic` as this request: by the socket's client id, or by the
-    /// HTTP request's token's (its publisher watches hear of it); `tag`/`attestation` as
-    /// the request gave them.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "a publish's fields, named at each caller"
-    )]
+    /// Publishes `out` as this request: by the socket's client id, or by the HTTP
+    /// request's token's (its publisher watches hear of it).
     #[inline(always)]
     pub(super) fn publish(
         &mut self,
-        topic: &str,
-        message: &str,
-        ttl: u32,
-        prompt: bool,
-        tag: u32,
-        attestation: Option<&str>,
+        out: Outgoing<'_>,
         ctx: &mut Ctx<'_>,
     ) -> Done<Result<(), RelayError>> {
         let publisher = match self.via {
@@ -123,21 +130,20 @@ impl<S> Caller<'_, S> {
         };
         let meta = Meta {
             published_at: crate::clock::coarse().1,
-            tag,
-            attestation,
+            tag: out.tag,
+            attestation: out.attestation,
             plain: self.plain,
         };
         let me = ctx.conn_ref(self.conn);
-        ctx.relay.publish_as(
-            me,
-            self.answer,
-            topic,
-            message,
+        let p = Publishing {
+            topic: out.topic,
+            message: out.message,
             meta,
-            ttl,
-            prompt,
+            ttl: out.ttl,
+            prompt: out.prompt,
             publisher,
-        )
+        };
+        ctx.relay.publish(me, self.answer, p)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use super::publish::publishes;
+use super::publish::{publishes, Outgoing};
 use super::{subscribe, Caller, Method, Outcome};
 use crate::conn::Ctx;
 use crate::limits::Cost;
@@ -87,8 +87,15 @@ impl<'a> Method<'a> for ProposeSession<'a> {
 
     fn run<S>(self, c: &mut Caller<'_, S>, ctx: &mut Ctx<'_>) -> Result<Outcome, RpcError> {
         c.subscribe(&self.pairing_topic, ctx)?;
-        let (t, p) = (&*self.pairing_topic, &*self.proposal);
-        let done = c.publish(t, p, self.ttl, true, TAG_PROPOSE, None, ctx);
+        let out = Outgoing {
+            topic: &self.pairing_topic,
+            message: &self.proposal,
+            ttl: self.ttl,
+            prompt: true,
+            tag: TAG_PROPOSE,
+            attestation: None,
+        };
+        let done = c.publish(out, ctx);
         publishes(&[done])
     }
 }
@@ -117,10 +124,18 @@ impl<'a> Method<'a> for ApproveSession<'a> {
 
     fn run<S>(self, c: &mut Caller<'_, S>, ctx: &mut Ctx<'_>) -> Result<Outcome, RpcError> {
         c.subscribe(&self.session_topic, ctx)?;
-        let (pt, st, ttl) = (&*self.pairing_topic, &*self.session_topic, self.ttl);
-        let r = TAG_PROPOSE_RESPONSE;
-        let first = c.publish(pt, &self.response, ttl, false, r, None, ctx);
-        let second = c.publish(st, &self.settlement, ttl, false, TAG_SETTLE, None, ctx);
+        let out = |topic, message, tag| Outgoing {
+            topic,
+            message,
+            ttl: self.ttl,
+            prompt: false,
+            tag,
+            attestation: None,
+        };
+        let response = out(&self.pairing_topic, &self.response, TAG_PROPOSE_RESPONSE);
+        let settlement = out(&self.session_topic, &self.settlement, TAG_SETTLE);
+        let first = c.publish(response, ctx);
+        let second = c.publish(settlement, ctx);
         publishes(&[first, second])
     }
 }

@@ -56,6 +56,25 @@ pub const ENTRY_OVERHEAD: usize = 128;
 
 pub use crate::engine::Origin;
 
+/// A message to cache ([`Cache::insert`]).
+#[derive(Debug)]
+pub struct Entry {
+    /// The slot of its topic.
+    pub topic: u32,
+    /// Its number in the topic (its position's `seq`).
+    pub topic_seq: u64,
+    /// Its content hash (dedup).
+    pub hash: u64,
+    /// Its stored body.
+    pub data: ArcBuf,
+    /// How much of `data` a beta push sends.
+    pub beta_len: u32,
+    /// When it expires, ms.
+    pub expires: u64,
+    /// Its publisher.
+    pub origin: Origin,
+}
+
 /// One cached message.
 #[derive(Debug)]
 pub struct Cached {
@@ -246,21 +265,17 @@ impl Cache {
         self.high
     }
 
-    /// Stores message number `topic_seq` of the topic in slot `topic`; returns its key.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the fields of one entry, named at the call"
-    )]
-    pub fn insert(
-        &mut self,
-        topic: u32,
-        topic_seq: u64,
-        hash: u64,
-        data: ArcBuf,
-        beta_len: u32,
-        expires: u64,
-        origin: Origin,
-    ) -> usize {
+    /// Stores `e`; returns its key.
+    pub fn insert(&mut self, e: Entry) -> usize {
+        let Entry {
+            topic,
+            topic_seq,
+            hash,
+            data,
+            beta_len,
+            expires,
+            origin,
+        } = e;
         let seq = self.next_seq;
         self.next_seq += 1;
         self.bytes += data.len() + ENTRY_OVERHEAD;

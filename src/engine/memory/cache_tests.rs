@@ -9,16 +9,29 @@ fn b(s: &str) -> ArcBuf {
 /// is inserted after goes to the heap. Returns their keys.
 fn pin_lanes(c: &mut Cache) -> Vec<usize> {
     (0..LANES as u64)
-        .map(|i| c.insert(0, 0, i, b("pin"), 0, u64::MAX - i, Origin::NONE))
+        .map(|i| c.insert(entry(0, i, b("pin"), u64::MAX - i)))
         .collect()
+}
+
+/// A message of the topic in slot `topic`, number 0, with no beta part and no publisher.
+fn entry(topic: u32, hash: u64, data: ArcBuf, expires: u64) -> Entry {
+    Entry {
+        topic,
+        topic_seq: 0,
+        hash,
+        data,
+        beta_len: 0,
+        expires,
+        origin: Origin::NONE,
+    }
 }
 
 #[test]
 fn evicts_oldest_and_expires_by_time() {
     let mut c = Cache::default();
-    let a = c.insert(1, 0, 10, b("a"), 0, 500, Origin::NONE);
-    let bb = c.insert(1, 0, 11, b("b"), 0, 100, Origin::NONE);
-    let cc = c.insert(2, 0, 12, b("c"), 0, 300, Origin::NONE);
+    let a = c.insert(entry(1, 10, b("a"), 500));
+    let bb = c.insert(entry(1, 11, b("b"), 100));
+    let cc = c.insert(entry(2, 12, b("c"), 300));
     assert_eq!(c.oldest(), Some(a));
     assert_eq!(c.next_expired(50), None);
     assert_eq!(c.next_expired(100), Some(bb));
@@ -38,7 +51,7 @@ fn heap_stays_bounded_under_churn() {
     let mut c = Cache::default();
     pin_lanes(&mut c);
     for i in 0..100_000u64 {
-        let k = c.insert(1, 0, i, b("m"), 0, 1_000_000 + i, Origin::NONE);
+        let k = c.insert(entry(1, i, b("m"), 1_000_000 + i));
         c.remove(k);
     }
     let e = &c.expiry;
@@ -72,30 +85,14 @@ fn tables_never_grow_within_the_presized_count() {
     assert!(before.0 >= N && before.1 >= 2 * N, "{before:?}");
     let mut keys = std::collections::VecDeque::new();
     for i in 0..N as u64 {
-        keys.push_back(c.insert(
-            (i % 97) as u32,
-            0,
-            i,
-            b("m"),
-            0,
-            1_000_000 - i,
-            Origin::NONE,
-        ));
+        keys.push_back(c.insert(entry((i % 97) as u32, i, b("m"), 1_000_000 - i)));
     }
     assert!(!grew(caps(&c), before), "filling to N grew a table");
     // Steady state at the budget: each insert evicts the oldest (a stale heap entry).
     for i in 0..(10 * N) as u64 {
         let old = keys.pop_front().expect("full");
         c.remove(old);
-        keys.push_back(c.insert(
-            (i % 89) as u32,
-            0,
-            N as u64 + i,
-            b("m"),
-            0,
-            2_000_000 + i,
-            Origin::NONE,
-        ));
+        keys.push_back(c.insert(entry((i % 89) as u32, N as u64 + i, b("m"), 2_000_000 + i)));
         assert_eq!(c.len(), N);
     }
     assert!(
@@ -141,7 +138,7 @@ fn expiry_model_run(pin: bool) -> (u64, usize) {
             // stale entries that build up and force compactions).
             0..=4 if live.len() < 1000 => {
                 let exp = now + next() % 1_000_000;
-                let k = c.insert(1, 0, step, b("m"), 0, exp, Origin::NONE);
+                let k = c.insert(entry(1, step, b("m"), exp));
                 model.insert((exp, c.get(k).unwrap().seq), k);
                 live.push(k);
             }
@@ -213,7 +210,7 @@ fn messages_of_a_few_ttls_each_keep_to_a_lane() {
         match next() % 8 {
             0..=3 if live.len() < 3000 => {
                 let ttl = [300_000, 3_600_000, 86_400_000, 30_000][(next() % 4) as usize];
-                let k = c.insert(1, 0, step, b("m"), 0, now + ttl, Origin::NONE);
+                let k = c.insert(entry(1, step, b("m"), now + ttl));
                 model.insert((now + ttl, c.get(k).unwrap().seq), k);
                 live.push(k);
             }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use slab::Slab;
 
-use super::cache::{Cache, Cached};
+use super::cache::{Cache, Cached, Entry};
 use crate::config::Limits;
 use crate::engine::clients::TopicClients;
 use crate::engine::RelayError;
@@ -336,10 +336,15 @@ impl HomeTopics {
         expires: u64,
         origin: Origin,
     ) -> usize {
-        let (data, beta_len) = (body.irn().clone(), body.beta_len());
-        let key = self
-            .cache
-            .insert(slot, seq, hash, data, beta_len, expires, origin);
+        let key = self.cache.insert(Entry {
+            topic: slot,
+            topic_seq: seq,
+            hash,
+            data: body.irn().clone(),
+            beta_len: body.beta_len(),
+            expires,
+            origin,
+        });
         let t = &mut self.topics[slot as usize];
         t.cached.push_back(key);
         t.hashes.note(hash);

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::HomeTopics;
+use crate::engine::memory::cache::Entry;
 use crate::engine::{Origin, Position};
 use crate::metrics::DropReason;
 use crate::store::Loc;
@@ -66,7 +67,15 @@ impl HomeTopics {
         expires: u64,
         origin: Origin,
     ) -> Option<usize> {
-        let key = self.cache.insert(slot, seq, 0, frame, 0, expires, origin);
+        let key = self.cache.insert(Entry {
+            topic: slot,
+            topic_seq: seq,
+            hash: 0,
+            data: frame,
+            beta_len: 0,
+            expires,
+            origin,
+        });
         self.cache.mark_v1(key);
         self.topics[slot as usize].v1_pending.push_back(key);
         self.m().cached_messages.inc();

@@ -97,18 +97,30 @@ pub struct ClientLimits {
     pub keys: Keys,
 }
 
-/// Packs `EVALSHA clients` for `op` of `client` (of `project`) on `topic`, by `worker`.
-#[allow(clippy::too_many_arguments)]
-pub fn pack_client(
-    buf: &mut Vec<u8>,
-    sha: &str,
-    lim: &ClientLimits,
-    worker: usize,
-    topic: &[u8],
-    client: &str,
-    project: &str,
-    op: &ClientCmd,
-) {
+/// One client-id subscription change to pack ([`pack_client`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCall<'a> {
+    /// The worker it comes from.
+    pub worker: usize,
+    /// The topic.
+    pub topic: &'a [u8],
+    /// The client id.
+    pub client: &'a str,
+    /// Its project.
+    pub project: &'a str,
+    /// The change.
+    pub op: &'a ClientCmd,
+}
+
+/// Packs `EVALSHA clients` for `call`.
+pub fn pack_client(buf: &mut Vec<u8>, sha: &str, lim: &ClientLimits, call: ClientCall<'_>) {
+    let ClientCall {
+        worker,
+        topic,
+        client,
+        project,
+        op,
+    } = call;
     let t = tag_parts(topic, lim.keys.tagged);
     let (e, s) = match op {
         ClientCmd::Gone(e, s, _) | ClientCmd::Delivered(e, s) => (*e, *s),
@@ -209,7 +221,14 @@ mod tests {
         };
         let mut buf = Vec::new();
         let gone = ClientCmd::Gone(3, 4, 2);
-        pack_client(&mut buf, "sha", &lim, 1, b"t", "did:key:z1", "p", &gone);
+        let call = ClientCall {
+            worker: 1,
+            topic: b"t",
+            client: "did:key:z1",
+            project: "p",
+            op: &gone,
+        };
+        pack_client(&mut buf, "sha", &lim, call);
         let s = strings(&buf);
         assert_eq!(s.len(), 20);
         assert_eq!(s[8], b"00000000000000ab:1");

@@ -187,11 +187,13 @@ fn pack_one(ctx: &ShardCtx, shas: &Shas, keys: Keys, c: &Command, buf: &mut Vec<
             buf,
             &shas.0[script::CLIENTS_IDX],
             &client_limits(ctx, keys),
-            *worker,
-            topic.as_bytes(),
-            client,
-            project,
-            op,
+            clients::ClientCall {
+                worker: *worker,
+                topic: topic.as_bytes(),
+                client,
+                project,
+                op,
+            },
         ),
         Command::Mailbox {
             client, topic, op, ..

@@ -22,7 +22,7 @@ impl Relay {
     /// the first delivery after it became active, or at once, at that delivery, when it
     /// already is or is gone (unsubscribed, closed: the answer must not wait forever).
     pub fn when_in_place(&mut self, conn: ConnRef, answer: u64, slot: u32) {
-        self.blocking.push(Blocking { conn, answer, slot });
+        self.waiting.blocking.push(Blocking { conn, answer, slot });
     }
 
     /// Whether `conn`'s subscription on `slot` is still waiting for its first history.
@@ -37,10 +37,10 @@ impl Relay {
 
     /// Answers the blocking subscribes whose subscription is now in place.
     pub(super) fn release_blocking(&mut self, to: &mut impl Recipients) {
-        if self.blocking.is_empty() {
+        if self.waiting.blocking.is_empty() {
             return;
         }
-        let mut list = std::mem::take(&mut self.blocking);
+        let mut list = std::mem::take(&mut self.waiting.blocking);
         list.retain(|b| {
             if self.still_syncing(b) {
                 return true;
@@ -48,6 +48,6 @@ impl Relay {
             to.answer(b.conn, b.answer, Ok(()));
             false
         });
-        self.blocking = list;
+        self.waiting.blocking = list;
     }
 }

@@ -49,7 +49,7 @@ impl Relay {
             Some((name, _)) => name,
             None => Arc::from(topic),
         };
-        let ticket = self.waiters.insert(Waiter::Fetch {
+        let ticket = self.waiting.tickets.insert(Waiter::Fetch {
             conn,
             answer,
             topic: topic.clone(),

@@ -48,38 +48,38 @@ impl Relay {
     /// The queued live deliveries will copy at least [`EARLY_DELIVERY_BYTES`] of bodies:
     /// the worker carries them out now, within the round (see [`Relay::deliver_within_round`]).
     pub fn early_delivery_due(&self) -> bool {
-        self.queued_bytes >= EARLY_DELIVERY_BYTES
+        self.queue.bytes >= EARLY_DELIVERY_BYTES
     }
 
     /// Bytes of bodies the queued live deliveries will copy.
     pub fn queued_bytes(&self) -> usize {
-        self.queued_bytes
+        self.queue.bytes
     }
 
     /// [`Relay::deliver`] within a round, while the bodies just published are still in the
     /// core's cache: the pushes made still count against the round's fan-out budget.
     pub fn deliver_within_round(&mut self, to: &mut impl Recipients) {
-        let pending = self.pending_pushes;
+        let pending = self.queue.pushes;
         self.deliver(to);
-        self.pending_pushes += pending;
+        self.queue.pushes += pending;
     }
 
     /// Carries out the queued deliveries on the worker's connections.
     pub fn deliver(&mut self, to: &mut impl Recipients) {
-        self.pending_pushes = 0;
-        self.queued_bytes = 0;
+        self.queue.pushes = 0;
+        self.queue.bytes = 0;
         // Reads answered at once while delivering (a resync) queue more: a few rounds.
         for _ in 0..4 {
-            if self.queue.is_empty() {
+            if self.queue.items.is_empty() {
                 break;
             }
             let mut list =
-                std::mem::replace(&mut self.queue, std::mem::take(&mut self.spare_queue));
-            self.pending_pushes = 0;
+                std::mem::replace(&mut self.queue.items, std::mem::take(&mut self.queue.spare));
+            self.queue.pushes = 0;
             for d in list.drain(..) {
                 self.deliver_one(d, to);
             }
-            self.spare_queue = super::recycle(list);
+            self.queue.spare = super::recycle(list);
             self.absorb();
         }
         self.release_blocking(to);
@@ -146,7 +146,7 @@ impl Relay {
 
     /// What `ticket` waited for, now answered (`None`: nobody waits for it any more).
     fn waiter(&mut self, ticket: Ticket) -> Option<Waiter> {
-        self.waiters.try_remove(ticket as usize)
+        self.waiting.tickets.try_remove(ticket as usize)
     }
 
     fn deliver_live(
@@ -212,7 +212,7 @@ impl Relay {
                 // The store could not answer: the subscriptions keep waiting; ask again.
                 let at = crate::clock::now_ms() + READ_RETRY_MS;
                 let topic = topic.clone();
-                self.retries.push(Retry { topic, ticket, at });
+                self.waiting.retries.push(Retry { topic, ticket, at });
                 return;
             }
         };
@@ -268,7 +268,7 @@ impl Relay {
         let Some(t) = self.subs.get_named(slot, topic) else {
             return;
         };
-        let ticket = self.waiters.insert(Waiter::Read {
+        let ticket = self.waiting.tickets.insert(Waiter::Read {
             topic: t.name.clone(),
         }) as Ticket;
         Feed::retag(&mut t.subs, UNASKED, ticket);

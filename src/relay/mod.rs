@@ -177,24 +177,14 @@ pub struct Relay {
     /// An empty vector with room, swapped with `events` while they are looked at (so a
     /// round does not allocate them again); see [`recycle`].
     spare_events: Vec<Event>,
-    /// What each ticket waits for.
-    waiters: Slab<Waiter>,
-    /// Events to carry out since the worker last delivered.
-    queue: Vec<Queued>,
-    /// An empty vector with room, swapped with `queue` while it is carried out.
-    spare_queue: Vec<Queued>,
+    /// What waits for the engine: its tickets, the reads to ask again, the blocking
+    /// subscribes.
+    waiting: Waiting,
+    /// Events to carry out since the worker last delivered, and what they will cost.
+    queue: DeliveryQueue,
     /// The local slot of the topic last published from here, if it has subscriptions here
     /// (see `absorb`).
     live_hint: Option<u32>,
-    /// Pushes the queued deliveries will make: input processing pauses once this reaches
-    /// the round's fan-out budget (`conn::Turn`, set by the worker's round).
-    pending_pushes: usize,
-    /// Bytes of message bodies the queued live deliveries will copy (each body once per
-    /// subscriber): see [`Relay::early_delivery_due`].
-    queued_bytes: usize,
-    retries: Vec<Retry>,
-    /// Blocking subscribes waiting for their subscription to be in place.
-    blocking: Vec<blocking::Blocking>,
     limits: Limits,
     metrics: Arc<Metrics>,
     /// Who is told about client ids' messages (their acknowledgements: `client_subs.rs`).
@@ -202,6 +192,32 @@ pub struct Relay {
     /// The round's stamp, and the acks and pushes it made until the worker wrote them
     /// (`metrics::latency`).
     latency: Pending,
+}
+
+/// What a relay waits for from its engine.
+#[derive(Debug, Default)]
+struct Waiting {
+    /// What each ticket waits for.
+    tickets: Slab<Waiter>,
+    /// Reads to ask again.
+    retries: Vec<Retry>,
+    /// Blocking subscribes waiting for their subscription to be in place.
+    blocking: Vec<blocking::Blocking>,
+}
+
+/// The events a relay will carry out at the worker's next delivery, and what they will cost.
+#[derive(Debug, Default)]
+struct DeliveryQueue {
+    /// The events, in order.
+    items: Vec<Queued>,
+    /// An empty vector with room, swapped with `items` while they are carried out.
+    spare: Vec<Queued>,
+    /// Pushes the queued deliveries will make: input processing pauses once this reaches
+    /// the round's fan-out budget (`conn::Turn`, set by the worker's round).
+    pushes: usize,
+    /// Bytes of message bodies the queued live deliveries will copy (each body once per
+    /// subscriber): see [`Relay::early_delivery_due`].
+    bytes: usize,
 }
 
 impl Relay {
@@ -222,14 +238,9 @@ impl Relay {
             engine,
             events: Vec::new(),
             spare_events: Vec::new(),
-            waiters: Slab::new(),
-            queue: Vec::new(),
-            spare_queue: Vec::new(),
+            waiting: Waiting::default(),
+            queue: DeliveryQueue::default(),
             live_hint: None,
-            pending_pushes: 0,
-            queued_bytes: 0,
-            retries: Vec::new(),
-            blocking: Vec::new(),
             limits,
             metrics,
             notify: engine_notify,
@@ -275,7 +286,7 @@ impl Relay {
     /// Pushes the queued deliveries will make (weighed against the round's fan-out budget:
     /// `conn::Turn`).
     pub fn pending_pushes(&self) -> usize {
-        self.pending_pushes
+        self.queue.pushes
     }
 
     /// Adds a subscription of a local connection; its history follows as pushes, then the
@@ -296,7 +307,7 @@ impl Relay {
         client: Option<Arc<ClientRef>>,
     ) -> u32 {
         let owner = self.origin_of(conn.uid);
-        let entry = self.waiters.vacant_entry();
+        let entry = self.waiting.tickets.vacant_entry();
         let ticket = entry.key() as Ticket;
         let follow = Follow {
             state: SubState::Syncing {
@@ -376,7 +387,7 @@ impl Relay {
             Some((name, _)) => name,
             None => Arc::from(topic),
         };
-        let ticket = self.waiters.insert(Waiter::Fetch {
+        let ticket = self.waiting.tickets.insert(Waiter::Fetch {
             conn,
             answer,
             topic: topic.clone(),
@@ -428,7 +439,7 @@ impl Relay {
         // The ticket is taken only for an answer that comes later: most publishes are
         // answered at once (their topic's home is this worker), and their event, if any,
         // is looked at only after this (`absorb`).
-        let entry = self.waiters.vacant_entry();
+        let entry = self.waiting.tickets.vacant_entry();
         let ticket = entry.key() as Ticket;
         let done = match self.engine.publish(req, ticket, &mut self.events) {
             Done::Now(r) => {
@@ -456,12 +467,12 @@ impl Relay {
         url: &str,
     ) -> Done<Result<(), RelayError>> {
         let topic: Arc<str> = Arc::from(topic);
-        let ticket = self.waiters.insert(Waiter::Webhook { conn }) as Ticket;
+        let ticket = self.waiting.tickets.insert(Waiter::Webhook { conn }) as Ticket;
         let done = self
             .engine
             .add_webhook(&topic, Arc::from(url), ticket, &mut self.events);
         if let Done::Now(_) = done {
-            self.waiters.remove(ticket as usize);
+            self.waiting.tickets.remove(ticket as usize);
         }
         self.absorb();
         done
@@ -485,12 +496,12 @@ impl Relay {
     /// Periodic work at `now` (worker clock, ms): the engine's, and failed reads again.
     pub fn tick(&mut self, now: u64) {
         self.engine.tick(now, &mut self.events);
-        if !self.retries.is_empty() {
+        if !self.waiting.retries.is_empty() {
             let due: Vec<Retry> = {
-                let (due, later) = std::mem::take(&mut self.retries)
+                let (due, later) = std::mem::take(&mut self.waiting.retries)
                     .into_iter()
                     .partition(|r| r.at <= now);
-                self.retries = later;
+                self.waiting.retries = later;
                 due
             };
             for r in due {
@@ -545,8 +556,8 @@ impl Relay {
                 let Some(t) = self.subs.get(found) else {
                     return;
                 };
-                self.pending_pushes += t.subs.len();
-                self.queued_bytes += t.subs.len() * msg.body.len();
+                self.queue.pushes += t.subs.len();
+                self.queue.bytes += t.subs.len() * msg.body.len();
                 // Delivered under the slot's own name (`get_named` compares pointers).
                 if !Arc::ptr_eq(&t.name, topic) {
                     *topic = t.name.clone();
@@ -554,30 +565,30 @@ impl Relay {
                 slot = found;
             }
             Event::Published { ticket, .. } | Event::WebhookAdded { ticket, .. } => {
-                if !self.waiters.contains(*ticket as usize) {
+                if !self.waiting.tickets.contains(*ticket as usize) {
                     return;
                 }
             }
             Event::V1Pending { ticket, frames } => {
-                if !self.waiters.contains(*ticket as usize) {
+                if !self.waiting.tickets.contains(*ticket as usize) {
                     return;
                 }
-                self.pending_pushes += frames.len();
+                self.queue.pushes += frames.len();
             }
-            Event::History { ticket, result } => match self.waiters.get(*ticket as usize) {
+            Event::History { ticket, result } => match self.waiting.tickets.get(*ticket as usize) {
                 Some(Waiter::Read { .. }) => {
                     if let Ok(h) = result {
-                        self.pending_pushes += h.messages.len();
+                        self.queue.pushes += h.messages.len();
                     }
                 }
                 Some(_) => {}
                 None => return,
             },
             Event::Resync { .. } => {}
-            Event::V1Live { topic, .. } => self.pending_pushes += self.v1.of(topic).len(),
+            Event::V1Live { topic, .. } => self.queue.pushes += self.v1.of(topic).len(),
             Event::Engine(never) => match *never {},
         }
-        self.queue.push(Queued { event, slot });
+        self.queue.items.push(Queued { event, slot });
     }
 }
 

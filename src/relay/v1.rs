@@ -19,7 +19,7 @@ impl Relay {
             self.engine.v1_watch(&name, 1, &mut self.events);
             self.m().subscriptions.inc();
         }
-        let ticket = self.waiters.insert(Waiter::V1Take { conn }) as Ticket;
+        let ticket = self.waiting.tickets.insert(Waiter::V1Take { conn }) as Ticket;
         self.engine.v1_take(&name, ticket, &mut self.events);
         self.absorb();
         added

@@ -65,6 +65,15 @@ pub struct Round {
     pub handoff: Handoff,
     /// A connection's turn in this round (its messages, the round's fan-out budget).
     turn: Turn,
+    /// What a round may do, from the limits.
+    budgets: Budgets,
+    /// What decides an early write-out.
+    early: EarlyState,
+}
+
+/// What a round may do, set once from the limits.
+#[derive(Debug, Clone, Copy)]
+struct Budgets {
     /// `Limits::messages_per_turn`.
     messages_per_turn: usize,
     /// `Limits::fanout_min`, `Limits::fanout_per_conn`.
@@ -74,11 +83,16 @@ pub struct Round {
     read_budget: usize,
     /// `Limits::inbox_budget`: batches the engine reads from its mailbox per round.
     inbox_budget: usize,
+    /// `--round-hold-us` (`None`: 0, no time bound).
+    hold: Option<Duration>,
+}
+
+/// What [`Round::write_early`] reads and moves.
+#[derive(Debug, Clone, Copy)]
+struct EarlyState {
     /// Bytes of bodies the early deliveries copied into buffers since the output was last
     /// written.
     bytes: usize,
-    /// `--round-hold-us` (`None`: 0, no time bound).
-    hold: Option<Duration>,
     /// Since when output has been held, as last read (`None`: unknown since the last early
     /// write, set at the next clock read).
     held_since: Option<Instant>,
@@ -97,27 +111,33 @@ impl Round {
             accept_more: [false; 2],
             handoff: Handoff::Done,
             turn: Turn::new(limits.messages_per_turn, limits.fanout_min),
-            messages_per_turn: limits.messages_per_turn,
-            fanout_min: limits.fanout_min,
-            fanout_per_conn: limits.fanout_per_conn,
-            read_budget: limits.read_budget,
-            inbox_budget: limits.inbox_budget,
-            bytes: 0,
-            hold: (limits.round_hold_us > 0).then(|| Duration::from_micros(limits.round_hold_us)),
-            held_since: Some(now),
-            events: 0,
+            budgets: Budgets {
+                messages_per_turn: limits.messages_per_turn,
+                fanout_min: limits.fanout_min,
+                fanout_per_conn: limits.fanout_per_conn,
+                read_budget: limits.read_budget,
+                inbox_budget: limits.inbox_budget,
+                hold: (limits.round_hold_us > 0)
+                    .then(|| Duration::from_micros(limits.round_hold_us)),
+            },
+            early: EarlyState {
+                bytes: 0,
+                held_since: Some(now),
+                events: 0,
+            },
         }
     }
 
     /// A round begins at `at` for a worker holding `connections`: its fan-out budget grows
     /// with them.
     pub fn begin(&mut self, at: Instant, connections: usize) {
+        let b = &self.budgets;
         let fanout = connections
-            .saturating_mul(self.fanout_per_conn)
-            .max(self.fanout_min);
-        self.turn = Turn::new(self.messages_per_turn, fanout);
-        self.held_since = Some(at);
-        self.events = 0;
+            .saturating_mul(b.fanout_per_conn)
+            .max(b.fanout_min);
+        self.turn = Turn::new(b.messages_per_turn, fanout);
+        self.early.held_since = Some(at);
+        self.early.events = 0;
     }
 
     /// Work is ready without an event: poll without sleeping.
@@ -138,12 +158,12 @@ impl Round {
 
     /// A connection that has read `total` bytes this turn may read more.
     pub fn read_more(&self, total: usize) -> bool {
-        total < self.read_budget
+        total < self.budgets.read_budget
     }
 
     /// Batches the engine may read from its mailbox this round.
     pub fn inbox_budget(&self) -> usize {
-        self.inbox_budget
+        self.budgets.inbox_budget
     }
 
     /// Puts connection `key` on the list to write (once).
@@ -189,12 +209,12 @@ impl Round {
 
     /// An early delivery copied `bytes` of bodies into buffers.
     pub fn copied(&mut self, bytes: usize) {
-        self.bytes += bytes;
+        self.early.bytes += bytes;
     }
 
     /// The round's output was written (early or at its end).
     pub fn written(&mut self) {
-        self.bytes = 0;
+        self.early.bytes = 0;
     }
 
     /// After a connection's event: whether the round's output is written now, before its
@@ -205,31 +225,31 @@ impl Round {
     /// `queued` in the relay) has waited `--round-hold-us` (`Limits::round_hold_us`, unless
     /// 0); `clock` is read at most once every [`CLOCK_EVERY`] events.
     pub fn write_early(&mut self, queued: bool, clock: impl FnOnce() -> Instant) -> Option<Early> {
-        if self.bytes >= FLUSH_WITHIN_ROUND_BYTES
-            && self.bytes >= FLUSH_PER_CONN_BYTES * self.dirty.len()
+        let e = &mut self.early;
+        if e.bytes >= FLUSH_WITHIN_ROUND_BYTES && e.bytes >= FLUSH_PER_CONN_BYTES * self.dirty.len()
         {
-            self.held_since = None;
-            self.events = 0;
+            e.held_since = None;
+            e.events = 0;
             return Some(Early::Bytes);
         }
-        let hold = self.hold?;
-        self.events += 1;
-        if self.events < CLOCK_EVERY {
+        let hold = self.budgets.hold?;
+        e.events += 1;
+        if e.events < CLOCK_EVERY {
             return None;
         }
-        self.events = 0;
+        e.events = 0;
         let now = clock();
         let held = queued || !self.dirty.is_empty();
-        match self.held_since {
+        match e.held_since {
             Some(since) if held && now.saturating_duration_since(since) >= hold => {
-                self.held_since = Some(now);
+                e.held_since = Some(now);
                 Some(Early::Held)
             }
             Some(_) if held => None,
             // Nothing held (it can only have begun since), or unknown since the last early
             // write: counted from now.
             _ => {
-                self.held_since = Some(now);
+                e.held_since = Some(now);
                 None
             }
         }

@@ -13,11 +13,11 @@ impl Journal {
     /// probe now and then; then the repair of what was lost; else compaction.
     pub fn compact_step(&mut self, home: &mut HomeTopics) {
         self.log.report_usage();
-        if !self.healthy {
+        if !self.disk.healthy {
             return self.probe();
         }
         if self.compaction.is_none() {
-            let segments = if self.dirty {
+            let segments = if self.disk.dirty {
                 self.repair_records(home);
                 Vec::new()
             } else {
@@ -32,7 +32,7 @@ impl Journal {
             self.compaction = Some(Compaction {
                 segments,
                 next_key: 0,
-                failures: self.failures,
+                failures: self.disk.failures,
             });
         }
         let Some(c) = self.compaction.as_ref() else {
@@ -67,15 +67,15 @@ impl Journal {
         let Some(c) = self.compaction.take() else {
             return;
         };
-        if c.failures != self.failures {
+        if c.failures != self.disk.failures {
             return;
         }
         if c.segments.is_empty() {
-            self.dirty = false;
+            self.disk.dirty = false;
         }
         for s in c.segments {
             if let Err(e) = self.log.retire(s) {
-                log::warn!("{}: {e}", self.part);
+                log::warn!("{}: {e}", self.disk.part);
             }
         }
     }

@@ -147,6 +147,22 @@ pub struct Journal {
     /// record), recorded by the repair.
     unrecorded: Vec<(Cancels, SegmentId)>,
     compaction: Option<Compaction>,
+    /// Whether the disk works, and what its failures left to repair.
+    disk: DiskState,
+    /// The highest log sequence number reported synced.
+    synced: u64,
+    /// Answers settled outside [`Journal::flush`] and [`Journal::on_sync`], handed out by
+    /// them.
+    settled: Vec<Settled>,
+    scratch: Vec<Loc>,
+    /// See [`unix_offset`]; refreshed by [`Journal::tick`].
+    unix_offset: i64,
+}
+
+/// What a journal knows of its disk: whether it works (reported to `/health`), how often it
+/// failed, and whether what a failure lost still waits for the repair.
+#[derive(Debug)]
+struct DiskState {
     health: Arc<Health>,
     /// This journal's name in `/health` (`storage w0`).
     part: String,
@@ -157,14 +173,6 @@ pub struct Journal {
     dirty: bool,
     /// When the failing disk is probed next (worker clock, ms).
     next_probe: u64,
-    /// The highest log sequence number reported synced.
-    synced: u64,
-    /// Answers settled outside [`Journal::flush`] and [`Journal::on_sync`], handed out by
-    /// them.
-    settled: Vec<Settled>,
-    scratch: Vec<Loc>,
-    /// See [`unix_offset`]; refreshed by [`Journal::tick`].
-    unix_offset: i64,
 }
 
 impl Drop for Journal {
@@ -197,12 +205,14 @@ impl Journal {
             unrecorded: Vec::new(),
             unix_offset: unix_offset(),
             compaction: None,
-            health,
-            part,
-            healthy: true,
-            failures: 0,
-            dirty: false,
-            next_probe: 0,
+            disk: DiskState {
+                health,
+                part,
+                healthy: true,
+                failures: 0,
+                dirty: false,
+                next_probe: 0,
+            },
             synced: 0,
             settled: Vec::new(),
             scratch: Vec::new(),
@@ -217,7 +227,7 @@ impl Journal {
     /// Refuse what would be answered after a sync while the disk fails (DECISIONS §6),
     /// and until the repair after it has written again what the failure lost.
     pub fn refuses(&self) -> bool {
-        self.answers_after_sync() && (!self.healthy || self.dirty)
+        self.answers_after_sync() && (!self.disk.healthy || self.disk.dirty)
     }
 
     /// With `--fsync always`, the log sequence number to wait for before answering a
@@ -234,13 +244,15 @@ impl Journal {
 
     fn note(&mut self, r: Result<(), String>) {
         let ok = r.is_ok();
-        if ok != self.healthy {
-            self.healthy = ok;
+        if ok != self.disk.healthy {
+            self.disk.healthy = ok;
             match &r {
-                Ok(()) => log::info!(part:% = self.part; "{}: the disk works again", self.part),
-                Err(why) => log::error!(part:% = self.part, error:% = why;
+                Ok(()) => {
+                    log::info!(part:% = self.disk.part; "{}: the disk works again", self.disk.part)
+                }
+                Err(why) => log::error!(part:% = self.disk.part, error:% = why;
                     "{}: {why}; {}",
-                    self.part,
+                    self.disk.part,
                     if self.answers_after_sync() {
                         "publishes are refused until the disk works again"
                     } else {
@@ -248,15 +260,15 @@ impl Journal {
                     }
                 ),
             }
-            self.health.report(&self.part, r.err());
+            self.disk.health.report(&self.disk.part, r.err());
         }
     }
 
     /// A failed write or append: the answers of the records it lost are settled as
     /// failed, and what it lost will be repaired.
     fn fail(&mut self, err: &StoreError) {
-        self.failures += 1;
-        self.dirty = true;
+        self.disk.failures += 1;
+        self.disk.dirty = true;
         if let StoreError::DiskFull { lost, .. } | StoreError::WriteFailed { lost, .. } = err {
             self.settle_lost(*lost);
         }
@@ -264,9 +276,9 @@ impl Journal {
     }
 
     fn append(&mut self, e: &Entry<'_>) -> Option<crate::store::Appended> {
-        if !self.healthy {
+        if !self.disk.healthy {
             // Kept in memory only; the repair writes it once the disk works.
-            self.dirty = true;
+            self.disk.dirty = true;
             self.log.metrics().records_deferred.add(1);
             return None;
         }
@@ -505,10 +517,10 @@ impl Journal {
     /// Probes a failing disk, at most once a second.
     fn probe(&mut self) {
         let now = crate::clock::now_ms();
-        if now < self.next_probe {
+        if now < self.disk.next_probe {
             return;
         }
-        self.next_probe = now + PROBE_MS;
+        self.disk.next_probe = now + PROBE_MS;
         match self.log.probe() {
             Ok(()) => {
                 let h = self.log.health();

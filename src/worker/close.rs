@@ -84,7 +84,7 @@ impl Worker {
             .into_iter()
             .flatten()
         {
-            let _ = self.poll.registry().deregister(&mut l);
+            let _ = self.waits.poll.registry().deregister(&mut l);
         }
         let now = self.clock.now;
         self.stop_at = Some(now + self.shared.config.limits.shutdown_grace().as_millis() as u64);

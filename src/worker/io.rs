@@ -29,6 +29,8 @@ pub(super) struct Listeners {
     pub tls_config: Option<Arc<ServerConfig>>,
     /// Retry `accept` at the next tick (after running out of file descriptors).
     pub retry: bool,
+    /// The uid the next accepted connection gets (never 0).
+    pub next_uid: u64,
 }
 
 impl Listeners {
@@ -146,7 +148,7 @@ impl Worker {
         // (server::bind): no setsockopt per connection.
         let entry = self.conns.vacant_entry();
         let key = entry.key();
-        if let Err(e) = self.poll.registry().register(
+        if let Err(e) = self.waits.poll.registry().register(
             &mut sock,
             Token(key),
             Interest::READABLE | Interest::WRITABLE,
@@ -154,8 +156,8 @@ impl Worker {
             log::warn!(worker = self.id, error:% = e; "worker {}: register failed: {e}", self.id);
             return self.tools.limits.release(&mut limit);
         }
-        let uid = self.next_uid;
-        self.next_uid += 1;
+        let uid = self.listeners.next_uid;
+        self.listeners.next_uid += 1;
         let deadline = self.clock.now + limits.head_timeout().as_millis() as u64;
         // A TLS connection keeps this deadline until its handshake is done and a request
         // comes: a stalled handshake is closed like a stalled head.

@@ -133,18 +133,14 @@ const SCRATCH: usize = 64 << 10;
 /// A worker and everything it owns.
 pub struct Worker {
     id: usize,
-    poll: Poll,
+    /// What its loop sleeps on and is woken by.
+    waits: Waits,
     /// Its listeners (none once shutdown began).
     listeners: io::Listeners,
     /// Its buffers for reading and writing sockets, shared by all connections.
     bufs: io::Buffers,
     conns: Slab<Conn>,
-    next_uid: u64,
     relay: Relay,
-    /// The worker's own mailbox.
-    control: Receiver<Control>,
-    /// Rung by whoever sends to this worker or its engine.
-    bell: Arc<Doorbell>,
     shared: Arc<Shared>,
     wheel: Wheel,
     /// What it lends the connection it processes (encoding scratch, JSON buffers, the
@@ -160,6 +156,17 @@ pub struct Worker {
     out: delivery::OutLimits,
     /// The iteration in progress: when it began and what it did, and the long ones.
     iteration: stall::Iterations,
+}
+
+/// What a worker's loop sleeps on and is woken by.
+#[derive(Debug)]
+struct Waits {
+    /// Its sockets' readiness (and the doorbell's waker).
+    poll: Poll,
+    /// The worker's own mailbox.
+    control: Receiver<Control>,
+    /// Rung by whoever sends to this worker or its engine.
+    bell: Arc<Doorbell>,
 }
 
 impl Worker {
@@ -199,12 +206,17 @@ impl Worker {
         let out = delivery::OutLimits::new(&shared.config.limits);
         Ok(Worker {
             id,
-            poll,
+            waits: Waits {
+                poll,
+                control,
+                bell,
+            },
             listeners: io::Listeners {
                 plain: listener,
                 tls: tls_listener,
                 tls_config,
                 retry: false,
+                next_uid: 1,
             },
             bufs: io::Buffers {
                 scratch: vec![0u8; SCRATCH],
@@ -212,10 +224,7 @@ impl Worker {
                 tls: TlsScratch::default(),
             },
             conns: Slab::with_capacity(1024),
-            next_uid: 1,
             relay,
-            control,
-            bell,
             shared,
             wheel: Wheel::new(now),
             tools: Tools {
@@ -306,17 +315,17 @@ impl Worker {
             Duration::from_millis(self.wheel.until_next_tick(self.clock.now))
         };
         // Tell senders to wake us, then look once more so no message slips in between.
-        self.bell.set_sleeping(true);
-        if !self.control.is_empty() || self.relay.has_mail() {
+        self.waits.bell.set_sleeping(true);
+        if !self.waits.control.is_empty() || self.relay.has_mail() {
             timeout = Duration::ZERO;
         }
-        if let Err(e) = self.poll.poll(events, Some(timeout)) {
+        if let Err(e) = self.waits.poll.poll(events, Some(timeout)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 log::error!(worker = self.id, error:% = e; "worker {}: poll failed: {e}", self.id);
                 return false;
             }
         }
-        self.bell.set_sleeping(false);
+        self.waits.bell.set_sleeping(false);
         let began = Instant::now();
         self.clock.tick(began);
         let m = &self.shared.metrics.cores[self.id];
@@ -333,7 +342,7 @@ impl Worker {
     /// round's budget (`--inbox-budget` batches).
     fn take_mail(&mut self) -> Orders {
         let mut orders = Orders::Serve;
-        while let Ok(c) = self.control.try_recv() {
+        while let Ok(c) = self.waits.control.try_recv() {
             match c {
                 Control::Shutdown => orders = Orders::ShutDown,
                 Control::Reload(r) => self.apply(r),

@@ -21,9 +21,11 @@ use super::etag::TagHasher;
 /// smaller ones gain too little to be worth the header.
 pub const GZIP_MIN: usize = 1024;
 
-/// Level of assembled answers, compressed per request on a cache miss: a page of 100 real
-/// entries (90 KB) is within 10 % of the best level's size at a fraction of its time.
-const ASSEMBLED_LEVEL: u32 = 6;
+/// Level of assembled answers, compressed when built (a cache miss): with zlib-rs, level 2
+/// comes within a few per cent of level 6's size in a third of its time (level 1 is faster
+/// but a third larger), which bounds what a stream of distinct queries costs a worker
+/// (figures in docs/REGISTRY.md).
+const ASSEMBLED_LEVEL: u32 = 2;
 
 /// Bodies up to this size are compressed at the best level when built once at start, larger
 /// ones at the default (a 100,000-entry registry would otherwise take seconds longer to

@@ -29,7 +29,7 @@ use crate::http::response::{Body, Response, JSON, TEXT};
 use crate::http::Request;
 use crate::outbuf::FileRange;
 
-use data::{finish, parse_file, Record};
+use data::{finish, parse_file, RawEntry, Record};
 pub use data::{logo_url, AppType, SIZES};
 use etag::TagHasher;
 pub use listing::fold;
@@ -282,37 +282,8 @@ impl Registry {
                 msg: "more than 2^32 entries".into(),
             });
         }
-        let (w_both, d_both) = {
-            let wallet_ids: HashSet<&str> = w.iter().map(|e| e.id.as_str()).collect();
-            let dapp_ids: HashSet<&str> = d.iter().map(|e| e.id.as_str()).collect();
-            let w_both: Vec<bool> = w.iter().map(|e| dapp_ids.contains(e.id.as_str())).collect();
-            let d_both: Vec<bool> = d
-                .iter()
-                .map(|e| wallet_ids.contains(e.id.as_str()))
-                .collect();
-            (w_both, d_both)
-        };
-        // Record numbers: the wallets, then the dApps; `/all` skips the hybrids' dApp records.
         let nw = w.len() as u32;
-        let mut all_pos: Vec<u32> = (0..nw).collect();
-        let mut records: Vec<Record> = Vec::with_capacity(w.len() + d.len());
-        for (e, both) in w.into_iter().zip(w_both) {
-            let t = if both {
-                AppType::Hybrid
-            } else {
-                AppType::Wallet
-            };
-            records.push(finish(e, t, image_base));
-        }
-        for ((i, e), both) in (nw..).zip(d).zip(d_both) {
-            let t = if both {
-                AppType::Hybrid
-            } else {
-                all_pos.push(i);
-                AppType::Dapp
-            };
-            records.push(finish(e, t, image_base));
-        }
+        let (records, all_pos) = records(w, d, image_base);
         let wallet_pos: Vec<u32> = (0..nw).collect();
         let dapp_pos: Vec<u32> = (nw..records.len() as u32).collect();
 
@@ -458,6 +429,35 @@ impl Registry {
             _ => error(404, "parameter \"id\" is not the id of any entry"),
         }
     }
+}
+
+/// The finished records, wallets then dApps (a record's number is its place here), and the
+/// record numbers of `/all`: every wallet, then the dApps whose id is not a wallet's (a
+/// hybrid appears once, in the wallet's place, with the wallet's record).
+fn records(w: Vec<RawEntry>, d: Vec<RawEntry>, image_base: &str) -> (Vec<Record>, Vec<u32>) {
+    let wallet_ids: HashSet<String> = w.iter().map(|e| e.id.clone()).collect();
+    let dapp_ids: HashSet<String> = d.iter().map(|e| e.id.clone()).collect();
+    let nw = w.len() as u32;
+    let mut all_pos: Vec<u32> = (0..nw).collect();
+    let mut records: Vec<Record> = Vec::with_capacity(w.len() + d.len());
+    for e in w {
+        let t = match dapp_ids.contains(&e.id) {
+            true => AppType::Hybrid,
+            false => AppType::Wallet,
+        };
+        records.push(finish(e, t, image_base));
+    }
+    for (i, e) in (nw..).zip(d) {
+        let t = match wallet_ids.contains(&e.id) {
+            true => AppType::Hybrid,
+            false => {
+                all_pos.push(i);
+                AppType::Dapp
+            }
+        };
+        records.push(finish(e, t, image_base));
+    }
+    (records, all_pos)
 }
 
 /// Percent-decodes a path segment (`+` stays `+`); `None` if invalid or not UTF-8.

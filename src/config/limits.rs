@@ -61,8 +61,8 @@ pub struct Limits {
     #[arg(long, env = "WALLETRELAY_MAX_CACHE_BYTES", default_value_t = 1 << 30)]
     pub max_cache_bytes: usize,
 
-    /// Bytes of assembled registry answers (pages, searches of >= 16 KiB) each worker keeps
-    /// to answer repeated queries without assembling them again (0 = off).
+    /// Bytes of assembled registry answers (every page and search) each worker keeps to
+    /// answer repeated queries without building them again (0 = off).
     #[arg(long, env = "WALLETRELAY_ANSWER_CACHE", default_value_t = 8 << 20)]
     pub answer_cache: usize,
 

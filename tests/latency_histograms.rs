@@ -2,7 +2,8 @@
 //! sockets, for each engine (memory, the journal on a data directory, a real `redis-server`):
 //! a publisher and two subscribers (one on each of two workers, so messages cross workers on
 //! their way), `N` publishes; then `walletrelay_publish_ack_seconds` counts `N` acks,
-//! `walletrelay_publish_delivery_seconds` one sample per push the subscribers received, and
+//! `walletrelay_publish_delivery_seconds` one sample per push the subscribers received (the
+//! subscriptions in place first: live deliveries, not a replay of history), and
 //! `walletrelay_store_write_seconds` the store's writes (some for the journal and Redis, none
 //! in memory). Each family is a well-formed Prometheus histogram: its `# TYPE`, the bucket
 //! bounds the deploy files rely on, cumulative buckets ending in `+Inf` equal to `_count`,
@@ -116,8 +117,13 @@ fn metrics(s: &Server, at: Scrape) -> String {
 fn publish_to_two(s: &Server) -> usize {
     let t = topic();
     let mut subs: Vec<Ws> = vec![s.ws_on(0), s.ws_on(1)];
+    // Blocking subscribes: answered once the subscription is in place, so every publish
+    // after them is a live delivery (a push replayed from the topic's history while a
+    // subscription catches up is not a sample; on Redis a plain subscribe's answer can
+    // come before the node's SUBSCRIBE is confirmed).
     for w in &mut subs {
-        w.subscribe(&t);
+        let r = w.call("irn_subscribeBlocking", serde_json::json!({ "topic": t }));
+        assert!(r["result"].is_string(), "subscribeBlocking failed: {r}");
     }
     let mut publisher = s.ws_on(0);
     for i in 0..N {
@@ -126,8 +132,9 @@ fn publish_to_two(s: &Server) -> usize {
     let mut pushes = 0;
     for w in &mut subs {
         for _ in 0..N {
-            let (_, topic, _) = w.next_push();
-            assert_eq!(topic, t);
+            let m = w.recv();
+            assert_eq!(m["method"], "irn_subscription", "not a push: {m}");
+            assert_eq!(m["params"]["data"]["topic"], t.as_str());
             pushes += 1;
         }
     }

@@ -226,6 +226,7 @@ impl Relay {
             &history,
             &mut |s: &mut LocalSub, m: &Message| {
                 let push_id = m.body.message_id(m.pos.seq);
+                // A replay is no latency sample: its age is the client's absence.
                 to.push(s.conn, &s.id, s.dialect, &m.body, push_id, PushKind::Replay);
                 if let Some(c) = &s.client {
                     let watched = notify.watching() && notify.watched(&c.id);

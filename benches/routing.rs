@@ -7,17 +7,14 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use walletrelay::config::Limits;
 use walletrelay::engine::memory::local::{LocalEngine, LocalShared};
 use walletrelay::engine::memory::placement::Placement;
-use walletrelay::engine::History;
 use walletrelay::mailbox::{self, Doorbell};
 use walletrelay::metrics::Metrics;
 use walletrelay::relay::{
-    Body, ConnRef, Dialect, Done, Meta, Position, Publishing, PushKind, Recipients, Relay,
-    RelayError, SubId,
+    ConnRef, Deliveries, Delivery, Dialect, Done, Meta, Publishing, Relay, SubId,
 };
 use walletrelay::webhook::WebhookPool;
 
@@ -28,26 +25,17 @@ struct Count {
     answers: usize,
 }
 
-impl Recipients for Count {
-    fn push(&mut self, _: ConnRef, _: &SubId, _: Dialect, _: &Body, _: u64, _: PushKind) {
-        self.pushes += 1;
-    }
-    fn fetched(
-        &mut self,
-        _: ConnRef,
-        _: u64,
-        _: &Arc<str>,
-        _: Position,
-        _: Result<History, RelayError>,
-    ) {
-        self.answers += 1;
-    }
-    fn answer(&mut self, _: ConnRef, _: u64, _: Result<(), RelayError>) {
-        self.answers += 1;
-    }
-    fn webhook_answer(&mut self, _: ConnRef, _: Result<(), RelayError>) {}
-    fn push_text(&mut self, _: ConnRef, _: &Bytes, _: PushKind) {
-        self.pushes += 1;
+impl Count {
+    /// Counts `d` and gives it back to `r`.
+    fn take(&mut self, r: &mut Relay, d: Deliveries) {
+        for one in &d.list {
+            match one {
+                Delivery::Push { .. } | Delivery::Text { .. } => self.pushes += 1,
+                Delivery::Answer { .. } | Delivery::Fetched { .. } => self.answers += 1,
+                Delivery::Unacked { .. } | Delivery::Webhook { .. } => {}
+            }
+        }
+        r.recycle(d);
     }
 }
 
@@ -112,7 +100,8 @@ fn pump(rs: &mut [Relay], out: &mut Count) {
                 r.on_mail(usize::MAX);
                 moved = true;
             }
-            r.deliver(out);
+            let d = r.deliver();
+            out.take(r, d);
         }
         if !moved {
             return;
@@ -137,7 +126,8 @@ fn routing(c: &mut Criterion) {
             let m = format!("{msg}{i}");
             let done = rs[0].publish(publisher, 1, publishing(&topic, &m));
             assert_eq!(done, Done::Now(Ok(())));
-            rs[0].deliver(&mut out);
+            let d = rs[0].deliver();
+            out.take(&mut rs[0], d);
             black_box(out.pushes);
         })
     });

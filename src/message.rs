@@ -352,6 +352,13 @@ impl Body {
         self.arrived
     }
 
+    /// Whether `other` is this very body (the same bytes in the same buffer), not only an
+    /// equal one.
+    #[inline]
+    pub fn same_bytes(&self, other: &Body) -> bool {
+        self.json.same(&other.json)
+    }
+
     /// See [`Body::beta`].
     pub fn beta_len(&self) -> u32 {
         self.beta_len

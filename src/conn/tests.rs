@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use clap::Parser;
 
 use super::outbound::{PushTo, Writing};
@@ -15,8 +14,8 @@ use crate::metrics::Metrics;
 use crate::registry::answers::AnswerCache;
 use crate::registry::Registry;
 use crate::relay::{
-    Body, ConnRef, Dialect, Done, Engine, Event, Origin, Position, PublishReq, PushKind,
-    Recipients, Relay, RelayError, Stored, SubId, Ticket,
+    Deliveries, Delivery, Dialect, Done, Engine, Event, Origin, Position, PublishReq, Relay,
+    RelayError, Stored, SubId, Ticket,
 };
 use crate::webhook::WebhookPool;
 
@@ -88,38 +87,43 @@ struct Bench {
     turn: usize,
 }
 
-impl Recipients for Conn<()> {
-    fn push(&mut self, _: ConnRef, id: &SubId, d: Dialect, body: &Body, n: u64, _: PushKind) {
-        let mut enc = Vec::new();
-        let to = PushTo {
-            id,
-            dialect: d,
-            push_id: n,
-            live: true,
-        };
-        let w = Writing {
-            fill_mark: 1 << 16,
-            share_min: 1 << 16,
-            scratch: &mut enc,
-        };
-        self.deliver(to, body, w);
-    }
-    fn fetched(
-        &mut self,
-        _: ConnRef,
-        answer: u64,
-        topic: &Arc<str>,
-        after: Position,
-        result: Result<crate::engine::History, RelayError>,
-    ) {
-        super::fetch::resolve(self, answer, topic, after, Origin::NONE, result);
-    }
-    fn answer(&mut self, _: ConnRef, answer: u64, result: Result<(), RelayError>) {
-        self.resolve(answer, result);
-    }
-    fn webhook_answer(&mut self, _: ConnRef, _: Result<(), RelayError>) {}
-    fn push_text(&mut self, _: ConnRef, frame: &Bytes, _: PushKind) {
-        self.deliver_text(frame, true, 1 << 16, 1 << 16);
+/// The relay's deliveries applied to the one connection, as `worker/apply.rs` would.
+fn apply(conn: &mut Conn<()>, d: Deliveries) {
+    for one in d.list {
+        match one {
+            Delivery::Push {
+                sub, dialect, msg, ..
+            } => {
+                let m = &d.messages[msg as usize];
+                let mut enc = Vec::new();
+                let to = PushTo {
+                    id: &sub,
+                    dialect,
+                    push_id: m.push_id,
+                    live: true,
+                };
+                let w = Writing {
+                    fill_mark: 1 << 16,
+                    share_min: 1 << 16,
+                    scratch: &mut enc,
+                };
+                conn.deliver(to, &m.body, w);
+            }
+            Delivery::Fetched {
+                answer,
+                topic,
+                after,
+                result,
+                ..
+            } => {
+                super::fetch::resolve(conn, answer, &topic, after, Origin::NONE, result);
+            }
+            Delivery::Answer { answer, result, .. } => {
+                conn.resolve(answer, result);
+            }
+            Delivery::Text { frame, .. } => conn.deliver_text(&frame, true, 1 << 16, 1 << 16),
+            Delivery::Unacked { .. } | Delivery::Webhook { .. } => {}
+        }
     }
 }
 
@@ -239,7 +243,8 @@ impl Bench {
     fn inject(&mut self, ev: Event) {
         self.mail.send(ev).unwrap();
         self.relay.on_mail(usize::MAX);
-        self.relay.deliver(&mut self.conn);
+        let d = self.relay.deliver();
+        apply(&mut self.conn, d);
     }
 
     /// The store answers publish number `i` (in publish order).

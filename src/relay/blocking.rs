@@ -2,9 +2,10 @@
 //! once their subscription is in place ([`Relay::when_in_place`]). Subscriptions that
 //! belong to a client id are `client_subs.rs`.
 
+use super::deliveries::Delivery;
 use super::feed::SubState;
 use super::subs::ConnRef;
-use super::{Recipients, Relay};
+use super::Relay;
 
 /// A connection's answer that waits for its subscription on a topic to be in place: its
 /// first read of the topic's history has come back (on Redis that read is held until the
@@ -17,8 +18,7 @@ pub(super) struct Blocking {
 }
 
 impl Relay {
-    /// Resolves one result of `conn`'s pending answer `answer` (through
-    /// [`Recipients::answer`]) once its subscription on `slot` is in place: at the end of
+    /// Resolves one result of `conn`'s pending answer `answer` (a [`Delivery::Answer`]) once its subscription on `slot` is in place: at the end of
     /// the first delivery after it became active, or at once, at that delivery, when it
     /// already is or is gone (unsubscribed, closed: the answer must not wait forever).
     pub fn when_in_place(&mut self, conn: ConnRef, answer: u64, slot: u32) {
@@ -36,7 +36,7 @@ impl Relay {
     }
 
     /// Answers the blocking subscribes whose subscription is now in place.
-    pub(super) fn release_blocking(&mut self, to: &mut impl Recipients) {
+    pub(super) fn release_blocking(&mut self) {
         if self.waiting.blocking.is_empty() {
             return;
         }
@@ -45,7 +45,11 @@ impl Relay {
             if self.still_syncing(b) {
                 return true;
             }
-            to.answer(b.conn, b.answer, Ok(()));
+            self.queue.out.list.push(Delivery::Answer {
+                conn: b.conn,
+                answer: b.answer,
+                result: Ok(()),
+            });
             false
         });
         self.waiting.blocking = list;

@@ -1,15 +1,17 @@
 //! The queued events carried out: live messages through each topic's feed, histories,
-//! answers (each ticket given back to what waited for it), v1 frames, handed to the worker's
-//! connections through [`Recipients`]; and the reads a gap or a resync asks for.
+//! answers (each ticket given back to what waited for it), v1 frames, written down as the
+//! [`Deliveries`] the worker applies; and the reads a gap or a resync asks for.
 
 use std::sync::Arc;
 
+use super::deliveries::{Deliveries, Delivery, Unacked};
 use super::feed::{Feed, SubState, UNASKED};
 use super::subs::LocalSub;
 use super::{
-    Event, Message, Position, PushKind, Queued, Recipients, Relay, RelayError, Retry, Ticket,
-    Unacked, Waiter, READ_RETRY_MS,
+    Event, Message, Position, PushKind, Queued, Relay, RelayError, Retry, Ticket, Waiter,
+    READ_RETRY_MS,
 };
+use crate::notice::Notify;
 use crate::outbuf::{fanout_share_min, fanout_shares_body};
 
 /// Bytes of bodies queued for delivery (each counted once per subscriber) past which a
@@ -58,14 +60,16 @@ impl Relay {
 
     /// [`Relay::deliver`] within a round, while the bodies just published are still in the
     /// core's cache: the pushes made still count against the round's fan-out budget.
-    pub fn deliver_within_round(&mut self, to: &mut impl Recipients) {
+    pub fn deliver_within_round(&mut self) -> Deliveries {
         let pending = self.queue.pushes;
-        self.deliver(to);
+        let out = self.deliver();
         self.queue.pushes += pending;
+        out
     }
 
-    /// Carries out the queued deliveries on the worker's connections.
-    pub fn deliver(&mut self, to: &mut impl Recipients) {
+    /// Carries out the queued events: returns what this worker's connections get, in
+    /// order, for the worker to apply (then to give back: [`Relay::recycle`]).
+    pub fn deliver(&mut self) -> Deliveries {
         self.queue.pushes = 0;
         self.queue.bytes = 0;
         // Reads answered at once while delivering (a resync) queue more: a few rounds.
@@ -77,17 +81,25 @@ impl Relay {
                 std::mem::replace(&mut self.queue.items, std::mem::take(&mut self.queue.spare));
             self.queue.pushes = 0;
             for d in list.drain(..) {
-                self.deliver_one(d, to);
+                self.deliver_one(d);
             }
             self.queue.spare = super::recycle(list);
             self.absorb();
         }
-        self.release_blocking(to);
+        self.release_blocking();
+        std::mem::take(&mut self.queue.out)
     }
 
-    fn deliver_one(&mut self, q: Queued, to: &mut impl Recipients) {
+    /// `d`, applied, back for the next round (with its room, unless a burst made it large).
+    pub fn recycle(&mut self, d: Deliveries) {
+        if self.queue.out.is_empty() {
+            self.queue.out = d.recycled();
+        }
+    }
+
+    fn deliver_one(&mut self, q: Queued) {
         match q.event {
-            Event::Live { topic, msg } => self.deliver_live(q.slot, &topic, msg, to),
+            Event::Live { topic, msg } => self.deliver_live(q.slot, &topic, msg),
             Event::Published { ticket, result } => {
                 if let Some(Waiter::Publish {
                     conn,
@@ -95,23 +107,34 @@ impl Relay {
                     arrived,
                 }) = self.waiter(ticket)
                 {
-                    to.answer(conn, answer, result.map(|_| ()));
+                    let result = result.map(|_| ());
+                    self.queue.out.list.push(Delivery::Answer {
+                        conn,
+                        answer,
+                        result,
+                    });
                     self.latency.ack(arrived);
                 }
             }
             Event::History { ticket, result } => match self.waiter(ticket) {
-                Some(Waiter::Read { topic }) => self.deliver_history(&topic, ticket, result, to),
+                Some(Waiter::Read { topic }) => self.deliver_history(&topic, ticket, result),
                 Some(Waiter::Fetch {
                     conn,
                     answer,
                     topic,
                     after,
-                }) => to.fetched(conn, answer, &topic, after, result),
+                }) => self.queue.out.list.push(Delivery::Fetched {
+                    conn,
+                    answer,
+                    topic,
+                    after,
+                    result,
+                }),
                 _ => {}
             },
             Event::WebhookAdded { ticket, result } => {
                 if let Some(Waiter::Webhook { conn }) = self.waiter(ticket) {
-                    to.webhook_answer(conn, result);
+                    self.queue.out.list.push(Delivery::Webhook { conn, result });
                 }
             }
             Event::Resync { topic } => {
@@ -130,14 +153,23 @@ impl Relay {
                 };
                 for &c in conns {
                     if self.origin_of(c.uid) != origin {
-                        to.push_text(c, &frame, kind);
+                        let frame = frame.clone();
+                        self.queue.out.list.push(Delivery::Text {
+                            conn: c,
+                            frame,
+                            kind,
+                        });
                     }
                 }
             }
             Event::V1Pending { ticket, frames } => {
                 if let Some(Waiter::V1Take { conn }) = self.waiter(ticket) {
-                    for f in &frames {
-                        to.push_text(conn, f, PushKind::Replay);
+                    for frame in frames {
+                        let kind = PushKind::Replay;
+                        self.queue
+                            .out
+                            .list
+                            .push(Delivery::Text { conn, frame, kind });
                     }
                 }
             }
@@ -149,13 +181,7 @@ impl Relay {
         self.waiting.tickets.try_remove(ticket as usize)
     }
 
-    fn deliver_live(
-        &mut self,
-        slot: u32,
-        topic: &Arc<str>,
-        mut msg: Message,
-        to: &mut impl Recipients,
-    ) {
+    fn deliver_live(&mut self, slot: u32, topic: &Arc<str>, mut msg: Message) {
         let hold = self.limits.max_cached_per_topic;
         let Some(t) = self.subs.get_named(slot, topic) else {
             return;
@@ -174,22 +200,13 @@ impl Relay {
         let push_id = msg.body.message_id(msg.pos.seq);
         let notify = &*self.notify;
         let latency = &mut self.latency;
+        let out = &mut self.queue.out;
+        let ix = out.message(&msg.body, push_id, kind);
         let again = t
             .feed
             .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
-                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, kind);
+                push(out, s, ix, (slot, topic, m, push_id), notify);
                 latency.delivered(m.body.arrived(), 1);
-                if let Some(c) = &s.client {
-                    let watched = notify.watching() && notify.watched(&c.id);
-                    let u = Unacked {
-                        push_id,
-                        slot,
-                        topic,
-                        msg: m,
-                        watched,
-                    };
-                    to.unacked(s.conn, u);
-                }
             });
         if let Some(from) = again {
             self.ask(topic, from);
@@ -201,7 +218,6 @@ impl Relay {
         topic: &Arc<str>,
         ticket: Ticket,
         result: Result<crate::engine::History, RelayError>,
-        to: &mut impl Recipients,
     ) {
         let Some(slot) = self.subs.find(topic) else {
             return;
@@ -220,6 +236,7 @@ impl Relay {
             return;
         };
         let notify = &*self.notify;
+        let out = &mut self.queue.out;
         let again = t.feed.on_history(
             &mut t.subs,
             ticket,
@@ -227,18 +244,8 @@ impl Relay {
             &mut |s: &mut LocalSub, m: &Message| {
                 let push_id = m.body.message_id(m.pos.seq);
                 // A replay is no latency sample: its age is the client's absence.
-                to.push(s.conn, &s.id, s.dialect, &m.body, push_id, PushKind::Replay);
-                if let Some(c) = &s.client {
-                    let watched = notify.watching() && notify.watched(&c.id);
-                    let u = Unacked {
-                        push_id,
-                        slot,
-                        topic,
-                        msg: m,
-                        watched,
-                    };
-                    to.unacked(s.conn, u);
-                }
+                let ix = out.message(&m.body, push_id, PushKind::Replay);
+                push(out, s, ix, (slot, topic, m, push_id), notify);
             },
         );
         if let Some(from) = again {
@@ -275,5 +282,38 @@ impl Relay {
         Feed::retag(&mut t.subs, UNASKED, ticket);
         let name = t.name.clone();
         self.engine.read(&name, from, ticket, &mut self.events);
+    }
+}
+
+/// The push of message `ix` to subscription `s`; to a client id's subscription, followed by
+/// what the connection keeps until it acknowledges it. `of`: the message's topic slot,
+/// topic, message and push id.
+#[inline]
+fn push(
+    out: &mut Deliveries,
+    s: &LocalSub,
+    ix: u32,
+    of: (u32, &Arc<str>, &Message, u64),
+    notify: &dyn Notify,
+) {
+    let (slot, topic, m, push_id) = of;
+    out.list.push(Delivery::Push {
+        conn: s.conn,
+        sub: s.id,
+        dialect: s.dialect,
+        msg: ix,
+    });
+    if let Some(c) = &s.client {
+        let watched = notify.watching() && notify.watched(&c.id);
+        let unacked = Unacked {
+            push_id,
+            slot,
+            pos: m.pos,
+            watched: watched.then(|| (topic.clone(), m.body.clone())),
+        };
+        out.list.push(Delivery::Unacked {
+            conn: s.conn,
+            unacked,
+        });
     }
 }

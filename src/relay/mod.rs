@@ -5,9 +5,10 @@
 //!
 //! Connections call in (`subscribe`, `unsubscribe`, `publish`, `add_webhook`); the engine
 //! answers with [`Event`]s, at once or later (from its mailbox, read in [`Relay::on_mail`]).
-//! Either way the relay queues what it hears and carries it out on the worker's connections
-//! through the [`Recipients`] trait, once per loop round ([`Relay::deliver`]): which
-//! connection gets which push or answer is decided here, how bytes reach a socket is not.
+//! Either way the relay queues what it hears and, once per loop round ([`Relay::deliver`]),
+//! returns what the worker's connections get as [`Deliveries`] for the worker to apply:
+//! which connection gets which push or answer is decided here, how bytes reach a socket is
+//! not.
 //! Refusals are [`RelayError`]s; the connection code maps them to its protocol.
 
 pub mod feed;
@@ -16,11 +17,11 @@ pub mod subs;
 mod blocking;
 mod client_subs;
 mod deliver;
+mod deliveries;
 mod v1;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use slab::Slab;
 
 use crate::config::Limits;
@@ -33,47 +34,11 @@ pub use crate::engine::{
 pub use crate::message::{Body, Meta};
 pub use crate::rpc::Dialect;
 pub use deliver::EARLY_DELIVERY_BYTES;
+pub use deliveries::{Deliveries, Delivery, Outgoing, Unacked};
 pub use subs::{ConnRef, SubId};
 
 use feed::{Follow, SubState};
 use subs::{Added, LocalSub, Removed, Subscriptions};
-
-/// What a worker does with the relay's deliveries: its connections, seen from the relay.
-/// Every call names the connection by [`ConnRef`]; a connection that is gone (or not in a
-/// state to take it) ignores the call.
-pub trait Recipients {
-    /// Queues a push of `body` for subscription `id`, in the shape of its `dialect`, as
-    /// the JSON-RPC request `push_id` (the message's `notice::message_id`).
-    fn push(
-        &mut self,
-        conn: ConnRef,
-        id: &SubId,
-        dialect: Dialect,
-        body: &Body,
-        push_id: u64,
-        kind: PushKind,
-    );
-    /// Resolves the connection's pending fetch answer `answer` with a topic's history after
-    /// `after` (or the read's failure).
-    fn fetched(
-        &mut self,
-        conn: ConnRef,
-        answer: u64,
-        topic: &Arc<str>,
-        after: Position,
-        result: Result<crate::engine::History, RelayError>,
-    );
-    /// Resolves the answer `answer` of a `waku_publish` the connection is waiting for.
-    fn answer(&mut self, conn: ConnRef, answer: u64, result: Result<(), RelayError>);
-    /// Answers the connection's `POST /subscribe`.
-    fn webhook_answer(&mut self, conn: ConnRef, result: Result<(), RelayError>);
-    /// Queues a WalletConnect 1.0 frame (sent as it is, as a text message).
-    fn push_text(&mut self, conn: ConnRef, frame: &Bytes, kind: PushKind);
-    /// Remembers push `push_id` of the message `m` (of `topic`, on the subscription in
-    /// `slot`), just made to a client id's subscription, until the connection acknowledges
-    /// it; `watched`: keep the message for its `delivered` event (DECISIONS 13).
-    fn unacked(&mut self, _: ConnRef, _: Unacked<'_>) {}
-}
 
 /// One publish a local connection asks for ([`Relay::publish`]).
 #[derive(Debug)]
@@ -90,22 +55,6 @@ pub struct Publishing<'a> {
     pub prompt: bool,
     /// The publishing connection's client id, when it has one (its watches hear of it).
     pub publisher: Option<Arc<ClientRef>>,
-}
-
-/// A push to a client id's subscription, to remember until acknowledged
-/// ([`Recipients::unacked`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Unacked<'a> {
-    /// The push's JSON-RPC id.
-    pub push_id: u64,
-    /// The subscription's topic slot.
-    pub slot: u32,
-    /// The topic.
-    pub topic: &'a Arc<str>,
-    /// The message.
-    pub msg: &'a Message,
-    /// A watch may want its `delivered` event.
-    pub watched: bool,
 }
 
 /// How a push is queued.
@@ -218,6 +167,8 @@ struct DeliveryQueue {
     /// Bytes of message bodies the queued live deliveries will copy (each body once per
     /// subscriber): see [`Relay::early_delivery_due`].
     bytes: usize,
+    /// What the events carried out so far decided, for [`Relay::deliver`] to return.
+    out: Deliveries,
 }
 
 impl Relay {
@@ -381,7 +332,7 @@ impl Relay {
     }
 
     /// Reads `topic` after `after` for a local connection's fetch; answered through
-    /// [`Recipients::fetched`] with the connection's answer number `answer`.
+    /// a [`Delivery::Fetched`] with the connection's answer number `answer`.
     pub fn fetch(&mut self, conn: ConnRef, answer: u64, topic: &str, after: Position) {
         let topic: Arc<str> = match self.subs.name_and_slot(topic) {
             Some((name, _)) => name,

@@ -1,17 +1,19 @@
 //! A worker's socket I/O: accepting connections, reading a connection's input and handing it
-//! to `conn::process`, and flushing its output. A TLS connection's reads and writes take
+//! to `conn::process`, and writing its output out (at the round's end, or early within it:
+//! [`Worker::write_out`], [`Worker::flush_within_round`]). A TLS connection's reads and writes take
 //! the detours of `worker::tls` (decrypt before processing, encrypt while flushing).
 
 use std::io::{self, Read};
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use mio::event::Event;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Token};
 use rustls::ServerConfig;
 
-use super::round::ACCEPT_BUDGET;
+use super::round::{Early, Handoff, ACCEPT_BUDGET};
 use super::{SocketRead, Worker};
 use crate::conn::{self, CloseStage, Conn, Ctx, HttpWait, Phase, Step};
 use crate::outbuf::Flush;
@@ -418,6 +420,41 @@ impl Worker {
                 self.arm(key);
             }
         }
+    }
+
+    /// Between two connections' events: the round's end comes early (the engine hands its
+    /// work on, then every socket is written) when the round says so
+    /// ([`Round::write_early`]: past a volume of copied bodies, or output held past
+    /// `--round-hold-us`).
+    pub(super) fn flush_within_round(&mut self) {
+        let queued = self.relay.pending_pushes() > 0;
+        let Some(why) = self.round.write_early(queued, Instant::now) else {
+            return;
+        };
+        match why {
+            Early::Bytes => self.m().round_flushes.inc(),
+            Early::Held => self.m().round_flushes_held.inc(),
+        }
+        let handoff = self.write_out();
+        self.relay.written(crate::clock::stamp(Instant::now()));
+        self.round.handoff = self.round.handoff.and(handoff);
+    }
+
+    /// A round's end: the engine hands the round's work on before any answer reaches a
+    /// socket (a client that sees `true` finds its message where the engine promised it),
+    /// then what is queued is delivered and every connection with output is written.
+    pub(super) fn write_out(&mut self) -> Handoff {
+        let first = self.relay.flush();
+        self.deliver();
+        self.flush_dirty();
+        // Slow or not is judged after the socket took what it could.
+        while let Some(k) = self.round.overflow.pop() {
+            self.check_outbound(k);
+        }
+        self.flush_dirty();
+        let again = self.relay.flush();
+        self.round.written();
+        first.and(again)
     }
 
     pub(super) fn mark_dirty(&mut self, key: usize) {

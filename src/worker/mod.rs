@@ -14,15 +14,15 @@
 //! connection (each within a read budget, the rest continued next iteration) and process
 //! what it sent (`conn::process`); take the worker's own mail, then let the engine read its
 //! mailbox (`Relay::on_mail`);
-//! carry out the deliveries all this decided ([`delivery`]); fire due timers ([`timers`]);
+//! apply the deliveries all this decided ([`apply`]); fire due timers ([`timers`]);
 //! let the relay's engine hand its work on (`Relay::flush`: records to the kernel, batches
 //! to other workers) *before* any socket is written; flush every connection with output
 //! (one `writev` each); then remove closed connections, all in one place ([`close`]).
 //! The round's lists and budgets, and the decisions of when a connection yields and when the
 //! round's output is written early, are its [`round`]'s.
 
+mod apply;
 mod close;
-mod delivery;
 mod io;
 mod round;
 mod stall;
@@ -153,7 +153,7 @@ pub struct Worker {
     /// Set once shutdown began: the time by which to exit.
     stop_at: Option<u64>,
     /// The limits on a connection's output, read once from the configuration.
-    out: delivery::OutLimits,
+    out: apply::OutLimits,
     /// The iteration in progress: when it began and what it did, and the long ones.
     iteration: stall::Iterations,
 }
@@ -203,7 +203,7 @@ impl Worker {
         let policy = shared.limit_policy.clone();
         let round = Round::new(&shared.config.limits, Instant::now());
         shared.metrics.cores[id].last_turn_ms.set(now);
-        let out = delivery::OutLimits::new(&shared.config.limits);
+        let out = apply::OutLimits::new(&shared.config.limits);
         Ok(Worker {
             id,
             waits: Waits {

@@ -20,6 +20,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 use thiserror::Error;
 
+use crate::admin::Admin;
 use crate::config::{Config, ConfigError};
 use crate::conn::Shared;
 use crate::drain::Drain;
@@ -382,7 +383,152 @@ const BACKSTOP_MARGIN: Duration = Duration::from_millis(1800);
 /// Control messages a worker's own mailbox holds.
 const CONTROL_QUEUE: usize = 64;
 
+/// Where the listeners come from: the old process's (`--take-over`) or bound here; their
+/// copies to offer the next process (`--handover-socket`); and the handover, once the old
+/// process let go of the data directory (before the engine opens it).
+type Opened = (Edge, Option<Listeners>, Option<crate::handover::Takeover>);
+
+fn open_edge(config: &Config, n: usize) -> Result<Opened, StartError> {
+    let mut taken = takeover::begin(config)?;
+    let handover = taken.as_mut().map(|t| t.handover.take());
+    let edge = Edge::open(config, n, taken)?;
+    let offered = match config.admin.handover_socket {
+        Some(_) => Some(edge.copies().map_err(io_err("copying the listeners"))?),
+        None => None,
+    };
+    let handover = takeover::before_engine(config, handover.flatten())?;
+    Ok((edge, offered, handover))
+}
+
+/// What every worker and the admin thread share besides the engine's parts.
+struct Common<'a> {
+    metrics: &'a Arc<Metrics>,
+    notifier: &'a Arc<crate::notify::Notifier>,
+    controls: &'a Arc<[Mailbox<Control>]>,
+    drain: &'a Arc<Drain>,
+    projects: &'a Option<Arc<crate::auth::ProjectIds>>,
+}
+
+/// The state every worker shares (`conn::Shared`): what the engine built (its health, its
+/// `/metrics` exporters, the layout switch) and the process's own parts.
+fn shared_state(
+    config: &Config,
+    built: &mut crate::engine::Built,
+    layouts: Arc<crate::layout::Current>,
+    with: Common<'_>,
+) -> Arc<Shared> {
+    let Common {
+        metrics,
+        notifier,
+        controls,
+        drain,
+        projects,
+    } = with;
+    let n = config.worker_count();
+    let webhooks = built.webhooks.clone();
+    Arc::new(Shared {
+        projects: projects.clone(),
+        hello: Response::new(
+            200,
+            TEXT,
+            format!("Hello World, this is {} v2.0", config.service_name),
+        ),
+        metrics: metrics.clone(),
+        webhooks: webhooks.clone(),
+        relay_key: notifier.key().clone(),
+        notifier: notifier.clone(),
+        watch_reply: watch_reply(controls.clone()),
+        health: built.health.clone(),
+        layouts,
+        layout_switch: built.layout_switch.take(),
+        drain: drain.clone(),
+        exporters: {
+            let mut e = std::mem::take(&mut built.exporters);
+            let n = notifier.clone();
+            e.push(Box::new(move |out: &mut String| n.render_metrics(out)));
+            e
+        },
+        limit_policy: crate::limits::Policy::new(&config.limits, n),
+        config: config.clone(),
+    })
+}
+
+/// Each worker's sockets: of the plain group, of the TLS group (with the configuration new
+/// TLS connections start from).
+struct Groups {
+    plain: Vec<std::net::TcpListener>,
+    tls: Vec<std::net::TcpListener>,
+    tls_config: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// Each worker's poll, its own mailbox, its doorbell and its engine, in worker order.
+struct Loops {
+    polls: Vec<mio::Poll>,
+    inboxes: Vec<crossbeam_channel::Receiver<Control>>,
+    bells: Vec<Arc<Doorbell>>,
+    engines: Vec<Box<dyn crate::engine::Engine>>,
+}
+
+/// Builds each worker (its relay on its engine, its listeners) and starts its thread,
+/// pinned to its core unless `--no-pin` (and, with `--cpu-steering`, each
+/// listener's connections steered to its worker's core).
+fn start_workers(
+    config: &Config,
+    loops: Loops,
+    groups: Groups,
+    registry: &Arc<Registry>,
+    shared: &Arc<Shared>,
+) -> Result<Vec<JoinHandle<()>>, StartError> {
+    // This process among the relay's nodes: random, never 0 (`Origin::NONE`).
+    let node = random_seeds()[0] | 1;
+    let cores = worker_cores(config);
+    if config.cpu_steering {
+        steer_all(&groups, &cores, loops.polls.len());
+    }
+    let Loops {
+        polls,
+        inboxes,
+        bells,
+        engines,
+    } = loops;
+    let (mut plain, mut tls_group) = (groups.plain.into_iter(), groups.tls.into_iter());
+    let mut threads = Vec::with_capacity(polls.len());
+    let parts = polls.into_iter().zip(inboxes).zip(bells).zip(engines);
+    for (i, (((poll, inbox), bell), engine)) in parts.enumerate() {
+        let metrics = shared.metrics.clone();
+        let relay = Relay::new(i, node, engine, config.limits.clone(), metrics);
+        let serving = Serving {
+            plain: plain.next().map(mio::net::TcpListener::from_std),
+            tls: tls_group
+                .next()
+                .map(mio::net::TcpListener::from_std)
+                .zip(groups.tls_config.clone()),
+            registry: Arc::clone(registry),
+        };
+        let worker = Worker::new(i, serving, poll, inbox, bell, relay, shared.clone())
+            .map_err(io_err("registering the listeners"))?;
+        let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
+        threads.push(spawn_worker(i, worker, core)?);
+    }
+    Ok(threads)
+}
+
 /// Hands `msg` to every worker's own mailbox (waiting up to a second for room in each).
+/// Each worker's own mailbox (`worker::Control`): the senders, shared by the signal
+/// thread and the admin thread, and each worker's receiving end.
+fn control_mailboxes(
+    bells: &[Arc<Doorbell>],
+) -> (
+    Arc<[Mailbox<Control>]>,
+    Vec<crossbeam_channel::Receiver<Control>>,
+) {
+    let (controls, inboxes): (Vec<_>, Vec<_>) = bells
+        .iter()
+        .map(|bell| mailbox::bounded(bell.clone(), CONTROL_QUEUE))
+        .unzip();
+    (controls.into(), inboxes)
+}
+
 fn tell_all(controls: &[Mailbox<Control>], msg: impl Fn() -> Control) {
     for (i, mb) in controls.iter().enumerate() {
         if !mb.send_patient(msg()) {
@@ -392,14 +538,14 @@ fn tell_all(controls: &[Mailbox<Control>], msg: impl Fn() -> Control) {
 }
 
 /// `--cpu-steering`: both listener groups steered to the worker pinned to the receiving CPU.
-fn steer_all(edge: &Edge, cores: &[core_affinity::CoreId], n: usize) {
+fn steer_all(groups: &Groups, cores: &[core_affinity::CoreId], n: usize) {
     if cores.is_empty() {
         log::warn!("--cpu-steering needs pinned workers; not enabled");
         return;
     }
     let cpus: Vec<usize> = (0..n).map(|i| cores[i % cores.len()].id).collect();
-    steer(&edge.plain, &cpus);
-    steer(&edge.tls, &cpus);
+    steer(&groups.plain, &cpus);
+    steer(&groups.tls, &cpus);
 }
 
 /// Attaches `--cpu-steering`'s program to a listener group (logged, never fatal).
@@ -430,11 +576,9 @@ fn random_seeds() -> [u64; 4] {
 }
 
 impl Server {
-    /// Starts the server: every worker is accepting when this returns.
-    ///
-    /// Kept as one function (about 85 lines) on purpose: it reads top to bottom in start-up
-    /// order (registry, listeners, mailboxes, engines with the data directory's recovery,
-    /// shared state, workers), which is what a reader comes here for.
+    /// Starts the server: every worker is accepting when this returns. It reads top to
+    /// bottom in start-up order: registry, listeners (taken over or bound), mailboxes,
+    /// engines with the data directory's recovery, shared state, workers, the admin thread.
     pub fn start(config: Config) -> Result<Server, StartError> {
         config.check()?;
         let registry = Arc::new(Registry::load(
@@ -442,29 +586,17 @@ impl Server {
             &config.image_base,
         )?);
         let n = config.worker_count();
-        let mut taken = takeover::begin(&config)?;
-        let handover = taken.as_mut().map(|t| t.handover.take());
-        let edge = Edge::open(&config, n, taken)?;
-        let offered = match config.admin.handover_socket {
-            Some(_) => Some(edge.copies().map_err(io_err("copying the listeners"))?),
-            None => None,
-        };
-        // The old process lets go of the data directory before the engine opens it.
-        let handover = takeover::before_engine(&config, handover.flatten())?;
+        let (edge, offered, handover) = open_edge(&config, n)?;
         let drain = Arc::new(Drain::new(config.admin.drain()));
         let metrics = Metrics::of_engine(n, engines::label(&config));
 
         let (polls, bells) = polls_and_bells(n)?;
-        let (controls, inboxes): (Vec<_>, Vec<_>) = bells
-            .iter()
-            .map(|bell| mailbox::bounded(bell.clone(), CONTROL_QUEUE))
-            .unzip();
-        let controls: Arc<[Mailbox<Control>]> = controls.into();
+        let (controls, inboxes) = control_mailboxes(&bells);
 
         let notifier =
             Arc::new(crate::notify::Notifier::build(&config).map_err(StartError::Notify)?);
         let layouts = Arc::new(crate::layout::Current::default());
-        let built = engines::build(&Setup {
+        let mut built = engines::build(&Setup {
             layouts: &layouts,
             config: &config,
             bells: &bells,
@@ -472,40 +604,17 @@ impl Server {
             seeds: random_seeds(),
             notify: notifier.clone(),
         })?;
-        let webhooks = built.webhooks;
+        let webhooks = built.webhooks.clone();
         let projects = crate::auth::ProjectIds::from_flag(config.project_ids.as_deref())
             .map_err(StartError::Projects)?;
-        let shared = Arc::new(Shared {
-            projects: projects.clone(),
-            hello: Response::new(
-                200,
-                TEXT,
-                format!("Hello World, this is {} v2.0", config.service_name),
-            ),
-            metrics: metrics.clone(),
-            webhooks: webhooks.clone(),
-            relay_key: notifier.key().clone(),
-            notifier: notifier.clone(),
-            watch_reply: watch_reply(controls.clone()),
-            health: built.health,
-            layouts,
-            layout_switch: built.layout_switch,
-            drain: drain.clone(),
-            exporters: {
-                let mut e = built.exporters;
-                let n = notifier.clone();
-                e.push(Box::new(move |out: &mut String| n.render_metrics(out)));
-                e
-            },
-            limit_policy: crate::limits::Policy::new(&config.limits, n),
-            config: config.clone(),
-        });
-        // This process among the relay's nodes: random, never 0 (`Origin::NONE`).
-        let node = random_seeds()[0] | 1;
-        let cores = worker_cores(&config);
-        if config.cpu_steering {
-            steer_all(&edge, &cores, n);
-        }
+        let with = Common {
+            metrics: &metrics,
+            notifier: &notifier,
+            controls: &controls,
+            drain: &drain,
+            projects: &projects,
+        };
+        let shared = shared_state(&config, &mut built, layouts, with);
         let Edge {
             plain,
             addr,
@@ -515,29 +624,21 @@ impl Server {
             loader,
             tls_config,
         } = edge;
-        let (mut plain, mut tls_group) = (plain.into_iter(), tls.into_iter());
-        let mut threads = Vec::with_capacity(n);
-        let parts = polls.into_iter().zip(inboxes).zip(bells).zip(built.engines);
-        for (i, (((poll, inbox), bell), engine)) in parts.enumerate() {
-            let relay = Relay::new(i, node, engine, config.limits.clone(), metrics.clone());
-            let serving = Serving {
-                plain: plain.next().map(mio::net::TcpListener::from_std),
-                tls: tls_group
-                    .next()
-                    .map(mio::net::TcpListener::from_std)
-                    .zip(tls_config.clone()),
-                registry: Arc::clone(&registry),
-            };
-            let worker = Worker::new(i, serving, poll, inbox, bell, relay, shared.clone())
-                .map_err(io_err("registering the listeners"))?;
-            let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
-            threads.push(spawn_worker(i, worker, core)?);
-        }
+        let groups = Groups {
+            plain,
+            tls,
+            tls_config,
+        };
+        let engines = std::mem::take(&mut built.engines);
+        let loops = Loops {
+            polls,
+            inboxes,
+            bells,
+            engines,
+        };
+        let threads = start_workers(&config, loops, groups, &registry, &shared)?;
         let admin = match admin_listener {
-            Some(l) => Some(
-                crate::admin::Admin::start(l, shared.clone())
-                    .map_err(io_err("starting the admin thread"))?,
-            ),
+            Some(l) => Some(Admin::start(l, shared.clone()).map_err(io_err("the admin thread"))?),
             None => None,
         };
         let reloader = reloader(&config, loader, controls.clone(), projects);
@@ -549,7 +650,7 @@ impl Server {
         Ok(Server {
             addr,
             tls_addr,
-            admin_addr: admin.as_ref().map(crate::admin::Admin::addr),
+            admin_addr: admin.as_ref().map(Admin::addr),
             admin,
             drain,
             reloader,

@@ -16,10 +16,8 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         Ok(Some(r)) => r,
         Ok(None) => return 0,
         Err(e) => {
-            let resp = Response::json_error(e.status(), &e.to_string());
-            response::write(&mut conn.out, &resp, ctx.time.date, false, true);
             ctx.metrics().http_requests.inc();
-            conn.begin_close(ctx.time.ms, ctx.close_ms());
+            refuse(conn, &Response::json_error(e.status(), &e.to_string()), ctx);
             return input.len();
         }
     };
@@ -35,9 +33,11 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
                 .forwarded(&mut conn.limit, req.forwarded_for, ctx.time.ms)
         {
             ctx.metrics().limited[kind as usize].inc();
-            let resp = Response::json_error(429, "too many connections");
-            response::write(&mut conn.out, &resp, ctx.time.date, false, true);
-            conn.begin_close(ctx.time.ms, ctx.close_ms());
+            refuse(
+                conn,
+                &Response::json_error(429, "too many connections"),
+                ctx,
+            );
             return input.len();
         }
     }
@@ -82,20 +82,56 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         }
         other => fixed_answer(other, ctx),
     };
+    let how = Answering {
+        head_only,
+        close,
+        http10: req.http10,
+        more: n < input.len(),
+    };
+    if answer(conn, resp, how, ctx) {
+        n
+    } else {
+        input.len()
+    }
+}
+
+/// How a request is answered.
+#[derive(Clone, Copy)]
+struct Answering {
+    /// A HEAD: the head only.
+    head_only: bool,
+    /// The connection closes after it.
+    close: bool,
+    /// The request was HTTP/1.0.
+    http10: bool,
+    /// More input follows it (a pipelined request).
+    more: bool,
+}
+
+/// Writes the answer `resp`; `false` when the connection now closes (the rest of its input
+/// is dropped), else its deadline is the next request's.
+fn answer<S>(conn: &mut Conn<S>, resp: Response, how: Answering, ctx: &mut Ctx<'_>) -> bool {
+    let limits = &ctx.shared.config.limits;
     // An HTTP/1.0 client keeps the connection only when told so (RFC 9112 §9.3).
-    let resp = if req.http10 && !close {
+    let resp = if how.http10 && !how.close {
         resp.with_header("Connection", "keep-alive")
     } else {
         resp
     };
-    response::write(&mut conn.out, &resp, ctx.time.date, head_only, close);
-    if close {
+    response::write(
+        &mut conn.out,
+        &resp,
+        ctx.time.date,
+        how.head_only,
+        how.close,
+    );
+    if how.close {
         conn.begin_close(ctx.time.ms, ctx.close_ms());
-        return input.len();
+        return false;
     }
     // Next request: its head must arrive in time (or the connection idles).
     conn.deadline = ctx.time.ms
-        + if n < input.len() {
+        + if how.more {
             limits.head_timeout().as_millis() as u64
         } else {
             limits.keepalive_timeout().as_millis() as u64
@@ -103,7 +139,13 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
     if conn.out.len() > limits.max_outbound {
         conn.phase = Phase::Http(HttpWait::Output);
     }
-    n
+    true
+}
+
+/// Answers with `resp` and closes the connection.
+fn refuse<S>(conn: &mut Conn<S>, resp: &Response, ctx: &Ctx<'_>) {
+    response::write(&mut conn.out, resp, ctx.time.date, false, true);
+    conn.begin_close(ctx.time.ms, ctx.close_ms());
 }
 
 /// The answer of a route that needs neither the request's body nor the relay.

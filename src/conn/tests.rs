@@ -88,13 +88,13 @@ struct Bench {
 }
 
 /// The relay's deliveries applied to the one connection, as `worker/apply.rs` would.
-fn apply(conn: &mut Conn<()>, d: Deliveries) {
-    for one in d.list {
+fn apply(relay: &mut Relay, conn: &mut Conn<()>, d: Deliveries) {
+    for one in &d.list {
         match one {
-            Delivery::Push {
-                sub, dialect, msg, ..
-            } => {
-                let m = &d.messages[msg as usize];
+            Delivery::Push { at, msg, .. } => {
+                let (s, _) = relay.sub_at(*at).expect("the pushed subscription");
+                let (sub, dialect) = (s.id, s.dialect);
+                let m = &d.messages[*msg as usize];
                 let mut enc = Vec::new();
                 let to = PushTo {
                     id: &sub,
@@ -109,22 +109,22 @@ fn apply(conn: &mut Conn<()>, d: Deliveries) {
                 };
                 conn.deliver(to, &m.body, w);
             }
-            Delivery::Fetched {
-                answer,
-                topic,
-                after,
-                result,
-                ..
-            } => {
-                super::fetch::resolve(conn, answer, &topic, after, Origin::NONE, result);
+            Delivery::Fetched(f) => {
+                let f = &**f;
+                let result = f.result.clone();
+                super::fetch::resolve(conn, f.answer, &f.topic, f.after, Origin::NONE, result);
             }
             Delivery::Answer { answer, result, .. } => {
-                conn.resolve(answer, result);
+                conn.resolve(*answer, *result);
             }
-            Delivery::Text { frame, .. } => conn.deliver_text(&frame, true, 1 << 16, 1 << 16),
+            Delivery::Text { frame, .. } => {
+                let (frame, _) = &d.frames[*frame as usize];
+                conn.deliver_text(frame, true, 1 << 16, 1 << 16);
+            }
             Delivery::Unacked { .. } | Delivery::Webhook { .. } => {}
         }
     }
+    relay.recycle(d);
 }
 
 impl Bench {
@@ -244,7 +244,7 @@ impl Bench {
         self.mail.send(ev).unwrap();
         self.relay.on_mail(usize::MAX);
         let d = self.relay.deliver();
-        apply(&mut self.conn, d);
+        apply(&mut self.relay, &mut self.conn, d);
     }
 
     /// The store answers publish number `i` (in publish order).

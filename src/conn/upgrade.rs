@@ -31,32 +31,7 @@ pub fn upgrade<S>(
     echo: bool,
     ctx: &mut Ctx<'_>,
 ) -> Upgraded {
-    // RFC 6455 §4.1: the handshake is a GET of HTTP/1.1 or later; a HEAD at `/` gets what
-    // a GET that is no upgrade gets, without the body.
-    let refusal = if !req.upgrade_websocket || req.method != http::Method::Get {
-        Some(
-            Response::json_error(426, "WebSocket upgrade required")
-                .with_header("Upgrade", "websocket"),
-        )
-    } else if req.http10 {
-        Some(Response::json_error(
-            400,
-            "a WebSocket upgrade needs HTTP/1.1",
-        ))
-    } else if req.ws_version != Some(b"13") {
-        Some(
-            Response::json_error(426, "unsupported WebSocket version")
-                .with_header("Sec-WebSocket-Version", "13"),
-        )
-    } else if !req.ws_key.is_some_and(ws::valid_key) {
-        Some(Response::json_error(
-            400,
-            "missing or invalid Sec-WebSocket-Key",
-        ))
-    } else {
-        None
-    };
-    if let Some(resp) = refusal {
+    if let Some(resp) = refusal(req) {
         let head_only = req.method == http::Method::Head;
         response::write(&mut conn.out, &resp, ctx.time.date, head_only, true);
         conn.begin_close(ctx.time.ms, ctx.close_ms());
@@ -97,23 +72,7 @@ pub fn upgrade<S>(
             return Upgraded::Refused;
         }
     }
-    let accept = ws::accept_key(req.ws_key.unwrap_or_default());
-    let mut head = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Accept: {accept}\r\nX-Walletrelay-Worker: {}\r\n",
-        ctx.me
-    )
-    .into_bytes();
-    // permessage-deflate only when the flag allows it (DECISIONS §9: declined otherwise).
-    let deflate = req
-        .ws_deflate
-        .filter(|_| ctx.shared.config.permessage_deflate);
-    if let Some(a) = deflate {
-        a.write_header(&mut head);
-        ctx.metrics().deflate_upgrades.inc();
-    }
-    head.extend_from_slice(b"\r\n");
-    conn.out.extend(&head);
+    let deflate = switching_protocols(conn, req, ctx);
     // The first ping comes a random half to whole interval after the upgrade, so that
     // connections opened together (a reconnect storm after a restart) are not all pinged
     // in one loop iteration every interval.
@@ -143,4 +102,61 @@ pub fn upgrade<S>(
         return Upgraded::Refused;
     }
     Upgraded::Open
+}
+
+/// Why a request cannot be upgraded (RFC 6455 §4.1: a GET of HTTP/1.1 or later, version
+/// 13, a valid key): the answer to give it, or `None` when it can.
+fn refusal(req: &http::Request<'_>) -> Option<Response> {
+    // RFC 6455 §4.1: the handshake is a GET of HTTP/1.1 or later; a HEAD at `/` gets what
+    // a GET that is no upgrade gets, without the body.
+    if !req.upgrade_websocket || req.method != http::Method::Get {
+        Some(
+            Response::json_error(426, "WebSocket upgrade required")
+                .with_header("Upgrade", "websocket"),
+        )
+    } else if req.http10 {
+        Some(Response::json_error(
+            400,
+            "a WebSocket upgrade needs HTTP/1.1",
+        ))
+    } else if req.ws_version != Some(b"13") {
+        Some(
+            Response::json_error(426, "unsupported WebSocket version")
+                .with_header("Sec-WebSocket-Version", "13"),
+        )
+    } else if !req.ws_key.is_some_and(ws::valid_key) {
+        Some(Response::json_error(
+            400,
+            "missing or invalid Sec-WebSocket-Key",
+        ))
+    } else {
+        None
+    }
+}
+
+/// Writes the 101 answer (the accept key, this worker's number, permessage-deflate when
+/// asked for and allowed); returns the deflate agreement made.
+fn switching_protocols<S>(
+    conn: &mut Conn<S>,
+    req: &http::Request<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Option<ws::deflate::Agreement> {
+    let accept = ws::accept_key(req.ws_key.unwrap_or_default());
+    let mut head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+     Sec-WebSocket-Accept: {accept}\r\nX-Walletrelay-Worker: {}\r\n",
+        ctx.me
+    )
+    .into_bytes();
+    // permessage-deflate only when the flag allows it (DECISIONS §9: declined otherwise).
+    let deflate = req
+        .ws_deflate
+        .filter(|_| ctx.shared.config.permessage_deflate);
+    if let Some(a) = deflate {
+        a.write_header(&mut head);
+        ctx.metrics().deflate_upgrades.inc();
+    }
+    head.extend_from_slice(b"\r\n");
+    conn.out.extend(&head);
+    deflate
 }

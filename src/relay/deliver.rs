@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::deliveries::{Deliveries, Delivery, Unacked};
+use super::deliveries::{Deliveries, Delivery, Fetched, SubAt};
 use super::feed::{Feed, SubState, UNASKED};
 use super::subs::LocalSub;
 use super::{
@@ -123,13 +123,16 @@ impl Relay {
                     answer,
                     topic,
                     after,
-                }) => self.queue.out.list.push(Delivery::Fetched {
-                    conn,
-                    answer,
-                    topic,
-                    after,
-                    result,
-                }),
+                }) => {
+                    let f = Fetched {
+                        conn,
+                        answer,
+                        topic,
+                        after,
+                        result,
+                    };
+                    self.queue.out.list.push(Delivery::Fetched(Box::new(f)));
+                }
                 _ => {}
             },
             Event::WebhookAdded { ticket, result } => {
@@ -151,25 +154,20 @@ impl Relay {
                 let kind = PushKind::Live {
                     share_min: fanout_share_min(conns.len(), frame.len()),
                 };
+                let ix = self.queue.out.frame(frame, kind);
                 for &c in conns {
                     if self.origin_of(c.uid) != origin {
-                        let frame = frame.clone();
-                        self.queue.out.list.push(Delivery::Text {
-                            conn: c,
-                            frame,
-                            kind,
-                        });
+                        let text = Delivery::Text { conn: c, frame: ix };
+                        self.queue.out.list.push(text);
                     }
                 }
             }
             Event::V1Pending { ticket, frames } => {
                 if let Some(Waiter::V1Take { conn }) = self.waiter(ticket) {
                     for frame in frames {
-                        let kind = PushKind::Replay;
-                        self.queue
-                            .out
-                            .list
-                            .push(Delivery::Text { conn, frame, kind });
+                        let ix = self.queue.out.frame(frame, PushKind::Replay);
+                        let text = Delivery::Text { conn, frame: ix };
+                        self.queue.out.list.push(text);
                     }
                 }
             }
@@ -196,16 +194,25 @@ impl Relay {
         let kind = PushKind::Live {
             share_min: fanout_share_min(n, msg.body.len()),
         };
-        // One id for every subscriber of the message (DECISIONS 13: a receipt names it).
-        let push_id = msg.body.message_id(msg.pos.seq);
         let notify = &*self.notify;
         let latency = &mut self.latency;
         let out = &mut self.queue.out;
-        let ix = out.message(&msg.body, push_id, kind);
+        // One push id for every subscriber of the message (DECISIONS 13: a receipt names
+        // it), one entry for all its pushes.
+        let ix = out.message(&msg.body, msg.pos, kind);
         let again = t
             .feed
-            .deliver_live(&mut t.subs, &msg, hold, &mut |s: &mut LocalSub, m| {
-                push(out, s, ix, (slot, topic, m, push_id), notify);
+            .deliver_live(&mut t.subs, &msg, hold, &mut |i, s: &mut LocalSub, m| {
+                push(
+                    out,
+                    s,
+                    SubAt {
+                        slot,
+                        index: i as u32,
+                    },
+                    ix,
+                    notify,
+                );
                 latency.delivered(m.body.arrived(), 1);
             });
         if let Some(from) = again {
@@ -241,11 +248,19 @@ impl Relay {
             &mut t.subs,
             ticket,
             &history,
-            &mut |s: &mut LocalSub, m: &Message| {
-                let push_id = m.body.message_id(m.pos.seq);
+            &mut |i, s: &mut LocalSub, m: &Message| {
                 // A replay is no latency sample: its age is the client's absence.
-                let ix = out.message(&m.body, push_id, PushKind::Replay);
-                push(out, s, ix, (slot, topic, m, push_id), notify);
+                let ix = out.message(&m.body, m.pos, PushKind::Replay);
+                push(
+                    out,
+                    s,
+                    SubAt {
+                        slot,
+                        index: i as u32,
+                    },
+                    ix,
+                    notify,
+                );
             },
         );
         if let Some(from) = again {
@@ -285,35 +300,19 @@ impl Relay {
     }
 }
 
-/// The push of message `ix` to subscription `s`; to a client id's subscription, followed by
-/// what the connection keeps until it acknowledges it. `of`: the message's topic slot,
-/// topic, message and push id.
+/// The push of message `ix` to subscription `s` (at `at`); to a client id's subscription,
+/// followed by what the connection keeps until it acknowledges it.
 #[inline]
-fn push(
-    out: &mut Deliveries,
-    s: &LocalSub,
-    ix: u32,
-    of: (u32, &Arc<str>, &Message, u64),
-    notify: &dyn Notify,
-) {
-    let (slot, topic, m, push_id) = of;
-    out.list.push(Delivery::Push {
-        conn: s.conn,
-        sub: s.id,
-        dialect: s.dialect,
-        msg: ix,
-    });
+fn push(out: &mut Deliveries, s: &LocalSub, at: SubAt, ix: u32, notify: &dyn Notify) {
+    let conn = s.conn;
+    out.list.push(Delivery::Push { conn, at, msg: ix });
     if let Some(c) = &s.client {
         let watched = notify.watching() && notify.watched(&c.id);
-        let unacked = Unacked {
-            push_id,
-            slot,
-            pos: m.pos,
-            watched: watched.then(|| (topic.clone(), m.body.clone())),
-        };
         out.list.push(Delivery::Unacked {
-            conn: s.conn,
-            unacked,
+            conn,
+            at,
+            msg: ix,
+            watched,
         });
     }
 }

@@ -113,18 +113,18 @@ impl Feed {
         subs: &mut [S],
         msg: &Message,
         cap: usize,
-        push: &mut impl FnMut(&mut S, &Message),
+        push: &mut impl FnMut(usize, &mut S, &Message),
     ) -> Option<Position> {
         let mut hold = false;
         let mut again: Option<Position> = None;
-        for s in subs.iter_mut() {
+        for (i, s) in subs.iter_mut().enumerate() {
             let f = s.follow();
             match f.state {
                 SubState::Active(at) if msg.pos <= at => {}
                 SubState::Active(at) if continues(at, msg.pos) => {
                     f.state = SubState::Active(msg.pos);
                     if msg.origin != f.owner {
-                        push(s, msg);
+                        push(i, s, msg);
                     }
                 }
                 SubState::Active(at) => {
@@ -157,10 +157,10 @@ impl Feed {
         subs: &mut [S],
         ticket: Ticket,
         history: &History,
-        push: &mut impl FnMut(&mut S, &Message),
+        push: &mut impl FnMut(usize, &mut S, &Message),
     ) -> Option<Position> {
         let mut again: Option<Position> = None;
-        for s in subs.iter_mut() {
+        for (i, s) in subs.iter_mut().enumerate() {
             let SubState::Syncing { ticket: t, from } = s.follow().state else {
                 continue;
             };
@@ -169,7 +169,7 @@ impl Feed {
             }
             let mut at = from;
             for m in &history.messages {
-                at = give(s, at, m, push);
+                at = give(i, s, at, m, push);
             }
             at = at.max(history.last);
             let mut complete = true;
@@ -181,7 +181,7 @@ impl Feed {
                     complete = false;
                     break;
                 }
-                at = give(s, at, m, push);
+                at = give(i, s, at, m, push);
             }
             let f = s.follow();
             if complete {
@@ -223,18 +223,19 @@ impl Feed {
     }
 }
 
-/// Gives `m` to a subscription at `at` if it comes after; returns its new position.
+/// Gives `m` to subscription `i`, `s`, at `at` if it comes after; returns its new position.
 fn give<S: Follower>(
+    i: usize,
     s: &mut S,
     at: Position,
     m: &Message,
-    push: &mut impl FnMut(&mut S, &Message),
+    push: &mut impl FnMut(usize, &mut S, &Message),
 ) -> Position {
     if m.pos <= at {
         return at;
     }
     if m.origin != s.follow().owner {
-        push(s, m);
+        push(i, s, m);
     }
     m.pos
 }

@@ -34,7 +34,7 @@ pub use crate::engine::{
 pub use crate::message::{Body, Meta};
 pub use crate::rpc::Dialect;
 pub use deliver::EARLY_DELIVERY_BYTES;
-pub use deliveries::{Deliveries, Delivery, Outgoing, Unacked};
+pub use deliveries::{Deliveries, Delivery, Fetched, Outgoing, SubAt};
 pub use subs::{ConnRef, SubId};
 
 use feed::{Follow, SubState};
@@ -329,6 +329,14 @@ impl Relay {
             SubState::Active(at) => at,
             SubState::Syncing { from, .. } => from,
         })
+    }
+
+    /// The subscription `at` names (while the deliveries that name it are applied), and
+    /// its topic.
+    #[inline]
+    pub fn sub_at(&self, at: SubAt) -> Option<(&LocalSub, &Arc<str>)> {
+        let t = self.subs.get(at.slot)?;
+        Some((t.subs.get(at.index as usize)?, &t.name))
     }
 
     /// Reads `topic` after `after` for a local connection's fetch; answered through

@@ -246,27 +246,7 @@ impl Inner {
         let started = Instant::now();
         let outcome = self.client.try_once(&job.d, job.signed.as_deref());
         let reason = match outcome {
-            TryOutcome::Refused(why) => {
-                self.stats.drop(DropReason::Ssrf);
-                if job.signed.is_some() {
-                    let host = Host(&job.d.url);
-                    log::debug!(host:% = host, why:% = why;
-                        "signed call refused (SSRF guard): {host} ({why})");
-                    job.done(Sent::Dropped);
-                    return;
-                }
-                let key = (job.d.topic.clone(), job.d.url.clone());
-                if lock(&self.refusals_logged).insert_new(&key, ()) {
-                    let host = Host(&job.d.url);
-                    log::warn!(host:% = host, topic = &*job.d.topic, why:% = why;
-                        "webhook refused (SSRF guard) for topic {:?}: {host} ({why})",
-                        &*job.d.topic
-                    );
-                }
-                // It can never succeed; let it age out like any failing webhook.
-                self.given_up(&job.d);
-                return;
-            }
+            TryOutcome::Refused(why) => return self.refused(job, &why),
             TryOutcome::Success => {
                 self.stats.sent.inc();
                 self.stats.latency.observe(started.elapsed());
@@ -294,29 +274,7 @@ impl Inner {
             }
         };
         if reason.retryable() && more && !stopping {
-            if self.retry_pending.fetch_add(1, Ordering::AcqRel) >= self.cfg.queue {
-                self.retry_pending.fetch_sub(1, Ordering::AcqRel);
-                self.stats.drop(DropReason::RetryQueueFull);
-                return;
-            }
-            let job = Job {
-                d: job.d,
-                tries,
-                signed: job.signed,
-            };
-            match self.retry_tx.try_send((Instant::now() + delay, job)) {
-                Ok(()) => self.stats.retried.inc(),
-                Err(e) => {
-                    self.retry_pending.fetch_sub(1, Ordering::AcqRel);
-                    let (reason, job) = match e {
-                        TrySendError::Disconnected(j) => (DropReason::Shutdown, j),
-                        TrySendError::Full(j) => (DropReason::RetryQueueFull, j),
-                    };
-                    self.stats.drop(reason);
-                    job.1.done(Sent::Failed);
-                }
-            }
-            return;
+            return self.retry(job, tries, delay);
         }
         let host = Host(&job.d.url);
         log::debug!(host:% = host, reason = reason.label(), tries, signed = job.signed.is_some();
@@ -333,6 +291,56 @@ impl Inner {
             return;
         }
         self.given_up(&job.d);
+    }
+
+    /// The SSRF guard refused `job`'s address: a signed call is dropped (said once, at
+    /// debug); a webhook can never succeed there and ages out like any failing one (the
+    /// refusal logged once per topic and URL).
+    fn refused(&self, job: Job, why: &impl std::fmt::Display) {
+        self.stats.drop(DropReason::Ssrf);
+        if job.signed.is_some() {
+            let host = Host(&job.d.url);
+            log::debug!(host:% = host, why:% = why;
+                "signed call refused (SSRF guard): {host} ({why})");
+            job.done(Sent::Dropped);
+            return;
+        }
+        let key = (job.d.topic.clone(), job.d.url.clone());
+        if lock(&self.refusals_logged).insert_new(&key, ()) {
+            let host = Host(&job.d.url);
+            log::warn!(host:% = host, topic = &*job.d.topic, why:% = why;
+                "webhook refused (SSRF guard) for topic {:?}: {host} ({why})",
+                &*job.d.topic
+            );
+        }
+        self.given_up(&job.d);
+    }
+
+    /// Queues `job`'s try number `tries + 1` after `delay`, unless the retry queue is full
+    /// (or the pool stops): then it is dropped and counted.
+    fn retry(&self, job: Job, tries: u32, delay: Duration) {
+        if self.retry_pending.fetch_add(1, Ordering::AcqRel) >= self.cfg.queue {
+            self.retry_pending.fetch_sub(1, Ordering::AcqRel);
+            self.stats.drop(DropReason::RetryQueueFull);
+            return;
+        }
+        let job = Job {
+            d: job.d,
+            tries,
+            signed: job.signed,
+        };
+        match self.retry_tx.try_send((Instant::now() + delay, job)) {
+            Ok(()) => self.stats.retried.inc(),
+            Err(e) => {
+                self.retry_pending.fetch_sub(1, Ordering::AcqRel);
+                let (reason, job) = match e {
+                    TrySendError::Disconnected(j) => (DropReason::Shutdown, j),
+                    TrySendError::Full(j) => (DropReason::RetryQueueFull, j),
+                };
+                self.stats.drop(reason);
+                job.1.done(Sent::Failed);
+            }
+        }
     }
 
     /// A call failed for good: update the URL's failure record, and report the registration

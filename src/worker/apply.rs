@@ -76,38 +76,45 @@ impl Worker {
     fn apply_all(&mut self, mut d: Deliveries) {
         for one in d.list.drain(..) {
             match one {
-                Delivery::Push {
+                Delivery::Push { conn, at, msg } => {
+                    // The subscription's id and shape, read where the relay keeps them.
+                    let Some((s, _)) = self.relay.sub_at(at).filter(|(s, _)| s.conn == conn) else {
+                        continue;
+                    };
+                    let (id, dialect) = (s.id, s.dialect);
+                    self.push(conn, &id, dialect, &d.messages[msg as usize]);
+                }
+                Delivery::Unacked {
                     conn,
-                    sub,
-                    dialect,
+                    at,
                     msg,
+                    watched,
                 } => {
                     let m = &d.messages[msg as usize];
-                    self.push(conn, &sub, dialect, m);
-                }
-                Delivery::Unacked { conn, unacked } => {
+                    let topic = self.relay.sub_at(at).map(|(_, t)| t.clone());
+                    let watched = topic.filter(|_| watched).map(|t| (t, m.body.clone()));
                     if let Some(w) = conn::live(&mut self.conns, conn).and_then(|c| c.ws()) {
                         w.acks_mut().note(conn::acks::Pending {
-                            id: unacked.push_id,
-                            slot: unacked.slot,
-                            pos: unacked.pos,
-                            watched: unacked.watched,
+                            id: m.push_id,
+                            slot: at.slot,
+                            pos: m.pos,
+                            watched,
                         });
                     }
                 }
-                Delivery::Text { conn, frame, kind } => self.push_text(conn, &frame, kind),
+                Delivery::Text { conn, frame } => {
+                    let (frame, kind) = &d.frames[frame as usize];
+                    self.push_text(conn, frame, *kind);
+                }
                 Delivery::Answer {
                     conn,
                     answer,
                     result,
                 } => self.resolve(conn, answer, |c| c.resolve(answer, result)),
-                Delivery::Fetched {
-                    conn,
-                    answer,
-                    topic,
-                    after,
-                    result,
-                } => self.fetched(conn, answer, &topic, after, result),
+                Delivery::Fetched(f) => {
+                    let f = *f;
+                    self.fetched(f.conn, f.answer, &f.topic, f.after, f.result);
+                }
                 Delivery::Webhook { conn, result } => self.webhook_answer(conn, result),
             }
         }

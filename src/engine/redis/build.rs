@@ -13,33 +13,8 @@ use crate::webhook::OnGone;
 
 /// Builds every worker's Redis engine: each topic on its Redis shard, shared by every node.
 pub fn build(setup: &Setup) -> Result<Built, BuildError> {
-    let config = setup.config;
-    let limits = &config.limits;
-    let opts = &config.redis_opts;
-    let password = opts
-        .password()
-        .map_err(BuildError::Config)?
-        .map(super::cluster::Secret);
-    let cfg = ClusterConfig {
-        urls: config.redis.clone(),
-        tls: super::cluster::tls::RedisTlsFiles {
-            ca: opts.redis_tls_ca.clone(),
-            cert: opts.redis_tls_cert.clone(),
-            key: opts.redis_tls_key.clone(),
-        },
-        password,
-        wait_replicas: opts.redis_wait_replicas,
-        wait_timeout: std::time::Duration::from_millis(opts.redis_wait_timeout_ms),
-        max_cached_per_topic: limits.max_cached_per_topic,
-        max_webhooks_per_topic: limits.max_webhooks_per_topic,
-        max_webhooks: limits.max_webhooks,
-        v1_pending_ttl: std::time::Duration::from_secs(u64::from(limits.v1_pending_ttl)),
-        mailbox_ttl: std::time::Duration::from_secs(limits.mailbox_ttl),
-        max_mailbox_topics: limits.max_mailbox_topics,
-        writes: setup.metrics.store_writes.clone(),
-        layouts: setup.layouts.clone(),
-        ..ClusterConfig::default()
-    };
+    let limits = &setup.config.limits;
+    let cfg = cluster_config(setup)?;
     // Each event is one message (a batch of one) in its worker's engine mailbox.
     let cap = limits.mailbox_batches;
     let (boxes, inboxes): (Vec<Mailbox<Event<Followup>>>, Vec<_>) = setup
@@ -96,5 +71,37 @@ pub fn build(setup: &Setup) -> Result<Built, BuildError> {
         on_stop: Some(Box::new(move || cluster.shutdown())),
         lock: None,
         layout_switch: Some(layout_switch),
+    })
+}
+
+/// What the cluster threads are started with: `--redis` and its options, the limits they
+/// apply on the shards.
+fn cluster_config(setup: &Setup) -> Result<ClusterConfig, BuildError> {
+    let config = setup.config;
+    let limits = &config.limits;
+    let opts = &config.redis_opts;
+    let password = opts
+        .password()
+        .map_err(BuildError::Config)?
+        .map(super::cluster::Secret);
+    Ok(ClusterConfig {
+        urls: config.redis.clone(),
+        tls: super::cluster::tls::RedisTlsFiles {
+            ca: opts.redis_tls_ca.clone(),
+            cert: opts.redis_tls_cert.clone(),
+            key: opts.redis_tls_key.clone(),
+        },
+        password,
+        wait_replicas: opts.redis_wait_replicas,
+        wait_timeout: std::time::Duration::from_millis(opts.redis_wait_timeout_ms),
+        max_cached_per_topic: limits.max_cached_per_topic,
+        max_webhooks_per_topic: limits.max_webhooks_per_topic,
+        max_webhooks: limits.max_webhooks,
+        v1_pending_ttl: std::time::Duration::from_secs(u64::from(limits.v1_pending_ttl)),
+        mailbox_ttl: std::time::Duration::from_secs(limits.mailbox_ttl),
+        max_mailbox_topics: limits.max_mailbox_topics,
+        writes: setup.metrics.store_writes.clone(),
+        layouts: setup.layouts.clone(),
+        ..ClusterConfig::default()
     })
 }

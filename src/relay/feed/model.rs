@@ -187,7 +187,7 @@ impl World {
     }
 
     fn take_live(&mut self) {
-        let mut push = |s: &mut Sub, m: &Message| s.got.push(m.pos);
+        let mut push = |_: usize, s: &mut Sub, m: &Message| s.got.push(m.pos);
         let again = match self.live.pop_front() {
             Some(Live::Msg(msg)) => {
                 let cap = self.hold_cap;
@@ -203,7 +203,7 @@ impl World {
         let Some((ticket, history)) = self.answers.pop_front() else {
             return;
         };
-        let mut push = |s: &mut Sub, m: &Message| s.got.push(m.pos);
+        let mut push = |_: usize, s: &mut Sub, m: &Message| s.got.push(m.pos);
         if let Some(from) = self
             .feed
             .on_history(&mut self.subs, ticket, &history, &mut push)
@@ -328,7 +328,7 @@ fn a_live_message_already_given_by_the_history_is_not_given_again() {
         },
         got: Vec::new(),
     }];
-    let mut push = |s: &mut Sub, m: &Message| s.got.push(m.pos);
+    let mut push = |_: usize, s: &mut Sub, m: &Message| s.got.push(m.pos);
     // Live 2 and 3 arrive before the history that holds 1 and 2.
     for seq in [2, 3] {
         assert_eq!(feed.deliver_live(&mut subs, &msg(seq), 16, &mut push), None);
@@ -358,7 +358,7 @@ fn a_live_message_already_given_by_the_history_is_not_given_again() {
         origin: Origin::NONE,
     };
     let mut count = 0;
-    let mut push = |_: &mut Follow, _: &Message| count += 1;
+    let mut push = |_: usize, _: &mut Follow, _: &Message| count += 1;
     assert_eq!(feed.deliver_live(&mut active, &first, 16, &mut push), None);
     assert_eq!(count, 1);
 }

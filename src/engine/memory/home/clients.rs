@@ -139,58 +139,27 @@ impl HomeTopics {
                 return ClientChange::None;
             }
         };
-        let s = &mut clients.subs[i];
-        let mut idle_from = None;
         let change = match op {
-            ClientOp::Subscribe { socket } => {
-                let new = s.record.is_none() && s.sockets == 0 && s.expires == 0;
-                if socket {
-                    s.sockets += 1;
-                    s.expires = 0;
-                } else if s.sockets == 0 {
-                    s.expires = now + ttl;
-                    idle_from = Some(s.expires);
-                }
-                if new || !socket {
-                    ClientChange::Now(s.clone())
-                } else {
-                    ClientChange::None
-                }
-            }
-            ClientOp::SocketGone { at } => {
-                s.sockets = s.sockets.saturating_sub(1);
-                s.deliver_to(at.min(last));
-                if s.sockets == 0 {
-                    s.expires = now + ttl;
-                    idle_from = Some(s.expires);
-                }
-                ClientChange::Now(s.clone())
-            }
-            ClientOp::Delivered { at } => {
-                if s.deliver_to(at.min(last)) {
-                    ClientChange::Now(s.clone())
-                } else {
-                    ClientChange::None
-                }
-            }
-            ClientOp::Receive { ids } => {
-                for id in ids {
-                    s.receive(id);
-                }
-                ClientChange::Now(s.clone())
-            }
             ClientOp::Unsubscribe { .. } => {
                 let gone = clients.subs.swap_remove(i);
                 self.mail.held = self.mail.held.saturating_sub(1);
                 self.mail.table.release(&gone.client.id, topic);
                 ClientChange::Gone(gone.client.id, gone.record)
             }
+            op => {
+                let s = &mut clients.subs[i];
+                let before = s.expires;
+                let change = apply_op(s, op, last, now + ttl);
+                if s.expires != before && s.expires != 0 {
+                    // Idle from now: its mailbox expires then unless a socket comes back.
+                    let exp = s.expires;
+                    self.mail
+                        .queue
+                        .push_back((exp, topic.clone(), client.id.clone()));
+                }
+                change
+            }
         };
-        if let Some(exp) = idle_from {
-            self.mail
-                .queue
-                .push_back((exp, topic.clone(), client.id.clone()));
-        }
         self.settle_clients(slot);
         let moved = self.advance_receipts(slot, &client.id);
         match change {
@@ -506,6 +475,49 @@ fn recordable(s: &ClientSub, now: u64, ttl: u64) -> ClientSub {
 /// The ttl a `delivered` notice is retried within, seconds (the message's own ttl is not
 /// at hand where a fetch or an acknowledgement delivers it).
 pub const NOTICE_TTL_S: u32 = 24 * 3600;
+
+/// `op` (any but an unsubscribe) applied to the client's subscription `s` of a topic whose
+/// last position is `last`; `expires`: when its mailbox expires if it is idle from now.
+fn apply_op(s: &mut ClientSub, op: ClientOp, last: Position, expires: u64) -> ClientChange {
+    match op {
+        ClientOp::Subscribe { socket } => {
+            let new = s.record.is_none() && s.sockets == 0 && s.expires == 0;
+            if socket {
+                s.sockets += 1;
+                s.expires = 0;
+            } else if s.sockets == 0 {
+                s.expires = expires;
+            }
+            if new || !socket {
+                ClientChange::Now(s.clone())
+            } else {
+                ClientChange::None
+            }
+        }
+        ClientOp::SocketGone { at } => {
+            s.sockets = s.sockets.saturating_sub(1);
+            s.deliver_to(at.min(last));
+            if s.sockets == 0 {
+                s.expires = expires;
+            }
+            ClientChange::Now(s.clone())
+        }
+        ClientOp::Delivered { at } => {
+            if s.deliver_to(at.min(last)) {
+                ClientChange::Now(s.clone())
+            } else {
+                ClientChange::None
+            }
+        }
+        ClientOp::Receive { ids } => {
+            for id in ids {
+                s.receive(id);
+            }
+            ClientChange::Now(s.clone())
+        }
+        ClientOp::Unsubscribe { .. } => ClientChange::None,
+    }
+}
 
 #[cfg(test)]
 #[path = "clients_tests.rs"]

@@ -259,40 +259,7 @@ impl Link {
         let sock = connect_tcp(at, login.connect_timeout)?;
         let _ = sock.set_nodelay(true);
         sock.set_write_timeout(Some(login.write_timeout))?;
-        let (read, write) = match login.tls {
-            None => (
-                ReadHalf::Plain(sock.try_clone()?),
-                WriteHalf::Plain(sock.try_clone()?),
-            ),
-            Some(cfg) => {
-                let name = ServerName::try_from(at.host.clone())
-                    .map_err(|e| LinkError::Tls(format!("server name {:?}: {e}", at.host)))?;
-                let mut conn = ClientConnection::new(Arc::clone(cfg), name)
-                    .map_err(|e| LinkError::Tls(e.to_string()))?;
-                sock.set_read_timeout(Some(login.connect_timeout))?;
-                let mut s = &sock;
-                while conn.is_handshaking() {
-                    conn.complete_io(&mut s).map_err(|e| match e.kind() {
-                        io::ErrorKind::InvalidData => LinkError::Tls(e.to_string()),
-                        _ => LinkError::Io(e),
-                    })?;
-                }
-                let shared = Arc::new(TlsShared {
-                    conn: Mutex::new(conn),
-                    sock: sock.try_clone()?,
-                });
-                (
-                    ReadHalf::Tls {
-                        shared: Arc::clone(&shared),
-                        sock: sock.try_clone()?,
-                        cipher: vec![0; 18 * 1024].into_boxed_slice(),
-                        plain: Vec::new(),
-                        at: 0,
-                    },
-                    WriteHalf::Tls(shared),
-                )
-            }
-        };
+        let (read, write) = halves(&sock, at, login)?;
         sock.set_read_timeout(Some(login.read_timeout))?;
         let mut link = Link {
             r: BufReader::with_capacity(64 * 1024, read),
@@ -300,6 +267,13 @@ impl Link {
             parser: redis::Parser::new(),
             sock,
         };
+        link.log_in(login)?;
+        Ok(link)
+    }
+
+    /// `AUTH` (with the ACL user when given) and `SELECT`, in one round trip; a refusal
+    /// names the command, never the password.
+    fn log_in(&mut self, login: &Login<'_>) -> Result<(), LinkError> {
         let mut buf = Vec::new();
         let mut replies = 0;
         if let Some(pw) = login.password {
@@ -319,9 +293,9 @@ impl Link {
             replies += 1;
         }
         if replies > 0 {
-            link.send(&buf)?;
+            self.send(&buf)?;
             for i in 0..replies {
-                if let Value::ServerError(e) = link.recv()? {
+                if let Value::ServerError(e) = self.recv()? {
                     let what = if i == 0 && login.password.is_some() {
                         "AUTH"
                     } else {
@@ -340,7 +314,7 @@ impl Link {
                 }
             }
         }
-        Ok(link)
+        Ok(())
     }
 
     /// Writes a packed pipeline.
@@ -389,4 +363,46 @@ impl Link {
             sock: self.sock,
         }
     }
+}
+
+/// The two halves of a link on `sock`: plain, or TLS after the handshake with `at`.
+fn halves(
+    sock: &TcpStream,
+    at: &Endpoint,
+    login: &Login<'_>,
+) -> Result<(ReadHalf, WriteHalf), LinkError> {
+    Ok(match login.tls {
+        None => (
+            ReadHalf::Plain(sock.try_clone()?),
+            WriteHalf::Plain(sock.try_clone()?),
+        ),
+        Some(cfg) => {
+            let name = ServerName::try_from(at.host.clone())
+                .map_err(|e| LinkError::Tls(format!("server name {:?}: {e}", at.host)))?;
+            let mut conn = ClientConnection::new(Arc::clone(cfg), name)
+                .map_err(|e| LinkError::Tls(e.to_string()))?;
+            sock.set_read_timeout(Some(login.connect_timeout))?;
+            let mut s = sock;
+            while conn.is_handshaking() {
+                conn.complete_io(&mut s).map_err(|e| match e.kind() {
+                    io::ErrorKind::InvalidData => LinkError::Tls(e.to_string()),
+                    _ => LinkError::Io(e),
+                })?;
+            }
+            let shared = Arc::new(TlsShared {
+                conn: Mutex::new(conn),
+                sock: sock.try_clone()?,
+            });
+            (
+                ReadHalf::Tls {
+                    shared: Arc::clone(&shared),
+                    sock: sock.try_clone()?,
+                    cipher: vec![0; 18 * 1024].into_boxed_slice(),
+                    plain: Vec::new(),
+                    at: 0,
+                },
+                WriteHalf::Tls(shared),
+            )
+        }
+    })
 }

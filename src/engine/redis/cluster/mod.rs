@@ -182,17 +182,7 @@ impl Cluster {
                 map: Arc::default(),
                 arrivals: Arc::clone(&arrivals),
             };
-            let started = match addr.kind {
-                addr::Kind::Cluster => multi::check(&ctx).map(Started::Cluster),
-                _ => setup::connect(&ctx).map(|c| Started::Primary(Box::new(c))),
-            };
-            let started = started.map_err(|source| ClusterError::Shard {
-                shard: i,
-                addr: addr.to_string(),
-                source,
-            })?;
-            log::info!(shard = i, addr:% = addr, kind = addr.kind_name(), tls = addr.tls;
-                "redis shard {i} ({addr}): connected");
+            let started = connect(&ctx)?;
             conns.push((ctx, started));
         }
         let mut shards = Vec::new();
@@ -232,14 +222,7 @@ impl Cluster {
                 subscriber,
             });
         }
-        // Give the subscriber connections the connect timeout to come up, so a node that
-        // started is healthy at once when Redis is (they keep trying in the background).
-        let deadline = std::time::Instant::now() + cfg.connect_timeout;
-        while ports.iter().any(|p| p.stats.pubsub_up.get() == 0)
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        await_subscribers(&ports, cfg.connect_timeout);
         Ok(Cluster {
             shards,
             ports: ports.into(),
@@ -330,6 +313,34 @@ impl Cluster {
         for t in threads {
             let _ = t.join();
         }
+    }
+}
+
+/// Connects to shard `ctx.idx`: its primary (checked and its scripts loaded), or, for a
+/// Redis Cluster, its slot map.
+fn connect(ctx: &command::ShardCtx) -> Result<Started, ClusterError> {
+    let (i, addr) = (ctx.idx, &ctx.addr);
+    let started = match addr.kind {
+        addr::Kind::Cluster => multi::check(ctx).map(Started::Cluster),
+        _ => setup::connect(ctx).map(|c| Started::Primary(Box::new(c))),
+    };
+    let started = started.map_err(|source| ClusterError::Shard {
+        shard: i,
+        addr: addr.to_string(),
+        source,
+    })?;
+    log::info!(shard = i, addr:% = addr, kind = addr.kind_name(), tls = addr.tls;
+        "redis shard {i} ({addr}): connected");
+    Ok(started)
+}
+
+/// Gives the subscriber connections up to `timeout` to come up, so a node that started is
+/// healthy at once when Redis is (they keep trying in the background).
+fn await_subscribers(ports: &[ShardPorts], timeout: Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    while ports.iter().any(|p| p.stats.pubsub_up.get() == 0) && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

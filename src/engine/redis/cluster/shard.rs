@@ -116,6 +116,14 @@ struct Round {
     waits: bool,
 }
 
+/// Whether a round's writes may be answered "stored": confirmed by its `WAIT` (or none
+/// asked) on a server still the primary, or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trust {
+    Confirmed,
+    Unconfirmed,
+}
+
 fn not_connected() -> LinkError {
     LinkError::Io(std::io::Error::from(std::io::ErrorKind::NotConnected))
 }
@@ -321,37 +329,11 @@ impl Runner {
         {
             self.ctx.cfg.writes.observe(round.t0.elapsed());
         }
-        let mut cmds = round.cmds.into_iter().peekable();
-        for (slot, v) in replies.drain(..) {
-            let counted = match cmds.peek() {
-                Some(Command::Alive | Command::Ring) => 0,
-                Some(Command::Role) => {
-                    cmds.next();
-                    self.follow_replicas(&v);
-                    continue;
-                }
-                _ => slot.n as u64,
-            };
-            match v {
-                Value::ServerError(e) if e.code() == "NOSCRIPT" && !round.retried => {
-                    self.retry.extend(cmds.by_ref().take(slot.n))
-                }
-                v if confirmed && !readonly => {
-                    answer_slot(&self.ctx, cmds.by_ref().take(slot.n), slot, v)
-                }
-                v => {
-                    // Not confirmed by WAIT (or the server turned replica): what says
-                    // "stored" is answered unavailable, reads as they came.
-                    let mine: Vec<Command> = cmds.by_ref().take(slot.n).collect();
-                    if mine.iter().any(acknowledged) {
-                        mine.into_iter().for_each(|c| unavailable(&self.ctx, c));
-                    } else {
-                        answer_slot(&self.ctx, mine.into_iter(), slot, v);
-                    }
-                }
-            }
-            self.ctx.stats.in_flight.sub(counted);
-        }
+        let trust = match (confirmed, readonly) {
+            (true, false) => Trust::Confirmed,
+            _ => Trust::Unconfirmed,
+        };
+        self.answer_round(&mut replies, round.cmds, trust, round.retried);
         self.replies = replies;
         self.ctx.stats.observe_rtt(round.t0.elapsed());
         if readonly {
@@ -373,6 +355,49 @@ impl Runner {
             self.send(true)?;
         }
         Ok(())
+    }
+
+    /// Answers a round's commands from its `replies`, in order: each slot's commands from
+    /// its reply; a NOSCRIPT's put aside to run again (unless `retried` already); what says
+    /// "stored" answered unavailable unless the round's writes are `Confirmed`.
+    fn answer_round(
+        &mut self,
+        replies: &mut Vec<(Slot, Value)>,
+        cmds: Vec<Command>,
+        trust: Trust,
+        retried: bool,
+    ) {
+        let mut cmds = cmds.into_iter().peekable();
+        for (slot, v) in replies.drain(..) {
+            let counted = match cmds.peek() {
+                Some(Command::Alive | Command::Ring) => 0,
+                Some(Command::Role) => {
+                    cmds.next();
+                    self.follow_replicas(&v);
+                    continue;
+                }
+                _ => slot.n as u64,
+            };
+            match v {
+                Value::ServerError(e) if e.code() == "NOSCRIPT" && !retried => {
+                    self.retry.extend(cmds.by_ref().take(slot.n))
+                }
+                v if trust == Trust::Confirmed => {
+                    answer_slot(&self.ctx, cmds.by_ref().take(slot.n), slot, v)
+                }
+                v => {
+                    // Not confirmed by WAIT (or the server turned replica): what says
+                    // "stored" is answered unavailable, reads as they came.
+                    let mine: Vec<Command> = cmds.by_ref().take(slot.n).collect();
+                    if mine.iter().any(acknowledged) {
+                        mine.into_iter().for_each(|c| unavailable(&self.ctx, c));
+                    } else {
+                        answer_slot(&self.ctx, mine.into_iter(), slot, v);
+                    }
+                }
+            }
+            self.ctx.stats.in_flight.sub(counted);
+        }
     }
 
     /// The automatic `WAIT` follows the primary's replicas (`ROLE`, every heartbeat): 1

@@ -251,6 +251,22 @@ impl Edge {
     }
 
     /// Copies of its sockets, for the handover socket to offer.
+    /// The workers' sockets, and the rest.
+    fn split(self) -> (Groups, Rest) {
+        let groups = Groups {
+            plain: self.plain,
+            tls: self.tls,
+            tls_config: self.tls_config,
+        };
+        let rest = Rest {
+            addr: self.addr,
+            tls_addr: self.tls_addr,
+            admin: self.admin,
+            loader: self.loader,
+        };
+        (groups, rest)
+    }
+
     fn copies(&self) -> io::Result<Listeners> {
         let dup = |g: &[std::net::TcpListener]| -> io::Result<Vec<_>> {
             g.iter().map(|l| l.try_clone()).collect()
@@ -453,6 +469,15 @@ fn shared_state(
     })
 }
 
+/// What the server keeps of its edge besides the workers' sockets: the addresses bound,
+/// the admin listener, the TLS files' loader (for SIGHUP).
+struct Rest {
+    addr: Option<SocketAddr>,
+    tls_addr: Option<SocketAddr>,
+    admin: Option<std::net::TcpListener>,
+    loader: Option<TlsLoader>,
+}
+
 /// Each worker's sockets: of the plain group, of the TLS group (with the configuration new
 /// TLS connections start from).
 struct Groups {
@@ -615,20 +640,7 @@ impl Server {
             projects: &projects,
         };
         let shared = shared_state(&config, &mut built, layouts, with);
-        let Edge {
-            plain,
-            addr,
-            tls,
-            tls_addr,
-            admin: admin_listener,
-            loader,
-            tls_config,
-        } = edge;
-        let groups = Groups {
-            plain,
-            tls,
-            tls_config,
-        };
+        let (groups, rest) = edge.split();
         let engines = std::mem::take(&mut built.engines);
         let loops = Loops {
             polls,
@@ -637,19 +649,19 @@ impl Server {
             engines,
         };
         let threads = start_workers(&config, loops, groups, &registry, &shared)?;
-        let admin = match admin_listener {
+        let admin = match rest.admin {
             Some(l) => Some(Admin::start(l, shared.clone()).map_err(io_err("the admin thread"))?),
             None => None,
         };
-        let reloader = reloader(&config, loader, controls.clone(), projects);
+        let reloader = reloader(&config, rest.loader, controls.clone(), projects);
         // Every worker accepts now: the old process may stop (without a data directory; with
         // one it stopped before the engine opened it).
         takeover::after_start(handover);
         let events = crossbeam_channel::bounded(16);
         let offer = offer_handover(&config, offered, &events.0)?;
         Ok(Server {
-            addr,
-            tls_addr,
+            addr: rest.addr,
+            tls_addr: rest.tls_addr,
             admin_addr: admin.as_ref().map(Admin::addr),
             admin,
             drain,

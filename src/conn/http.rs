@@ -25,21 +25,8 @@ pub fn step<S>(conn: &mut Conn<S>, input: &mut [u8], ctx: &mut Ctx<'_>) -> usize
         ctx.metrics().http_requests.inc();
     }
     conn.marks.answered = true;
-    // Behind a trusted proxy each request says whose it is (DECISIONS §11).
-    if conn.limit.proxied() {
-        if let Err(kind) =
-            ctx.tools
-                .limits
-                .forwarded(&mut conn.limit, req.forwarded_for, ctx.time.ms)
-        {
-            ctx.metrics().limited[kind as usize].inc();
-            refuse(
-                conn,
-                &Response::json_error(429, "too many connections"),
-                ctx,
-            );
-            return input.len();
-        }
+    if !forwarded_allowed(conn, req.forwarded_for, ctx) {
+        return input.len();
     }
     let head_only = req.method == Method::Head;
     let close = req.close || ctx.tools.stopping;
@@ -140,6 +127,27 @@ fn answer<S>(conn: &mut Conn<S>, resp: Response, how: Answering, ctx: &mut Ctx<'
         conn.phase = Phase::Http(HttpWait::Output);
     }
     true
+}
+
+/// Behind a trusted proxy each request says whose it is (DECISIONS §11): `false` when that
+/// address is over its limit (the connection is then answered 429 and closes).
+fn forwarded_allowed<S>(conn: &mut Conn<S>, forwarded: Option<&[u8]>, ctx: &mut Ctx<'_>) -> bool {
+    if !conn.limit.proxied() {
+        return true;
+    }
+    let now = ctx.time.ms;
+    match ctx.tools.limits.forwarded(&mut conn.limit, forwarded, now) {
+        Ok(()) => true,
+        Err(kind) => {
+            ctx.metrics().limited[kind as usize].inc();
+            refuse(
+                conn,
+                &Response::json_error(429, "too many connections"),
+                ctx,
+            );
+            false
+        }
+    }
 }
 
 /// Answers with `resp` and closes the connection.

@@ -123,17 +123,11 @@ pub struct Relay {
     engine: Box<dyn Engine>,
     /// What the engine said and the relay has not looked at yet.
     events: Vec<Event>,
-    /// An empty vector with room, swapped with `events` while they are looked at (so a
-    /// round does not allocate them again); see [`recycle`].
-    spare_events: Vec<Event>,
     /// What waits for the engine: its tickets, the reads to ask again, the blocking
     /// subscribes.
     waiting: Waiting,
     /// Events to carry out since the worker last delivered, and what they will cost.
     queue: DeliveryQueue,
-    /// The local slot of the topic last published from here, if it has subscriptions here
-    /// (see `absorb`).
-    live_hint: Option<u32>,
     limits: Limits,
     metrics: Arc<Metrics>,
     /// Who is told about client ids' messages (their acknowledgements: `client_subs.rs`).
@@ -169,6 +163,12 @@ struct DeliveryQueue {
     bytes: usize,
     /// What the events carried out so far decided, for [`Relay::deliver`] to return.
     out: Deliveries,
+    /// An empty vector with room, swapped with the relay's `events` while they are looked
+    /// at (so a round does not allocate them again); see [`recycle`].
+    spare_events: Vec<Event>,
+    /// The local slot of the topic last published from here, if it has subscriptions here
+    /// (see `absorb`).
+    live_hint: Option<u32>,
 }
 
 impl Relay {
@@ -188,10 +188,8 @@ impl Relay {
             v1: subs::V1Subscriptions::default(),
             engine,
             events: Vec::new(),
-            spare_events: Vec::new(),
             waiting: Waiting::default(),
             queue: DeliveryQueue::default(),
-            live_hint: None,
             limits,
             metrics,
             notify: engine_notify,
@@ -378,7 +376,7 @@ impl Relay {
             Some((name, slot)) => (name, Some(slot)),
             None => (Arc::from(topic), None),
         };
-        self.live_hint = hint;
+        self.queue.live_hint = hint;
         // The engine starts loading what the store will touch, then the body is encoded
         // while those lines arrive.
         let hash = self.engine.prepare_publish(&topic, message);
@@ -488,12 +486,14 @@ impl Relay {
             }
             return;
         }
-        let mut events =
-            std::mem::replace(&mut self.events, std::mem::take(&mut self.spare_events));
+        let mut events = std::mem::replace(
+            &mut self.events,
+            std::mem::take(&mut self.queue.spare_events),
+        );
         for ev in events.drain(..) {
             self.absorb_one(ev);
         }
-        self.spare_events = recycle(events);
+        self.queue.spare_events = recycle(events);
     }
 
     /// Queues one event to carry out (or nothing: a topic without subscriptions here, a
@@ -504,7 +504,7 @@ impl Relay {
             Event::Live { topic, msg } => {
                 // The topic just published here is found without hashing it again
                 // (the name's pointer proves the slot still holds it).
-                let hinted = self.live_hint.filter(|&s| {
+                let hinted = self.queue.live_hint.filter(|&s| {
                     self.subs
                         .get(s)
                         .is_some_and(|t| Arc::ptr_eq(&t.name, topic))

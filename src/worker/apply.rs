@@ -125,7 +125,7 @@ impl Worker {
 
     /// Queues the push of `m` to subscription `id` on connection `r`.
     fn push(&mut self, r: ConnRef, id: &SubId, dialect: Dialect, m: &Outgoing) {
-        let (fill, max_out) = (self.out.fill_mark, self.out.max_outbound);
+        let (fill, max_out) = (self.round.out.fill_mark, self.round.out.max_outbound);
         let Some(c) = conn::live(&mut self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_)))
         else {
             return;
@@ -187,7 +187,7 @@ impl Worker {
 
     /// Queues a WalletConnect 1.0 frame on connection `r`.
     fn push_text(&mut self, r: ConnRef, frame: &Bytes, kind: PushKind) {
-        let (fill, max_out) = (self.out.fill_mark, self.out.max_outbound);
+        let (fill, max_out) = (self.round.out.fill_mark, self.round.out.max_outbound);
         let Some(c) = conn::live(&mut self.conns, r).filter(|c| matches!(c.phase, Phase::Ws(_)))
         else {
             return;
@@ -238,7 +238,7 @@ impl Worker {
         let (date, now, close_ms) = (
             self.clock.date.as_bytes(),
             self.clock.now,
-            self.out.close_ms,
+            self.round.out.close_ms,
         );
         let Some(c) = conn::live(&mut self.conns, r) else {
             return;
@@ -259,9 +259,9 @@ impl Worker {
     /// Resolves one result of the connection's pending answer `answer` with `f`, then
     /// resumes its input if the answer was what held it.
     fn resolve(&mut self, r: ConnRef, answer: u64, f: impl FnOnce(&mut Conn) -> bool) {
-        let max_pending = self.out.max_pending;
+        let max_pending = self.round.out.max_pending;
         let (date, now) = (self.clock.date.as_bytes(), self.clock.now);
-        let (close_ms, idle_ms) = (self.out.close_ms, self.out.idle_ms);
+        let (close_ms, idle_ms) = (self.round.out.close_ms, self.round.out.idle_ms);
         let Some(c) = conn::live(&mut self.conns, r) else {
             return;
         };

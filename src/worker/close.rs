@@ -69,7 +69,7 @@ impl Worker {
                 close::GOING_AWAY,
                 "server shutting down",
                 now,
-                self.out.close_ms,
+                self.round.out.close_ms,
             );
             self.mark_dirty(key);
         }
@@ -77,7 +77,7 @@ impl Worker {
 
     /// Stops accepting and starts closing every connection.
     pub(super) fn begin_shutdown(&mut self) {
-        if self.stop_at.is_some() {
+        if self.timers.stop_at.is_some() {
             return;
         }
         for mut l in [self.listeners.plain.take(), self.listeners.tls.take()]
@@ -87,7 +87,8 @@ impl Worker {
             let _ = self.waits.poll.registry().deregister(&mut l);
         }
         let now = self.clock.now;
-        self.stop_at = Some(now + self.shared.config.limits.shutdown_grace().as_millis() as u64);
+        self.timers.stop_at =
+            Some(now + self.shared.config.limits.shutdown_grace().as_millis() as u64);
         self.tools.stopping = true;
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for key in keys {
@@ -98,7 +99,7 @@ impl Worker {
                         close::GOING_AWAY,
                         "server shutting down",
                         now,
-                        self.out.close_ms,
+                        self.round.out.close_ms,
                     );
                     self.mark_dirty(key);
                 }
@@ -108,7 +109,7 @@ impl Worker {
                 // first, then closed (`Tools::stopping`), or closed at its head deadline.
                 Phase::Http(crate::conn::HttpWait::Nothing) if !c.marks.answered => {}
                 _ => {
-                    c.begin_close(now, self.out.close_ms);
+                    c.begin_close(now, self.round.out.close_ms);
                     self.mark_dirty(key);
                 }
             }

@@ -218,7 +218,7 @@ impl Worker {
         if !c.rbuf.is_empty() {
             self.process_buffered(key);
         }
-        let max_pending = self.out.max_pending;
+        let max_pending = self.round.out.max_pending;
         let mut total = 0usize;
         loop {
             let c = &mut self.conns[key];
@@ -311,8 +311,13 @@ impl Worker {
         let c = &mut self.conns[key];
         c.rbuf = Vec::new();
         match c.phase {
-            Phase::Ws(_) => c.ws_close(close::TOO_BIG, "message too big", now, self.out.close_ms),
-            _ => c.begin_close(now, self.out.close_ms),
+            Phase::Ws(_) => c.ws_close(
+                close::TOO_BIG,
+                "message too big",
+                now,
+                self.round.out.close_ms,
+            ),
+            _ => c.begin_close(now, self.round.out.close_ms),
         }
         self.mark_dirty(key);
     }
@@ -415,7 +420,7 @@ impl Worker {
             _ if !owed => self.close_now(key),
             _ => {
                 // Half-closed by the peer: deliver the answers it is owed, then close.
-                c.finish(now, self.out.close_ms);
+                c.finish(now, self.round.out.close_ms);
                 self.mark_dirty(key);
                 self.arm(key);
             }
@@ -473,7 +478,7 @@ impl Worker {
     /// Writes what the connection has queued, refilling from its backlog; then moves its
     /// phase on if it waited for its output (half-close, pipelining backpressure).
     fn flush(&mut self, key: usize) {
-        let fill = self.out.fill_mark;
+        let fill = self.round.out.fill_mark;
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };

@@ -142,7 +142,8 @@ pub struct Worker {
     conns: Slab<Conn>,
     relay: Relay,
     shared: Arc<Shared>,
-    wheel: Wheel,
+    /// Its timers: the connections' deadlines, the shutdown's.
+    timers: Timers,
     /// What it lends the connection it processes (encoding scratch, JSON buffers, the
     /// answer cache, deflate, the auth gate, the limits per address and client).
     tools: Tools,
@@ -150,12 +151,16 @@ pub struct Worker {
     round: Round,
     /// The time as this round read it.
     clock: Clock,
-    /// Set once shutdown began: the time by which to exit.
-    stop_at: Option<u64>,
-    /// The limits on a connection's output, read once from the configuration.
-    out: apply::OutLimits,
     /// The iteration in progress: when it began and what it did, and the long ones.
     iteration: stall::Iterations,
+}
+
+/// A worker's timers.
+struct Timers {
+    /// The connections' deadlines (heartbeats, timeouts), by tick.
+    wheel: Wheel,
+    /// Set once shutdown began: the time by which to exit.
+    stop_at: Option<u64>,
 }
 
 /// What a worker's loop sleeps on and is woken by.
@@ -203,7 +208,6 @@ impl Worker {
         let policy = shared.limit_policy.clone();
         let round = Round::new(&shared.config.limits, Instant::now());
         shared.metrics.cores[id].last_turn_ms.set(now);
-        let out = apply::OutLimits::new(&shared.config.limits);
         Ok(Worker {
             id,
             waits: Waits {
@@ -226,7 +230,10 @@ impl Worker {
             conns: Slab::with_capacity(1024),
             relay,
             shared,
-            wheel: Wheel::new(now),
+            timers: Timers {
+                wheel: Wheel::new(now),
+                stop_at: None,
+            },
             tools: Tools {
                 ids: IdSource::default(),
                 scratch: Vec::with_capacity(4096),
@@ -245,8 +252,6 @@ impl Worker {
                 date_sec: u64::MAX,
                 stamp: 0,
             },
-            stop_at: None,
-            out,
             iteration: stall::Iterations::new(Instant::now()),
         })
     }
@@ -288,7 +293,7 @@ impl Worker {
             if orders == Orders::ShutDown {
                 self.begin_shutdown();
             }
-            if self.stop_at.is_some() {
+            if self.timers.stop_at.is_some() {
                 self.close_late_upgrades();
             }
             self.iteration.work.timers += self.fire_timers();
@@ -296,7 +301,7 @@ impl Worker {
             self.round.handoff = self.write_out();
             self.reap();
             self.end_iteration();
-            if let Some(stop) = self.stop_at {
+            if let Some(stop) = self.timers.stop_at {
                 if self.conns.is_empty() || self.clock.now >= stop {
                     break;
                 }
@@ -312,7 +317,7 @@ impl Worker {
         } else if self.round.handoff == Handoff::Waiting {
             Duration::from_millis(1)
         } else {
-            Duration::from_millis(self.wheel.until_next_tick(self.clock.now))
+            Duration::from_millis(self.timers.wheel.until_next_tick(self.clock.now))
         };
         // Tell senders to wake us, then look once more so no message slips in between.
         self.waits.bell.set_sleeping(true);

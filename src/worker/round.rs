@@ -1,7 +1,7 @@
 //! One round of a worker's loop ([`Round`]): its lists (connections with output, with input to
 //! resume, over their outbound limit, to remove) and its budgets (accepts, bytes read, a
 //! connection's turn and the fan-out budget, the engine's mailbox, output held within the
-//! round). It decides, in one place each, when a connection yields ([`Round::turn`],
+//! round), and the limits on a connection's output. It decides, in one place each, when a connection yields ([`Round::turn`],
 //! [`Round::fanout_full`], [`Round::read_more`]) and when the round's output is written
 //! early ([`Round::write_early`]); the worker carries the decisions out. It touches no
 //! socket and no connection but their list marks.
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use slab::Slab;
 
+use super::apply::OutLimits;
 use crate::config::Limits;
 use crate::conn::{self, Conn, Turn};
 use crate::relay::{ConnRef, Relay};
@@ -69,6 +70,8 @@ pub struct Round {
     budgets: Budgets,
     /// What decides an early write-out.
     early: EarlyState,
+    /// The limits a delivery applies to a connection's output.
+    pub out: OutLimits,
 }
 
 /// What a round may do, set once from the limits.
@@ -125,6 +128,7 @@ impl Round {
                 held_since: Some(now),
                 events: 0,
             },
+            out: OutLimits::new(limits),
         }
     }
 

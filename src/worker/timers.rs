@@ -21,7 +21,7 @@ impl Worker {
     /// Fires the timers due now, then the relay's periodic work; returns how many fell due.
     pub(super) fn fire_timers(&mut self) -> u32 {
         let mut due = Vec::new();
-        self.wheel.advance(self.clock.now, &mut due);
+        self.timers.wheel.advance(self.clock.now, &mut due);
         for &(key, uid, tick) in &due {
             self.on_timer(key, uid, tick);
         }
@@ -48,9 +48,9 @@ impl Worker {
         if c.marks.closed {
             return;
         }
-        let tick = self.wheel.tick_of(c.deadline);
+        let tick = self.timers.wheel.tick_of(c.deadline);
         if c.timer_tick == 0 || tick < c.timer_tick {
-            c.timer_tick = self.wheel.schedule(key, c.uid, c.deadline);
+            c.timer_tick = self.timers.wheel.schedule(key, c.uid, c.deadline);
         }
     }
 
@@ -95,7 +95,7 @@ impl Worker {
                     response::write(&mut c.out, &resp, self.clock.date.as_bytes(), false, true);
                 }
                 // Idle with a response still on its way out: finish it, then close.
-                c.begin_close(now, self.out.close_ms);
+                c.begin_close(now, self.round.out.close_ms);
                 self.mark_dirty(key);
             }
             Action::Ping => {
@@ -126,7 +126,7 @@ impl Worker {
             close::POLICY,
             "outbound buffer full",
             now,
-            self.out.close_ms,
+            self.round.out.close_ms,
         );
         self.mark_dirty(key);
         self.arm(key);

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, Type};
 use thiserror::Error;
 
 use crate::admin::Admin;
@@ -25,21 +24,23 @@ use crate::config::{Config, ConfigError};
 use crate::conn::Shared;
 use crate::drain::Drain;
 use crate::engine::{BuildError, Setup};
-use crate::handover::{HandoverError, Listeners, Offer};
+use crate::handover::{HandoverError, Offer};
 use crate::http::response::{Response, TEXT};
 use crate::mailbox::{self, Doorbell, Mailbox};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
 use crate::relay::Relay;
 use crate::reload::{Reload, Reloader};
-use crate::tls::{TlsError, TlsFiles, TlsLoader};
+use crate::tls::TlsError;
 use crate::webhook::WebhookPool;
 use crate::worker::{Control, Serving, Worker, WAKER};
 
+mod edge;
 mod engines;
 mod host;
 mod takeover;
 
+use edge::{open_edge, steer_all, Groups};
 pub use host::{
     attach_cpu_steering, detach_cpu_steering, disable_huge_pages, raise_nofile_limit,
     set_busy_poll, set_notsent_lowat,
@@ -139,144 +140,6 @@ enum Event {
     Signal(libc::c_int),
     /// The process of this pid took the listeners over and said `stop`.
     HandedOver(u32),
-}
-
-/// A listener of the `SO_REUSEPORT` group. The options every accepted connection needs
-/// (`TCP_NODELAY`, `--sndbuf`, `--notsent-lowat`, `--busy-poll-us`) are set here, once:
-/// Linux copies them from the listener into each connection it accepts (the child socket
-/// is a clone of the listener's), which saves three to four `setsockopt` calls per
-/// connection (test `accepted_connections_inherit_the_listeners_options`).
-fn bind(addr: SocketAddr, config: &Config) -> io::Result<std::net::TcpListener> {
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    s.set_reuse_address(true)?;
-    s.set_reuse_port(true)?;
-    set_options(&s, config)?;
-    s.bind(&addr.into())?;
-    s.listen(config.backlog)?;
-    Ok(s.into())
-}
-
-/// The options a listener hands down to the connections it accepts (see [`bind`]); also
-/// set again on the listeners a process takes over, whose options its predecessor set.
-fn set_options(s: &Socket, config: &Config) -> io::Result<()> {
-    s.set_nonblocking(true)?;
-    s.set_nodelay(true)?;
-    if config.sndbuf > 0 {
-        s.set_send_buffer_size(config.sndbuf)?;
-    }
-    if config.notsent_lowat > 0 {
-        set_notsent_lowat(s, config.notsent_lowat);
-    }
-    if config.busy_poll_us > 0 {
-        set_busy_poll(s, config.busy_poll_us);
-    }
-    Ok(())
-}
-
-/// The `n` sockets of one `SO_REUSEPORT` group at `addr` (the first one picks the port
-/// when 0 is asked for), and the address they are bound to.
-fn bind_group(
-    addr: SocketAddr,
-    n: usize,
-    config: &Config,
-) -> io::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
-    let first = bind(addr, config)?;
-    let addr = first.local_addr()?;
-    let mut group = vec![first];
-    for _ in 1..n {
-        group.push(bind(addr, config)?);
-    }
-    Ok((group, addr))
-}
-
-/// The listener groups, and the TLS configuration loaded at start: a missing or bad
-/// certificate is fatal here (on SIGHUP it is not).
-struct Edge {
-    plain: Vec<std::net::TcpListener>,
-    addr: Option<SocketAddr>,
-    tls: Vec<std::net::TcpListener>,
-    tls_addr: Option<SocketAddr>,
-    admin: Option<std::net::TcpListener>,
-    loader: Option<TlsLoader>,
-    tls_config: Option<Arc<rustls::ServerConfig>>,
-}
-
-impl Edge {
-    /// Binds the listeners, or (`--take-over`) starts from the old process's, `taken`.
-    fn open(config: &Config, n: usize, taken: Option<takeover::Taken>) -> Result<Edge, StartError> {
-        // The certificate and key, when TLS is on (clap makes the three flags go together).
-        let files = config.tls_listen.and_then(|_| {
-            Some(TlsFiles {
-                cert: config.tls_cert.clone()?,
-                key: config.tls_key.clone()?,
-            })
-        });
-        let (loader, tls_config) = match files {
-            Some(files) => {
-                let loader = TlsLoader::new(files)?;
-                let tls_config = loader.load()?;
-                (Some(loader), Some(tls_config))
-            }
-            None => (None, None),
-        };
-        let group = |addr: Option<SocketAddr>, what| match addr {
-            Some(a) => bind_group(a, n, config)
-                .map(|(g, a)| (g, Some(a)))
-                .map_err(io_err(what)),
-            None => Ok((Vec::new(), None)),
-        };
-        let ((plain, addr), (tls, tls_addr), admin) = match taken {
-            Some(t) => t.into_groups(config, n)?,
-            None => (
-                group(config.listen, "binding the listener")?,
-                group(config.tls_listen, "binding the TLS listener")?,
-                match config.admin.admin_listen {
-                    Some(a) => Some(
-                        std::net::TcpListener::bind(a)
-                            .map_err(io_err("binding the admin listener"))?,
-                    ),
-                    None => None,
-                },
-            ),
-        };
-        Ok(Edge {
-            plain,
-            addr,
-            tls,
-            tls_addr,
-            admin,
-            loader,
-            tls_config,
-        })
-    }
-
-    /// Copies of its sockets, for the handover socket to offer.
-    /// The workers' sockets, and the rest.
-    fn split(self) -> (Groups, Rest) {
-        let groups = Groups {
-            plain: self.plain,
-            tls: self.tls,
-            tls_config: self.tls_config,
-        };
-        let rest = Rest {
-            addr: self.addr,
-            tls_addr: self.tls_addr,
-            admin: self.admin,
-            loader: self.loader,
-        };
-        (groups, rest)
-    }
-
-    fn copies(&self) -> io::Result<Listeners> {
-        let dup = |g: &[std::net::TcpListener]| -> io::Result<Vec<_>> {
-            g.iter().map(|l| l.try_clone()).collect()
-        };
-        Ok(Listeners {
-            plain: dup(&self.plain)?,
-            tls: dup(&self.tls)?,
-            admin: self.admin.as_ref().map(|l| l.try_clone()).transpose()?,
-        })
-    }
 }
 
 /// The cores the workers pin to, in order (none with `--no-pin`).
@@ -399,23 +262,6 @@ const BACKSTOP_MARGIN: Duration = Duration::from_millis(1800);
 /// Control messages a worker's own mailbox holds.
 const CONTROL_QUEUE: usize = 64;
 
-/// Where the listeners come from: the old process's (`--take-over`) or bound here; their
-/// copies to offer the next process (`--handover-socket`); and the handover, once the old
-/// process let go of the data directory (before the engine opens it).
-type Opened = (Edge, Option<Listeners>, Option<crate::handover::Takeover>);
-
-fn open_edge(config: &Config, n: usize) -> Result<Opened, StartError> {
-    let mut taken = takeover::begin(config)?;
-    let handover = taken.as_mut().map(|t| t.handover.take());
-    let edge = Edge::open(config, n, taken)?;
-    let offered = match config.admin.handover_socket {
-        Some(_) => Some(edge.copies().map_err(io_err("copying the listeners"))?),
-        None => None,
-    };
-    let handover = takeover::before_engine(config, handover.flatten())?;
-    Ok((edge, offered, handover))
-}
-
 /// What every worker and the admin thread share besides the engine's parts.
 struct Common<'a> {
     metrics: &'a Arc<Metrics>,
@@ -467,23 +313,6 @@ fn shared_state(
         limit_policy: crate::limits::Policy::new(&config.limits, n),
         config: config.clone(),
     })
-}
-
-/// What the server keeps of its edge besides the workers' sockets: the addresses bound,
-/// the admin listener, the TLS files' loader (for SIGHUP).
-struct Rest {
-    addr: Option<SocketAddr>,
-    tls_addr: Option<SocketAddr>,
-    admin: Option<std::net::TcpListener>,
-    loader: Option<TlsLoader>,
-}
-
-/// Each worker's sockets: of the plain group, of the TLS group (with the configuration new
-/// TLS connections start from).
-struct Groups {
-    plain: Vec<std::net::TcpListener>,
-    tls: Vec<std::net::TcpListener>,
-    tls_config: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Each worker's poll, its own mailbox, its doorbell and its engine, in worker order.
@@ -559,28 +388,6 @@ fn tell_all(controls: &[Mailbox<Control>], msg: impl Fn() -> Control) {
         if !mb.send_patient(msg()) {
             log::warn!("worker {i}: mailbox full; a control message was dropped");
         }
-    }
-}
-
-/// `--cpu-steering`: both listener groups steered to the worker pinned to the receiving CPU.
-fn steer_all(groups: &Groups, cores: &[core_affinity::CoreId], n: usize) {
-    if cores.is_empty() {
-        log::warn!("--cpu-steering needs pinned workers; not enabled");
-        return;
-    }
-    let cpus: Vec<usize> = (0..n).map(|i| cores[i % cores.len()].id).collect();
-    steer(&groups.plain, &cpus);
-    steer(&groups.tls, &cpus);
-}
-
-/// Attaches `--cpu-steering`'s program to a listener group (logged, never fatal).
-fn steer(group: &[std::net::TcpListener], cpus: &[usize]) {
-    let Some(first) = group.first() else {
-        return;
-    };
-    match attach_cpu_steering(first, cpus) {
-        Ok(()) => log::info!("connections steered to the worker of the receiving CPU"),
-        Err(e) => log::warn!("--cpu-steering: {e}"),
     }
 }
 

@@ -18,9 +18,10 @@ pub(super) struct Blocking {
 }
 
 impl Relay {
-    /// Resolves one result of `conn`'s pending answer `answer` (a [`Delivery::Answer`]) once its subscription on `slot` is in place: at the end of
-    /// the first delivery after it became active, or at once, at that delivery, when it
-    /// already is or is gone (unsubscribed, closed: the answer must not wait forever).
+    /// Resolves one result of `conn`'s pending answer `answer` (a [`Delivery::Answer`])
+    /// once its subscription on `slot` is in place: at the end of the first delivery after
+    /// it became active, or at once, at that delivery, when it already is or is gone
+    /// (unsubscribed, closed: the answer must not wait forever).
     pub fn when_in_place(&mut self, conn: ConnRef, answer: u64, slot: u32) {
         self.waiting.blocking.push(Blocking { conn, answer, slot });
     }

@@ -8,7 +8,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{bind, set_options, StartError};
+use super::edge::{bind, set_options};
+use super::StartError;
 use crate::config::Config;
 use crate::handover::{take, HandoverError, Listeners, Offer, Takeover};
 use crate::store::{DirLock, StoreError};
@@ -111,7 +112,7 @@ fn fit(
         return Ok((Vec::new(), None));
     };
     let Some(first) = theirs.first() else {
-        return super::bind_group(ours, n, config)
+        return super::edge::bind_group(ours, n, config)
             .map(|(g, a)| (g, Some(a)))
             .map_err(super::io_err("binding a listener group"));
     };

@@ -1,6 +1,7 @@
 //! `server.rs`'s unit tests: socket options set on the listeners and inherited by accepted
 //! connections.
 
+use super::edge::bind;
 use super::*;
 use clap::Parser;
 use std::io::Write;

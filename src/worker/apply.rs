@@ -91,8 +91,14 @@ impl Worker {
                     watched,
                 } => {
                     let m = &d.messages[msg as usize];
-                    let topic = self.relay.sub_at(at).map(|(_, t)| t.clone());
-                    let watched = topic.filter(|_| watched).map(|t| (t, m.body.clone()));
+                    // The topic and body are kept only for a watch's `delivered` event.
+                    let watched = match watched {
+                        true => self
+                            .relay
+                            .sub_at(at)
+                            .map(|(_, t)| (t.clone(), m.body.clone())),
+                        false => None,
+                    };
                     if let Some(w) = conn::live(&mut self.conns, conn).and_then(|c| c.ws()) {
                         w.acks_mut().note(conn::acks::Pending {
                             id: m.push_id,
